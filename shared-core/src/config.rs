@@ -1,0 +1,262 @@
+//! The one configuration every host shares: serde for Envoy's JSON, a C struct for nginx.
+//!
+//! Every bound lives in [`FIELDS`], so a host that checks a single directive while parsing its
+//! own config and a host that validates a whole JSON object apply the same ranges and print the
+//! same message.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+
+const MIB: u64 = 1024 * 1024;
+
+/// The knobs of the compression pipeline, as an operator writes them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Bodies shorter than this go out as they are.
+    pub min_length: u64,
+    /// The most a response is buffered for one-shot compression before it streams.
+    pub max_buffer: u64,
+    /// libdeflate level for one-shot compression.
+    pub level: u32,
+    /// zlib level for streaming compression.
+    pub stream_level: u32,
+    /// A chunked body that pauses this long stops being buffered and streams.
+    pub stream_delay_ms: u64,
+    /// Media types to compress; `type/*` and `*/*` match a whole family.
+    pub types: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            min_length: 1024,
+            max_buffer: MIB,
+            level: 6,
+            stream_level: 1,
+            stream_delay_ms: 100,
+            types: ["application/json", "application/json-rpc", "application/javascript", "text/*"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// A numeric field of [`Config`] and the values it accepts.
+pub struct Field {
+    pub name: &'static str,
+    pub range: RangeInclusive<u64>,
+}
+
+/// The numeric fields, in declaration order, with their bounds.
+pub const FIELDS: [Field; 5] = [
+    Field { name: "min_length", range: 0..=64 * MIB },
+    Field { name: "max_buffer", range: 0..=256 * MIB },
+    Field { name: "level", range: 1..=12 },
+    Field { name: "stream_level", range: 1..=9 },
+    Field { name: "stream_delay_ms", range: 0..=60_000 },
+];
+
+/// A configuration value that is out of range or malformed, naming the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    fn new(field: &str, message: String) -> Self {
+        ConfigError { field: field.to_owned(), message }
+    }
+}
+
+/// Checks one numeric field against its bounds.
+pub fn check_field(name: &str, value: u64) -> Result<(), ConfigError> {
+    let field = FIELDS
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| ConfigError::new(name, "is not a numeric setting".into()))?;
+    if field.range.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            name,
+            format!(
+                "must be between {} and {}, got {}",
+                field.range.start(),
+                field.range.end(),
+                value
+            ),
+        ))
+    }
+}
+
+/// Checks one media-type pattern: `type/subtype`, `type/*` or `*/*`, no parameters.
+pub fn check_type(pattern: &str) -> Result<(), ConfigError> {
+    let valid = match pattern.split_once('/') {
+        Some((top, sub)) => {
+            is_token(top) && is_token(sub) && (top != "*" || sub == "*")
+        }
+        None => false,
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            "types",
+            format!("\"{pattern}\" is not a media type like application/json, text/* or */*"),
+        ))
+    }
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-*".contains(&b))
+}
+
+impl Config {
+    /// Parses and validates a JSON object (the Envoy plugin configuration); an empty input means
+    /// all defaults.
+    pub fn from_json(json: &[u8]) -> Result<Settings, ConfigError> {
+        let trimmed = json.trim_ascii();
+        let config: Config = if trimmed.is_empty() {
+            Config::default()
+        } else {
+            serde_json::from_slice(trimmed).map_err(|e| {
+                // serde names the offending field in its message ("unknown field `levle`").
+                ConfigError::new("config", e.to_string())
+            })?
+        };
+        config.validate()
+    }
+
+    /// Checks every bound and turns the config into the [`Settings`] an exchange runs with.
+    pub fn validate(self) -> Result<Settings, ConfigError> {
+        let values = [
+            self.min_length,
+            self.max_buffer,
+            u64::from(self.level),
+            u64::from(self.stream_level),
+            self.stream_delay_ms,
+        ];
+        for (field, value) in FIELDS.iter().zip(values) {
+            check_field(field.name, value)?;
+        }
+        if self.min_length > self.max_buffer {
+            return Err(ConfigError::new(
+                "min_length",
+                format!(
+                    "must not exceed max_buffer ({} > {})",
+                    self.min_length, self.max_buffer
+                ),
+            ));
+        }
+        if self.types.is_empty() {
+            return Err(ConfigError::new("types", "must list at least one media type".into()));
+        }
+        let mut types = Vec::with_capacity(self.types.len());
+        for pattern in &self.types {
+            check_type(pattern)?;
+            types.push(pattern.to_ascii_lowercase());
+        }
+        Ok(Settings { config: Config { types, ..self } })
+    }
+}
+
+/// A validated [`Config`]; the only way to start an exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    config: Config,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Config::default().validate().expect("defaults are valid")
+    }
+}
+
+impl std::ops::Deref for Settings {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl Settings {
+    /// Whether a Content-Type value names a media type to compress.
+    pub fn compresses_type(&self, content_type: &[u8]) -> bool {
+        let media = content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        let Some(slash) = media.iter().position(|&b| b == b'/') else {
+            return false;
+        };
+        let (top, sub) = (&media[..slash], &media[slash + 1..]);
+        self.config.types.iter().any(|pattern| {
+            let (ptop, psub) = pattern.split_once('/').expect("validated");
+            (ptop == "*" || top.eq_ignore_ascii_case(ptop.as_bytes()))
+                && (psub == "*" || sub.eq_ignore_ascii_case(psub.as_bytes()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = Settings::default();
+        assert_eq!((s.min_length, s.max_buffer, s.level, s.stream_level), (1024, MIB, 6, 1));
+        assert_eq!(s.stream_delay_ms, 100);
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_field_and_range() {
+        let err = Config { level: 13, ..Config::default() }.validate().unwrap_err();
+        assert_eq!(err.field, "level");
+        assert_eq!(err.to_string(), "level: must be between 1 and 12, got 13");
+        let err = Config { stream_level: 0, ..Config::default() }.validate().unwrap_err();
+        assert_eq!(err.field, "stream_level");
+        let err =
+            Config { min_length: 4096, max_buffer: 1024, ..Config::default() }.validate().unwrap_err();
+        assert_eq!(err.field, "min_length");
+    }
+
+    #[test]
+    fn json_errors_name_the_field() {
+        let err = Config::from_json(br#"{"levle": 3}"#).unwrap_err();
+        assert!(err.message.contains("levle"), "{err}");
+        let err = Config::from_json(br#"{"level": "six"}"#).unwrap_err();
+        assert!(err.message.contains("invalid type"), "{err}");
+        let err = Config::from_json(br#"{"types": ["json"]}"#).unwrap_err();
+        assert_eq!(err.field, "types");
+        assert_eq!(Config::from_json(b" ").unwrap(), Settings::default());
+        let s = Config::from_json(br#"{"level": 9, "types": ["Application/JSON"]}"#).unwrap();
+        assert_eq!(s.level, 9);
+        assert!(s.compresses_type(b"application/json; charset=utf-8"));
+    }
+
+    #[test]
+    fn type_patterns_match_media_types_only() {
+        let s = Settings::default();
+        for yes in [&b"application/json"[..], b"Application/JSON ; charset=UTF-8", b"text/plain", b"text/html"] {
+            assert!(s.compresses_type(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [&b"application/octet-stream"[..], b"", b"json", b"application/jsonx", b"image/png"] {
+            assert!(!s.compresses_type(no), "{}", String::from_utf8_lossy(no));
+        }
+        let any = Config { types: vec!["*/*".into()], ..Config::default() }.validate().unwrap();
+        assert!(any.compresses_type(b"application/octet-stream"));
+        assert!(check_type("*/json").is_err());
+        assert!(check_type("text/").is_err());
+    }
+}

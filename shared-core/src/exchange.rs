@@ -1,0 +1,460 @@
+//! One exchange's way through rpcedge, as a sans-IO state machine.
+//!
+//! The host feeds the request head, then the response head, which yields a [`BodyPlan`], then the
+//! body chunk by chunk (with end and flush flags and the time each arrived), getting back header
+//! edits and the bytes to send. It also asks [`Exchange::deadline`] when to feed an empty chunk
+//! as a timer tick, so held data never waits longer than `stream_delay`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
+use crate::config::Settings;
+use crate::negotiate::{AcceptEncoding, Coding};
+
+/// What the host does with the body, decided at the response head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BodyPlan {
+    /// Apply [`Exchange::edits`], send the headers and pass the body on untouched: stop feeding.
+    Pass = 0,
+    /// Hold the headers and feed the body; an [`Output`] carries the headers when they may go.
+    Buffer = 1,
+    /// Apply [`Exchange::edits`], send the headers now and feed the body.
+    Stream = 2,
+}
+
+/// What happened to the body, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Not decided yet (headers held while buffering).
+    Pending = 0,
+    /// Not eligible: type, status, method, encoding, no-transform, or the client's choice.
+    Untouched = 1,
+    /// Below `min_length`: sent as it was.
+    Small = 2,
+    /// Buffered and compressed whole, with an exact Content-Length.
+    Oneshot = 3,
+    /// Compressed chunk by chunk.
+    Stream = 4,
+    /// Buffered, but compressing did not make it smaller: sent as it was.
+    Incompressible = 5,
+    /// Ended as failed; the host resets the connection.
+    Failed = 6,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Pending => "pending",
+            Mode::Untouched => "untouched",
+            Mode::Small => "small",
+            Mode::Oneshot => "oneshot",
+            Mode::Stream => "stream",
+            Mode::Incompressible => "incompressible",
+            Mode::Failed => "failed",
+        }
+    }
+}
+
+/// What to do with the Content-Length header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LengthEdit {
+    #[default]
+    Keep,
+    Set(u64),
+    Remove,
+}
+
+/// The response header changes the host applies before the headers go out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderEdits {
+    /// Set Content-Encoding to this coding.
+    pub content_encoding: Option<Coding>,
+    pub content_length: LengthEdit,
+    /// Append `Vary: Accept-Encoding`.
+    pub add_vary: bool,
+    /// Replace the ETag with this (a strong ETag weakened, since the bytes changed).
+    pub etag: Option<Vec<u8>>,
+    /// Drop Accept-Ranges: ranges of the original do not apply to the encoded body.
+    pub remove_accept_ranges: bool,
+}
+
+/// The bytes to send for one feed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Output<'a> {
+    /// Present once, when held headers are to go out now, edited as it says.
+    pub headers: Option<&'a HeaderEdits>,
+    pub data: &'a [u8],
+    /// Push `data` to the client now.
+    pub flush: bool,
+    /// The body is complete.
+    pub end: bool,
+}
+
+/// Why an exchange ended as failed. Before the headers are out the host may answer with an
+/// error status; after, it must reset the connection rather than end the body cleanly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The body did not match its Content-Length.
+    LengthMismatch { declared: u64, received: u64 },
+    Stream(StreamError),
+    /// A call out of order (body before head, body after end).
+    OutOfOrder(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LengthMismatch { declared, received } => write!(
+                f,
+                "upstream body does not match its Content-Length: declared {declared}, received {received}"
+            ),
+            Error::Stream(e) => e.fmt(f),
+            Error::OutOfOrder(what) => write!(f, "call out of order: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// What the response head says that matters here.
+#[derive(Debug, Default)]
+struct ResponseFacts {
+    content_length: Option<u64>,
+    bad_length: bool,
+    compressible_type: bool,
+    encoded: bool,
+    no_transform: bool,
+    content_range: bool,
+    etag: Option<Vec<u8>>,
+    varies_already: bool,
+}
+
+enum Phase {
+    Head,
+    Pass,
+    Buffering { declared: Option<u64>, body: Vec<u8>, last_arrival_ms: u64 },
+    Streaming { encoder: StreamEncoder, held_since_ms: Option<u64> },
+    Done,
+    Failed,
+}
+
+/// One request/response exchange.
+pub struct Exchange {
+    settings: Arc<Settings>,
+    accept: AcceptEncoding,
+    head_request: bool,
+    response: ResponseFacts,
+    coding: Coding,
+    phase: Phase,
+    mode: Mode,
+    edits: HeaderEdits,
+    out: Vec<u8>,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+impl Exchange {
+    pub fn new(settings: Arc<Settings>) -> Self {
+        Exchange {
+            settings,
+            accept: AcceptEncoding::default(),
+            head_request: false,
+            response: ResponseFacts::default(),
+            coding: Coding::Gzip,
+            phase: Phase::Head,
+            mode: Mode::Pending,
+            edits: HeaderEdits::default(),
+            out: Vec::new(),
+            bytes_in: 0,
+            bytes_out: 0,
+        }
+    }
+
+    pub fn request_method(&mut self, method: &[u8]) {
+        self.head_request = method.eq_ignore_ascii_case(b"HEAD");
+    }
+
+    /// Any request header; only Accept-Encoding matters for now.
+    pub fn request_header(&mut self, name: &[u8], value: &[u8]) {
+        if name.eq_ignore_ascii_case(b"accept-encoding") {
+            self.accept.add(value);
+        }
+    }
+
+    /// Any response header. A host may instead pass the length with
+    /// [`Exchange::response_content_length`] where it keeps it apart.
+    pub fn response_header(&mut self, name: &[u8], value: &[u8]) {
+        let facts = &mut self.response;
+        let value = value.trim_ascii();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            match std::str::from_utf8(value).ok().filter(|v| v.bytes().all(|b| b.is_ascii_digit())).and_then(|v| v.parse().ok()) {
+                Some(n) => self.response_content_length(Some(n)),
+                None => facts.bad_length = true,
+            }
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            facts.compressible_type = self.settings.compresses_type(value);
+        } else if name.eq_ignore_ascii_case(b"content-encoding") {
+            facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
+        } else if name.eq_ignore_ascii_case(b"cache-control") {
+            facts.no_transform |= list_has(value, b"no-transform");
+        } else if name.eq_ignore_ascii_case(b"content-range") {
+            facts.content_range = true;
+        } else if name.eq_ignore_ascii_case(b"etag") {
+            facts.etag = Some(value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"vary") {
+            facts.varies_already |= list_has(value, b"accept-encoding") || list_has(value, b"*");
+        }
+    }
+
+    pub fn response_content_length(&mut self, length: Option<u64>) {
+        let facts = &mut self.response;
+        match (facts.content_length, length) {
+            // Two different lengths: the framing is unknowable, so leave the response alone.
+            (Some(a), Some(b)) if a != b => facts.bad_length = true,
+            _ => facts.content_length = length.or(facts.content_length),
+        }
+    }
+
+    /// Decides what happens to the body, once all response headers are in.
+    pub fn response_head(&mut self, status: u16) -> BodyPlan {
+        let facts = &self.response;
+        let settings = &*self.settings;
+        // Whether this resource's representation depends on Accept-Encoding at all.
+        let varies = facts.compressible_type
+            && !facts.encoded
+            && !facts.no_transform
+            && !facts.content_range
+            && !matches!(status, 100..=199 | 204 | 206);
+        self.edits.add_vary = varies && !facts.varies_already;
+        let coding = self.accept.choose();
+        let plan = match (coding, facts.content_length) {
+            _ if !varies || self.head_request || status == 304 || facts.bad_length => {
+                self.mode = Mode::Untouched;
+                BodyPlan::Pass
+            }
+            (None, _) => {
+                self.mode = Mode::Untouched;
+                BodyPlan::Pass
+            }
+            (Some(_), Some(length)) if length < settings.min_length => {
+                self.mode = Mode::Small;
+                BodyPlan::Pass
+            }
+            (Some(_), Some(length)) if length > settings.max_buffer => BodyPlan::Stream,
+            (Some(_), declared) => {
+                let capacity = declared.unwrap_or(settings.min_length).min(settings.max_buffer) as usize;
+                self.phase = Phase::Buffering { declared, body: Vec::with_capacity(capacity), last_arrival_ms: 0 };
+                BodyPlan::Buffer
+            }
+        };
+        if let Some(coding) = coding {
+            self.coding = coding;
+        }
+        match plan {
+            BodyPlan::Pass => self.phase = Phase::Pass,
+            BodyPlan::Stream => self.start_stream(),
+            BodyPlan::Buffer => {}
+        }
+        plan
+    }
+
+    /// The header edits in force: after [`Exchange::response_head`] for `Pass` and `Stream`, and
+    /// as given with the [`Output`] that releases held headers.
+    pub fn edits(&self) -> &HeaderEdits {
+        &self.edits
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Body bytes fed in and sent out, for the compression ratio.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.bytes_in, self.bytes_out)
+    }
+
+    /// When the host should feed an empty chunk as a timer tick (milliseconds, on the clock of
+    /// `now_ms`), or `None` when nothing is held.
+    pub fn deadline(&self) -> Option<u64> {
+        let delay = self.settings.stream_delay_ms;
+        match &self.phase {
+            Phase::Buffering { declared: None, body, last_arrival_ms } if !body.is_empty() => {
+                Some(last_arrival_ms + delay)
+            }
+            Phase::Streaming { held_since_ms: Some(since), .. } => Some(since + delay),
+            _ => None,
+        }
+    }
+
+    /// Feeds one body chunk (possibly empty: a timer tick or a bare flush or end).
+    pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
+        self.out.clear();
+        self.bytes_in += chunk.len() as u64;
+        let result = self.step(chunk, end, flush, now_ms);
+        if let Err(e) = &result {
+            self.phase = Phase::Failed;
+            self.mode = Mode::Failed;
+            self.out.clear();
+            return Err(e.clone());
+        }
+        let (headers, flush) = result.expect("checked");
+        self.bytes_out += self.out.len() as u64;
+        Ok(Output {
+            headers: headers.then_some(&self.edits),
+            data: &self.out,
+            flush: flush || end,
+            end,
+        })
+    }
+
+    /// Runs one feed; returns whether the headers go out now and whether to flush.
+    fn step(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<(bool, bool), Error> {
+        let settings = Arc::clone(&self.settings);
+        match &mut self.phase {
+            Phase::Head => Err(Error::OutOfOrder("body before the response head")),
+            Phase::Done | Phase::Failed => Err(Error::OutOfOrder("body after the end")),
+            Phase::Pass => {
+                // Hosts stop feeding on Pass; if one does not, the body still goes out intact.
+                self.out.extend_from_slice(chunk);
+                if end {
+                    self.phase = Phase::Done;
+                }
+                Ok((false, flush))
+            }
+            Phase::Buffering { declared: Some(declared), body, .. } => {
+                let declared = *declared;
+                let received = (body.len() + chunk.len()) as u64;
+                if received > declared || (end && received < declared) {
+                    return Err(Error::LengthMismatch { declared, received });
+                }
+                body.extend_from_slice(chunk);
+                if end {
+                    self.finish_buffered();
+                }
+                Ok((end, end))
+            }
+            Phase::Buffering { declared: None, body, last_arrival_ms } => {
+                let overflow = body.len() + chunk.len() > settings.max_buffer as usize;
+                if end && !overflow {
+                    body.extend_from_slice(chunk);
+                    self.finish_buffered();
+                    return Ok((true, true));
+                }
+                let paused = !body.is_empty() && now_ms.saturating_sub(*last_arrival_ms) >= settings.stream_delay_ms;
+                if !(overflow || flush || paused) {
+                    body.extend_from_slice(chunk);
+                    if !chunk.is_empty() {
+                        *last_arrival_ms = now_ms;
+                    }
+                    return Ok((false, false));
+                }
+                // Held data that waited out the delay, or a flush, must reach the client now.
+                let held = std::mem::take(body);
+                self.start_stream();
+                self.write_stream(&held, Push::Hold, now_ms)?;
+                let push = if end {
+                    Push::Finish
+                } else if flush || paused {
+                    Push::Sync
+                } else {
+                    Push::Hold
+                };
+                self.write_stream(chunk, push, now_ms)?;
+                Ok((true, push != Push::Hold))
+            }
+            Phase::Streaming { held_since_ms, .. } => {
+                let due = held_since_ms.is_some_and(|since| now_ms.saturating_sub(since) >= settings.stream_delay_ms);
+                let push = if end {
+                    Push::Finish
+                } else if flush || due {
+                    Push::Sync
+                } else {
+                    Push::Hold
+                };
+                if chunk.is_empty() && push == Push::Hold {
+                    return Ok((false, false));
+                }
+                self.write_stream(chunk, push, now_ms)?;
+                Ok((false, push != Push::Hold))
+            }
+        }
+    }
+
+    /// Switches to streaming: the encoded headers are set now, as the length is unknown.
+    fn start_stream(&mut self) {
+        self.mode = Mode::Stream;
+        self.set_encoded_edits(LengthEdit::Remove);
+        self.phase = Phase::Streaming {
+            encoder: StreamEncoder::new(self.coding, self.settings.stream_level),
+            held_since_ms: None,
+        };
+    }
+
+    fn write_stream(&mut self, input: &[u8], push: Push, now_ms: u64) -> Result<(), Error> {
+        let Phase::Streaming { encoder, held_since_ms } = &mut self.phase else {
+            unreachable!("write_stream outside streaming");
+        };
+        encoder.write(input, push, &mut self.out).map_err(Error::Stream)?;
+        match push {
+            Push::Hold if !input.is_empty() => {
+                held_since_ms.get_or_insert(now_ms);
+            }
+            Push::Hold => {}
+            Push::Sync => *held_since_ms = None,
+            Push::Finish => self.phase = Phase::Done,
+        }
+        Ok(())
+    }
+
+    /// The whole body is in: send it compressed with an exact length, or as it was.
+    fn finish_buffered(&mut self) {
+        let Phase::Buffering { body, .. } = std::mem::replace(&mut self.phase, Phase::Done) else {
+            unreachable!("finish_buffered outside buffering");
+        };
+        let settings = &*self.settings;
+        let length = body.len() as u64;
+        let compressed = if length < settings.min_length {
+            self.mode = Mode::Small;
+            None
+        } else {
+            let compressed = compress_whole(self.coding, settings.level, &body);
+            if compressed.is_none() {
+                self.mode = Mode::Incompressible;
+            }
+            compressed
+        };
+        match compressed {
+            Some(compressed) => {
+                self.mode = Mode::Oneshot;
+                self.set_encoded_edits(LengthEdit::Set(compressed.len() as u64));
+                self.out = compressed;
+            }
+            None => {
+                self.edits.content_length = LengthEdit::Set(length);
+                self.out = body;
+            }
+        }
+    }
+
+    fn set_encoded_edits(&mut self, length: LengthEdit) {
+        self.edits.content_encoding = Some(self.coding);
+        self.edits.content_length = length;
+        self.edits.remove_accept_ranges = true;
+        self.edits.etag = self.response.etag.as_ref().filter(|e| e.starts_with(b"\"")).map(|strong| {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(strong);
+            weak
+        });
+    }
+}
+
+/// Whether a comma-separated header list names `token` (case-insensitive, parameters ignored).
+fn list_has(value: &[u8], token: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|item| {
+        let name = item.split(|&b| b == b'=' || b == b';').next().unwrap_or_default();
+        name.trim_ascii().eq_ignore_ascii_case(token)
+    })
+}

@@ -1,0 +1,12 @@
+//! rpcedge's sans-IO core: every decision and byte transformation the nginx module and the Envoy
+//! filter make, as plain functions and a per-exchange state machine. No I/O, no host.
+
+pub mod compress;
+pub mod config;
+pub mod exchange;
+pub mod ffi;
+pub mod negotiate;
+
+pub use config::{Config, ConfigError, Settings};
+pub use exchange::{BodyPlan, Error, Exchange, HeaderEdits, LengthEdit, Mode, Output};
+pub use negotiate::{AcceptEncoding, Coding};

@@ -1,0 +1,166 @@
+//! A host simulator: drives an exchange the way nginx and Envoy do (head, body, timer ticks) and
+//! returns what a client would see on the wire.
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::io::Read;
+use std::sync::Arc;
+
+use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Settings};
+
+/// One upstream body chunk and when it arrived.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    pub data: Vec<u8>,
+    pub flush: bool,
+    pub at_ms: u64,
+}
+
+/// What the client gets.
+#[derive(Debug)]
+pub struct Wire {
+    pub plan: BodyPlan,
+    pub mode: Mode,
+    pub edits: HeaderEdits,
+    /// The Content-Length the client sees, if any.
+    pub content_length: Option<u64>,
+    pub body: Vec<u8>,
+    /// When each piece of output left, and how many bytes (for timing assertions).
+    pub sends: Vec<(u64, usize)>,
+    /// The time the headers left.
+    pub headers_at_ms: u64,
+}
+
+impl Wire {
+    /// The body as the client decodes it by Content-Encoding.
+    pub fn decoded(&self) -> Vec<u8> {
+        decode(self.edits.content_encoding, &self.body)
+    }
+}
+
+pub fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match coding {
+        None => out.extend_from_slice(body),
+        Some(Coding::Gzip) => {
+            flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
+        }
+        Some(Coding::Deflate) => {
+            flate2::read::ZlibDecoder::new(body).read_to_end(&mut out).expect("valid zlib");
+        }
+    }
+    out
+}
+
+pub struct Exchange1<'a> {
+    pub method: &'a str,
+    pub request_headers: Vec<(&'a str, &'a str)>,
+    pub status: u16,
+    pub response_headers: Vec<(&'a str, String)>,
+    /// Some(n): a Content-Length header of n.
+    pub content_length: Option<u64>,
+    pub chunks: Vec<Chunk>,
+}
+
+impl<'a> Exchange1<'a> {
+    /// A JSON response to a gzip-accepting POST, with the body in one chunk.
+    pub fn json(body: &[u8], known_length: bool) -> Self {
+        Exchange1 {
+            method: "POST",
+            request_headers: vec![("Accept-Encoding", "gzip")],
+            status: 200,
+            response_headers: vec![("Content-Type", "application/json".into())],
+            content_length: known_length.then_some(body.len() as u64),
+            chunks: vec![Chunk { data: body.to_vec(), flush: false, at_ms: 0 }],
+        }
+    }
+}
+
+/// Runs one exchange through the core, ticking timers as a host's event loop would.
+pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
+    let mut ex = Exchange::new(Arc::clone(settings));
+    ex.request_method(spec.method.as_bytes());
+    for (name, value) in &spec.request_headers {
+        ex.request_header(name.as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &spec.response_headers {
+        ex.response_header(name.as_bytes(), value.as_bytes());
+    }
+    if let Some(n) = spec.content_length {
+        ex.response_header(b"Content-Length", n.to_string().as_bytes());
+    }
+    let plan = ex.response_head(spec.status);
+    let mut wire = Wire {
+        plan,
+        mode: ex.mode(),
+        edits: HeaderEdits::default(),
+        content_length: spec.content_length,
+        body: Vec::new(),
+        sends: Vec::new(),
+        headers_at_ms: 0,
+    };
+    let mut headers_out = plan != BodyPlan::Buffer;
+    if headers_out {
+        apply(&mut wire, ex.edits());
+    }
+    if plan == BodyPlan::Pass {
+        for chunk in &spec.chunks {
+            wire.body.extend_from_slice(&chunk.data);
+            wire.sends.push((chunk.at_ms, chunk.data.len()));
+        }
+        return Ok(wire);
+    }
+    let last = spec.chunks.len().saturating_sub(1);
+    for (i, chunk) in spec.chunks.iter().enumerate() {
+        // Fire every timer that falls before this chunk arrives.
+        while let Some(deadline) = ex.deadline().filter(|&d| d < chunk.at_ms) {
+            let out = ex.feed(&[], false, false, deadline)?;
+            collect(&mut wire, &mut headers_out, deadline, out.headers.cloned(), out.data);
+        }
+        let out = ex.feed(&chunk.data, i == last, chunk.flush, chunk.at_ms)?;
+        collect(&mut wire, &mut headers_out, chunk.at_ms, out.headers.cloned(), out.data);
+    }
+    if spec.chunks.is_empty() {
+        let out = ex.feed(&[], true, false, 0)?;
+        collect(&mut wire, &mut headers_out, 0, out.headers.cloned(), out.data);
+    }
+    assert!(headers_out, "headers never released");
+    wire.mode = ex.mode();
+    Ok(wire)
+}
+
+fn collect(wire: &mut Wire, headers_out: &mut bool, at: u64, headers: Option<HeaderEdits>, data: &[u8]) {
+    if let Some(edits) = headers {
+        assert!(!*headers_out, "headers released twice");
+        *headers_out = true;
+        wire.headers_at_ms = at;
+        apply(wire, &edits);
+    }
+    if !data.is_empty() {
+        assert!(*headers_out, "body bytes before headers");
+        wire.body.extend_from_slice(data);
+        wire.sends.push((at, data.len()));
+    }
+}
+
+fn apply(wire: &mut Wire, edits: &HeaderEdits) {
+    wire.edits = edits.clone();
+    match edits.content_length {
+        LengthEdit::Keep => {}
+        LengthEdit::Set(n) => wire.content_length = Some(n),
+        LengthEdit::Remove => wire.content_length = None,
+    }
+}
+
+/// Splits `body` into chunks at the given cut points.
+pub fn chunked(body: &[u8], cuts: &[usize], gap_ms: u64) -> Vec<Chunk> {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    points.push(0);
+    points.push(body.len());
+    points.sort_unstable();
+    points.dedup();
+    points
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| Chunk { data: body[w[0]..w[1]].to_vec(), flush: false, at_ms: i as u64 * gap_ms })
+        .collect()
+}

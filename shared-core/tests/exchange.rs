@@ -1,0 +1,251 @@
+//! The compression rules, one exchange at a time, as a client sees them.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{chunked, run, Chunk, Exchange1};
+use rpcedge_core::{BodyPlan, Coding, Config, Error, LengthEdit, Mode, Settings};
+
+fn settings() -> Arc<Settings> {
+    Arc::new(Settings::default())
+}
+
+/// A JSON-ish body that compresses well, of exactly `n` bytes.
+fn json_body(n: usize) -> Vec<u8> {
+    let unit = br#"{"blockHash":"0x8f1c2d3e4b5a69788796a5b4c3d2e1f0","gasUsed":"0x5208"},"#;
+    unit.iter().cycle().take(n).copied().collect()
+}
+
+fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x2545f4914f6cdd1d;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn small_known_length_passes_with_its_own_length() {
+    let body = json_body(1023);
+    let wire = run(&settings(), &Exchange1::json(&body, true)).unwrap();
+    assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Small));
+    assert_eq!(wire.content_length, Some(1023));
+    assert_eq!(wire.edits.content_encoding, None);
+    assert!(wire.edits.add_vary, "Vary goes on every eligible response");
+    assert_eq!(wire.body, body);
+}
+
+#[test]
+fn known_length_within_max_buffer_is_compressed_whole_with_exact_length() {
+    for n in [1024, 20_000, 1 << 20] {
+        let body = json_body(n);
+        let wire = run(&settings(), &Exchange1::json(&body, true)).unwrap();
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Buffer, Mode::Oneshot), "{n}");
+        assert_eq!(wire.edits.content_encoding, Some(Coding::Gzip));
+        assert_eq!(wire.content_length, Some(wire.body.len() as u64));
+        assert!(wire.body.len() < n / 4);
+        assert_eq!(wire.decoded(), body);
+    }
+}
+
+#[test]
+fn known_length_above_max_buffer_streams_from_the_start() {
+    let body = json_body((1 << 20) + 1);
+    let mut spec = Exchange1::json(&body, true);
+    spec.chunks = chunked(&body, &[100_000, 400_000, 900_000], 1);
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!((wire.plan, wire.mode), (BodyPlan::Stream, Mode::Stream));
+    assert_eq!(wire.content_length, None);
+    assert_eq!(wire.decoded(), body);
+}
+
+#[test]
+fn chunked_body_ending_within_max_buffer_gets_an_exact_length() {
+    let body = json_body(300_000);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &[1, 8_000, 65_536, 200_000], 5);
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!((wire.plan, wire.mode), (BodyPlan::Buffer, Mode::Oneshot));
+    assert_eq!(wire.content_length, Some(wire.body.len() as u64));
+    assert_eq!(wire.decoded(), body);
+
+    // Below min_length it goes out as it was, but still with its exact length.
+    let small = json_body(700);
+    let mut spec = Exchange1::json(&small, false);
+    spec.chunks = chunked(&small, &[100, 300], 5);
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Small);
+    assert_eq!(wire.edits.content_length, LengthEdit::Set(700));
+    assert_eq!(wire.body, small);
+}
+
+#[test]
+fn chunked_body_passing_max_buffer_streams() {
+    let body = json_body(3 << 20);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &(1..48).map(|i| i * 65_536).collect::<Vec<_>>(), 1);
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    assert_eq!(wire.content_length, None);
+    assert_eq!(wire.edits.content_length, LengthEdit::Remove);
+    assert_eq!(wire.decoded(), body);
+}
+
+#[test]
+fn an_upstream_flush_switches_to_streaming_and_is_passed_on() {
+    let body = json_body(10_000);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &[3_000], 1);
+    spec.chunks[0].flush = true;
+    let settings = settings();
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    assert_eq!(wire.decoded(), body);
+    // What left at the flush decodes to exactly the first chunk.
+    let first = wire.sends[0].1;
+    let mut inflate = flate2::Decompress::new(false);
+    let mut plain = vec![0; 10_000];
+    inflate.decompress(&wire.body[10..first], &mut plain, flate2::FlushDecompress::Sync).unwrap();
+    assert_eq!(&plain[..inflate.total_out() as usize], &body[..3_000]);
+}
+
+#[test]
+fn a_trickling_body_reaches_the_client_chunk_by_chunk_within_stream_delay() {
+    let body = json_body(4 * 2_000);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &[2_000, 4_000, 6_000], 500);
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    assert_eq!(wire.decoded(), body);
+    // Each chunk arrived at i*500 ms; something left for it no later than 100 ms after.
+    for arrival in [0, 500, 1000, 1500] {
+        assert!(
+            wire.sends.iter().any(|&(at, n)| n > 0 && at >= arrival && at <= arrival + 100),
+            "nothing sent within 100 ms of the chunk at {arrival} ms: {:?}",
+            wire.sends
+        );
+    }
+}
+
+#[test]
+fn incompressible_bodies_go_out_as_they_were() {
+    let body = noise(50_000);
+    for known in [true, false] {
+        let wire = run(&settings(), &Exchange1::json(&body, known)).unwrap();
+        assert_eq!(wire.mode, Mode::Incompressible);
+        assert_eq!(wire.edits.content_encoding, None);
+        assert_eq!(wire.content_length, Some(50_000));
+        assert_eq!(wire.body, body);
+    }
+}
+
+#[test]
+fn ineligible_responses_are_untouched() {
+    let body = json_body(5_000);
+    let cases: Vec<(&str, Box<dyn Fn(&mut Exchange1)>)> = vec![
+        ("HEAD", Box::new(|s| s.method = "HEAD")),
+        ("204", Box::new(|s| s.status = 204)),
+        ("304", Box::new(|s| s.status = 304)),
+        ("206", Box::new(|s| s.status = 206)),
+        ("Content-Range", Box::new(|s| s.response_headers.push(("Content-Range", "bytes 0-4999/9999".into())))),
+        ("encoded", Box::new(|s| s.response_headers.push(("Content-Encoding", "br".into())))),
+        ("no-transform", Box::new(|s| s.response_headers.push(("Cache-Control", "public, No-Transform".into())))),
+        ("type", Box::new(|s| s.response_headers[0].1 = "application/octet-stream".into())),
+        ("no type", Box::new(|s| s.response_headers.clear())),
+        ("no Accept-Encoding", Box::new(|s| s.request_headers.clear())),
+        ("identity only", Box::new(|s| s.request_headers[0].1 = "identity, gzip;q=0")),
+        ("bad length", Box::new(|s| s.response_headers.push(("Content-Length", "12a".into())))),
+    ];
+    for (name, edit) in cases {
+        let mut spec = Exchange1::json(&body, true);
+        edit(&mut spec);
+        let wire = run(&settings(), &spec).unwrap();
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched), "{name}");
+        assert_eq!(wire.edits.content_encoding, None, "{name}");
+        assert_eq!(wire.edits.content_length, LengthEdit::Keep, "{name}");
+        assert_eq!(wire.body, body, "{name}");
+    }
+}
+
+#[test]
+fn vary_etag_and_accept_ranges() {
+    let body = json_body(5_000);
+    let mut spec = Exchange1::json(&body, true);
+    spec.response_headers.push(("ETag", "\"v1\"".into()));
+    spec.response_headers.push(("Accept-Ranges", "bytes".into()));
+    let wire = run(&settings(), &spec).unwrap();
+    assert!(wire.edits.add_vary);
+    assert_eq!(wire.edits.etag.as_deref(), Some(&b"W/\"v1\""[..]));
+    assert!(wire.edits.remove_accept_ranges);
+
+    // A weak ETag stays; a Vary that already covers Accept-Encoding is not repeated.
+    spec.response_headers.push(("Vary", "Origin, accept-encoding".into()));
+    spec.response_headers[1].1 = "W/\"v1\"".into();
+    let wire = run(&settings(), &spec).unwrap();
+    assert!(!wire.edits.add_vary);
+    assert_eq!(wire.edits.etag, None);
+
+    // Sent as identity: Vary yes, the ETag and Accept-Ranges stay as they were.
+    let mut spec = Exchange1::json(&body, true);
+    spec.request_headers.clear();
+    spec.response_headers.push(("ETag", "\"v1\"".into()));
+    let wire = run(&settings(), &spec).unwrap();
+    assert!(wire.edits.add_vary);
+    assert_eq!(wire.edits.etag, None);
+    assert!(!wire.edits.remove_accept_ranges);
+
+    // Not an eligible type: no Vary.
+    spec.response_headers[0].1 = "image/png".into();
+    assert!(!run(&settings(), &spec).unwrap().edits.add_vary);
+}
+
+#[test]
+fn deflate_when_preferred() {
+    let body = json_body(5_000);
+    let mut spec = Exchange1::json(&body, true);
+    spec.request_headers[0].1 = "gzip;q=0.5, deflate";
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.edits.content_encoding, Some(Coding::Deflate));
+    assert_eq!(wire.decoded(), body);
+}
+
+#[test]
+fn a_body_that_contradicts_its_content_length_fails_the_exchange() {
+    let body = json_body(5_000);
+    let mut short = Exchange1::json(&body, true);
+    short.content_length = Some(6_000);
+    assert_eq!(
+        run(&settings(), &short).unwrap_err(),
+        Error::LengthMismatch { declared: 6_000, received: 5_000 }
+    );
+    let mut long = Exchange1::json(&body, true);
+    long.content_length = Some(4_000);
+    long.chunks = chunked(&body, &[2_000], 1);
+    assert!(matches!(run(&settings(), &long), Err(Error::LengthMismatch { declared: 4_000, .. })));
+}
+
+#[test]
+fn levels_and_thresholds_come_from_the_config() {
+    let config = Config { min_length: 10, max_buffer: 1_000, level: 1, stream_delay_ms: 0, ..Config::default() };
+    let settings = Arc::new(config.validate().unwrap());
+    let body = json_body(500);
+    let wire = run(&settings, &Exchange1::json(&body, true)).unwrap();
+    assert_eq!(wire.mode, Mode::Oneshot);
+    let big = json_body(1_001);
+    let wire = run(&settings, &Exchange1::json(&big, true)).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    // With no stream delay, a chunked body streams as soon as the timer can fire.
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = vec![
+        Chunk { data: body[..300].to_vec(), flush: false, at_ms: 0 },
+        Chunk { data: body[300..].to_vec(), flush: false, at_ms: 5 },
+    ];
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    assert_eq!(wire.decoded(), body);
+}
