@@ -2,6 +2,8 @@
 //! returns what a client would see on the wire.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod corpus;
+
 use std::io::Read;
 use std::sync::Arc;
 

@@ -1,0 +1,135 @@
+//! rpcedge-replay: an Ethereum JSON-RPC "node" that answers with recorded real responses.
+//! See README.md for the command line, the routes and the `X-Replay-*` headers.
+
+use rpcedge_replay::{cache, corpus, delivery, server};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use tokio::net::TcpSocket;
+
+use cache::Cache;
+use corpus::Corpus;
+use delivery::{Delivery, Mode};
+
+/// Serve recorded Ethereum JSON-RPC responses over HTTP/1.1.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:18545")]
+    listen: SocketAddr,
+    /// Corpus directory (the `rpc/` folder of the shared corpus, or your own recordings).
+    #[arg(long, default_value = "../shared/corpus/rpc")]
+    corpus: PathBuf,
+    /// Keep the parsed recordings here, so that the next start skips decompressing and
+    /// parsing (entries follow the recordings' size and mtime; delete the directory freely).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Worker threads of the server runtime.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
+    /// Body framing: Content-Length or chunked (request header X-Replay-Mode).
+    #[arg(long, value_enum, default_value_t = Mode::Length)]
+    mode: Mode,
+    /// Body frame size in bytes [default: 16384 in chunked mode, whole segments in length
+    /// mode] (request header X-Replay-Chunk-Size).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk_size: Option<u64>,
+    /// Pause between body frames, in milliseconds (request header X-Replay-Chunk-Delay-Ms).
+    #[arg(long, default_value_t = 0)]
+    chunk_delay_ms: u64,
+    /// Send `X-Accel-Buffering: no` so nginx forwards every chunk at once (request header
+    /// X-Replay-Flush: 1).
+    #[arg(long)]
+    flush: bool,
+}
+
+/// Live requests are parsed recursively (up to the parser's nesting bound).
+const WORKER_STACK: usize = 8 * 1024 * 1024;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.threads.into())
+        .thread_stack_size(WORKER_STACK)
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => Err(format!("cannot start the runtime: {error}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("rpcedge-replay: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    // Bind before the long load so that a busy address fails at once, but listen only after
+    // it: until then connections are refused rather than left waiting.
+    let socket = if cli.listen.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    };
+    let socket = socket.map_err(|e| format!("cannot create a socket: {e}"))?;
+    socket
+        .set_reuseaddr(true)
+        .map_err(|e| format!("cannot set SO_REUSEADDR: {e}"))?;
+    socket
+        .bind(cli.listen)
+        .map_err(|e| format!("cannot bind {}: {e}", cli.listen))?;
+
+    let started = Instant::now();
+    let corpus_dir = cli.corpus.clone();
+    let loader_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cache = cli.cache_dir.clone().map(Cache::new);
+    let corpus = tokio::task::spawn_blocking(move || {
+        Corpus::load(&corpus_dir, loader_threads, cache.as_ref())
+    })
+    .await
+    .map_err(|e| format!("loading the corpus failed: {e}"))??;
+    let load_time = started.elapsed();
+
+    let listener = socket
+        .listen(1024)
+        .map_err(|e| format!("cannot listen on {}: {e}", cli.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let stats = &corpus.stats;
+    let mut notes = Vec::new();
+    if stats.failed_files > 0 {
+        notes.push(format!(", {} unreadable files", stats.failed_files));
+    }
+    if cli.cache_dir.is_some() {
+        notes.push(format!(", {} files from cache", stats.cached_files));
+    }
+    let notes = notes.concat();
+    println!(
+        "rpcedge-replay: {} pairs ({} skipped placeholders, {} duplicate keys{notes}) from {} in {:.1} s, listening on {address}",
+        stats.pairs,
+        stats.placeholders,
+        stats.duplicate_keys,
+        cli.corpus.display(),
+        load_time.as_secs_f64(),
+    );
+
+    let chunk_size = cli
+        .chunk_size
+        .map(|size| usize::try_from(size).unwrap_or(usize::MAX));
+    let defaults = Delivery::new(
+        cli.mode,
+        chunk_size,
+        Duration::from_millis(cli.chunk_delay_ms),
+        cli.flush,
+    );
+    server::serve(listener, Arc::new(server::State { corpus, defaults })).await;
+    Ok(())
+}

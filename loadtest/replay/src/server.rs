@@ -1,0 +1,316 @@
+//! The HTTP/1.1 side: routes, JSON-RPC answers, and the connection plumbing that lets a
+//! response abort its own connection.
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::corpus::{Corpus, RecordingTable};
+use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
+use crate::json;
+use crate::rpc::{self, RequestKey};
+
+/// Request bodies larger than this are refused (413); recorded requests are a few KiB.
+const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;
+
+pub struct State {
+    pub corpus: Corpus,
+    pub defaults: Delivery,
+}
+
+/// Accepts connections until the process ends.
+pub async fn serve(listener: TcpListener, state: Arc<State>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _peer)) => stream,
+            Err(error) => {
+                // Typically out of file descriptors: back off instead of spinning.
+                eprintln!("rpcedge-replay: accept failed: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Small answers must not wait for Nagle.
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let abort = AbortSignal::default();
+            let io = TokioIo::new(AbortableStream {
+                stream,
+                abort: abort.clone(),
+            });
+            let service = service_fn(move |request| {
+                let state = state.clone();
+                let abort = abort.clone();
+                async move { Ok::<_, Infallible>(handle(request, &state, &abort).await) }
+            });
+            // Errors here are clients going away or deliberate aborts: nothing to report.
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// A refusal: status and a plain-text reason.
+struct Refusal(StatusCode, String);
+
+async fn handle(
+    request: Request<Incoming>,
+    state: &State,
+    abort: &AbortSignal,
+) -> Response<ReplayBody> {
+    match route(request, state, abort).await {
+        Ok(response) => response,
+        Err(Refusal(status, reason)) => plain_text(status, format!("rpcedge-replay: {reason}\n")),
+    }
+}
+
+async fn route(
+    request: Request<Incoming>,
+    state: &State,
+    abort: &AbortSignal,
+) -> Result<Response<ReplayBody>, Refusal> {
+    let path = request.uri().path();
+    let method = request.method();
+    let read_only = method == Method::GET || method == Method::HEAD;
+    if path == "/healthz" {
+        return if read_only {
+            Ok(plain_text(StatusCode::OK, "ok".to_string()))
+        } else {
+            Err(method_not_allowed(method))
+        };
+    }
+    if let Some(relative) = path.strip_prefix("/corpus/") {
+        if !read_only {
+            return Err(method_not_allowed(method));
+        }
+        let index = pair_index(request.uri().query())?;
+        let recording = state.corpus.pair(relative, index).ok_or_else(|| {
+            Refusal(
+                StatusCode::NOT_FOUND,
+                format!("no pair {index} in {relative}"),
+            )
+        })?;
+        let delivery = delivery_for(state, &request)?;
+        let head = method == Method::HEAD;
+        return Ok(deliver(
+            recording.template.recorded_body(),
+            &delivery,
+            Some(&recording.origin),
+            head,
+            abort,
+        ));
+    }
+    if method != Method::POST {
+        return Err(method_not_allowed(method));
+    }
+    let table = recordings_for_path(&state.corpus, path)?;
+    let delivery = delivery_for(state, &request)?;
+    let body = read_body(request).await?;
+    let (segments, origin) = answer(table, &body);
+    Ok(deliver(segments, &delivery, origin, false, abort))
+}
+
+/// `/` means every network, `/<network>` that network's recordings only.
+fn recordings_for_path<'c>(corpus: &'c Corpus, path: &str) -> Result<&'c RecordingTable, Refusal> {
+    let network = path.trim_matches('/');
+    if network.is_empty() {
+        return Ok(corpus.all());
+    }
+    corpus.network(network).ok_or_else(|| {
+        let known = corpus.network_names().join(", ");
+        Refusal(
+            StatusCode::NOT_FOUND,
+            format!("no recordings for network {network:?} (known: {known})"),
+        )
+    })
+}
+
+fn delivery_for<B>(state: &State, request: &Request<B>) -> Result<Delivery, Refusal> {
+    state
+        .defaults
+        .for_request(request.headers())
+        .map_err(|reason| Refusal(StatusCode::BAD_REQUEST, reason))
+}
+
+fn pair_index(query: Option<&str>) -> Result<usize, Refusal> {
+    let pair = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|param| param.strip_prefix("pair="));
+    match pair {
+        None => Ok(0),
+        Some(text) => text.parse().map_err(|_| {
+            Refusal(
+                StatusCode::BAD_REQUEST,
+                format!("pair: expected a number, got {text:?}"),
+            )
+        }),
+    }
+}
+
+fn method_not_allowed(method: &Method) -> Refusal {
+    Refusal(StatusCode::METHOD_NOT_ALLOWED, format!("{method} not allowed here (POST /<network> for JSON-RPC, GET /corpus/<path>, GET /healthz)"))
+}
+
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
+    match Limited::new(request.into_body(), MAX_REQUEST_BODY)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(Refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_REQUEST_BODY} bytes"),
+        )),
+        Err(error) => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("reading the request body: {error}"),
+        )),
+    }
+}
+
+/// The body segments for a JSON-RPC request, and which recording they come from, if any.
+fn answer<'t>(table: &'t RecordingTable, body: &[u8]) -> (Vec<Bytes>, Option<&'t str>) {
+    let parsed = std::str::from_utf8(body)
+        .map_err(|e| json::ParseError {
+            offset: e.valid_up_to(),
+            reason: "invalid UTF-8",
+        })
+        .and_then(json::parse);
+    let request = match parsed {
+        Ok(request) => request,
+        Err(error) => return (vec![Bytes::from(rpc::parse_error_answer(&error))], None),
+    };
+    match table.get(&RequestKey::of(&request)) {
+        Some(recording) => (
+            recording.template.live_body(&rpc::live_ids(&request)),
+            Some(&recording.origin),
+        ),
+        None => (vec![Bytes::from(rpc::no_recording_answer(&request))], None),
+    }
+}
+
+fn deliver(
+    segments: Vec<Bytes>,
+    delivery: &Delivery,
+    origin: Option<&str>,
+    head: bool,
+    abort: &AbortSignal,
+) -> Response<ReplayBody> {
+    let has_body = delivery.status_has_body();
+    let length: u64 = segments.iter().map(|segment| segment.len() as u64).sum();
+    let mut response = Response::new(if head || !has_body {
+        ReplayBody::empty(delivery.mode)
+    } else {
+        ReplayBody::new(segments, delivery, abort)
+    });
+    *response.status_mut() = delivery.status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if has_body && delivery.mode == Mode::Length {
+        // Explicit, so that HEAD announces the same length as GET.
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if delivery.flush {
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    if let Some(origin) = origin.and_then(|origin| HeaderValue::from_str(origin).ok()) {
+        headers.insert("x-replay-recording", origin);
+    }
+    // Requested headers replace the replay's own of the same name; repeats add up.
+    for (name, _) in &delivery.extra_headers {
+        headers.remove(name);
+    }
+    for (name, value) in &delivery.extra_headers {
+        headers.append(name, value.clone());
+    }
+    response
+}
+
+fn plain_text(status: StatusCode, text: String) -> Response<ReplayBody> {
+    let mut response = Response::new(ReplayBody::whole(Bytes::from(text)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The connection's socket, aborted (RST, via `SO_LINGER` 0) at the first flush after a
+/// response body raised the abort signal. Hyper only flushes the socket once its own buffer
+/// is written out, so every byte the body yielded before the signal reaches the client.
+struct AbortableStream {
+    stream: TcpStream,
+    abort: AbortSignal,
+}
+
+impl AsyncRead for AbortableStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for AbortableStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.abort.load(Ordering::Acquire) {
+            // Dropping the stream now closes it with a reset instead of a FIN.
+            let _ = this.stream.set_zero_linger();
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "X-Replay-Reset-After",
+            )));
+        }
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}

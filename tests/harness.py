@@ -1,0 +1,141 @@
+"""Processes for the end-to-end tests, `make run` and `make bench`: free loopback ports, child
+processes that are waited for and always stopped, and the replay upstream.
+
+Environment:
+  RPCEDGE_REPLAY_BIN    the replay binary (default: <repo>/target/release/rpcedge-replay; build it
+                        with `cargo build --release -p rpcedge-replay`; nothing here builds)
+  RPCEDGE_CORPUS        the recorded pairs (default: <repo>/../shared/corpus/rpc)
+  RPCEDGE_REPLAY_CACHE  the replay's --cache-dir (default: <repo>/target/replay-cache; empty: none)
+  RPCEDGE_READY_TIMEOUT seconds to wait for a started process (default: 120)
+"""
+
+import ctypes
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REPLAY_BIN = Path(os.environ.get("RPCEDGE_REPLAY_BIN", REPO / "target" / "release" / "rpcedge-replay"))
+CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", REPO.parent / "shared" / "corpus" / "rpc"))
+REPLAY_CACHE = os.environ.get("RPCEDGE_REPLAY_CACHE", str(REPO / "target" / "replay-cache"))
+READY_TIMEOUT = float(os.environ.get("RPCEDGE_READY_TIMEOUT", "120"))
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port():
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def port_accepts(port, host=LOOPBACK):
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _die_with_parent():
+    # A child must not outlive a test run that is killed before its fixtures finish.
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class StartError(RuntimeError):
+    """A process did not start serving."""
+
+
+class Process:
+    """A child process whose stdout and stderr go to `log`; stop() terminates, then kills."""
+
+    def __init__(self, name, argv, log, cwd=None, env=None):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log = Path(log)
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=cwd, env=env, preexec_fn=_die_with_parent,
+            )
+
+    def log_tail(self, chars=4000):
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def wait_for_port(self, port, timeout=READY_TIMEOUT, host=LOOPBACK):
+        """Waits until `port` accepts connections; fails the test if the process exits or the
+        time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise StartError(f"{self.name} exited with {self.proc.returncode} before listening on "
+                            f"{host}:{port}; its log ({self.log}):\n{self.log_tail()}")
+            if port_accepts(port, host):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise StartError(f"{self.name} not listening on {host}:{port} after {timeout:.0f} s; "
+                    f"its log ({self.log}):\n{self.log_tail()}")
+
+    def stop(self, timeout=10):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class Replay:
+    """A running replay upstream."""
+
+    def __init__(self, process, port, corpus):
+        self.process = process
+        self.host = LOOPBACK
+        self.port = port
+        self.corpus = Path(corpus)
+
+    def connection(self, timeout=120):
+        """A keep-alive connection to the replay."""
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        """One request on a fresh connection: (status, headers as an http.client message, body)."""
+        connection = self.connection(timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.headers, response.read()
+        finally:
+            connection.close()
+
+
+def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=None):
+    """Starts the replay upstream on a free port and waits until it serves (it listens only once
+    its corpus is loaded). Stop it with `.process.stop()`."""
+    if not REPLAY_BIN.exists():
+        raise StartError(f"{REPLAY_BIN} is missing: run `cargo build --release -p rpcedge-replay`")
+    if not Path(corpus).is_dir():
+        raise StartError(f"corpus {corpus} is missing (set RPCEDGE_CORPUS)")
+    port = port or free_port()
+    argv = [REPLAY_BIN, "--corpus", corpus, "--listen", f"{LOOPBACK}:{port}", *args]
+    if REPLAY_CACHE:
+        argv += ["--cache-dir", REPLAY_CACHE]
+    process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")
+    process.wait_for_port(port)
+    return Replay(process, port, corpus)
+
+

@@ -1,0 +1,131 @@
+"""A raw HTTP/1.1 client for the end-to-end tests: what went over the socket, when, and framed how.
+
+The proxies are judged by the bytes on the wire, so this reads the connection to its end itself
+instead of trusting a client library to hide framing, resets or timing.
+"""
+
+import gzip
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list  # (lower-case name, value), in order, repeats kept
+    head_length: int  # bytes of the status line and headers
+    raw: bytes  # everything after the head, as it came
+    arrivals: list  # (seconds after sending, bytes of the response so far) per socket read
+    reset: bool = False  # the connection ended with a reset
+    body: bytes = b""  # de-chunked, not decoded
+    chunk_sizes: list = field(default_factory=list)
+    complete: bool = False  # the framing says the whole body arrived
+
+    def header(self, name):
+        """All values of a header joined as one list; None when absent."""
+        values = [value for n, value in self.headers if n == name]
+        return ", ".join(values) if values else None
+
+    def header_count(self, name):
+        return sum(1 for n, _ in self.headers if n == name)
+
+    @property
+    def chunked(self):
+        return "chunked" in (self.header("transfer-encoding") or "")
+
+    def decoded(self):
+        return decode(self.header("content-encoding"), self.body)
+
+    def decoded_over_time(self):
+        """(seconds after sending, decoded body bytes readable by then) per socket read."""
+        progress = []
+        for seconds, total in self.arrivals:
+            raw = self.raw[:max(0, total - self.head_length)]
+            body = dechunk(raw)[0] if self.chunked else raw
+            coding = self.header("content-encoding")
+            if coding in ("gzip", "deflate"):
+                body = zlib.decompressobj(wbits=31 if coding == "gzip" else 15).decompress(body)
+            progress.append((seconds, len(body)))
+        return progress
+
+
+def decode(coding, body):
+    if coding == "gzip":
+        return gzip.decompress(body)
+    if coding == "deflate":
+        return zlib.decompress(body)
+    assert coding is None, f"unexpected Content-Encoding {coding}"
+    return body
+
+
+def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
+            host=LOOPBACK):
+    """One request on a fresh connection, read to the end of the connection; `headers` is a dict
+    whose values may be lists (repeated headers)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+    if accept_encoding is not None:
+        lines.append(f"Accept-Encoding: {accept_encoding}")
+    for name, values in (headers or {}).items():
+        lines += [f"{name}: {value}" for value in (values if isinstance(values, list) else [values])]
+    if body:
+        lines.append(f"Content-Length: {len(body)}")
+    data, arrivals, reset = bytearray(), [], False
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sent_at = time.monotonic()
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        while True:
+            try:
+                piece = sock.recv(1 << 16)
+            except ConnectionResetError:
+                reset = True
+                break
+            if not piece:
+                break
+            data += piece
+            arrivals.append((time.monotonic() - sent_at, len(data)))
+    return parse(bytes(data), arrivals, reset, head_only=method == "HEAD")
+
+
+def parse(data, arrivals=(), reset=False, head_only=False):
+    """The response in `data`; status 0 when the connection closed before any response."""
+    if not data:
+        return Response(0, [], 0, b"", list(arrivals), reset)
+    head, separator, rest = data.partition(b"\r\n\r\n")
+    assert separator, f"no response head, got {data[:200]!r}"
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = [(name.strip().lower(), value.strip())
+               for name, _, value in (line.partition(":") for line in header_lines)]
+    response = Response(int(status_line.split()[1]), headers, len(head) + len(separator), rest,
+                        list(arrivals), reset)
+    if head_only or response.status in (204, 304):
+        response.complete = not rest
+    elif response.chunked:
+        response.body, response.chunk_sizes, response.complete = dechunk(rest)
+    elif response.header("content-length") is not None:
+        length = int(response.header("content-length"))
+        response.body, response.complete = rest[:length], len(rest) == length
+    else:
+        response.body, response.complete = rest, not reset
+    return response
+
+
+def dechunk(data):
+    """(body, chunk sizes, whether the last chunk arrived) of a chunked body."""
+    body, sizes, at = bytearray(), [], 0
+    while True:
+        line_end = data.find(b"\r\n", at)
+        if line_end < 0:
+            return bytes(body), sizes, False
+        size = int(data[at:line_end].split(b";")[0], 16)
+        if size == 0:
+            return bytes(body), sizes, True
+        start = line_end + 2
+        body += data[start:start + size]
+        if len(data) < start + size + 2:
+            return bytes(body), sizes, False
+        sizes.append(size)
+        at = start + size + 2
