@@ -1,0 +1,1144 @@
+
+/*
+ * rpcedge: size-gated and streaming compression of JSON-RPC responses.
+ *
+ * Thin glue over rpcedge-core (shared-core/): every decision is the core's.
+ * The header filter feeds the request and response heads and gets a plan;
+ * the body filter feeds the body and sends what the core returns, holding
+ * the headers while the core buffers.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <rpcedge.h>
+
+
+/* the core returns the bytes to send; they are copied into these buffers */
+#define NGX_HTTP_RPCEDGE_BUF_SIZE   32768
+#define NGX_HTTP_RPCEDGE_BUFS       32
+
+/*
+ * c->buffered while input or output waits in this filter, as gzip does:
+ * nginx then keeps the request until the writer has called us again. Not in
+ * NGX_LOWLEVEL_BUFFERED (0x0f), which makes the write filter report
+ * NGX_AGAIN; gzip has 0x20, write 0x10.
+ */
+#define NGX_HTTP_RPCEDGE_BUFFERED   0x80
+
+#define NGX_HTTP_RPCEDGE_PASS       0
+#define NGX_HTTP_RPCEDGE_BUFFER     1
+#define NGX_HTTP_RPCEDGE_STREAM     2
+
+
+typedef struct {
+    ngx_flag_t                 enable;
+    size_t                     min_length;
+    size_t                     max_buffer;
+    ngx_int_t                  level;
+    ngx_int_t                  stream_level;
+    ngx_msec_t                 stream_delay;
+    ngx_array_t               *types;
+    rpcedge_settings_t        *settings;
+} ngx_http_rpcedge_conf_t;
+
+
+/* a numeric directive checked against the core's bounds for its field */
+typedef struct {
+    ngx_conf_post_handler_pt   post_handler;
+    char                      *field;
+    ngx_uint_t                 slot;
+} ngx_http_rpcedge_check_t;
+
+#define NGX_HTTP_RPCEDGE_SIZE_SLOT  0
+#define NGX_HTTP_RPCEDGE_NUM_SLOT   1
+#define NGX_HTTP_RPCEDGE_MSEC_SLOT  2
+
+
+typedef struct {
+    ngx_http_request_t        *request;
+    rpcedge_exchange_t        *exchange;
+
+    ngx_chain_t               *in;
+    ngx_chain_t               *free;
+    ngx_chain_t               *busy;
+    ngx_chain_t               *out;
+    ngx_chain_t              **last_out;
+
+    /* core output not yet copied into buffers; valid until the next feed */
+    u_char                    *pending;
+    size_t                     pending_len;
+    uint32_t                   pending_flags;
+
+    ngx_uint_t                 bufs;
+    ngx_event_t                timer;
+
+    unsigned                   headers_sent:1;
+    unsigned                   done:1;
+} ngx_http_rpcedge_ctx_t;
+
+
+static ngx_int_t ngx_http_rpcedge_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_rpcedge_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_rpcedge_feed_heads(ngx_http_request_t *r,
+    rpcedge_exchange_t *ex);
+static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
+    rpcedge_header_edits_t *edits);
+static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits);
+static ngx_int_t ngx_http_rpcedge_filter(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
+static ngx_int_t ngx_http_rpcedge_feed(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
+static ngx_int_t ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
+static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
+static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
+static void ngx_http_rpcedge_cleanup(void *data);
+static void ngx_http_rpcedge_settings_cleanup(void *data);
+
+static ngx_int_t ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+static char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
+static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
+static void *ngx_http_rpcedge_create_conf(ngx_conf_t *cf);
+static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_rpcedge_filter_init(ngx_conf_t *cf);
+
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_min_length_check =
+    { ngx_http_rpcedge_check, "min_length", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_max_buffer_check =
+    { ngx_http_rpcedge_check, "max_buffer", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_level_check =
+    { ngx_http_rpcedge_check, "level", NGX_HTTP_RPCEDGE_NUM_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_level_check =
+    { ngx_http_rpcedge_check, "stream_level",
+      NGX_HTTP_RPCEDGE_NUM_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_delay_check =
+    { ngx_http_rpcedge_check, "stream_delay_ms",
+      NGX_HTTP_RPCEDGE_MSEC_SLOT };
+
+
+static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
+
+    { ngx_string("rpcedge"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF
+                        |NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, enable),
+      NULL },
+
+    { ngx_string("rpcedge_min_length"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, min_length),
+      &ngx_http_rpcedge_min_length_check },
+
+    { ngx_string("rpcedge_max_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, max_buffer),
+      &ngx_http_rpcedge_max_buffer_check },
+
+    { ngx_string("rpcedge_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, level),
+      &ngx_http_rpcedge_level_check },
+
+    { ngx_string("rpcedge_stream_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, stream_level),
+      &ngx_http_rpcedge_stream_level_check },
+
+    { ngx_string("rpcedge_stream_delay"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, stream_delay),
+      &ngx_http_rpcedge_stream_delay_check },
+
+    { ngx_string("rpcedge_types"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_rpcedge_types,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, types),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_rpcedge_filter_module_ctx = {
+    ngx_http_rpcedge_add_variables,        /* preconfiguration */
+    ngx_http_rpcedge_filter_init,          /* postconfiguration */
+
+    NULL,                                  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_rpcedge_create_conf,          /* create location configuration */
+    ngx_http_rpcedge_merge_conf            /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_rpcedge_filter_module = {
+    NGX_MODULE_V1,
+    &ngx_http_rpcedge_filter_module_ctx,   /* module context */
+    ngx_http_rpcedge_filter_commands,      /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_variable_t  ngx_http_rpcedge_vars[] = {
+
+    { ngx_string("rpcedge_mode"), NULL, ngx_http_rpcedge_mode_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("rpcedge_ratio"), NULL, ngx_http_rpcedge_ratio_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+static ngx_int_t
+ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
+{
+    ngx_uint_t                plan;
+    ngx_pool_cleanup_t       *cln;
+    rpcedge_header_edits_t    edits;
+    ngx_http_rpcedge_ctx_t   *ctx;
+    ngx_http_rpcedge_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
+
+    /* a subrequest's output is part of its parent's body */
+
+    if (!conf->enable || r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return NGX_ERROR;
+        }
+
+        cln->handler = ngx_http_rpcedge_cleanup;
+        cln->data = ctx;
+
+        ctx->request = r;
+        ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_filter_module);
+
+    } else {
+        /* an error page replaces the response: start over */
+
+        if (ctx->timer.timer_set) {
+            ngx_del_timer(&ctx->timer);
+        }
+
+        rpcedge_exchange_free(ctx->exchange);
+        ngx_memzero(ctx, sizeof(ngx_http_rpcedge_ctx_t));
+        ctx->request = r;
+    }
+
+    ctx->last_out = &ctx->out;
+
+    ctx->exchange = rpcedge_exchange_new(conf->settings);
+    if (ctx->exchange == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_rpcedge_feed_heads(r, ctx->exchange) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    plan = rpcedge_exchange_response_head(ctx->exchange,
+                                          (uint16_t) r->headers_out.status,
+                                          &edits);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge plan:%ui mode:%s", plan,
+                   rpcedge_exchange_mode(ctx->exchange));
+
+    if (plan == NGX_HTTP_RPCEDGE_PASS) {
+        ctx->done = 1;
+        return ngx_http_rpcedge_send_headers(r, ctx, &edits);
+    }
+
+    r->main_filter_need_in_memory = 1;
+
+    /* fires when held data has waited stream_delay */
+
+    ctx->timer.handler = ngx_http_rpcedge_timer_handler;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+    ctx->timer.cancelable = 1;
+
+    if (plan == NGX_HTTP_RPCEDGE_STREAM) {
+        return ngx_http_rpcedge_send_headers(r, ctx, &edits);
+    }
+
+    /* NGX_HTTP_RPCEDGE_BUFFER: the headers wait for the body */
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    rpcedge_exchange_request_method(ex, r->method_name.data,
+                                    r->method_name.len);
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        rpcedge_exchange_request_header(ex, h[i].key.data, h[i].key.len,
+                                        h[i].value.data, h[i].value.len);
+    }
+
+    /* nginx keeps these two apart from the header list */
+
+    rpcedge_exchange_response_content_length(ex,
+                                          r->headers_out.content_length_n);
+
+    if (r->headers_out.content_type.len) {
+        rpcedge_exchange_response_header(ex, (u_char *) "Content-Type",
+                                         sizeof("Content-Type") - 1,
+                                         r->headers_out.content_type.data,
+                                         r->headers_out.content_type.len);
+    }
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        rpcedge_exchange_response_header(ex, h[i].key.data, h[i].key.len,
+                                         h[i].value.data, h[i].value.len);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits)
+{
+    if (ngx_http_rpcedge_apply_edits(r, edits) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->headers_sent = 1;
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
+    rpcedge_header_edits_t *edits)
+{
+    ngx_table_elt_t  *h;
+
+    if (edits->content_encoding) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Content-Encoding");
+
+        if (edits->content_encoding == 1) {
+            ngx_str_set(&h->value, "gzip");
+
+        } else {
+            ngx_str_set(&h->value, "deflate");
+        }
+
+        r->headers_out.content_encoding = h;
+    }
+
+    switch (edits->content_length_op) {
+
+    case RPCEDGE_LENGTH_SET:
+        ngx_http_clear_content_length(r);
+        r->headers_out.content_length_n = edits->content_length;
+        break;
+
+    case RPCEDGE_LENGTH_REMOVE:
+        ngx_http_clear_content_length(r);
+        break;
+    }
+
+    if (edits->add_vary) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Vary");
+        ngx_str_set(&h->value, "Accept-Encoding");
+    }
+
+    if (edits->etag && r->headers_out.etag) {
+        r->headers_out.etag->value.data = ngx_pnalloc(r->pool,
+                                                      edits->etag_len);
+        if (r->headers_out.etag->value.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(r->headers_out.etag->value.data, edits->etag,
+                   edits->etag_len);
+        r->headers_out.etag->value.len = edits->etag_len;
+    }
+
+    if (edits->remove_accept_ranges) {
+        ngx_http_clear_accept_ranges(r);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_int_t                rc;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    if (ctx == NULL || ctx->exchange == NULL || r->header_only
+        || (ctx->done && ctx->pending_len == 0 && ctx->pending_flags == 0
+            && ctx->out == NULL && ctx->busy == NULL))
+    {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    if (in) {
+        if (ngx_chain_add_copy(r->pool, &ctx->in, in) != NGX_OK) {
+            goto failed;
+        }
+    }
+
+    rc = ngx_http_rpcedge_filter(r, ctx);
+
+    if (rc == NGX_ERROR) {
+        goto failed;
+    }
+
+    if (ctx->in || ctx->pending_len || ctx->pending_flags) {
+        r->connection->buffered |= NGX_HTTP_RPCEDGE_BUFFERED;
+
+    } else {
+        r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
+    }
+
+    if (rc == NGX_DECLINED) {
+        /* the core refused the body before the headers went out */
+        ctx->done = 1;
+        return ngx_http_filter_finalize_request(r,
+                                             &ngx_http_rpcedge_filter_module,
+                                             NGX_HTTP_BAD_GATEWAY);
+    }
+
+    ngx_http_rpcedge_set_timer(ctx);
+
+    return rc;
+
+failed:
+
+    ctx->done = 1;
+    ctx->pending_len = 0;
+    ctx->pending_flags = 0;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * Moves input through the core and its output on to the next filter, as far
+ * as free buffers allow. NGX_DECLINED: the core failed before the headers
+ * went out.
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    for ( ;; ) {
+
+        /* cycle while there are free buffers for the core's output ... */
+
+        for ( ;; ) {
+            rc = ngx_http_rpcedge_copy_pending(r, ctx);
+
+            if (rc == NGX_ERROR) {
+                return NGX_ERROR;
+            }
+
+            if (rc == NGX_DECLINED) {
+                break;
+            }
+
+            /* ... and input, or a due timer, to feed the core */
+
+            rc = ngx_http_rpcedge_feed(r, ctx);
+
+            if (rc == NGX_DONE) {
+                break;
+            }
+
+            if (rc != NGX_OK) {
+                return rc;
+            }
+        }
+
+        if (!ctx->headers_sent) {
+            return NGX_OK;
+        }
+
+        if (ctx->out == NULL && ctx->busy == NULL) {
+            return NGX_OK;
+        }
+
+        rc = ngx_http_next_body_filter(r, ctx->out);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &ctx->out,
+                                (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module);
+        ctx->last_out = &ctx->out;
+
+        if (ctx->pending_len == 0 && (ctx->in == NULL || ctx->done)) {
+            /* all that came in is on its way */
+            return rc;
+        }
+
+        if (ctx->free == NULL && ctx->bufs >= NGX_HTTP_RPCEDGE_BUFS) {
+            /* every buffer is on its way to the client: wait for it */
+            return NGX_AGAIN;
+        }
+    }
+}
+
+
+/*
+ * Feeds the next input buffer, or an empty tick when the core's deadline has
+ * passed. NGX_OK: output is pending; NGX_DONE: nothing to feed now;
+ * NGX_DECLINED: the core failed before the headers went out.
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
+{
+    u_char            *data;
+    size_t             size;
+    int64_t            deadline;
+    uint32_t           flags;
+    ngx_buf_t         *b;
+    ngx_chain_t       *cl;
+    rpcedge_error_t    err;
+    rpcedge_output_t   out;
+
+    if (ctx->done) {
+        return NGX_DONE;
+    }
+
+    flags = 0;
+
+    if (ctx->in) {
+        cl = ctx->in;
+        b = cl->buf;
+        data = b->pos;
+        size = ngx_buf_size(b);
+
+        if (!ngx_buf_in_memory(b) && !ngx_buf_special(b)) {
+            /* main_filter_need_in_memory asked for memory buffers */
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "rpcedge: file buffer in body filter");
+            return NGX_ERROR;
+        }
+
+        if (ngx_buf_special(b)) {
+            data = NULL;
+            size = 0;
+        }
+
+        if (b->last_buf) {
+            flags |= RPCEDGE_FEED_END;
+        }
+
+        if (b->flush) {
+            flags |= RPCEDGE_FEED_FLUSH;
+        }
+
+        b->pos = b->last;
+
+        if (b->in_file) {
+            b->file_pos = b->file_last;
+        }
+
+        ctx->in = cl->next;
+        ngx_free_chain(r->pool, cl);
+
+    } else {
+        deadline = rpcedge_exchange_deadline(ctx->exchange);
+
+        if (deadline < 0 || (ngx_msec_t) deadline > ngx_current_msec) {
+            return NGX_DONE;
+        }
+
+        data = NULL;
+        size = 0;
+    }
+
+    if (rpcedge_exchange_feed(ctx->exchange, data, size, flags,
+                              ngx_current_msec, &out, &err)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rpcedge: %s", err.message);
+
+        return ctx->headers_sent ? NGX_ERROR : NGX_DECLINED;
+    }
+
+    if (out.flags & RPCEDGE_OUT_HEADERS) {
+        if (ngx_http_rpcedge_send_headers(r, ctx, &out.edits) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->pending = (u_char *) out.data;
+    ctx->pending_len = out.len;
+    ctx->pending_flags = out.flags;
+
+    if (out.flags & RPCEDGE_OUT_END) {
+        ctx->done = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Copies pending core output into buffers on ctx->out. NGX_OK: all copied;
+ * NGX_DECLINED: no free buffer left.
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx)
+{
+    size_t        n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (ctx->pending_len == 0 && ctx->pending_flags == 0) {
+        return NGX_OK;
+    }
+
+    if (ctx->pending_len == 0) {
+        /* a bare flush or end: a special buffer, not one of ours */
+
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf = b;
+
+        goto flags;
+    }
+
+    while (ctx->pending_len) {
+
+        if (ctx->free) {
+            cl = ctx->free;
+            ctx->free = cl->next;
+
+            b = cl->buf;
+            b->pos = b->start;
+            b->last = b->start;
+            b->flush = 0;
+            b->last_buf = 0;
+
+        } else if (ctx->bufs < NGX_HTTP_RPCEDGE_BUFS) {
+            cl = ngx_alloc_chain_link(r->pool);
+            if (cl == NULL) {
+                return NGX_ERROR;
+            }
+
+            b = ngx_create_temp_buf(r->pool, NGX_HTTP_RPCEDGE_BUF_SIZE);
+            if (b == NULL) {
+                return NGX_ERROR;
+            }
+
+            b->tag = (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module;
+            b->recycled = 1;
+            ctx->bufs++;
+
+            cl->buf = b;
+
+        } else {
+            return NGX_DECLINED;
+        }
+
+        n = ngx_min(ctx->pending_len, (size_t) (b->end - b->last));
+        b->last = ngx_cpymem(b->last, ctx->pending, n);
+        ctx->pending += n;
+        ctx->pending_len -= n;
+
+        if (ctx->pending_len) {
+            cl->next = NULL;
+            *ctx->last_out = cl;
+            ctx->last_out = &cl->next;
+        }
+    }
+
+flags:
+
+    b->flush = (ctx->pending_flags & RPCEDGE_OUT_FLUSH) ? 1 : 0;
+    b->last_buf = (ctx->pending_flags & RPCEDGE_OUT_END) ? 1 : 0;
+    ctx->pending_flags = 0;
+
+    cl->next = NULL;
+    *ctx->last_out = cl;
+    ctx->last_out = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx)
+{
+    int64_t  deadline;
+
+    deadline = ctx->done ? -1 : rpcedge_exchange_deadline(ctx->exchange);
+
+    if (deadline < 0) {
+        if (ctx->timer.timer_set) {
+            ngx_del_timer(&ctx->timer);
+        }
+
+        return;
+    }
+
+    ngx_add_timer(&ctx->timer, (ngx_msec_t) deadline > ngx_current_msec
+                               ? (ngx_msec_t) deadline - ngx_current_msec : 1);
+}
+
+
+static void
+ngx_http_rpcedge_timer_handler(ngx_event_t *ev)
+{
+    ngx_connection_t        *c;
+    ngx_http_request_t      *r;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0, "rpcedge timer");
+
+    /* held data waited out stream_delay: run the filters to send it */
+
+    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        c->error = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_rpcedge_cleanup(void *data)
+{
+    ngx_http_rpcedge_ctx_t  *ctx = data;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    rpcedge_exchange_free(ctx->exchange);
+    ctx->exchange = NULL;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    const char              *mode;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    if (ctx == NULL || ctx->exchange == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    mode = rpcedge_exchange_mode(ctx->exchange);
+
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = (u_char *) mode;
+    v->len = ngx_strlen(mode);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    uint64_t                 in, out;
+    ngx_uint_t               whole, frac;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    if (ctx == NULL || ctx->exchange == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    rpcedge_exchange_counts(ctx->exchange, &in, &out);
+
+    if (out == 0) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->data = ngx_pnalloc(r->pool, NGX_INT64_LEN + 3);
+    if (v->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    whole = (ngx_uint_t) (in / out);
+    frac = (ngx_uint_t) ((in * 100 / out) % 100);
+
+    v->len = ngx_sprintf(v->data, "%ui.%02ui", whole, frac) - v->data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_http_rpcedge_check_t  *check = post;
+
+    u_char           *msg;
+    size_t            len;
+    uint64_t          value;
+    rpcedge_error_t   err;
+
+    switch (check->slot) {
+
+    case NGX_HTTP_RPCEDGE_NUM_SLOT:
+        value = *(ngx_int_t *) data;
+        break;
+
+    case NGX_HTTP_RPCEDGE_MSEC_SLOT:
+        value = *(ngx_msec_t *) data;
+        break;
+
+    default: /* NGX_HTTP_RPCEDGE_SIZE_SLOT */
+        value = *(size_t *) data;
+    }
+
+    if (rpcedge_check_field(check->field, value, &err) == 0) {
+        return NGX_CONF_OK;
+    }
+
+    /* nginx prints it after the directive's name */
+
+    len = ngx_strlen(err.message) + 1;
+
+    msg = ngx_pnalloc(cf->pool, len);
+    if (msg == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_cpystrn(msg, (u_char *) err.message, len);
+
+    return (char *) msg;
+}
+
+
+static char *
+ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rpcedge_conf_t  *rcf = conf;
+
+    ngx_str_t        *value, *type;
+    ngx_uint_t        i;
+    rpcedge_error_t   err;
+
+    if (rcf->types != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    rcf->types = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                  sizeof(ngx_str_t));
+    if (rcf->types == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (rpcedge_check_type(value[i].data, value[i].len, &err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\" in \"%V\": %s",
+                               &value[i], &cmd->name, err.message);
+            return NGX_CONF_ERROR;
+        }
+
+        type = ngx_array_push(rcf->types);
+        if (type == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *type = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_rpcedge_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
+{
+    ngx_http_rpcedge_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_rpcedge_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->settings = NULL;
+     */
+
+    conf->enable = NGX_CONF_UNSET;
+    conf->min_length = NGX_CONF_UNSET_SIZE;
+    conf->max_buffer = NGX_CONF_UNSET_SIZE;
+    conf->level = NGX_CONF_UNSET;
+    conf->stream_level = NGX_CONF_UNSET;
+    conf->stream_delay = NGX_CONF_UNSET_MSEC;
+    conf->types = NGX_CONF_UNSET_PTR;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_rpcedge_conf_t *prev = parent;
+    ngx_http_rpcedge_conf_t *conf = child;
+
+    ngx_uint_t           i;
+    ngx_str_t           *type;
+    rpcedge_str_t       *types;
+    rpcedge_error_t      err;
+    rpcedge_config_t     config;
+    ngx_pool_cleanup_t  *cln;
+
+    /* the core's defaults are the one source of defaults */
+
+    config = rpcedge_config_default();
+
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_size_value(conf->min_length, prev->min_length,
+                              config.min_length);
+    ngx_conf_merge_size_value(conf->max_buffer, prev->max_buffer,
+                              config.max_buffer);
+    ngx_conf_merge_value(conf->level, prev->level, config.level);
+    ngx_conf_merge_value(conf->stream_level, prev->stream_level,
+                         config.stream_level);
+    ngx_conf_merge_msec_value(conf->stream_delay, prev->stream_delay,
+                              config.stream_delay_ms);
+    ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
+
+    config.min_length = conf->min_length;
+    config.max_buffer = conf->max_buffer;
+    config.level = conf->level;
+    config.stream_level = conf->stream_level;
+    config.stream_delay_ms = conf->stream_delay;
+
+    if (conf->types) {
+        types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));
+        if (types == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        type = conf->types->elts;
+
+        for (i = 0; i < conf->types->nelts; i++) {
+            types[i].data = type[i].data;
+            types[i].len = type[i].len;
+        }
+
+        config.types = types;
+        config.types_len = conf->types->nelts;
+    }
+
+    conf->settings = rpcedge_settings_new(&config, &err);
+    if (conf->settings == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rpcedge_%s\" %s", err.field, err.message);
+        return NGX_CONF_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        rpcedge_settings_free(conf->settings);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_rpcedge_settings_cleanup;
+    cln->data = conf->settings;
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_rpcedge_settings_cleanup(void *data)
+{
+    rpcedge_settings_free(data);
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_rpcedge_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_rpcedge_body_filter;
+
+    return NGX_OK;
+}

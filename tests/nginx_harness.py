@@ -1,0 +1,125 @@
+"""Real nginx (Debian's stock binary) with the rpcedge module loaded, for the end-to-end tests.
+
+Environment:
+  RPCEDGE_NGINX_BIN     the nginx binary (default /usr/sbin/nginx)
+  RPCEDGE_NGINX_MODULE  the module (default <repo>/build/nginx/objs/ngx_http_rpcedge_filter_module.so,
+                        built by `make -C nginx-module`)
+"""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from harness import LOOPBACK, REPO, Process, StartError, free_port
+
+NGINX_BIN = Path(os.environ.get("RPCEDGE_NGINX_BIN", "/usr/sbin/nginx"))
+MODULE = Path(os.environ.get("RPCEDGE_NGINX_MODULE",
+                             REPO / "build" / "nginx" / "objs" / "ngx_http_rpcedge_filter_module.so"))
+STOCK_MODULES = Path("/usr/lib/nginx/modules")
+
+LOG_FORMAT = "log_format rpcedge '$request_uri $status $rpcedge_mode $rpcedge_ratio $bytes_sent';"
+
+
+def main_conf(prefix, http_body, modules=(), workers=1, error_log_level="info"):
+    """A whole nginx.conf for a test prefix: the rpcedge module (plus any stock `modules`), one
+    master and `workers` workers in the foreground, every path under `prefix`."""
+    prefix = Path(prefix)
+    for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (prefix / temp).mkdir(parents=True, exist_ok=True)
+    loads = "".join(f"load_module {STOCK_MODULES / m};\n" for m in modules)
+    return f"""load_module {MODULE};
+{loads}
+daemon off;
+master_process on;
+worker_processes {workers};
+user root;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log {error_log_level};
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    {LOG_FORMAT}
+    access_log {prefix}/access.log rpcedge;
+
+{http_body}
+}}
+"""
+
+
+def check_conf(path, prefix):
+    """`nginx -t` on a config: (exit code, output)."""
+    result = subprocess.run([NGINX_BIN, "-t", "-p", prefix, "-c", path], capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
+
+
+class Nginx:
+    def __init__(self, process, prefix, ports):
+        self.process = process
+        self.prefix = Path(prefix)
+        self.ports = ports
+
+    @property
+    def port(self):
+        return self.ports[0]
+
+    def worker_pids(self):
+        master = self.process.proc.pid
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        return [int(pid) for pid in children]
+
+    def access_log(self):
+        return (self.prefix / "access.log").read_text().splitlines()
+
+    def error_log(self):
+        return (self.prefix / "error.log").read_text(errors="replace")
+
+    def stop(self):
+        if self.process.proc.poll() is None:
+            # graceful: workers finish what they serve
+            self.process.proc.send_signal(signal.SIGQUIT)
+        self.process.stop()
+
+
+def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=()):
+    """Starts nginx on `ports` (all must be listened on by `http_body`) and waits for them."""
+    if not MODULE.exists():
+        raise StartError(f"{MODULE} is missing: run `make -C nginx-module`")
+    prefix = Path(prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    conf = prefix / "nginx.conf"
+    conf.write_text(main_conf(prefix, http_body, modules, workers))
+    code, output = check_conf(conf, prefix)
+    if code != 0:
+        raise StartError(f"nginx -t failed:\n{output}")
+    process = Process(name, [*argv_prefix, NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
+                      prefix / f"{name}.out")
+    for port in ports:
+        process.wait_for_port(port)
+    return Nginx(process, prefix, ports)
+
+
+def shipped_conf(name, prefix):
+    """configs/nginx/<name> with the module from this build and every path under `prefix`."""
+    prefix = Path(prefix)
+    text = (REPO / "configs" / "nginx" / name).read_text()
+    text = text.replace("/usr/lib/nginx/modules/ngx_http_rpcedge_filter_module.so", str(MODULE))
+    if name == "rpcedge.conf":
+        # a drop-in snippet: load_module goes in the main context, the rest in http
+        load, _, rest = text.partition("\n# --- http ---\n")
+        text = main_conf(prefix, rest).replace(f"load_module {MODULE};", load)
+    else:
+        temps = "".join(f"    {t}_temp_path {prefix / t};\n" for t in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        text = text.replace("http {\n", "http {\n" + temps, 1)
+        for temp in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (prefix / temp).mkdir(parents=True, exist_ok=True)
+        text = text.replace("pid /run/nginx.pid;", f"pid {prefix / 'nginx.pid'};\nuser root;\ndaemon off;")
+    return text.replace("/var/log/nginx", str(prefix))

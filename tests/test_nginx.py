@@ -1,0 +1,404 @@
+"""rpcedge in real nginx (Debian's stock binary, the module loaded with load_module) in front of the
+replay upstream: what a client gets on the wire."""
+
+import gzip
+import json
+import socket
+import subprocess
+import time
+import zlib
+
+import pytest
+
+import wire
+from nginx_harness import LOOPBACK, check_conf, free_port, main_conf, shipped_conf, start_nginx
+from conftest import CORPUS, REPO
+
+MIB = 1 << 20
+
+# One recorded response per size bucket of the corpus (compact size in the comment).
+BUCKETS = {
+    "under 1 KiB": "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json",  # 102 B
+    "1-16 KiB": "debug_traceTransaction/erigon-rpc-tests__mainnet__test_60.json",  # 4 KiB
+    "16-256 KiB": "erigon_getLatestLogs/erigon-rpc-tests__mainnet__test_10.json",  # 56 KiB
+    "256 KiB-1 MiB": "debug_traceBlockByHash/erigon-rpc-tests__mainnet__test_13.tar",  # 409 KiB
+    "1-4 MiB": "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar",  # 1.5 MiB
+    "over 4 MiB": "debug_traceTransaction/erigon-rpc-tests__mainnet__test_116.tar",  # 11.7 MiB
+}
+
+SERVER = """
+    upstream replay {{
+        server {LOOPBACK}:{replay_port};
+        keepalive 16;
+    }}
+
+    server {{
+        listen {LOOPBACK}:{port};
+        listen {LOOPBACK}:{h2_port} http2;
+
+        rpcedge on;
+
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+
+        location / {{
+            proxy_pass http://replay;
+        }}
+
+        location /unbuffered/ {{
+            proxy_buffering off;
+            proxy_pass http://replay/;
+        }}
+
+        location /level1/ {{
+            rpcedge_level 1;
+            proxy_pass http://replay/;
+        }}
+
+        location /off/ {{
+            rpcedge off;
+            proxy_pass http://replay/;
+        }}
+
+        location /static/ {{
+            alias {static}/;
+            types {{ application/json json; }}
+        }}
+
+        location /broken/ {{
+            proxy_pass http://{LOOPBACK}:{dead_port}/;
+        }}
+
+        location = /missing.json {{
+            error_page 404 /corpus/{bucket_1k};
+            return 404;
+        }}
+    }}
+"""
+
+
+@pytest.fixture(scope="module")
+def nginx(replay, tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("nginx")
+    static = prefix / "static"
+    static.mkdir()
+    for name, path in BUCKETS.items():
+        (static / f"{slug(name)}.json").write_bytes(recorded(replay, path))
+    ports = [free_port(), free_port()]
+    body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
+                         static=static, dead_port=free_port(), bucket_1k=BUCKETS["1-16 KiB"])
+    server = start_nginx(prefix, body, ports)
+    yield server
+    server.stop()
+
+
+def slug(name):
+    return name.replace(" ", "-")
+
+
+_recorded = {}
+
+
+def recorded(replay, path):
+    """The recorded body as the replay serves it, fetched directly (identity)."""
+    if path not in _recorded:
+        status, _, body = replay.request("GET", f"/corpus/{path}")
+        assert status == 200
+        _recorded[path] = body
+    return _recorded[path]
+
+
+def get(nginx, path, accept_encoding="gzip", headers=None, method="GET", port=None, **kw):
+    return wire.request(port or nginx.port, path, method=method, headers=headers,
+                        accept_encoding=accept_encoding, **kw)
+
+
+def last_log(nginx, uri):
+    """The access log fields (uri status mode ratio bytes_sent) of the last request for `uri`."""
+    for _ in range(50):
+        lines = [line.split() for line in nginx.access_log() if line.startswith(uri + " ")]
+        if lines:
+            return lines[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no access log line for {uri}")
+
+
+# --- size buckets ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bucket", BUCKETS)
+def test_every_size_bucket_arrives_byte_identical(nginx, replay, bucket):
+    path = BUCKETS[bucket]
+    original = recorded(replay, path)
+    r = get(nginx, f"/corpus/{path}")
+    assert r.status == 200 and r.complete
+    assert r.header("vary") == "Accept-Encoding"
+    if len(original) < 1024:
+        assert r.header("content-encoding") is None
+        assert r.header("content-length") == str(len(original))
+        assert r.body == original
+        assert last_log(nginx, f"/corpus/{path}")[2] == "small"
+    elif len(original) <= MIB:
+        assert r.header("content-encoding") == "gzip"
+        assert r.header("content-length") == str(len(r.body)), "exact compressed Content-Length"
+        assert not r.chunked
+        assert gzip.decompress(r.body) == original
+        assert last_log(nginx, f"/corpus/{path}")[2] == "oneshot"
+    else:
+        # Known length above max_buffer: streamed from the start, chunked.
+        assert r.header("content-encoding") == "gzip"
+        assert r.header("content-length") is None and r.chunked
+        assert gzip.decompress(r.body) == original
+        assert last_log(nginx, f"/corpus/{path}")[2] == "stream"
+
+
+@pytest.mark.parametrize("bucket", ["1-16 KiB", "16-256 KiB", "256 KiB-1 MiB"])
+def test_static_files_are_compressed_like_proxied_ones(nginx, replay, bucket):
+    original = recorded(replay, BUCKETS[bucket])
+    r = get(nginx, f"/static/{slug(bucket)}.json")
+    assert r.header("content-encoding") == "gzip"
+    assert r.header("content-length") == str(len(r.body))
+    assert gzip.decompress(r.body) == original
+    assert r.header("etag").startswith('W/"'), "a static file's strong ETag is weakened"
+    assert r.header("accept-ranges") is None
+
+
+def test_json_rpc_post_through_nginx(nginx):
+    request = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "debug_traceTransaction",
+                          "params": ["0x0ec4b1fe1e71aeef8c07e4e2d4b1e3d7d0c6f2f8a0b1c8c2e8ef1c5d1c8b2f1a"]})
+    r = get(nginx, "/mainnet", method="POST", body=request.encode(),
+            headers={"Content-Type": "application/json"})
+    assert r.status == 200
+    decoded = json.loads(r.decoded())
+    assert decoded["id"] == 7
+
+
+def test_chunked_body_ending_within_max_buffer_gets_an_exact_length(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/corpus/{path}", headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "4096"})
+    assert r.header("content-encoding") == "gzip"
+    assert not r.chunked
+    assert r.header("content-length") == str(len(r.body))
+    assert gzip.decompress(r.body) == recorded(replay, path)
+
+
+def test_small_chunked_body_gets_its_own_exact_length(nginx, replay):
+    path = BUCKETS["under 1 KiB"]
+    r = get(nginx, f"/corpus/{path}", headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "10"})
+    assert r.header("content-encoding") is None
+    assert r.header("content-length") == str(len(recorded(replay, path)))
+    assert r.body == recorded(replay, path)
+
+
+def test_chunked_body_past_max_buffer_streams(nginx, replay):
+    path = BUCKETS["1-4 MiB"]
+    r = get(nginx, f"/corpus/{path}", headers={"X-Replay-Mode": "chunked"})
+    assert r.header("content-encoding") == "gzip" and r.chunked
+    assert gzip.decompress(r.body) == recorded(replay, path)
+
+
+@pytest.mark.parametrize("prefix", ["", "/unbuffered"])
+def test_a_trickling_body_reaches_the_client_chunk_by_chunk(nginx, replay, prefix):
+    path = BUCKETS["1-16 KiB"]
+    original = recorded(replay, path)
+    chunk = len(original) // 4 + 1
+    r = get(nginx, f"{prefix}/corpus/{path}",
+            headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": str(chunk),
+                     "X-Replay-Chunk-Delay-Ms": "500"})
+    assert r.header("content-encoding") == "gzip" and r.chunked
+    assert gzip.decompress(r.body) == original
+    progress = r.decoded_over_time()
+    # The upstream sends chunk i at about i * 500 ms; stream_delay is 100 ms.
+    for i in range(4):
+        wanted = min(len(original), (i + 1) * chunk)
+        arrived = next((t for t, n in progress if n >= wanted), None)
+        assert arrived is not None and arrived <= i * 0.5 + 0.1 + 0.1, (i, progress)
+
+
+# --- what stays untouched ----------------------------------------------------------------------
+
+
+def test_head_is_untouched(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/corpus/{path}", method="HEAD")
+    assert r.status == 200 and r.complete and not r.raw
+    assert r.header("content-encoding") is None
+    assert r.header("content-length") == str(len(recorded(replay, path)))
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_bodiless_statuses_are_untouched(nginx, status):
+    r = get(nginx, f"/corpus/{BUCKETS['16-256 KiB']}", headers={"X-Replay-Status": str(status)})
+    assert r.status == status and r.complete and not r.raw
+    assert r.header("content-encoding") is None
+
+
+@pytest.mark.parametrize("extra", [
+    {"X-Replay-Status": "206", "X-Replay-Header": "Content-Range: bytes 0-99/1000"},
+    {"X-Replay-Header": "Cache-Control: public, no-transform"},
+    {"X-Replay-Header": "Content-Encoding: identity-but-not-really"},
+    {"X-Replay-Header": "Content-Type: application/octet-stream"},
+], ids=["206", "no-transform", "already-encoded", "other-type"])
+def test_ineligible_responses_are_untouched(nginx, replay, extra):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/corpus/{path}", headers=extra)
+    assert r.header("content-encoding") in (None, "identity-but-not-really")
+    assert r.header("content-length") == str(len(recorded(replay, path)))
+    assert r.body == recorded(replay, path)
+    assert last_log(nginx, f"/corpus/{path}")[2] == "untouched"
+
+
+def test_rpcedge_off_leaves_responses_alone(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/off/corpus/{path}")
+    assert r.header("content-encoding") is None and r.header("vary") is None
+    assert r.body == recorded(replay, path)
+
+
+# --- headers -----------------------------------------------------------------------------------
+
+
+def test_vary_and_etag_rules(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    strong = get(nginx, f"/corpus/{path}", headers={"X-Replay-Header": ['ETag: "v1"', "Accept-Ranges: bytes"]})
+    assert strong.header("etag") == 'W/"v1"'
+    assert strong.header("accept-ranges") is None
+    assert strong.header_count("vary") == 1
+
+    identity = get(nginx, f"/corpus/{path}", accept_encoding=None, headers={"X-Replay-Header": 'ETag: "v1"'})
+    assert identity.header("content-encoding") is None
+    assert identity.header("etag") == '"v1"', "an identity response keeps its strong ETag"
+    assert identity.header("vary") == "Accept-Encoding", "Vary even when identity was sent"
+
+    weak = get(nginx, f"/corpus/{path}", headers={"X-Replay-Header": ['ETag: W/"v1"', "Vary: accept-encoding"]})
+    assert weak.header("etag") == 'W/"v1"'
+    assert weak.header_count("vary") == 1, "Vary already covers Accept-Encoding"
+
+
+@pytest.mark.parametrize("accept,coding", [
+    ("gzip", "gzip"),
+    ("GZIP;q=1.0", "gzip"),
+    ("deflate", "deflate"),
+    ("gzip;q=0.5, deflate;q=0.9", "deflate"),
+    ("br", None),
+    ("gzip;q=0", None),
+    ("*", "gzip"),
+    ("*;q=0", None),
+    ("gzip;q=0.5, identity;q=0.8", None),
+    ("gzip;q=abc", None),
+    ("", None),
+    (None, None),
+    (["br", "gzip"], "gzip"),
+])
+def test_q_values(nginx, replay, accept, coding):
+    path = BUCKETS["1-16 KiB"]
+    headers = {"Accept-Encoding": accept} if isinstance(accept, list) else None
+    r = get(nginx, f"/corpus/{path}", accept_encoding=None if isinstance(accept, list) else accept,
+            headers=headers)
+    assert r.header("content-encoding") == coding
+    assert r.decoded() == recorded(replay, path)
+
+
+def test_level_directive_changes_the_bytes(nginx, replay):
+    path = BUCKETS["256 KiB-1 MiB"]
+    six = get(nginx, f"/corpus/{path}")
+    one = get(nginx, f"/level1/corpus/{path}")
+    assert gzip.decompress(six.body) == gzip.decompress(one.body) == recorded(replay, path)
+    assert len(one.body) > len(six.body)
+
+
+# --- HTTP/2 ------------------------------------------------------------------------------------
+
+
+def test_http2_client(nginx, replay, tmp_path):
+    for bucket in ["1-16 KiB", "1-4 MiB"]:
+        path = BUCKETS[bucket]
+        out = tmp_path / "body"
+        result = subprocess.run(
+            ["curl", "-sS", "--http2-prior-knowledge", "-H", "Accept-Encoding: gzip", "-D", "-",
+             "-o", out, f"http://{LOOPBACK}:{nginx.ports[1]}/corpus/{path}"],
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        head = result.stdout.lower()
+        assert head.startswith("http/2 200")
+        assert "content-encoding: gzip" in head
+        body = out.read_bytes()
+        if bucket == "1-16 KiB":
+            assert f"content-length: {len(body)}" in head
+        assert gzip.decompress(body) == recorded(replay, path)
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["length", "chunked"])
+@pytest.mark.parametrize("bucket", ["16-256 KiB", "1-4 MiB"])
+def test_an_upstream_reset_never_looks_complete(nginx, replay, mode, bucket):
+    path = BUCKETS[bucket]
+    original = recorded(replay, path)
+    cut = len(original) // 2
+    r = get(nginx, f"/corpus/{path}",
+            headers={"X-Replay-Mode": mode, "X-Replay-Reset-After": str(cut)})
+    # Either the connection closed before any response (status 0), or what came is cut short.
+    if r.status:
+        assert not r.complete, "a truncated upstream body must not arrive as a complete response"
+        if r.header("content-encoding") == "gzip" and r.body:
+            # What did arrive is a valid prefix of the original.
+            assert original.startswith(zlib.decompressobj(wbits=31).decompress(r.body))
+    # nginx goes on serving.
+    assert get(nginx, f"/corpus/{BUCKETS['1-16 KiB']}").complete
+
+
+def test_an_upstream_down_gives_a_clean_error_page(nginx):
+    r = get(nginx, "/broken/corpus/x")
+    assert r.status == 502 and r.complete
+
+
+def test_error_page_redirect_is_handled(nginx, replay):
+    r = get(nginx, "/missing.json")
+    assert r.status == 404 and r.complete
+    assert r.decoded() == recorded(replay, BUCKETS["1-16 KiB"])
+    assert r.header("content-length") == str(len(r.body))
+
+
+def test_client_aborts_leave_nginx_serving(nginx, replay):
+    for path, delay in [(BUCKETS["over 4 MiB"], "0"), (BUCKETS["1-16 KiB"], "300")]:
+        for _ in range(5):
+            with socket.create_connection((LOOPBACK, nginx.port)) as sock:
+                sock.sendall(f"GET /corpus/{path} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n"
+                             f"X-Replay-Mode: chunked\r\nX-Replay-Chunk-Delay-Ms: {delay}\r\n\r\n".encode())
+                sock.recv(1000)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    time.sleep(0.5)
+    r = get(nginx, f"/corpus/{BUCKETS['16-256 KiB']}")
+    assert r.complete and gzip.decompress(r.body) == recorded(replay, BUCKETS["16-256 KiB"])
+    assert "alert" not in nginx.error_log()
+    assert "signal" not in nginx.error_log(), "no worker crashed"
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("directive,message", [
+    ("rpcedge_level 13;", '"rpcedge_level" directive must be between 1 and 12, got 13'),
+    ("rpcedge_stream_level 0;", '"rpcedge_stream_level" directive must be between 1 and 9, got 0'),
+    ("rpcedge_max_buffer 300m;", '"rpcedge_max_buffer" directive must be between 0 and 268435456'),
+    ("rpcedge_stream_delay 2m;", '"rpcedge_stream_delay" directive must be between 0 and 60000'),
+    ("rpcedge_level fast;", '"rpcedge_level" directive invalid number'),
+    ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
+    ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),
+])
+def test_bad_values_fail_nginx_t_naming_the_directive(tmp_path, directive, message):
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(main_conf(tmp_path, f"server {{ listen {LOOPBACK}:{free_port()}; rpcedge on; {directive} }}"))
+    code, output = check_conf(conf, tmp_path)
+    assert code != 0
+    assert message in output, output
+
+
+def test_shipped_configs_pass_nginx_t(tmp_path):
+    for name in ["rpcedge.conf", "nginx.conf"]:
+        conf = tmp_path / name
+        conf.write_text(shipped_conf(name, tmp_path))
+        code, output = check_conf(conf, tmp_path)
+        assert code == 0, f"{name}: {output}"
