@@ -1,0 +1,414 @@
+//! rpcedge as an Envoy HTTP filter (proxy-wasm). It only moves headers and body bytes between
+//! Envoy's callbacks and the core's `Exchange`, which makes every decision.
+//!
+//! Held data must go out on time, but only root contexts get timer ticks. So while any exchange
+//! holds data with a deadline, its root ticks; for a due exchange it switches to that HTTP
+//! context (`proxy_set_effective_context`), writes the core's output into the response body and
+//! resumes the response.
+//!
+//! Envoy lets a filter write the body outside a body callback only while it holds that body for
+//! the filter, i.e. after the last body callback returned `Pause`. So a body callback with nothing
+//! to send pauses, and one with bytes to send while Envoy holds the body resumes the response at
+//! once and stays paused. Envoy counts what it holds against its buffer limit: the core's output
+//! (a one-shot body: up to `max_buffer`) or one upstream read (up to the cluster's
+//! `per_connection_buffer_limit_bytes`), never the body so far, which the core keeps. The listener's
+//! limit must therefore exceed both; the example configs set it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
+use rpcedge_core::{BodyPlan, Config, Exchange, HeaderEdits, LengthEdit, Mode, Settings};
+
+/// How often the root looks for due exchanges while some wait: held data goes out at most this
+/// long after the core's deadline.
+const TICK: Duration = Duration::from_millis(10);
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| Box::<Root>::default());
+}}
+
+#[derive(Default)]
+struct Root {
+    shared: Option<Rc<Shared>>,
+}
+
+/// What a root shares with its exchanges (one Wasm VM per worker thread, so no locking).
+struct Shared {
+    settings: Arc<Settings>,
+    metrics: Metrics,
+    /// Exchanges that need a tick, by context id.
+    waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+        let json = self.get_plugin_configuration().unwrap_or_default();
+        let settings = match Config::from_json(&json) {
+            Ok(settings) => settings,
+            Err(e) => {
+                log::error!("invalid plugin configuration: {e}");
+                return false;
+            }
+        };
+        let metrics = match Metrics::define() {
+            Ok(metrics) => metrics,
+            Err(status) => {
+                log::error!("cannot define metrics: {status:?}");
+                return false;
+            }
+        };
+        self.shared = Some(Rc::new(Shared { settings: Arc::new(settings), metrics, waiting: Default::default() }));
+        true
+    }
+
+    fn on_tick(&mut self) {
+        let Some(shared) = &self.shared else { return };
+        let now = now_ns() / 1_000_000;
+        let due: Vec<_> = shared
+            .waiting
+            .borrow()
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|stream| stream.borrow().due().is_some_and(|at| at <= now))
+            .collect();
+        for stream in due {
+            stream.borrow_mut().tick();
+        }
+        let mut waiting = shared.waiting.borrow_mut();
+        waiting.retain(|_, stream| stream.upgrade().is_some_and(|s| s.borrow().due().is_some()));
+        if waiting.is_empty() {
+            let _ = hostcalls::set_tick_period(Duration::ZERO);
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let shared = Rc::clone(self.shared.as_ref()?);
+        let exchange = Exchange::new(Arc::clone(&shared.settings));
+        Some(Box::new(Filter { stream: Rc::new(RefCell::new(Stream::new(context_id, exchange, shared))) }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct Filter {
+    stream: Rc<RefCell<Stream>>,
+}
+
+impl Filter {
+    /// Runs one callback, then lets the root know whether this exchange now needs ticks.
+    fn with_stream(&self, f: impl FnOnce(&mut Stream) -> Action) -> Action {
+        let mut stream = self.stream.borrow_mut();
+        let action = f(&mut stream);
+        let shared = Rc::clone(&stream.shared);
+        let mut waiting = shared.waiting.borrow_mut();
+        if stream.due().is_some() {
+            if waiting.is_empty() {
+                let _ = hostcalls::set_tick_period(TICK);
+            }
+            waiting.insert(stream.id, Rc::downgrade(&self.stream));
+        } else {
+            waiting.remove(&stream.id);
+        }
+        action
+    }
+}
+
+impl Context for Filter {}
+
+impl HttpContext for Filter {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let headers = self.get_http_request_headers_bytes();
+        let exchange = &mut self.stream.borrow_mut().exchange;
+        for (name, value) in &headers {
+            if name == ":method" {
+                exchange.request_method(value);
+            } else {
+                exchange.request_header(name.as_bytes(), value);
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let headers = self.get_http_response_headers_bytes();
+        self.with_stream(|stream| stream.on_headers(&headers, end_of_stream))
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.with_stream(|stream| stream.on_body(body_size, end_of_stream))
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        self.with_stream(|stream| stream.on_trailers())
+    }
+}
+
+/// One exchange, and where Envoy stands with it.
+struct Stream {
+    id: u32,
+    exchange: Exchange,
+    shared: Rc<Shared>,
+    /// Nothing more to feed: the core passed the body, finished it or failed.
+    done: bool,
+    /// Envoy's filter iteration is stopped at this filter.
+    stopped: bool,
+    /// Envoy holds the response body for this filter (the last body callback paused): a tick may
+    /// write into it, and Envoy adds the next data to it.
+    holds_body: bool,
+    /// The core's output for the last feed.
+    out: Vec<u8>,
+    compress_ns: u64,
+}
+
+impl Stream {
+    fn new(id: u32, exchange: Exchange, shared: Rc<Shared>) -> Self {
+        Stream { id, exchange, shared, done: false, stopped: false, holds_body: false, out: Vec::new(), compress_ns: 0 }
+    }
+
+    fn on_headers(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Action {
+        let mut status = 0;
+        for (name, value) in headers {
+            if name == ":status" {
+                status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+            } else {
+                self.exchange.response_header(name.as_bytes(), value);
+            }
+        }
+        if end_of_stream {
+            // Envoy says no body follows: the core sees an empty one.
+            self.exchange.response_content_length(Some(0));
+        }
+        match self.exchange.response_head(status) {
+            BodyPlan::Pass => {
+                apply_edits(self.exchange.edits());
+                self.finish();
+                Action::Continue
+            }
+            BodyPlan::Stream => {
+                apply_edits(self.exchange.edits());
+                Action::Continue
+            }
+            BodyPlan::Buffer if end_of_stream => {
+                // An empty body: the core only settles the headers.
+                self.feed(&[], true);
+                Action::Continue
+            }
+            BodyPlan::Buffer => {
+                self.stopped = true;
+                Action::Pause
+            }
+        }
+    }
+
+    fn on_body(&mut self, body_size: usize, end: bool) -> Action {
+        if self.done {
+            return Action::Continue;
+        }
+        let chunk =
+            hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        if !self.feed(&chunk, end) {
+            return Action::Pause;
+        }
+        if body_size > 0 || !self.out.is_empty() {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &self.out);
+        }
+        self.release(end)
+    }
+
+    /// Response trailers: the body has ended.
+    fn on_trailers(&mut self) -> Action {
+        if self.done {
+            return Action::Continue;
+        }
+        if !self.feed(&[], true) {
+            return Action::Pause;
+        }
+        if !self.out.is_empty() {
+            if !self.holds_body {
+                // Envoy holds no body to add the end to: failing beats a truncated body.
+                self.fail("the body ended in trailers, with no body held to end");
+                return Action::Pause;
+            }
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, 0, &self.out);
+        }
+        self.release(true)
+    }
+
+    /// Lets the output just written into Envoy's body go, staying paused where possible so that
+    /// a tick can still write what the core holds back.
+    fn release(&mut self, end: bool) -> Action {
+        if !end && self.out.is_empty() {
+            return self.pause();
+        }
+        if !self.holds_body || end && self.stopped {
+            // Continuing a stopped filter sends its held headers and body; an iterating one passes
+            // the data on. Pausing instead would make Envoy hold this output and the next read
+            // together against its buffer limit; the cost is no ticks until a callback has nothing
+            // to send, which only a body streamed from its head (a known length above max_buffer,
+            // so an upstream that had it whole) may never reach.
+            self.stopped = false;
+            self.holds_body = false;
+            return Action::Continue;
+        }
+        // Envoy adds new data to the body it holds: send it now and stay paused. After a tick's
+        // resume this is the only way on, as continuing would leave the body in Envoy's buffer.
+        let _ = hostcalls::resume_http_response();
+        self.pause()
+    }
+
+    fn pause(&mut self) -> Action {
+        self.stopped = true;
+        self.holds_body = true;
+        Action::Pause
+    }
+
+    /// When this exchange wants a tick: at the core's deadline, if a tick can act then (Envoy's
+    /// body can be written only while it holds one for this filter).
+    fn due(&self) -> Option<u64> {
+        if self.done || !(self.stopped && self.holds_body) {
+            None
+        } else {
+            self.exchange.deadline()
+        }
+    }
+
+    fn tick(&mut self) {
+        if hostcalls::set_effective_context(self.id).is_err() {
+            return;
+        }
+        if !self.feed(&[], false) || self.out.is_empty() {
+            return;
+        }
+        let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, 0, &self.out);
+        let _ = hostcalls::resume_http_response();
+        self.stopped = false;
+    }
+
+    /// Feeds the core, applies the headers it releases and keeps its bytes in `out`; false when
+    /// the exchange failed (and the response is being reset).
+    fn feed(&mut self, chunk: &[u8], end: bool) -> bool {
+        let started = now_ns();
+        // Envoy has no notion of an upstream flush: every chunk is fed as unflushed.
+        match self.exchange.feed(chunk, end, false, started / 1_000_000) {
+            Ok(out) => {
+                if let Some(edits) = out.headers {
+                    apply_edits(edits);
+                }
+                self.out.clear();
+                self.out.extend_from_slice(out.data);
+                self.compress_ns += now_ns().saturating_sub(started);
+                if out.end {
+                    self.finish();
+                }
+                true
+            }
+            Err(e) => {
+                self.fail(&e.to_string());
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, why: &str) {
+        log::warn!("resetting the response: {why}");
+        let _ = hostcalls::reset_http_response();
+        self.finish_as(Mode::Failed);
+    }
+
+    fn finish(&mut self) {
+        self.finish_as(self.exchange.mode());
+    }
+
+    /// The exchange is over: count it once.
+    fn finish_as(&mut self, mode: Mode) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let (bytes_in, bytes_out) = self.exchange.counts();
+        self.shared.metrics.record(mode, bytes_in, bytes_out, self.compress_ns / 1000);
+    }
+}
+
+fn apply_edits(edits: &HeaderEdits) {
+    let headers = MapType::HttpResponseHeaders;
+    if let Some(coding) = edits.content_encoding {
+        let _ = hostcalls::set_map_value(headers, "content-encoding", Some(coding.token()));
+    }
+    match edits.content_length {
+        LengthEdit::Keep => {}
+        LengthEdit::Set(length) => {
+            let _ = hostcalls::set_map_value(headers, "content-length", Some(&length.to_string()));
+        }
+        LengthEdit::Remove => {
+            let _ = hostcalls::remove_map_value(headers, "content-length");
+        }
+    }
+    if edits.add_vary {
+        let _ = hostcalls::add_map_value(headers, "vary", "Accept-Encoding");
+    }
+    if let Some(etag) = &edits.etag {
+        let _ = hostcalls::set_map_value_bytes(headers, "etag", Some(etag));
+    }
+    if edits.remove_accept_ranges {
+        let _ = hostcalls::remove_map_value(headers, "accept-ranges");
+    }
+}
+
+/// The filter's counters, under Envoy's `wasmcustom.` prefix.
+struct Metrics {
+    responses: [u32; 6],
+    bytes_in: u32,
+    bytes_out: u32,
+    compress_us: u32,
+}
+
+const MODES: [Mode; 6] =
+    [Mode::Untouched, Mode::Small, Mode::Oneshot, Mode::Stream, Mode::Incompressible, Mode::Failed];
+
+impl Metrics {
+    fn define() -> Result<Self, proxy_wasm::types::Status> {
+        let counter = |name: &str| hostcalls::define_metric(MetricType::Counter, &format!("rpcedge.{name}"));
+        let mut responses = [0; 6];
+        for (id, mode) in responses.iter_mut().zip(MODES) {
+            *id = counter(&format!("responses.{}", mode.as_str()))?;
+        }
+        Ok(Metrics {
+            responses,
+            bytes_in: counter("body_bytes_in")?,
+            bytes_out: counter("body_bytes_out")?,
+            compress_us: counter("compress_time_us")?,
+        })
+    }
+
+    fn record(&self, mode: Mode, bytes_in: u64, bytes_out: u64, compress_us: u64) {
+        if let Some(at) = MODES.iter().position(|&m| m == mode) {
+            let _ = hostcalls::increment_metric(self.responses[at], 1);
+        }
+        // Envoy refuses to add zero to a counter.
+        for (id, value) in [(self.bytes_in, bytes_in), (self.bytes_out, bytes_out), (self.compress_us, compress_us)] {
+            if value > 0 {
+                let _ = hostcalls::increment_metric(id, value as i64);
+            }
+        }
+    }
+}
+
+/// Envoy's wall clock, the core's clock too (in milliseconds): proxy-wasm 0.2.1 has no monotonic one.
+fn now_ns() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
+}
