@@ -10,7 +10,9 @@ import zlib
 
 import pytest
 
+import replay_corpus as rc
 import wire
+from fastcgi_upstream import FastCgi
 from nginx_harness import LOOPBACK, check_conf, free_port, main_conf, shipped_conf, start_nginx
 from conftest import CORPUS, REPO
 
@@ -69,6 +71,11 @@ SERVER = """
             proxy_pass http://{LOOPBACK}:{dead_port}/;
         }}
 
+        location /fcgi/ {{
+            fastcgi_pass {LOOPBACK}:{fastcgi_port};
+            fastcgi_param REQUEST_URI $request_uri;
+        }}
+
         location = /missing.json {{
             error_page 404 /corpus/{bucket_1k};
             return 404;
@@ -78,7 +85,14 @@ SERVER = """
 
 
 @pytest.fixture(scope="module")
-def nginx(replay, tmp_path_factory):
+def fastcgi(replay):
+    upstream = FastCgi(recorded(replay, BUCKETS["16-256 KiB"]))
+    yield upstream
+    upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def nginx(replay, fastcgi, tmp_path_factory):
     prefix = tmp_path_factory.mktemp("nginx")
     static = prefix / "static"
     static.mkdir()
@@ -86,7 +100,8 @@ def nginx(replay, tmp_path_factory):
         (static / f"{slug(name)}.json").write_bytes(recorded(replay, path))
     ports = [free_port(), free_port()]
     body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
-                         static=static, dead_port=free_port(), bucket_1k=BUCKETS["1-16 KiB"])
+                         static=static, dead_port=free_port(), bucket_1k=BUCKETS["1-16 KiB"],
+                         fastcgi_port=fastcgi.port)
     server = start_nginx(prefix, body, ports)
     yield server
     server.stop()
@@ -163,14 +178,28 @@ def test_static_files_are_compressed_like_proxied_ones(nginx, replay, bucket):
     assert r.header("accept-ranges") is None
 
 
-def test_json_rpc_post_through_nginx(nginx):
-    request = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "debug_traceTransaction",
-                          "params": ["0x0ec4b1fe1e71aeef8c07e4e2d4b1e3d7d0c6f2f8a0b1c8c2e8ef1c5d1c8b2f1a"]})
-    r = get(nginx, "/mainnet", method="POST", body=request.encode(),
+def test_fastcgi_responses_are_compressed_with_an_exact_length(nginx, replay):
+    r = get(nginx, "/fcgi/anything")
+    assert r.status == 200 and r.complete
+    assert r.header("content-encoding") == "gzip"
+    assert r.header("content-length") == str(len(r.body)), "FastCGI has no length: buffered, then exact"
+    assert gzip.decompress(r.body) == recorded(replay, BUCKETS["16-256 KiB"])
+
+
+def test_json_rpc_post_through_nginx(nginx, replay):
+    """A recorded request, posted as a client would, answered by the replay through nginx."""
+    path = BUCKETS["16-256 KiB"]
+    request, _ = rc.read_pairs(CORPUS / path)[0]
+    request = dict(request, id="rpcedge-7")
+    network = rc.network_of(path)
+    direct = replay.request("POST", f"/{network}", body=rc.compact(request),
+                            headers={"Content-Type": "application/json"})[2]
+    r = get(nginx, f"/{network}", method="POST", body=rc.compact(request),
             headers={"Content-Type": "application/json"})
     assert r.status == 200
-    decoded = json.loads(r.decoded())
-    assert decoded["id"] == 7
+    assert r.header("content-encoding") == "gzip" and r.header("content-length") == str(len(r.body))
+    assert gzip.decompress(r.body) == direct
+    assert json.loads(direct)["id"] == "rpcedge-7"
 
 
 def test_chunked_body_ending_within_max_buffer_gets_an_exact_length(nginx, replay):
