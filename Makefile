@@ -73,6 +73,7 @@ run: build
 
 bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked
+	$(VENV)/bin/python loadtest/bench.py
 
 clean:
 	$(CARGO) clean

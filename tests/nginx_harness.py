@@ -21,15 +21,17 @@ STOCK_MODULES = Path("/usr/lib/nginx/modules")
 LOG_FORMAT = "log_format rpcedge '$request_uri $status $rpcedge_mode $rpcedge_ratio $bytes_sent';"
 
 
-def main_conf(prefix, http_body, modules=(), workers=1, error_log_level="info"):
-    """A whole nginx.conf for a test prefix: the rpcedge module (plus any stock `modules`), one
-    master and `workers` workers in the foreground, every path under `prefix`."""
+def main_conf(prefix, http_body, modules=(), workers=1, error_log_level="info", rpcedge=True):
+    """A whole nginx.conf for a test prefix: the rpcedge module unless not `rpcedge` (plus any
+    stock `modules`), one master and `workers` workers in the foreground, every path under
+    `prefix`. Without rpcedge there is no access log (its format uses rpcedge's variables)."""
     prefix = Path(prefix)
     for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (prefix / temp).mkdir(parents=True, exist_ok=True)
-    loads = "".join(f"load_module {STOCK_MODULES / m};\n" for m in modules)
-    return f"""load_module {MODULE};
-{loads}
+    paths = ([MODULE] if rpcedge else []) + [STOCK_MODULES / m for m in modules]
+    loads = "".join(f"load_module {path};\n" for path in paths)
+    access_log = f"{LOG_FORMAT}\n    access_log {prefix}/access.log rpcedge;" if rpcedge else "access_log off;"
+    return f"""{loads}
 daemon off;
 master_process on;
 worker_processes {workers};
@@ -47,8 +49,7 @@ http {{
     fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi;
     scgi_temp_path {prefix}/scgi;
-    {LOG_FORMAT}
-    access_log {prefix}/access.log rpcedge;
+    {access_log}
 
 {http_body}
 }}
@@ -89,14 +90,14 @@ class Nginx:
         self.process.stop()
 
 
-def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=()):
+def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=(), rpcedge=True):
     """Starts nginx on `ports` (all must be listened on by `http_body`) and waits for them."""
-    if not MODULE.exists():
+    if rpcedge and not MODULE.exists():
         raise StartError(f"{MODULE} is missing: run `make -C nginx-module`")
     prefix = Path(prefix)
     prefix.mkdir(parents=True, exist_ok=True)
     conf = prefix / "nginx.conf"
-    conf.write_text(main_conf(prefix, http_body, modules, workers))
+    conf.write_text(main_conf(prefix, http_body, modules, workers, rpcedge=rpcedge))
     code, output = check_conf(conf, prefix)
     if code != 0:
         raise StartError(f"nginx -t failed:\n{output}")

@@ -56,7 +56,7 @@ rpcedge is running (logs in {RUN}):
 
 try:
   curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\
-    -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xb0a6c25",true]}}'
+    -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xF42401",true]}}'
 
 Ctrl-C stops everything.""", flush=True)
         while all(p.proc.poll() is None for p in processes):

@@ -10,20 +10,65 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import free_port
-from envoy_harness import (  # noqa: F401 (envoy, envoy_upstream: fixtures)
-    CORPUS_FILES,
-    EXAMPLE,
-    ROOT,
-    SNIPPET,
-    corpus_path,
-    envoy,
-    envoy_binary,
-    envoy_upstream,
-    render_config,
-    run_envoy,
-    start_envoy,
-)
+from conftest import CORPUS, REPO, free_port, start_replay
+from envoy_harness import EXAMPLE, SNIPPET, envoy_binary, render_config, run_envoy, start_envoy
+
+# The corpus files these tests replay, by the size of their compact response.
+CORPUS_FILES = {
+    "35B": "ots_getApiLevel/erigon-rpc-tests__mainnet__test_1.json",
+    "1022B": "trace_call/erigon-rpc-tests__mainnet__test_06.json",
+    "1030B": "eth_getTransactionReceipt/erigon-rpc-tests__mainnet__test_01.json",
+    "15KiB": "erigon_getBalanceChangesInBlock/erigon-rpc-tests__mainnet__test_05.json",
+    "248KiB": "erigon_getBlockReceiptsByBlockHash/erigon-rpc-tests__mainnet__test_05.json",
+    "967KiB": "erigon_getBlockByTimestamp/erigon-rpc-tests__mainnet__test_06.json",
+    "1.07MiB": "debug_traceBlockByNumber/erigon-rpc-tests__mainnet__test_14.tar",
+    "3.6MiB": "debug_traceBlockByNumber/erigon-rpc-tests__mainnet__test_32.json",
+}
+
+
+def corpus_path(name):
+    """The replay's route to the recorded body of a corpus file."""
+    return f"/corpus/{CORPUS_FILES[name]}?pair=0"
+
+
+class Upstream:
+    def __init__(self, replay):
+        self.replay = replay
+        self.port = replay.port
+        self._bodies = {}
+
+    def body(self, name):
+        """What the upstream sends for a corpus file, fetched directly."""
+        if name not in self._bodies:
+            status, _, body = self.replay.request("GET", corpus_path(name))
+            assert status == 200, f"the replay has no {name}"
+            self._bodies[name] = body
+        return self._bodies[name]
+
+
+@pytest.fixture(scope="session")
+def envoy_upstream(tmp_path_factory):
+    """A replay upstream over the few corpus files these tests use (it loads at once)."""
+    corpus = tmp_path_factory.mktemp("envoy-corpus")
+    for relative in CORPUS_FILES.values():
+        (corpus / relative).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / relative).symlink_to(CORPUS / relative)
+    replay = start_replay(tmp_path_factory.mktemp("envoy-replay"), corpus=corpus)
+    try:
+        yield Upstream(replay)
+    finally:
+        replay.process.stop()
+
+
+@pytest.fixture(scope="session")
+def envoy(envoy_upstream, tmp_path_factory):
+    """Envoy from the shipped example config on free ports; its requests go through `wire`, so a
+    test sees the exact bytes on the wire and when each arrived."""
+    envoy = run_envoy(tmp_path_factory.mktemp("envoy"), envoy_upstream.port)
+    try:
+        yield envoy
+    finally:
+        envoy.process.stop()
 
 STREAM_DELAY = 0.100  # the example's stream_delay_ms
 
@@ -31,7 +76,7 @@ STREAM_DELAY = 0.100  # the example's stream_delay_ms
 def check_validates(config):
     result = subprocess.run(
         [envoy_binary(), "--mode", "validate", "-c", config, "--disable-hot-restart"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
