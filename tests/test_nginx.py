@@ -71,6 +71,25 @@ SERVER = """
             proxy_pass http://{LOOPBACK}:{dead_port}/;
         }}
 
+        # body and header filters that run above rpcedge see identity bytes
+        location /sub/ {{
+            sub_filter '"jsonrpc":"2.0"' '"jsonrpc":"2.0","via":"nginx"';
+            sub_filter_types application/json;
+            sub_filter_once off;
+            proxy_pass http://replay/;
+        }}
+
+        location /addition/ {{
+            add_after_body /corpus/{bucket_small};
+            addition_types application/json;
+            proxy_pass http://replay/;
+        }}
+
+        location /notransform/ {{
+            add_header Cache-Control no-transform;
+            proxy_pass http://replay/;
+        }}
+
         location /fcgi/ {{
             fastcgi_pass {LOOPBACK}:{fastcgi_port};
             fastcgi_param REQUEST_URI $request_uri;
@@ -101,6 +120,7 @@ def nginx(replay, fastcgi, tmp_path_factory):
     ports = [free_port(), free_port()]
     body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
                          static=static, dead_port=free_port(), bucket_1k=BUCKETS["1-16 KiB"],
+                         bucket_small=BUCKETS["under 1 KiB"],
                          fastcgi_port=fastcgi.port)
     server = start_nginx(prefix, body, ports)
     yield server
@@ -275,6 +295,37 @@ def test_ineligible_responses_are_untouched(nginx, replay, extra):
     assert r.header("content-length") == str(len(recorded(replay, path)))
     assert r.body == recorded(replay, path)
     assert last_log(nginx, f"/corpus/{path}")[2] == "untouched"
+
+
+def test_filters_above_rpcedge_see_identity_bytes(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    original = recorded(replay, path)
+    sub = get(nginx, f"/sub/corpus/{path}")
+    assert sub.header("content-encoding") == "gzip" and sub.complete
+    assert gzip.decompress(sub.body) == original.replace(b'"jsonrpc":"2.0"', b'"jsonrpc":"2.0","via":"nginx"')
+    added = get(nginx, f"/addition/corpus/{path}")
+    assert added.complete
+    assert added.decoded() == original + recorded(replay, BUCKETS["under 1 KiB"])
+    assert "alert" not in nginx.error_log()
+
+
+def test_add_header_no_transform_is_honoured(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/notransform/corpus/{path}")
+    assert r.header("content-encoding") is None
+    assert r.body == recorded(replay, path)
+
+
+@pytest.mark.parametrize("bucket", ["under 1 KiB", "16-256 KiB"])
+def test_range_requests_get_consistent_answers(nginx, replay, bucket):
+    original = recorded(replay, BUCKETS[bucket])
+    for accept in ("gzip", None):
+        r = get(nginx, f"/static/{slug(bucket)}.json", accept_encoding=accept, headers={"Range": "bytes=0-9"})
+        assert r.complete
+        if r.status == 206:
+            assert r.header("content-encoding") is None and r.body == original[:10]
+        else:
+            assert r.status == 200 and r.decoded() == original
 
 
 def test_rpcedge_off_leaves_responses_alone(nginx, replay):

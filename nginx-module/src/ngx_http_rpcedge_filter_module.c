@@ -67,6 +67,9 @@ typedef struct {
     ngx_chain_t               *out;
     ngx_chain_t              **last_out;
 
+    /* the last buffer on ctx->out, still being filled */
+    ngx_buf_t                 *tail;
+
     /* core output not yet copied into buffers; valid until the next feed */
     u_char                    *pending;
     size_t                     pending_len;
@@ -95,9 +98,12 @@ static ngx_int_t ngx_http_rpcedge_feed(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx);
 static ngx_int_t ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx);
+static ngx_buf_t *ngx_http_rpcedge_get_buf(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
 static void ngx_http_rpcedge_cleanup(void *data);
+static void ngx_http_rpcedge_stop_timer(void *data);
 static void ngx_http_rpcedge_settings_cleanup(void *data);
 
 static ngx_int_t ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
@@ -237,6 +243,7 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 {
     ngx_uint_t                plan;
     ngx_pool_cleanup_t       *cln;
+    ngx_http_cleanup_t       *hcln;
     rpcedge_header_edits_t    edits;
     ngx_http_rpcedge_ctx_t   *ctx;
     ngx_http_rpcedge_conf_t  *conf;
@@ -265,15 +272,24 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
         cln->handler = ngx_http_rpcedge_cleanup;
         cln->data = ctx;
 
+        /* runs on terminate too, while the pool may outlive the request */
+
+        hcln = ngx_http_cleanup_add(r, 0);
+        if (hcln == NULL) {
+            return NGX_ERROR;
+        }
+
+        hcln->handler = ngx_http_rpcedge_stop_timer;
+        hcln->data = ctx;
+
         ctx->request = r;
         ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_filter_module);
 
     } else {
         /* an error page replaces the response: start over */
 
-        if (ctx->timer.timer_set) {
-            ngx_del_timer(&ctx->timer);
-        }
+        ngx_http_rpcedge_stop_timer(ctx);
+        r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
         rpcedge_exchange_free(ctx->exchange);
         ngx_memzero(ctx, sizeof(ngx_http_rpcedge_ctx_t));
@@ -305,6 +321,13 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     }
 
     r->main_filter_need_in_memory = 1;
+
+    /*
+     * the range filter below works at header time, before the core knows
+     * whether the body will be encoded: no ranges, as with gzip
+     */
+
+    r->allow_ranges = 0;
 
     /* fires when held data has waited stream_delay */
 
@@ -510,6 +533,7 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     if (rc == NGX_DECLINED) {
         /* the core refused the body before the headers went out */
         ctx->done = 1;
+        ngx_http_rpcedge_stop_timer(ctx);
         return ngx_http_filter_finalize_request(r,
                                              &ngx_http_rpcedge_filter_module,
                                              NGX_HTTP_BAD_GATEWAY);
@@ -525,9 +549,7 @@ failed:
     ctx->pending_len = 0;
     ctx->pending_flags = 0;
 
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
+    ngx_http_rpcedge_stop_timer(ctx);
 
     r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
@@ -544,7 +566,8 @@ failed:
 static ngx_int_t
 ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
-    ngx_int_t  rc;
+    ngx_int_t     rc;
+    ngx_chain_t  *out;
 
     for ( ;; ) {
 
@@ -582,15 +605,21 @@ ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
             return NGX_OK;
         }
 
-        rc = ngx_http_next_body_filter(r, ctx->out);
+        /* a filter below may call the output filter again: hand over */
+
+        out = ctx->out;
+        ctx->out = NULL;
+        ctx->last_out = &ctx->out;
+        ctx->tail = NULL;
+
+        rc = ngx_http_next_body_filter(r, out);
 
         if (rc == NGX_ERROR) {
             return NGX_ERROR;
         }
 
-        ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &ctx->out,
+        ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
                                 (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module);
-        ctx->last_out = &ctx->out;
 
         if (ctx->pending_len == 0 && (ctx->in == NULL || ctx->done)) {
             /* all that came in is on its way */
@@ -704,8 +733,8 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 
 
 /*
- * Copies pending core output into buffers on ctx->out. NGX_OK: all copied;
- * NGX_DECLINED: no free buffer left.
+ * Copies pending core output into buffers on ctx->out, filling the last one
+ * before taking another. NGX_OK: all copied; NGX_DECLINED: no free buffer.
  */
 
 static ngx_int_t
@@ -716,11 +745,34 @@ ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
-    if (ctx->pending_len == 0 && ctx->pending_flags == 0) {
+    while (ctx->pending_len) {
+
+        b = ctx->tail;
+
+        if (b == NULL || b->last == b->end) {
+            b = ngx_http_rpcedge_get_buf(r, ctx);
+
+            if (b == NULL) {
+                return NGX_ERROR;
+            }
+
+            if (b == NGX_CONF_UNSET_PTR) {
+                return NGX_DECLINED;
+            }
+        }
+
+        n = ngx_min(ctx->pending_len, (size_t) (b->end - b->last));
+        b->last = ngx_cpymem(b->last, ctx->pending, n);
+        ctx->pending += n;
+        ctx->pending_len -= n;
+    }
+
+    if (!(ctx->pending_flags & (RPCEDGE_OUT_FLUSH|RPCEDGE_OUT_END))) {
+        ctx->pending_flags = 0;
         return NGX_OK;
     }
 
-    if (ctx->pending_len == 0) {
+    if (ctx->tail == NULL) {
         /* a bare flush or end: a special buffer, not one of ours */
 
         cl = ngx_alloc_chain_link(r->pool);
@@ -728,72 +780,81 @@ ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
+        cl->buf = ngx_calloc_buf(r->pool);
+        if (cl->buf == NULL) {
             return NGX_ERROR;
         }
 
-        cl->buf = b;
-
-        goto flags;
+        cl->next = NULL;
+        *ctx->last_out = cl;
+        ctx->last_out = &cl->next;
+        ctx->tail = cl->buf;
     }
 
-    while (ctx->pending_len) {
-
-        if (ctx->free) {
-            cl = ctx->free;
-            ctx->free = cl->next;
-
-            b = cl->buf;
-            b->pos = b->start;
-            b->last = b->start;
-            b->flush = 0;
-            b->last_buf = 0;
-
-        } else if (ctx->bufs < NGX_HTTP_RPCEDGE_BUFS) {
-            cl = ngx_alloc_chain_link(r->pool);
-            if (cl == NULL) {
-                return NGX_ERROR;
-            }
-
-            b = ngx_create_temp_buf(r->pool, NGX_HTTP_RPCEDGE_BUF_SIZE);
-            if (b == NULL) {
-                return NGX_ERROR;
-            }
-
-            b->tag = (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module;
-            b->recycled = 1;
-            ctx->bufs++;
-
-            cl->buf = b;
-
-        } else {
-            return NGX_DECLINED;
-        }
-
-        n = ngx_min(ctx->pending_len, (size_t) (b->end - b->last));
-        b->last = ngx_cpymem(b->last, ctx->pending, n);
-        ctx->pending += n;
-        ctx->pending_len -= n;
-
-        if (ctx->pending_len) {
-            cl->next = NULL;
-            *ctx->last_out = cl;
-            ctx->last_out = &cl->next;
-        }
-    }
-
-flags:
-
+    b = ctx->tail;
     b->flush = (ctx->pending_flags & RPCEDGE_OUT_FLUSH) ? 1 : 0;
     b->last_buf = (ctx->pending_flags & RPCEDGE_OUT_END) ? 1 : 0;
     ctx->pending_flags = 0;
 
+    return NGX_OK;
+}
+
+
+/*
+ * A free or new output buffer appended to ctx->out as its tail, or
+ * NGX_CONF_UNSET_PTR when all NGX_HTTP_RPCEDGE_BUFS are on their way.
+ */
+
+static ngx_buf_t *
+ngx_http_rpcedge_get_buf(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
+{
+    u_char       *start, *end;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (ctx->free) {
+        cl = ctx->free;
+        ctx->free = cl->next;
+
+        b = cl->buf;
+        start = b->start;
+        end = b->end;
+
+        ngx_memzero(b, sizeof(ngx_buf_t));
+
+        b->start = start;
+        b->pos = start;
+        b->last = start;
+        b->end = end;
+        b->temporary = 1;
+
+    } else if (ctx->bufs < NGX_HTTP_RPCEDGE_BUFS) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NULL;
+        }
+
+        b = ngx_create_temp_buf(r->pool, NGX_HTTP_RPCEDGE_BUF_SIZE);
+        if (b == NULL) {
+            return NULL;
+        }
+
+        ctx->bufs++;
+        cl->buf = b;
+
+    } else {
+        return NGX_CONF_UNSET_PTR;
+    }
+
+    b->tag = (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module;
+    b->recycled = 1;
+
     cl->next = NULL;
     *ctx->last_out = cl;
     ctx->last_out = &cl->next;
+    ctx->tail = b;
 
-    return NGX_OK;
+    return b;
 }
 
 
@@ -802,7 +863,10 @@ ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx)
 {
     int64_t  deadline;
 
-    deadline = ctx->done ? -1 : rpcedge_exchange_deadline(ctx->exchange);
+    /* while output waits for the client, its write event brings us back */
+
+    deadline = (ctx->done || ctx->pending_len || ctx->pending_flags)
+               ? -1 : rpcedge_exchange_deadline(ctx->exchange);
 
     if (deadline < 0) {
         if (ctx->timer.timer_set) {
@@ -828,11 +892,16 @@ ngx_http_rpcedge_timer_handler(ngx_event_t *ev)
     r = ctx->request;
     c = r->connection;
 
+    ngx_http_set_log_request(c->log, r);
+
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0, "rpcedge timer");
 
-    /* held data waited out stream_delay: run the filters to send it */
+    /*
+     * held data waited out stream_delay: send it from here down, as the
+     * filters above (postpone) may hold an empty call back
+     */
 
-    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+    if (ngx_http_rpcedge_body_filter(r, NULL) == NGX_ERROR) {
         c->error = 1;
         ngx_http_finalize_request(r, NGX_ERROR);
     }
@@ -846,12 +915,21 @@ ngx_http_rpcedge_cleanup(void *data)
 {
     ngx_http_rpcedge_ctx_t  *ctx = data;
 
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
+    ngx_http_rpcedge_stop_timer(ctx);
 
     rpcedge_exchange_free(ctx->exchange);
     ctx->exchange = NULL;
+}
+
+
+static void
+ngx_http_rpcedge_stop_timer(void *data)
+{
+    ngx_http_rpcedge_ctx_t  *ctx = data;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
 }
 
 
@@ -1102,6 +1180,11 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
 
         config.types = types;
         config.types_len = conf->types->nelts;
+    }
+
+    if (!conf->enable) {
+        /* each directive was checked as it was read */
+        return NGX_CONF_OK;
     }
 
     conf->settings = rpcedge_settings_new(&config, &err);
