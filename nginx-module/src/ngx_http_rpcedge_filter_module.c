@@ -441,6 +441,9 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         }
 
         h->hash = 1;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
         ngx_str_set(&h->key, "Content-Encoding");
 
         if (edits->content_encoding == 1) {
@@ -472,6 +475,9 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         }
 
         h->hash = 1;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
         ngx_str_set(&h->key, "Vary");
         ngx_str_set(&h->value, "Accept-Encoding");
     }
