@@ -3,7 +3,6 @@
 import hashlib
 import json
 import math
-import socket
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 import replay_corpus as rc
+import wire
 
 # A few pairs of known shape, for the delivery tests.
 SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # {"jsonrpc":"2.0","id":1,"result":"0x36"}
@@ -150,73 +150,15 @@ def test_every_recorded_pair_is_replayed(replay):
 # --- delivery ---------------------------------------------------------------------------------
 
 
-@dataclass
-class RawResponse:
-    status: int
-    headers: dict  # lower-case name -> list of values
-    body: bytes  # de-chunked when chunked
-    complete: bool  # the framing says the whole body arrived
-    arrivals: list  # (seconds after sending, bytes) per socket read
-    chunk_sizes: list
-    reset: bool  # the connection ended with a reset
-
-    def header(self, name):
-        values = self.headers.get(name)
-        return values[0] if values else None
-
-
 def raw_exchange(replay, method, path, headers=(), body=b"", timeout=20):
-    """One request on a fresh socket, read to the end of the connection, timing every read."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {replay.host}:{replay.port}", "Connection: close", *headers]
-    if body:
-        lines.append(f"Content-Length: {len(body)}")
-    data, arrivals, reset = bytearray(), [], False
-    with socket.create_connection((replay.host, replay.port), timeout=timeout) as sock:
-        sent_at = time.monotonic()
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        while True:
-            try:
-                piece = sock.recv(1 << 16)
-            except ConnectionResetError:
-                reset = True
-                break
-            if not piece:
-                break
-            arrivals.append((time.monotonic() - sent_at, len(piece)))
-            data += piece
-    head, _, rest = bytes(data).partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    parsed = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        parsed.setdefault(name.strip().lower(), []).append(value.strip())
-    response = RawResponse(int(status_line.split()[1]), parsed, b"", False, arrivals, [], reset)
-    if method == "HEAD" or response.status in (204, 304):
-        response.body, response.complete = rest, not rest
-    elif "chunked" in (response.header("transfer-encoding") or ""):
-        response.body, response.chunk_sizes, response.complete = dechunk(rest)
-    else:
-        length = int(response.header("content-length"))
-        response.body, response.complete = rest[:length], len(rest) == length
-    return response
-
-
-def dechunk(data):
-    """(body, chunk sizes, whether the last chunk arrived) of a chunked body."""
-    body, sizes, at = bytearray(), [], 0
-    while True:
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0:
-            return bytes(body), sizes, False
-        size = int(data[at:line_end].split(b";")[0], 16)
-        if size == 0:
-            return bytes(body), sizes, True
-        start = line_end + 2
-        body += data[start:start + size]
-        if len(data) < start + size + 2:
-            return bytes(body), sizes, False
-        sizes.append(size)
-        at = start + size + 2
+    """One request on a fresh socket, read to the end of the connection (`wire.request`);
+    `headers` are "Name: value" lines, repeats allowed."""
+    by_name = {}
+    for line in headers:
+        name, _, value = line.partition(": ")
+        by_name.setdefault(name, []).append(value)
+    return wire.request(replay.port, path, method=method, headers=by_name, body=body,
+                        accept_encoding=None, timeout=timeout)
 
 
 def recorded_body(replay, path, index=0):
@@ -304,10 +246,11 @@ def test_status_and_extra_headers(replay):
         "X-Replay-Header: Content-Type: text/plain", "X-Replay-Header: Cache-Control: no-transform",
         "X-Replay-Header: Content-Range: bytes 0-9/100", "X-Replay-Status: 206"])
     assert extra.status == 206
-    assert extra.headers["content-encoding"] == ["gzip"] and extra.headers["etag"] == ['"abc"']
-    assert extra.headers["content-type"] == ["text/plain"], "replaces the replay's own Content-Type"
-    assert extra.headers["cache-control"] == ["no-transform"]
-    assert extra.headers["content-range"] == ["bytes 0-9/100"]
+    assert extra.header("content-encoding") == "gzip" and extra.header("etag") == '"abc"'
+    assert extra.header_count("content-type") == 1, "replaces the replay's own Content-Type"
+    assert extra.header("content-type") == "text/plain"
+    assert extra.header("cache-control") == "no-transform"
+    assert extra.header("content-range") == "bytes 0-9/100"
     assert extra.body == recorded_body(replay, SMALL)
 
 

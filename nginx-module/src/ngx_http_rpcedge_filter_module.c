@@ -86,8 +86,14 @@ typedef struct {
 static ngx_int_t ngx_http_rpcedge_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rpcedge_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+typedef void (*ngx_http_rpcedge_feed_header_pt)(rpcedge_exchange_t *ex,
+    const uint8_t *name, size_t name_len, const uint8_t *value,
+    size_t value_len);
+
 static ngx_int_t ngx_http_rpcedge_feed_heads(ngx_http_request_t *r,
     rpcedge_exchange_t *ex);
+static void ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex,
+    ngx_list_t *list, ngx_http_rpcedge_feed_header_pt feed);
 static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
@@ -349,31 +355,11 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
     rpcedge_exchange_request_method(ex, r->method_name.data,
                                     r->method_name.len);
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        rpcedge_exchange_request_header(ex, h[i].key.data, h[i].key.len,
-                                        h[i].value.data, h[i].value.len);
-    }
+    ngx_http_rpcedge_feed_list(ex, &r->headers_in.headers,
+                               rpcedge_exchange_request_header);
 
     /* nginx keeps these two apart from the header list */
 
@@ -387,7 +373,22 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
                                          r->headers_out.content_type.len);
     }
 
-    part = &r->headers_out.headers.part;
+    ngx_http_rpcedge_feed_list(ex, &r->headers_out.headers,
+                               rpcedge_exchange_response_header);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex, ngx_list_t *list,
+    ngx_http_rpcedge_feed_header_pt feed)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &list->part;
     h = part->elts;
 
     for (i = 0; /* void */; i++) {
@@ -402,15 +403,14 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
             i = 0;
         }
 
+        /* deleted */
+
         if (h[i].hash == 0) {
             continue;
         }
 
-        rpcedge_exchange_response_header(ex, h[i].key.data, h[i].key.len,
-                                         h[i].value.data, h[i].value.len);
+        feed(ex, h[i].key.data, h[i].key.len, h[i].value.data, h[i].value.len);
     }
-
-    return NGX_OK;
 }
 
 
