@@ -5,7 +5,8 @@
  * Thin glue over rpcedge-core (shared-core/): every decision is the core's.
  * The header filter feeds the request and response heads and gets a plan;
  * the body filter feeds the body and sends what the core returns, holding
- * the headers while the core buffers.
+ * the headers while the core buffers. With "aio threads", the core hands
+ * large whole-body compressions out as jobs, run in the thread pool.
  */
 
 
@@ -78,8 +79,16 @@ typedef struct {
     ngx_uint_t                 bufs;
     ngx_event_t                timer;
 
+    /* a job taken from the core, to run in a thread or complete */
+    rpcedge_job_t             *job;
+
+#if (NGX_THREADS)
+    ngx_thread_task_t         *task;
+#endif
+
     unsigned                   headers_sent:1;
     unsigned                   done:1;
+    unsigned                   offloaded:1;
 } ngx_http_rpcedge_ctx_t;
 
 
@@ -106,6 +115,12 @@ static ngx_int_t ngx_http_rpcedge_copy_pending(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx);
 static ngx_buf_t *ngx_http_rpcedge_get_buf(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx);
+#if (NGX_THREADS)
+static ngx_int_t ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
+static void ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log);
+static void ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev);
+#endif
 static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
 static void ngx_http_rpcedge_cleanup(void *data);
@@ -247,12 +262,15 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_int_t
 ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                plan;
-    ngx_pool_cleanup_t       *cln;
-    ngx_http_cleanup_t       *hcln;
-    rpcedge_header_edits_t    edits;
-    ngx_http_rpcedge_ctx_t   *ctx;
-    ngx_http_rpcedge_conf_t  *conf;
+    ngx_uint_t                 plan;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_cleanup_t        *hcln;
+    rpcedge_header_edits_t     edits;
+    ngx_http_rpcedge_ctx_t    *ctx;
+    ngx_http_rpcedge_conf_t   *conf;
+#if (NGX_THREADS)
+    ngx_http_core_loc_conf_t  *clcf;
+#endif
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
 
@@ -308,6 +326,14 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     if (ctx->exchange == NULL) {
         return NGX_ERROR;
     }
+
+#if (NGX_THREADS)
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->aio == NGX_HTTP_AIO_THREADS) {
+        rpcedge_exchange_offload(ctx->exchange);
+    }
+#endif
 
     if (ngx_http_rpcedge_feed_heads(r, ctx->exchange) != NGX_OK) {
         return NGX_ERROR;
@@ -517,6 +543,11 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return ngx_http_next_body_filter(r, in);
     }
 
+    if (ctx->offloaded) {
+        /* the body is in and being compressed: its thread event resumes */
+        return NGX_AGAIN;
+    }
+
     if (in) {
         if (ngx_chain_add_copy(r->pool, &ctx->in, in) != NGX_OK) {
             goto failed;
@@ -529,7 +560,7 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         goto failed;
     }
 
-    if (ctx->in || ctx->pending_len || ctx->pending_flags) {
+    if (ctx->in || ctx->pending_len || ctx->pending_flags || ctx->offloaded) {
         r->connection->buffered |= NGX_HTTP_RPCEDGE_BUFFERED;
 
     } else {
@@ -641,9 +672,10 @@ ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 
 
 /*
- * Feeds the next input buffer, or an empty tick when the core's deadline has
- * passed. NGX_OK: output is pending; NGX_DONE: nothing to feed now;
- * NGX_DECLINED: the core failed before the headers went out.
+ * Completes a job, or feeds the next input buffer, or an empty tick when the
+ * core's deadline has passed. NGX_OK: output is pending; NGX_DONE: nothing to
+ * feed now; NGX_AGAIN: a job went to the thread pool; NGX_DECLINED: the core
+ * failed before the headers went out.
  */
 
 static ngx_int_t
@@ -651,6 +683,7 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
     u_char            *data;
     size_t             size;
+    int32_t            rc;
     int64_t            deadline;
     uint32_t           flags;
     ngx_buf_t         *b;
@@ -663,6 +696,16 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     }
 
     flags = 0;
+
+    if (ctx->job) {
+        /* run in a thread, or, when no thread took it, here */
+
+        rc = rpcedge_exchange_complete_job(ctx->exchange, ctx->job, &out,
+                                           &err);
+        ctx->job = NULL;
+
+        goto output;
+    }
 
     if (ctx->in) {
         cl = ctx->in;
@@ -710,14 +753,29 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         size = 0;
     }
 
-    if (rpcedge_exchange_feed(ctx->exchange, data, size, flags,
-                              ngx_current_msec, &out, &err)
-        != 0)
-    {
+    rc = rpcedge_exchange_feed(ctx->exchange, data, size, flags,
+                               ngx_current_msec, &out, &err);
+
+output:
+
+    if (rc != 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "rpcedge: %s", err.message);
 
         return ctx->headers_sent ? NGX_ERROR : NGX_DECLINED;
+    }
+
+    if (out.flags & RPCEDGE_OUT_WORK) {
+        ctx->job = rpcedge_exchange_take_job(ctx->exchange);
+
+#if (NGX_THREADS)
+        if (ngx_http_rpcedge_thread_post(r, ctx) == NGX_OK) {
+            return NGX_AGAIN;
+        }
+#endif
+
+        /* the next feed completes it */
+        return NGX_OK;
     }
 
     if (out.flags & RPCEDGE_OUT_HEADERS) {
@@ -864,6 +922,117 @@ ngx_http_rpcedge_get_buf(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 }
 
 
+#if (NGX_THREADS)
+
+static ngx_int_t
+ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx)
+{
+    ngx_str_t                  name;
+    ngx_thread_pool_t         *tp;
+    ngx_thread_task_t         *task;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    tp = clcf->thread_pool;
+
+    if (tp == NULL) {
+        if (ngx_http_complex_value(r, clcf->thread_pool_value, &name)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        tp = ngx_thread_pool_get((ngx_cycle_t *) ngx_cycle, &name);
+
+        if (tp == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "thread pool \"%V\" not found", &name);
+            return NGX_ERROR;
+        }
+    }
+
+    task = ctx->task;
+
+    if (task == NULL) {
+        task = ngx_thread_task_alloc(r->pool, sizeof(rpcedge_job_t *));
+        if (task == NULL) {
+            return NGX_ERROR;
+        }
+
+        task->handler = ngx_http_rpcedge_thread_handler;
+        ctx->task = task;
+    }
+
+    /* the thread sees the job alone, never the request */
+
+    *(rpcedge_job_t **) task->ctx = ctx->job;
+
+    task->event.data = r;
+    task->event.handler = ngx_http_rpcedge_thread_event_handler;
+
+    if (ngx_thread_task_post(tp, task) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* the request may be finalized meanwhile, but is not freed */
+
+    r->main->blocked++;
+    ctx->offloaded = 1;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log)
+{
+    rpcedge_job_t  **job = data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_CORE, log, 0, "rpcedge thread handler");
+
+    rpcedge_job_run(*job);
+}
+
+
+static void
+ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
+{
+    ngx_connection_t        *c;
+    ngx_http_request_t      *r;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    r = ev->data;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "rpcedge thread: \"%V?%V\"", &r->uri, &r->args);
+
+    r->main->blocked--;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+    ctx->offloaded = 0;
+
+    /* complete the job and send from here down, as the timer does */
+
+    if (ngx_http_rpcedge_body_filter(r, NULL) == NGX_ERROR) {
+        c->error = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    /* c->buffered kept the request from being done: it still has a writer */
+
+    r->write_event_handler(r);
+    ngx_http_run_posted_requests(c);
+}
+
+#endif
+
+
 static void
 ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx)
 {
@@ -871,7 +1040,8 @@ ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx)
 
     /* while output waits for the client, its write event brings us back */
 
-    deadline = (ctx->done || ctx->pending_len || ctx->pending_flags)
+    deadline = (ctx->done || ctx->pending_len || ctx->pending_flags
+                || ctx->offloaded)
                ? -1 : rpcedge_exchange_deadline(ctx->exchange);
 
     if (deadline < 0) {
@@ -948,7 +1118,7 @@ ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
 
-    if (ctx == NULL || ctx->exchange == NULL) {
+    if (ctx == NULL || ctx->exchange == NULL || ctx->offloaded) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -975,7 +1145,7 @@ ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
 
-    if (ctx == NULL || ctx->exchange == NULL) {
+    if (ctx == NULL || ctx->exchange == NULL || ctx->offloaded) {
         v->not_found = 1;
         return NGX_OK;
     }

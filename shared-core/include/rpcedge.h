@@ -28,6 +28,12 @@
 #define RPCEDGE_OUT_END 4
 
 /**
+ * Only after `rpcedge_exchange_offload`: the body is in and its compression waits as a job, to
+ * take with `rpcedge_exchange_take_job`, run on a thread and give back.
+ */
+#define RPCEDGE_OUT_WORK 8
+
+/**
  * `rpcedge_exchange_feed` flags
  */
 #define RPCEDGE_FEED_END 1
@@ -38,6 +44,11 @@
  * Opaque per-request exchange.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
+
+/**
+ * Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
+ */
+typedef struct rpcedge_job_t rpcedge_job_t;
 
 /**
  * Opaque validated settings.
@@ -225,6 +236,40 @@ uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t st
  * `exchange` is live; `data` points to `len` readable bytes; `out` is writable.
  */
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags, uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
+
+/**
+ * The host can run jobs off its event loop: from now on the end of a large buffered body may
+ * come as `RPCEDGE_OUT_WORK` rather than compressed.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+void rpcedge_exchange_offload(rpcedge_exchange_t *exchange);
+
+/**
+ * The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
+
+/**
+ * Compresses the job's body. Safe on any thread: it touches nothing but the job.
+ *
+ * # Safety
+ * `job` came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
+ */
+void rpcedge_job_run(rpcedge_job_t *job);
+
+/**
+ * Gives a job back to its exchange (and frees it); one not run is run here. Returns as
+ * `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
+ *
+ * # Safety
+ * `exchange` is live; `job` came from `rpcedge_exchange_take_job` on it; `out` is writable.
+ */
+int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_t *job, rpcedge_output_t *out, rpcedge_error_t *error);
 
 /**
  * When to feed an empty chunk as a timer tick, on the clock of `now_ms`; -1 for no timer.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::compress::compress_into;
 use crate::config::{check_field, check_type, Config, ConfigError, Settings};
-use crate::exchange::{BodyPlan, Exchange, HeaderEdits, LengthEdit, Mode};
+use crate::exchange::{BodyPlan, Exchange, HeaderEdits, LengthEdit, Mode, Output, WholeBody};
 use crate::negotiate::{AcceptEncoding, Coding};
 
 /// Opaque validated settings.
@@ -20,6 +20,9 @@ pub struct RpcedgeSettings(Arc<Settings>);
 
 /// Opaque per-request exchange.
 pub struct RpcedgeExchange(Exchange);
+
+/// Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
+pub struct RpcedgeJob(WholeBody);
 
 /// A byte string the caller owns, e.g. one of nginx's `ngx_str_t` rearranged.
 #[repr(C)]
@@ -73,6 +76,9 @@ pub struct RpcedgeHeaderEdits {
 pub const RPCEDGE_OUT_HEADERS: u32 = 1;
 pub const RPCEDGE_OUT_FLUSH: u32 = 2;
 pub const RPCEDGE_OUT_END: u32 = 4;
+/// Only after `rpcedge_exchange_offload`: the body is in and its compression waits as a job, to
+/// take with `rpcedge_exchange_take_job`, run on a thread and give back.
+pub const RPCEDGE_OUT_WORK: u32 = 8;
 
 /// `rpcedge_exchange_feed` flags
 pub const RPCEDGE_FEED_END: u32 = 1;
@@ -338,29 +344,86 @@ pub unsafe extern "C" fn rpcedge_exchange_feed(
     error: *mut RpcedgeError,
 ) -> i32 {
     let result = guard(Err("internal error".to_owned()), || {
-        let ex = &mut (*exchange).0;
-        let output = ex
-            .feed(bytes(data, len), flags & RPCEDGE_FEED_END != 0, flags & RPCEDGE_FEED_FLUSH != 0, now_ms)
-            .map_err(|e| e.to_string())?;
-        let mut bits = 0;
-        if output.flush {
-            bits |= RPCEDGE_OUT_FLUSH;
-        }
-        if output.end {
-            bits |= RPCEDGE_OUT_END;
-        }
-        let edits = output.headers.map(|h| {
-            bits |= RPCEDGE_OUT_HEADERS;
-            c_edits(h)
-        });
-        *out = RpcedgeOutput {
-            data: output.data.as_ptr(),
-            len: output.data.len(),
-            flags: bits,
-            edits: edits.unwrap_or_else(|| c_edits(&HeaderEdits::default())),
-        };
+        let (end, flush) = (flags & RPCEDGE_FEED_END != 0, flags & RPCEDGE_FEED_FLUSH != 0);
+        let output = (*exchange).0.feed(bytes(data, len), end, flush, now_ms).map_err(|e| e.to_string())?;
+        *out = c_output(&output);
         Ok(())
     });
+    output_result(result, error)
+}
+
+/// The host can run jobs off its event loop: from now on the end of a large buffered body may
+/// come as `RPCEDGE_OUT_WORK` rather than compressed.
+///
+/// # Safety
+/// `exchange` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_offload(exchange: *mut RpcedgeExchange) {
+    guard((), || (*exchange).0.offload_whole_bodies());
+}
+
+/// The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
+///
+/// # Safety
+/// `exchange` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_take_job(exchange: *mut RpcedgeExchange) -> *mut RpcedgeJob {
+    guard(ptr::null_mut(), || {
+        (*exchange).0.take_whole_body().map_or(ptr::null_mut(), |job| Box::into_raw(Box::new(RpcedgeJob(job))))
+    })
+}
+
+/// Compresses the job's body. Safe on any thread: it touches nothing but the job.
+///
+/// # Safety
+/// `job` came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_job_run(job: *mut RpcedgeJob) {
+    guard((), || (*job).0.run());
+}
+
+/// Gives a job back to its exchange (and frees it); one not run is run here. Returns as
+/// `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
+///
+/// # Safety
+/// `exchange` is live; `job` came from `rpcedge_exchange_take_job` on it; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_complete_job(
+    exchange: *mut RpcedgeExchange,
+    job: *mut RpcedgeJob,
+    out: *mut RpcedgeOutput,
+    error: *mut RpcedgeError,
+) -> i32 {
+    let result = guard(Err("internal error".to_owned()), || {
+        let job = Box::from_raw(job).0;
+        let output = (*exchange).0.complete_whole_body(job).map_err(|e| e.to_string())?;
+        *out = c_output(&output);
+        Ok(())
+    });
+    output_result(result, error)
+}
+
+fn c_output(output: &Output<'_>) -> RpcedgeOutput {
+    let mut bits = 0;
+    for (set, bit) in [
+        (output.flush, RPCEDGE_OUT_FLUSH),
+        (output.end, RPCEDGE_OUT_END),
+        (output.headers.is_some(), RPCEDGE_OUT_HEADERS),
+        (output.work, RPCEDGE_OUT_WORK),
+    ] {
+        if set {
+            bits |= bit;
+        }
+    }
+    RpcedgeOutput {
+        data: output.data.as_ptr(),
+        len: output.data.len(),
+        flags: bits,
+        edits: c_edits(output.headers.unwrap_or(&HeaderEdits::default())),
+    }
+}
+
+fn output_result(result: Result<(), String>, error: *mut RpcedgeError) -> i32 {
     match result {
         Ok(()) => 0,
         Err(message) => {

@@ -8,5 +8,5 @@ pub mod ffi;
 pub mod negotiate;
 
 pub use config::{Config, ConfigError, Settings};
-pub use exchange::{BodyPlan, Error, Exchange, HeaderEdits, LengthEdit, Mode, Output};
+pub use exchange::{BodyPlan, Error, Exchange, HeaderEdits, LengthEdit, Mode, Output, WholeBody, OFFLOAD_MIN_LENGTH};
 pub use negotiate::{AcceptEncoding, Coding};

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{chunked, run, Chunk, Exchange1};
-use rpcedge_core::{BodyPlan, Coding, Config, Error, LengthEdit, Mode, Settings};
+use rpcedge_core::{BodyPlan, Coding, Config, Error, Exchange, HeaderEdits, LengthEdit, Mode, Settings, OFFLOAD_MIN_LENGTH};
 
 fn settings() -> Arc<Settings> {
     Arc::new(Settings::default())
@@ -248,4 +248,104 @@ fn levels_and_thresholds_come_from_the_config() {
     let wire = run(&settings, &spec).unwrap();
     assert_eq!(wire.mode, Mode::Stream);
     assert_eq!(wire.decoded(), body);
+}
+
+/// What a client gets from an exchange with offloading on, and whether a job was handed out.
+struct Offloaded {
+    edits: Option<HeaderEdits>,
+    body: Vec<u8>,
+    mode: Mode,
+    job: bool,
+}
+
+/// Runs `spec` with offloading on, each job on a thread of its own as a host's pool would.
+fn run_offloaded(spec: &Exchange1) -> Offloaded {
+    let mut ex = Exchange::new(settings());
+    ex.offload_whole_bodies();
+    ex.request_header(b"Accept-Encoding", spec.request_headers[0].1.as_bytes());
+    ex.response_header(b"Content-Type", b"application/json");
+    if let Some(n) = spec.content_length {
+        ex.response_header(b"Content-Length", n.to_string().as_bytes());
+    }
+    assert_eq!(ex.response_head(200), BodyPlan::Buffer);
+    let mut wire = Offloaded { edits: None, body: Vec::new(), mode: Mode::Pending, job: false };
+    let last = spec.chunks.len() - 1;
+    for (i, chunk) in spec.chunks.iter().enumerate() {
+        let out = ex.feed(&chunk.data, i == last, false, 0).unwrap();
+        let (edits, data, work) = (out.headers.cloned(), out.data.to_vec(), out.work);
+        if work {
+            assert!(edits.is_none() && data.is_empty() && !out.end, "nothing goes out before the job is back");
+            assert_eq!(ex.deadline(), None);
+            let mut job = ex.take_whole_body().expect("a job");
+            assert!(ex.take_whole_body().is_none(), "taken once");
+            job = std::thread::spawn(move || {
+                job.run();
+                job
+            })
+            .join()
+            .unwrap();
+            let out = ex.complete_whole_body(job).unwrap();
+            assert!(out.end && out.flush && !out.work);
+            wire.edits = out.headers.cloned();
+            wire.body = out.data.to_vec();
+            wire.job = true;
+        } else if edits.is_some() || !data.is_empty() {
+            wire.edits = edits;
+            wire.body.extend_from_slice(&data);
+        }
+    }
+    wire.mode = ex.mode();
+    wire
+}
+
+#[test]
+fn offloaded_whole_bodies_give_the_same_bytes_as_inline() {
+    let cases: [(Vec<u8>, &str, bool); 5] = [
+        (json_body(OFFLOAD_MIN_LENGTH as usize), "gzip", true),
+        (json_body(1 << 20), "gzip", true),
+        (json_body(400_000), "deflate", false),
+        (noise(300_000), "gzip", true),
+        (json_body(OFFLOAD_MIN_LENGTH as usize - 1), "gzip", true),
+    ];
+    for (body, coding, known) in cases {
+        let mut spec = Exchange1::json(&body, known);
+        spec.request_headers = vec![("Accept-Encoding", coding)];
+        if !known {
+            spec.chunks = chunked(&body, &[4096, 65_536, 200_000], 0);
+        }
+        let inline = run(&settings(), &spec).unwrap();
+        let offloaded = run_offloaded(&spec);
+        let n = body.len();
+        assert_eq!(offloaded.job, n as u64 >= OFFLOAD_MIN_LENGTH, "{n}");
+        assert_eq!(offloaded.edits.as_ref(), Some(&inline.edits), "{n}");
+        assert_eq!((offloaded.body, offloaded.mode), (inline.body, inline.mode), "{n}");
+    }
+}
+
+#[test]
+fn a_job_given_back_unrun_is_run_then() {
+    let body = json_body(300_000);
+    let mut ex = Exchange::new(settings());
+    ex.offload_whole_bodies();
+    ex.request_header(b"Accept-Encoding", b"gzip");
+    ex.response_header(b"Content-Type", b"application/json");
+    ex.response_head(200);
+    assert!(ex.feed(&body, true, false, 0).unwrap().work);
+    let job = ex.take_whole_body().unwrap();
+    let out = ex.complete_whole_body(job).unwrap();
+    assert_eq!(common::decode(Some(Coding::Gzip), out.data), body);
+    assert_eq!(ex.mode(), Mode::Oneshot);
+    assert!(ex.feed(b"more", true, false, 0).is_err(), "nothing after the end");
+}
+
+#[test]
+fn without_offloading_large_bodies_are_compressed_inline() {
+    let body = json_body(1 << 20);
+    let mut ex = Exchange::new(settings());
+    ex.request_header(b"Accept-Encoding", b"gzip");
+    ex.response_header(b"Content-Type", b"application/json");
+    ex.response_head(200);
+    let out = ex.feed(&body, true, false, 0).unwrap();
+    assert!(out.end && !out.work && out.headers.is_some());
+    assert!(ex.take_whole_body().is_none());
 }
