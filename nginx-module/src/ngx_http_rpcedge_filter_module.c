@@ -312,10 +312,16 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     } else {
         /* an error page replaces the response: start over */
 
-        ngx_http_rpcedge_stop_timer(ctx);
+        if (ctx->offloaded) {
+            /* a thread still works on this exchange's body */
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "rpcedge: response replaced while compressing");
+            return NGX_ERROR;
+        }
+
         r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
-        rpcedge_exchange_free(ctx->exchange);
+        ngx_http_rpcedge_cleanup(ctx);
         ngx_memzero(ctx, sizeof(ngx_http_rpcedge_ctx_t));
         ctx->request = r;
     }
@@ -1092,6 +1098,11 @@ ngx_http_rpcedge_cleanup(void *data)
     ngx_http_rpcedge_ctx_t  *ctx = data;
 
     ngx_http_rpcedge_stop_timer(ctx);
+
+    /* a job taken but not given back; a running one blocks the request */
+
+    rpcedge_job_free(ctx->job);
+    ctx->job = NULL;
 
     rpcedge_exchange_free(ctx->exchange);
     ctx->exchange = NULL;

@@ -263,6 +263,14 @@ rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
 void rpcedge_job_run(rpcedge_job_t *job);
 
 /**
+ * Frees a job that will not be given back (its exchange is going away).
+ *
+ * # Safety
+ * `job` is NULL or came from `rpcedge_exchange_take_job`, is not running, and is freed once.
+ */
+void rpcedge_job_free(rpcedge_job_t *job);
+
+/**
  * Gives a job back to its exchange (and frees it); one not run is run here. Returns as
  * `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
  *

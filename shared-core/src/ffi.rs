@@ -382,6 +382,17 @@ pub unsafe extern "C" fn rpcedge_job_run(job: *mut RpcedgeJob) {
     guard((), || (*job).0.run());
 }
 
+/// Frees a job that will not be given back (its exchange is going away).
+///
+/// # Safety
+/// `job` is NULL or came from `rpcedge_exchange_take_job`, is not running, and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_job_free(job: *mut RpcedgeJob) {
+    if !job.is_null() {
+        guard((), || drop(Box::from_raw(job)));
+    }
+}
+
 /// Gives a job back to its exchange (and frees it); one not run is run here. Returns as
 /// `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
 ///
