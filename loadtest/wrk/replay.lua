@@ -1,0 +1,98 @@
+-- wrk script: replays a request list written by loadtest/scenarios.py and checks every answer.
+--
+--   wrk -t1 -c32 -d5s -s loadtest/wrk/replay.lua http://127.0.0.1:18080 -- build/bench/requests/mix.tsv gzip
+--
+-- Arguments: the list (one request per line, tab-separated: network, the recording that answers
+-- it, the length of that answer, the compact JSON-RPC body) and the Accept-Encoding to send.
+-- Each connection takes the next request of the list, round and round.
+--
+-- A response counts as broken when its status is not 200, when it carries no X-Replay-Recording
+-- naming a request of the list, when an identity body does not have the recorded length, when a
+-- gzip body lacks the gzip magic or its trailer (ISIZE) disagrees with the recorded length, when a
+-- br body is empty, or when it has any other Content-Encoding. done() prints one RESULT line of
+-- JSON for loadtest/bench.py; wrk's own summary is printed above it.
+
+requests = {}
+expected = {}  -- recording -> length of its answer
+next_request = 0
+-- counters, globals so that done() can read each thread's with thread:get()
+answered, bad_status, unknown, bad_length, bad_gzip, bad_br, bad_coding, encoded, body_bytes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+
+local threads = {}
+
+function setup(thread)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  local list, accept_encoding = args[1], args[2]
+  for line in io.lines(list) do
+    local network, recording, length, body = line:match("^([^\t]+)\t([^\t]+)\t(%d+)\t(.+)$")
+    expected[recording] = tonumber(length)
+    local headers = {["Content-Type"] = "application/json", ["Accept-Encoding"] = accept_encoding}
+    table.insert(requests, wrk.format("POST", "/" .. network, headers, body))
+  end
+  assert(#requests > 0, "no requests in " .. list)
+end
+
+function request()
+  next_request = next_request % #requests + 1
+  return requests[next_request]
+end
+
+-- The uncompressed length a gzip member states in its last four bytes (little endian).
+local function gzip_isize(body)
+  local a, b, c, d = body:byte(-4, -1)
+  return a + b * 256 + c * 65536 + d * 16777216
+end
+
+function response(status, headers, body)
+  answered = answered + 1
+  body_bytes = body_bytes + #body
+  if status ~= 200 then
+    bad_status = bad_status + 1
+    return
+  end
+  local recording, coding
+  for name, value in pairs(headers) do
+    local lower = name:lower()
+    if lower == "x-replay-recording" then recording = value elseif lower == "content-encoding" then coding = value end
+  end
+  local length = recording and expected[recording]
+  if not length then
+    unknown = unknown + 1
+  elseif coding == nil then
+    if #body ~= length then bad_length = bad_length + 1 end
+  elseif coding == "gzip" then
+    encoded = encoded + 1
+    if #body < 18 or body:sub(1, 2) ~= "\31\139" or gzip_isize(body) ~= length % 4294967296 then
+      bad_gzip = bad_gzip + 1
+    end
+  elseif coding == "br" then
+    encoded = encoded + 1
+    if #body == 0 then bad_br = bad_br + 1 end
+  else
+    bad_coding = bad_coding + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local totals = {}
+  for _, name in ipairs({"answered", "bad_status", "unknown", "bad_length", "bad_gzip", "bad_br", "bad_coding", "encoded", "body_bytes"}) do
+    local sum = 0
+    for _, thread in ipairs(threads) do sum = sum + thread:get(name) end
+    table.insert(totals, string.format('"%s":%.0f', name, sum))
+  end
+  local percentiles = {}
+  for _, p in ipairs({50, 90, 99, 99.9}) do
+    table.insert(percentiles, string.format('"%s":%.0f', tostring(p), latency:percentile(p)))
+  end
+  local e = summary.errors
+  io.write(string.format(
+    'RESULT {"requests":%.0f,"duration_us":%.0f,"bytes":%.0f,' ..
+    '"errors":{"connect":%.0f,"read":%.0f,"write":%.0f,"timeout":%.0f,"status":%.0f},' ..
+    '"latency_us":{%s},"checks":{%s}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.timeout, e.status,
+    table.concat(percentiles, ","), table.concat(totals, ",")))
+end
