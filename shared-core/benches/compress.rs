@@ -114,8 +114,8 @@ fn main() {
     let buckets = buckets();
     let mut criterion = Criterion::default()
         .sample_size(10)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(250))
+        .measurement_time(Duration::from_secs(1))
         .configure_from_args();
     for bucket in &buckets {
         let mut group = criterion.benchmark_group(bucket.name);
