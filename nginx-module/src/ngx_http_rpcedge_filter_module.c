@@ -105,6 +105,8 @@ static void ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex,
     ngx_list_t *list, ngx_http_rpcedge_feed_header_pt feed);
 static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits);
+static ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_http_request_t *r,
+    char *key, char *value);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits);
 static ngx_int_t ngx_http_rpcedge_filter(ngx_http_request_t *r,
@@ -467,22 +469,11 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     ngx_table_elt_t  *h;
 
     if (edits->content_encoding) {
-        h = ngx_list_push(&r->headers_out.headers);
+        h = ngx_http_rpcedge_push_header(r, "Content-Encoding",
+                                         edits->content_encoding == 1
+                                         ? "gzip" : "deflate");
         if (h == NULL) {
             return NGX_ERROR;
-        }
-
-        h->hash = 1;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
-        ngx_str_set(&h->key, "Content-Encoding");
-
-        if (edits->content_encoding == 1) {
-            ngx_str_set(&h->value, "gzip");
-
-        } else {
-            ngx_str_set(&h->value, "deflate");
         }
 
         r->headers_out.content_encoding = h;
@@ -500,18 +491,10 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         break;
     }
 
-    if (edits->add_vary) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
-        h->hash = 1;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
-        ngx_str_set(&h->key, "Vary");
-        ngx_str_set(&h->value, "Accept-Encoding");
+    if (edits->add_vary
+        && ngx_http_rpcedge_push_header(r, "Vary", "Accept-Encoding") == NULL)
+    {
+        return NGX_ERROR;
     }
 
     if (edits->etag && r->headers_out.etag) {
@@ -531,6 +514,29 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     }
 
     return NGX_OK;
+}
+
+
+static ngx_table_elt_t *
+ngx_http_rpcedge_push_header(ngx_http_request_t *r, char *key, char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = 1;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+
+    return h;
 }
 
 
