@@ -21,10 +21,11 @@ STOCK_MODULES = Path("/usr/lib/nginx/modules")
 LOG_FORMAT = "log_format rpcedge '$request_uri $status $rpcedge_mode $rpcedge_ratio $bytes_sent';"
 
 
-def main_conf(prefix, http_body, modules=(), workers=1, error_log_level="info", rpcedge=True):
+def main_conf(prefix, http_body, modules=(), workers=1, error_log_level="info", rpcedge=True, main=""):
     """A whole nginx.conf for a test prefix: the rpcedge module unless not `rpcedge` (plus any
     stock `modules`), one master and `workers` workers in the foreground, every path under
-    `prefix`. Without rpcedge there is no access log (its format uses rpcedge's variables)."""
+    `prefix`, and `main` in the main context. Without rpcedge there is no access log (its format
+    uses rpcedge's variables)."""
     prefix = Path(prefix)
     for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (prefix / temp).mkdir(parents=True, exist_ok=True)
@@ -38,6 +39,7 @@ worker_processes {workers};
 user root;
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log {error_log_level};
+{main}
 
 events {{
     worker_connections 1024;
@@ -90,14 +92,15 @@ class Nginx:
         self.process.stop()
 
 
-def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=(), rpcedge=True):
+def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=(), rpcedge=True,
+                main=""):
     """Starts nginx on `ports` (all must be listened on by `http_body`) and waits for them."""
     if rpcedge and not MODULE.exists():
         raise StartError(f"{MODULE} is missing: run `make -C nginx-module`")
     prefix = Path(prefix)
     prefix.mkdir(parents=True, exist_ok=True)
     conf = prefix / "nginx.conf"
-    conf.write_text(main_conf(prefix, http_body, modules, workers, rpcedge=rpcedge))
+    conf.write_text(main_conf(prefix, http_body, modules, workers, rpcedge=rpcedge, main=main))
     code, output = check_conf(conf, prefix)
     if code != 0:
         raise StartError(f"nginx -t failed:\n{output}")

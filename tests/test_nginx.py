@@ -34,9 +34,34 @@ SERVER = """
         keepalive 16;
     }}
 
+    # settings merged from server to location to if
+    server {{
+        listen {LOOPBACK}:{merged_port};
+
+        rpcedge on;
+        rpcedge_level 1;
+        rpcedge_min_length 8k;
+
+        location / {{
+            proxy_pass http://replay;
+        }}
+
+        location /override/ {{
+            rpcedge_min_length 1k;
+
+            if ($http_x_rpcedge_off) {{
+                rpcedge off;
+            }}
+
+            proxy_pass http://replay/;
+        }}
+    }}
+
     server {{
         listen {LOOPBACK}:{port};
         listen {LOOPBACK}:{h2_port} http2;
+        # a slow reader's socket fills at once
+        listen {LOOPBACK}:{slow_port} sndbuf=8k;
 
         rpcedge on;
 
@@ -85,6 +110,31 @@ SERVER = """
             proxy_pass http://replay/;
         }}
 
+        # nginx's gzip beside rpcedge: one of them compresses, Vary goes out once
+        location /gzip/ {{
+            gzip on;
+            gzip_vary on;
+            gzip_min_length 20;
+            gzip_types application/json;
+            proxy_pass http://replay/;
+        }}
+
+        # a response rpcedge fails on is answered with an error page where rpcedge is off
+        location /failover/ {{
+            error_page 502 = /fallback/{bucket_1k_slug}.json;
+            proxy_pass http://replay/;
+        }}
+
+        location /fallback/ {{
+            rpcedge off;
+            alias {static}/;
+            types {{ application/json json; }}
+        }}
+
+        location = /status {{
+            stub_status;
+        }}
+
         location /notransform/ {{
             add_header Cache-Control no-transform;
             proxy_pass http://replay/;
@@ -93,6 +143,11 @@ SERVER = """
         location /fcgi/ {{
             fastcgi_pass {LOOPBACK}:{fastcgi_port};
             fastcgi_param REQUEST_URI $request_uri;
+        }}
+
+        location = /empty.json {{
+            default_type application/json;
+            return 200 "";
         }}
 
         location = /missing.json {{
@@ -117,10 +172,11 @@ def nginx(replay, fastcgi, tmp_path_factory):
     static.mkdir()
     for name, path in BUCKETS.items():
         (static / f"{slug(name)}.json").write_bytes(recorded(replay, path))
-    ports = [free_port(), free_port()]
+    ports = [free_port() for _ in range(4)]
     body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
+                         slow_port=ports[2], merged_port=ports[3],
                          static=static, dead_port=free_port(), bucket_1k=BUCKETS["1-16 KiB"],
-                         bucket_small=BUCKETS["under 1 KiB"],
+                         bucket_small=BUCKETS["under 1 KiB"], bucket_1k_slug=slug("1-16 KiB"),
                          fastcgi_port=fastcgi.port)
     server = start_nginx(prefix, body, ports)
     yield server
@@ -264,6 +320,81 @@ def test_a_trickling_body_reaches_the_client_chunk_by_chunk(nginx, replay, prefi
         assert arrived is not None and arrived <= i * 0.5 + 0.1 + 0.1, (i, progress)
 
 
+@pytest.mark.parametrize("prefix", ["/unbuffered", ""])
+def test_a_small_flushed_answer_is_not_streamed(nginx, replay, prefix):
+    """Unbuffered proxying (or X-Accel-Buffering: no) marks every buffer as a flush: a small
+    answer still goes out whole, untouched, with its exact length, not as chunked gzip."""
+    path = BUCKETS["under 1 KiB"]
+    original = recorded(replay, path)
+    r = get(nginx, f"{prefix}/corpus/{path}",
+            headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "30", "X-Replay-Flush": "1"})
+    assert r.status == 200 and r.complete and not r.chunked
+    assert r.header("content-encoding") is None
+    assert r.header("content-length") == str(len(original)) and r.body == original
+    assert last_log(nginx, f"{prefix}/corpus/{path}")[2] == "small"
+
+
+def test_a_flush_with_min_length_held_streams(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/unbuffered/corpus/{path}",
+            headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "512", "X-Replay-Flush": "1"})
+    assert r.header("content-encoding") == "gzip" and r.chunked
+    assert gzip.decompress(r.body) == recorded(replay, path)
+    assert last_log(nginx, f"/unbuffered/corpus/{path}")[2] == "stream"
+
+
+def test_keep_alive_after_held_streamed_and_small_responses(nginx, replay):
+    paths = [f"/corpus/{BUCKETS['16-256 KiB']}", f"/corpus/{BUCKETS['1-4 MiB']}",
+             f"/corpus/{BUCKETS['under 1 KiB']}", f"/unbuffered/corpus/{BUCKETS['1-16 KiB']}",
+             f"/static/{slug('1-16 KiB')}.json", f"/corpus/{BUCKETS['16-256 KiB']}"]
+    responses = wire.keep_alive(nginx.port, paths)
+    for path, r in zip(paths, responses):
+        original = recorded(replay, path.split("/corpus/")[-1]) if "/corpus/" in path \
+            else recorded(replay, BUCKETS["1-16 KiB"])
+        assert r.status == 200 and r.decoded() == original, path
+    assert responses[1].chunked and responses[0].header("content-length") is not None
+
+
+def test_content_length_zero(nginx):
+    r = get(nginx, "/empty.json")
+    assert r.status == 200 and r.complete and r.body == b""
+    assert r.header("content-length") == "0" and r.header("content-encoding") is None
+
+
+def test_held_output_reaches_a_slow_client_without_waiting_for_the_upstream(nginx, replay):
+    """A 1.2 MiB burst streams (past max_buffer) and its compressed tail is released by the
+    timer while the client's socket is full; the upstream then pauses for 3 s. Once the client
+    reads, all of the burst must arrive at once, not with the upstream's next chunk."""
+    path = BUCKETS["1-4 MiB"]
+    original = recorded(replay, path)
+    burst = 1_200_000
+    r = wire.request(nginx.ports[2], f"/corpus/{path}", rcvbuf=4096, read_after=0.5, headers={
+        "X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": str(burst), "X-Replay-Chunk-Delay-Ms": "3000"})
+    assert r.complete and gzip.decompress(r.body) == original
+    progress = r.decoded_over_time()
+    arrived = next(t for t, n in progress if n >= burst - 1024)  # less what zlib may hold
+    assert arrived < 2.0, f"the burst was whole only at {arrived:.2f} s (the upstream resumed at 3 s)"
+
+
+def test_settings_merge_from_server_to_location_and_if(nginx, replay):
+    merged = nginx.ports[3]
+    small, medium = BUCKETS["1-16 KiB"], BUCKETS["16-256 KiB"]  # 4 KiB, 56 KiB
+    level1 = get(nginx, f"/level1/corpus/{medium}")
+    # Inherited from the server: level 1, min_length 8k.
+    r = get(nginx, f"/corpus/{medium}", port=merged)
+    assert r.header("content-encoding") == "gzip" and r.body == level1.body
+    r = get(nginx, f"/corpus/{small}", port=merged)
+    assert r.header("content-encoding") is None and r.body == recorded(replay, small)
+    # The location lowers min_length and keeps the server's level.
+    r = get(nginx, f"/override/corpus/{small}", port=merged)
+    assert r.header("content-encoding") == "gzip"
+    assert r.body == get(nginx, f"/level1/corpus/{small}").body
+    # An if block turns it off.
+    r = get(nginx, f"/override/corpus/{medium}", port=merged, headers={"X-Rpcedge-Off": "1"})
+    assert r.header("content-encoding") is None and r.header("vary") is None
+    assert r.body == recorded(replay, medium)
+
+
 # --- what stays untouched ----------------------------------------------------------------------
 
 
@@ -316,16 +447,22 @@ def test_add_header_no_transform_is_honoured(nginx, replay):
     assert r.body == recorded(replay, path)
 
 
-@pytest.mark.parametrize("bucket", ["under 1 KiB", "16-256 KiB"])
-def test_range_requests_get_consistent_answers(nginx, replay, bucket):
+@pytest.mark.parametrize("bucket, accept, ranged", [
+    ("under 1 KiB", "gzip", True),  # too small to compress: the range applies
+    ("under 1 KiB", None, True),
+    ("16-256 KiB", None, True),  # identity for this client: the range applies
+    ("16-256 KiB", "gzip", False),  # compressed: the whole body, as nginx's gzip does
+])
+def test_range_requests_get_consistent_answers(nginx, replay, bucket, accept, ranged):
     original = recorded(replay, BUCKETS[bucket])
-    for accept in ("gzip", None):
-        r = get(nginx, f"/static/{slug(bucket)}.json", accept_encoding=accept, headers={"Range": "bytes=0-9"})
-        assert r.complete
-        if r.status == 206:
-            assert r.header("content-encoding") is None and r.body == original[:10]
-        else:
-            assert r.status == 200 and r.decoded() == original
+    r = get(nginx, f"/static/{slug(bucket)}.json", accept_encoding=accept, headers={"Range": "bytes=0-9"})
+    assert r.complete
+    if ranged:
+        assert r.status == 206 and r.header("content-encoding") is None and r.body == original[:10]
+        assert r.header("content-range") == f"bytes 0-9/{len(original)}"
+    else:
+        assert r.status == 200 and r.header("content-range") is None
+        assert r.header("content-encoding") == "gzip" and r.decoded() == original
 
 
 def test_rpcedge_off_leaves_responses_alone(nginx, replay):
@@ -353,6 +490,22 @@ def test_vary_and_etag_rules(nginx, replay):
     weak = get(nginx, f"/corpus/{path}", headers={"X-Replay-Header": ['ETag: W/"v1"', "Vary: accept-encoding"]})
     assert weak.header("etag") == 'W/"v1"'
     assert weak.header_count("vary") == 1, "Vary already covers Accept-Encoding"
+
+    # Not an entity tag: it cannot be weakened, so a compressed body goes without it.
+    for malformed in ["v1", '"v1', 'W/v1']:
+        r = get(nginx, f"/corpus/{path}", headers={"X-Replay-Header": f"ETag: {malformed}"})
+        assert r.header("content-encoding") == "gzip" and r.header("etag") is None, malformed
+
+
+@pytest.mark.parametrize("bucket, coding", [("under 1 KiB", "gzip"), ("16-256 KiB", "gzip"), ("16-256 KiB", None)])
+def test_gzip_beside_rpcedge_sends_one_vary(nginx, replay, bucket, coding):
+    """rpcedge compresses what it gates in; nginx's gzip may take what rpcedge leaves small."""
+    path = BUCKETS[bucket]
+    r = get(nginx, f"/gzip/corpus/{path}", accept_encoding=coding)
+    assert r.complete and r.decoded() == recorded(replay, path)
+    assert r.header_count("vary") == 1 and r.header("vary") == "Accept-Encoding"
+    if coding and len(recorded(replay, path)) >= 1024:
+        assert last_log(nginx, f"/gzip/corpus/{path}")[2] == "oneshot"
 
 
 @pytest.mark.parametrize("accept,coding", [
@@ -411,22 +564,50 @@ def test_http2_client(nginx, replay, tmp_path):
 # --- failures ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["length", "chunked"])
-@pytest.mark.parametrize("bucket", ["16-256 KiB", "1-4 MiB"])
-def test_an_upstream_reset_never_looks_complete(nginx, replay, mode, bucket):
+# (framing, bucket, where the upstream resets as a share of the body, whether the headers are out)
+RESETS = {
+    "length, held": ("length", "16-256 KiB", 0.5, False),
+    "chunked, held": ("chunked", "16-256 KiB", 0.5, False),
+    # a known length above max_buffer streams from the head
+    "length, streaming": ("length", "1-4 MiB", 0.5, True),
+    # a chunked body streams once it passes max_buffer (1 MiB of the 1.5 MiB)
+    "chunked, streaming": ("chunked", "1-4 MiB", 0.9, True),
+}
+# Paced, so that nginx has read all the upstream sent before its reset (which drops whatever the
+# reader had not read yet).
+PACED = {"X-Replay-Chunk-Size": "131072", "X-Replay-Chunk-Delay-Ms": "20"}
+
+
+@pytest.mark.parametrize("case", RESETS)
+def test_an_upstream_reset_is_a_502_before_the_headers_and_a_reset_after(nginx, replay, case):
+    mode, bucket, share, headers_out = RESETS[case]
     path = BUCKETS[bucket]
     original = recorded(replay, path)
-    cut = len(original) // 2
     r = get(nginx, f"/corpus/{path}",
-            headers={"X-Replay-Mode": mode, "X-Replay-Reset-After": str(cut)})
-    # Either the connection closed before any response (status 0), or what came is cut short.
-    if r.status:
+            headers={"X-Replay-Mode": mode, "X-Replay-Reset-After": str(int(len(original) * share)), **PACED})
+    if headers_out:
+        # What arrived is a valid but unfinished prefix, and its framing says so.
+        assert r.status == 200 and r.header("content-encoding") == "gzip"
         assert not r.complete, "a truncated upstream body must not arrive as a complete response"
-        if r.header("content-encoding") == "gzip" and r.body:
-            # What did arrive is a valid prefix of the original.
-            assert original.startswith(zlib.decompressobj(wbits=31).decompress(r.body))
-    # nginx goes on serving.
+        inflater = zlib.decompressobj(wbits=31)
+        assert original.startswith(inflater.decompress(r.body)) and not inflater.eof
+    else:
+        # Nothing had gone out: the client gets a whole error response instead.
+        assert r.status == 502 and r.complete, (r.status, r.raw[:200])
+        assert r.header("content-encoding") is None and r.header("connection") == "close"
+    assert last_log(nginx, f"/corpus/{path}")[2] == "failed"
     assert get(nginx, f"/corpus/{BUCKETS['1-16 KiB']}").complete
+
+
+def test_an_error_page_after_a_failure_is_served_where_rpcedge_is_off(nginx, replay):
+    path = BUCKETS["16-256 KiB"]
+    started = time.monotonic()
+    r = get(nginx, f"/failover/corpus/{path}", headers={"X-Replay-Mode": "chunked", "X-Replay-Reset-After": "30000"})
+    assert time.monotonic() - started < 5, "the request hung (a held-output bit left set)"
+    # "error_page 502 =" answers with the fallback's own status
+    assert r.status == 200 and r.complete
+    assert r.header("content-encoding") is None and r.header("vary") is None, "rpcedge is off there"
+    assert r.body == recorded(replay, BUCKETS["1-16 KiB"])
 
 
 def test_an_upstream_down_gives_a_clean_error_page(nginx):
@@ -441,6 +622,12 @@ def test_error_page_redirect_is_handled(nginx, replay):
     assert r.header("content-length") == str(len(r.body))
 
 
+def active_connections(nginx):
+    """Connections nginx holds open, not counting the one that asks."""
+    text = get(nginx, "/status", accept_encoding=None).body.decode()
+    return int(text.split("Active connections:")[1].split()[0]) - 1
+
+
 def test_client_aborts_leave_nginx_serving(nginx, replay):
     for path, delay in [(BUCKETS["over 4 MiB"], "0"), (BUCKETS["1-16 KiB"], "300")]:
         for _ in range(5):
@@ -449,7 +636,11 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
                              f"X-Replay-Mode: chunked\r\nX-Replay-Chunk-Delay-Ms: {delay}\r\n\r\n".encode())
                 sock.recv(1000)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    time.sleep(0.5)
+    # Every aborted request is finished and its connection closed: none hangs or leaks.
+    deadline = time.monotonic() + 10
+    while active_connections(nginx) > 0:
+        assert time.monotonic() < deadline, f"{active_connections(nginx)} connections left open"
+        time.sleep(0.1)
     r = get(nginx, f"/corpus/{BUCKETS['16-256 KiB']}")
     assert r.complete and gzip.decompress(r.body) == recorded(replay, BUCKETS["16-256 KiB"])
     assert "alert" not in nginx.error_log()

@@ -13,7 +13,7 @@ import wire
 from nginx_harness import LOOPBACK, free_port, start_nginx
 from test_nginx import BUCKETS, recorded
 
-# Offloaded from 128 KiB (the core's OFFLOAD_MIN_LENGTH); both within max_buffer (1 MiB).
+# Offloaded from 128 KiB (the default offload_min_length); both within max_buffer (1 MiB).
 OFFLOADED = {
     "400 KiB": BUCKETS["256 KiB-1 MiB"],
     "1 MiB": "erigon_getBlockByTimestamp/erigon-rpc-tests__mainnet__test_06.json",  # 967 KiB
@@ -63,8 +63,33 @@ SERVER = """
             aio off;
             proxy_pass http://replay/;
         }}
+
+        location /offload-from-512k/ {{
+            rpcedge_offload_min_length 512k;
+            proxy_pass http://replay/;
+        }}
+
+        # an aborted request is redirected to post_action while its body is in a thread
+        location /postaction/ {{
+            rpcedge_level 12;
+            post_action /after;
+            proxy_pass http://replay/;
+        }}
+
+        location = /after {{
+            return 204;
+        }}
+
+        # a small queue: a burst overflows it and falls back to compressing inline
+        location /small-pool/ {{
+            aio threads=small;
+            rpcedge_level 12;
+            proxy_pass http://replay/;
+        }}
     }}
 """
+
+MAIN = "thread_pool small threads=1 max_queue=1;"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +101,7 @@ def nginx(replay, tmp_path_factory):
     ports = [free_port(), free_port()]
     body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
                          prefix=prefix, static=static)
-    server = start_nginx(prefix, body, ports)
+    server = start_nginx(prefix, body, ports, main=MAIN)
     yield server
     server.stop()
 
@@ -125,6 +150,48 @@ def test_static_files_read_in_threads_too(nginx, replay):
     assert_oneshot(r, recorded(replay, OFFLOADED["400 KiB"]))
     assert r.header("etag").startswith('W/"')
     assert offloaded(nginx, "/static/big.json") == 1
+
+
+def test_the_offload_threshold_is_a_directive(nginx, replay):
+    for size, threaded in [("400 KiB", False), ("1 MiB", True)]:
+        uri = f"/offload-from-512k/corpus/{OFFLOADED[size]}"
+        assert_oneshot(get(nginx, uri), recorded(replay, OFFLOADED[size]))
+        assert offloaded(nginx, uri) == int(threaded), size
+
+
+def test_a_full_thread_queue_falls_back_to_inline(nginx, replay):
+    path = OFFLOADED["1 MiB"]
+    uri = f"/small-pool/corpus/{path}"
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(lambda _: get(nginx, uri), range(6)))
+    for r in responses:
+        assert_oneshot(r, recorded(replay, path))
+    log = nginx.error_log()
+    assert "thread pool \"small\" queue overflow" in log, "the burst did overflow the queue"
+    assert offloaded(nginx, uri) < 6, "some compressed inline"
+    assert "alert" not in log
+
+
+def test_post_action_after_an_abort_during_offload(nginx, replay):
+    """The abort finalizes the request, post_action redirects it (clearing its module contexts)
+    while the thread still compresses: the completion must not need the request's ctx."""
+    path = OFFLOADED["1 MiB"]
+    uri = f"/postaction/corpus/{path}"
+    for delay in [0.02, 0.05, 0.1]:
+        with socket.create_connection((LOOPBACK, nginx.port)) as sock:
+            sock.sendall(f"GET {uri} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n".encode())
+            time.sleep(delay)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    deadline = time.monotonic() + 20
+    while sum(line.startswith(f"{uri} ") for line in nginx.access_log()) < 3:
+        assert time.monotonic() < deadline, nginx.access_log()[-3:]
+        time.sleep(0.1)
+    # the completion logs the request as post_action left it
+    assert offloaded(nginx, "/after") > 0, "an abort came while a thread compressed"
+    assert_oneshot(get(nginx, f"/corpus/{OFFLOADED['400 KiB']}"), recorded(replay, OFFLOADED["400 KiB"]))
+    log = nginx.error_log()
+    assert "signal" not in log, "no worker crashed"
+    assert "alert" not in log
 
 
 def test_small_bodies_stay_inline(nginx, replay):

@@ -62,21 +62,34 @@ def decode(coding, body):
     return body
 
 
-def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
-            host=LOOPBACK):
-    """One request on a fresh connection, read to the end of the connection; `headers` is a dict
-    whose values may be lists (repeated headers)."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+def head(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", host=LOOPBACK,
+         keep_alive=False):
+    """A request's bytes; `headers` is a dict whose values may be lists (repeated headers)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}"]
+    if not keep_alive:
+        lines.append("Connection: close")
     if accept_encoding is not None:
         lines.append(f"Accept-Encoding: {accept_encoding}")
     for name, values in (headers or {}).items():
         lines += [f"{name}: {value}" for value in (values if isinstance(values, list) else [values])]
     if body:
         lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
+            host=LOOPBACK, rcvbuf=None, read_after=0):
+    """One request on a fresh connection, read to the end of the connection. A slow client:
+    `rcvbuf` bytes of socket receive buffer, and no reading for `read_after` seconds."""
     data, arrivals, reset = bytearray(), [], False
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+    with socket.socket() as sock:
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(timeout)
+        sock.connect((host, port))
         sent_at = time.monotonic()
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        sock.sendall(head(port, path, method, headers, body, accept_encoding, host))
+        time.sleep(read_after)
         while True:
             try:
                 piece = sock.recv(1 << 16)
@@ -88,6 +101,47 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
             data += piece
             arrivals.append((time.monotonic() - sent_at, len(data)))
     return parse(bytes(data), arrivals, reset, head_only=method == "HEAD")
+
+
+def keep_alive(port, paths, headers=None, accept_encoding="gzip", timeout=60, host=LOOPBACK):
+    """GETs `paths` one after another on one keep-alive connection; each response is read as its
+    framing says (a response that does not frame itself fails), then the next request goes."""
+    responses = []
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        data = bytearray()
+        for path in paths:
+            sock.sendall(head(port, path, headers=headers, accept_encoding=accept_encoding, host=host,
+                              keep_alive=True))
+            while True:
+                response = parse(bytes(data)) if b"\r\n\r\n" in data else None
+                if response is not None and response.complete and framed_length(response) is not None:
+                    break
+                piece = sock.recv(1 << 16)
+                assert piece, f"the connection closed before the response to {path} was whole"
+                data += piece
+            assert response.header("connection") != "close", path
+            responses.append(response)
+            data = data[response.head_length + framed_length(response):]
+            assert not data, "bytes after a whole response"
+    return responses
+
+
+def framed_length(response):
+    """How many bytes after the head the whole response took on the wire; None while its end has
+    not all arrived."""
+    if not response.chunked:
+        return len(response.body)
+    raw, at = response.raw, 0
+    for size in response.chunk_sizes:
+        at += len(f"{size:x}\r\n") + size + 2
+    line_end = raw.find(b"\r\n", at)
+    if line_end < 0:
+        return None
+    trailers = line_end + 2
+    if raw[trailers:trailers + 2] == b"\r\n":
+        return trailers + 2
+    end = raw.find(b"\r\n\r\n", trailers)
+    return None if end < 0 else end + 4
 
 
 def parse(data, arrivals=(), reset=False, head_only=False):

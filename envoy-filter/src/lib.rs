@@ -17,13 +17,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
-use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::{BodyPlan, Config, Exchange, HeaderEdits, LengthEdit, Mode, Settings};
+use rpcedge_core::{BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -72,7 +72,7 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
-        let now = now_ns() / 1_000_000;
+        let now = now_ms();
         let due: Vec<_> = shared
             .waiting
             .borrow()
@@ -237,7 +237,8 @@ impl Stream {
         if !self.out.is_empty() {
             if !self.holds_body {
                 // Envoy holds no body to add the end to: failing beats a truncated body.
-                self.fail("the body ended in trailers, with no body held to end");
+                let failure = self.exchange.abort();
+                self.fail("the body ended in trailers, with no body held to end", failure);
                 return Action::Pause;
             }
             let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, 0, &self.out);
@@ -298,31 +299,40 @@ impl Stream {
     /// Feeds the core, applies the headers it releases and keeps its bytes in `out`; false when
     /// the exchange failed (and the response is being reset).
     fn feed(&mut self, chunk: &[u8], end: bool) -> bool {
-        let started = now_ns();
+        let started = Instant::now();
         // Envoy has no notion of an upstream flush: every chunk is fed as unflushed.
-        match self.exchange.feed(chunk, end, false, started / 1_000_000) {
+        match self.exchange.feed(chunk, end, false, now_ms()) {
             Ok(out) => {
                 if let Some(edits) = out.headers {
                     apply_edits(edits);
                 }
                 self.out.clear();
                 self.out.extend_from_slice(out.data);
-                self.compress_ns += now_ns().saturating_sub(started);
+                self.compress_ns += started.elapsed().as_nanos() as u64;
                 if out.end {
                     self.finish();
                 }
                 true
             }
             Err(e) => {
-                self.fail(&e.to_string());
+                self.fail(&e.to_string(), self.exchange.failure());
                 false
             }
         }
     }
 
-    fn fail(&mut self, why: &str) {
-        log::warn!("resetting the response: {why}");
-        let _ = hostcalls::reset_http_response();
+    /// Does what the core says a failure calls for.
+    fn fail(&mut self, why: &str, failure: Failure) {
+        match failure {
+            Failure::Respond(status) => {
+                log::warn!("answering {status}: {why}");
+                let _ = hostcalls::send_http_response(u32::from(status), vec![], None);
+            }
+            Failure::Reset => {
+                log::warn!("resetting the response: {why}");
+                let _ = hostcalls::reset_http_response();
+            }
+        }
         self.finish_as(Mode::Failed);
     }
 
@@ -358,8 +368,14 @@ fn apply_edits(edits: &HeaderEdits) {
     if edits.add_vary {
         let _ = hostcalls::add_map_value(headers, "vary", "Accept-Encoding");
     }
-    if let Some(etag) = &edits.etag {
-        let _ = hostcalls::set_map_value_bytes(headers, "etag", Some(etag));
+    match &edits.etag {
+        EtagEdit::Keep => {}
+        EtagEdit::Set(etag) => {
+            let _ = hostcalls::set_map_value_bytes(headers, "etag", Some(etag));
+        }
+        EtagEdit::Remove => {
+            let _ = hostcalls::remove_map_value(headers, "etag");
+        }
     }
     if edits.remove_accept_ranges {
         let _ = hostcalls::remove_map_value(headers, "accept-ranges");
@@ -405,10 +421,9 @@ impl Metrics {
     }
 }
 
-/// Envoy's wall clock, the core's clock too (in milliseconds): proxy-wasm 0.2.1 has no monotonic one.
-fn now_ns() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as u64)
+/// The core's clock, in milliseconds: monotonic (WASI's, which Envoy serves from its own
+/// monotonic time source), so that a step of the wall clock never holds data back.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }

@@ -29,10 +29,6 @@
  */
 #define NGX_HTTP_RPCEDGE_BUFFERED   0x80
 
-#define NGX_HTTP_RPCEDGE_PASS       0
-#define NGX_HTTP_RPCEDGE_BUFFER     1
-#define NGX_HTTP_RPCEDGE_STREAM     2
-
 
 typedef struct {
     ngx_flag_t                 enable;
@@ -41,6 +37,7 @@ typedef struct {
     ngx_int_t                  level;
     ngx_int_t                  stream_level;
     ngx_msec_t                 stream_delay;
+    size_t                     offload_min_length;
     ngx_array_t               *types;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
@@ -82,11 +79,16 @@ typedef struct {
     /* a job taken from the core, to run in a thread or complete */
     rpcedge_job_t             *job;
 
+    /* the request's own write handler, while ours runs before it */
+    ngx_http_event_handler_pt  write_event_handler;
+
 #if (NGX_THREADS)
     ngx_thread_task_t         *task;
 #endif
 
     unsigned                   headers_sent:1;
+    /* the last buffer came in (it may still wait in ctx->in) */
+    unsigned                   last_in:1;
     unsigned                   done:1;
     unsigned                   offloaded:1;
 } ngx_http_rpcedge_ctx_t;
@@ -109,6 +111,13 @@ static ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_http_request_t *r,
     char *key, char *value);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits);
+static ngx_int_t ngx_http_rpcedge_fail(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, ngx_uint_t status);
+static ngx_int_t ngx_http_rpcedge_upstream_gave_up(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, ngx_chain_t *in);
+static void ngx_http_rpcedge_wait_for_client(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
+static void ngx_http_rpcedge_writer(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rpcedge_filter(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx);
 static ngx_int_t ngx_http_rpcedge_feed(ngx_http_request_t *r,
@@ -156,6 +165,9 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_level_check =
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_delay_check =
     { ngx_http_rpcedge_check, "stream_delay_ms",
       NGX_HTTP_RPCEDGE_MSEC_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_offload_min_length_check =
+    { ngx_http_rpcedge_check, "offload_min_length",
+      NGX_HTTP_RPCEDGE_SIZE_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
@@ -202,6 +214,13 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, stream_delay),
       &ngx_http_rpcedge_stream_delay_check },
+
+    { ngx_string("rpcedge_offload_min_length"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, offload_min_length),
+      &ngx_http_rpcedge_offload_min_length_check },
 
     { ngx_string("rpcedge_types"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -278,7 +297,18 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 
     /* a subrequest's output is part of its parent's body */
 
-    if (!conf->enable || r != r->main) {
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /*
+     * a new response (maybe an error page in a location where rpcedge is
+     * off) voids whatever this filter held of an earlier one
+     */
+
+    r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
+
+    if (!conf->enable) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -312,6 +342,11 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
         ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_filter_module);
 
     } else {
+        if (r->filter_finalize) {
+            /* the error page for this filter's own failure goes as it is */
+            return ngx_http_next_header_filter(r);
+        }
+
         /* an error page replaces the response: start over */
 
         if (ctx->offloaded) {
@@ -320,8 +355,6 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
                           "rpcedge: response replaced while compressing");
             return NGX_ERROR;
         }
-
-        r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
         ngx_http_rpcedge_cleanup(ctx);
         ngx_memzero(ctx, sizeof(ngx_http_rpcedge_ctx_t));
@@ -355,7 +388,7 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
                    "rpcedge plan:%ui mode:%s", plan,
                    rpcedge_exchange_mode(ctx->exchange));
 
-    if (plan == NGX_HTTP_RPCEDGE_PASS) {
+    if (plan == RPCEDGE_PLAN_PASS) {
         ctx->done = 1;
         return ngx_http_rpcedge_send_headers(r, ctx, &edits);
     }
@@ -376,11 +409,11 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     ctx->timer.log = r->connection->log;
     ctx->timer.cancelable = 1;
 
-    if (plan == NGX_HTTP_RPCEDGE_STREAM) {
+    if (plan == RPCEDGE_PLAN_STREAM) {
         return ngx_http_rpcedge_send_headers(r, ctx, &edits);
     }
 
-    /* NGX_HTTP_RPCEDGE_BUFFER: the headers wait for the body */
+    /* RPCEDGE_PLAN_BUFFER: the headers wait for the body */
 
     return NGX_OK;
 }
@@ -466,12 +499,14 @@ static ngx_int_t
 ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits)
 {
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t           *h;
+#if (NGX_HTTP_GZIP)
+    ngx_http_core_loc_conf_t  *clcf;
+#endif
 
     if (edits->content_encoding) {
         h = ngx_http_rpcedge_push_header(r, "Content-Encoding",
-                                         edits->content_encoding == 1
-                                         ? "gzip" : "deflate");
+                                         (char *) edits->content_encoding);
         if (h == NULL) {
             return NGX_ERROR;
         }
@@ -481,23 +516,40 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
 
     switch (edits->content_length_op) {
 
-    case RPCEDGE_LENGTH_SET:
+    case RPCEDGE_EDIT_SET:
         ngx_http_clear_content_length(r);
         r->headers_out.content_length_n = edits->content_length;
         break;
 
-    case RPCEDGE_LENGTH_REMOVE:
+    case RPCEDGE_EDIT_REMOVE:
         ngx_http_clear_content_length(r);
         break;
     }
 
-    if (edits->add_vary
-        && ngx_http_rpcedge_push_header(r, "Vary", "Accept-Encoding") == NULL)
-    {
-        return NGX_ERROR;
+    if (edits->add_vary) {
+#if (NGX_HTTP_GZIP)
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+        if (clcf->gzip_vary) {
+            /* gzip may ask for it too: nginx's header filter adds it once */
+            r->gzip_vary = 1;
+
+        } else
+#endif
+        if (ngx_http_rpcedge_push_header(r, "Vary", "Accept-Encoding")
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
     }
 
-    if (edits->etag && r->headers_out.etag) {
+    switch (edits->etag_op) {
+
+    case RPCEDGE_EDIT_SET:
+        if (r->headers_out.etag == NULL) {
+            break;
+        }
+
         r->headers_out.etag->value.data = ngx_pnalloc(r->pool,
                                                       edits->etag_len);
         if (r->headers_out.etag->value.data == NULL) {
@@ -507,6 +559,11 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         ngx_memcpy(r->headers_out.etag->value.data, edits->etag,
                    edits->etag_len);
         r->headers_out.etag->value.len = edits->etag_len;
+        break;
+
+    case RPCEDGE_EDIT_REMOVE:
+        ngx_http_clear_etag(r);
+        break;
     }
 
     if (edits->remove_accept_ranges) {
@@ -562,14 +619,27 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (in) {
         if (ngx_chain_add_copy(r->pool, &ctx->in, in) != NGX_OK) {
-            goto failed;
+            return ngx_http_rpcedge_fail(r, ctx, 0);
         }
+    }
+
+    if (!ctx->done && ngx_http_rpcedge_upstream_gave_up(r, ctx, in)) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "rpcedge: the upstream response ended before "
+                      "its body did");
+        return ngx_http_rpcedge_fail(r, ctx,
+                                     rpcedge_exchange_abort(ctx->exchange));
     }
 
     rc = ngx_http_rpcedge_filter(r, ctx);
 
     if (rc == NGX_ERROR) {
-        goto failed;
+        return ngx_http_rpcedge_fail(r, ctx, 0);
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_rpcedge_fail(r, ctx,
+                                     rpcedge_exchange_failure(ctx->exchange));
     }
 
     if (ctx->in || ctx->pending_len || ctx->pending_flags || ctx->offloaded) {
@@ -579,21 +649,26 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
     }
 
-    if (rc == NGX_DECLINED) {
-        /* the core refused the body before the headers went out */
-        ctx->done = 1;
-        ngx_http_rpcedge_stop_timer(ctx);
-        return ngx_http_filter_finalize_request(r,
-                                             &ngx_http_rpcedge_filter_module,
-                                             NGX_HTTP_BAD_GATEWAY);
+    if (rc == NGX_AGAIN && !ctx->offloaded) {
+        ngx_http_rpcedge_wait_for_client(r, ctx);
     }
 
     ngx_http_rpcedge_set_timer(ctx);
 
     return rc;
+}
 
-failed:
 
+/*
+ * The exchange failed: answer with the status the core gives, or, with 0,
+ * reset (NGX_ERROR closes the connection, so the client never sees a
+ * truncated body as complete).
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_fail(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx,
+    ngx_uint_t status)
+{
     ctx->done = 1;
     ctx->pending_len = 0;
     ctx->pending_flags = 0;
@@ -602,14 +677,112 @@ failed:
 
     r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
-    return NGX_ERROR;
+    if (status == RPCEDGE_FAILURE_RESET || ctx->headers_sent) {
+        return NGX_ERROR;
+    }
+
+    r->keepalive = 0;
+
+    return ngx_http_filter_finalize_request(r, &ngx_http_rpcedge_filter_module,
+                                            status);
+}
+
+
+/*
+ * The upstream module ends a response by finalizing itself (u->cleanup is
+ * then NULL) and sending the last buffer; when it gives up (a reset, a body
+ * shorter than its length) it sends a bare flush instead, then terminates
+ * the request. Such a flush, before any last buffer, means the body will
+ * never end.
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_upstream_gave_up(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_uint_t    flush;
+    ngx_chain_t  *cl;
+
+    flush = 0;
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            ctx->last_in = 1;
+        }
+
+        if (!ngx_buf_special(cl->buf)) {
+            return 0;
+        }
+
+        flush |= cl->buf->flush;
+    }
+
+    return flush && !ctx->last_in
+           && r->upstream && r->upstream->cleanup == NULL;
+}
+
+
+/*
+ * Output waits for the client. The event pipe calls the body filter again
+ * only for new upstream data, so the client's next write event must come
+ * here first: the request's write handler is wrapped until then.
+ */
+
+static void
+ngx_http_rpcedge_wait_for_client(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx)
+{
+    if (r->write_event_handler == ngx_http_rpcedge_writer) {
+        return;
+    }
+
+    ctx->write_event_handler = r->write_event_handler;
+    r->write_event_handler = ngx_http_rpcedge_writer;
+}
+
+
+static void
+ngx_http_rpcedge_writer(ngx_http_request_t *r)
+{
+    ngx_connection_t           *c;
+    ngx_http_rpcedge_ctx_t     *ctx;
+    ngx_http_event_handler_pt   handler;
+
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0, "rpcedge writer");
+
+    if (ctx == NULL) {
+        /* only a redirect clears the ctx, and it sets its own handler */
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    /* the filter may wrap the handler again: the request's own runs next */
+
+    handler = ctx->write_event_handler;
+    r->write_event_handler = handler;
+
+    /*
+     * from the top, as nginx's own writer does: filters above (copy) may
+     * hold input for this one, read from the temp file the event pipe
+     * spools to behind a slow client
+     */
+
+    if (!c->write->timedout && ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        c->error = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    handler(r);
 }
 
 
 /*
  * Moves input through the core and its output on to the next filter, as far
- * as free buffers allow. NGX_DECLINED: the core failed before the headers
- * went out.
+ * as free buffers allow. NGX_DECLINED: the core failed.
  */
 
 static ngx_int_t
@@ -687,7 +860,7 @@ ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
  * Completes a job, or feeds the next input buffer, or an empty tick when the
  * core's deadline has passed. NGX_OK: output is pending; NGX_DONE: nothing to
  * feed now; NGX_AGAIN: a job went to the thread pool; NGX_DECLINED: the core
- * failed before the headers went out.
+ * failed.
  */
 
 static ngx_int_t
@@ -774,7 +947,7 @@ output:
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "rpcedge: %s", err.message);
 
-        return ctx->headers_sent ? NGX_ERROR : NGX_DECLINED;
+        return NGX_DECLINED;
     }
 
     if (out.flags & RPCEDGE_OUT_WORK) {
@@ -980,7 +1153,9 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 
     *(rpcedge_job_t **) task->ctx = ctx->job;
 
-    task->event.data = r;
+    /* what the completion needs: r->ctx may be cleared by then (a redirect) */
+
+    task->event.data = ctx;
     task->event.handler = ngx_http_rpcedge_thread_event_handler;
 
     if (ngx_thread_task_post(tp, task) != NGX_OK) {
@@ -1014,7 +1189,8 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
     ngx_http_request_t      *r;
     ngx_http_rpcedge_ctx_t  *ctx;
 
-    r = ev->data;
+    ctx = ev->data;
+    r = ctx->request;
     c = r->connection;
 
     ngx_http_set_log_request(c->log, r);
@@ -1023,9 +1199,24 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
                    "rpcedge thread: \"%V?%V\"", &r->uri, &r->args);
 
     r->main->blocked--;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
     ctx->offloaded = 0;
+
+    if (ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module) != ctx
+        || c->error)
+    {
+        /*
+         * the request moved on (a redirect, post_action) or the client went
+         * away: nobody waits for this body; its writer finishes the request
+         */
+
+        rpcedge_job_free(ctx->job);
+        ctx->job = NULL;
+        ctx->done = 1;
+
+        r->write_event_handler(r);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
 
     /* complete the job and send from here down, as the timer does */
 
@@ -1317,6 +1508,7 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->level = NGX_CONF_UNSET;
     conf->stream_level = NGX_CONF_UNSET;
     conf->stream_delay = NGX_CONF_UNSET_MSEC;
+    conf->offload_min_length = NGX_CONF_UNSET_SIZE;
     conf->types = NGX_CONF_UNSET_PTR;
 
     return conf;
@@ -1350,6 +1542,9 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
                          config.stream_level);
     ngx_conf_merge_msec_value(conf->stream_delay, prev->stream_delay,
                               config.stream_delay_ms);
+    ngx_conf_merge_size_value(conf->offload_min_length,
+                              prev->offload_min_length,
+                              config.offload_min_length);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
 
     config.min_length = conf->min_length;
@@ -1357,6 +1552,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.level = conf->level;
     config.stream_level = conf->stream_level;
     config.stream_delay_ms = conf->stream_delay;
+    config.offload_min_length = conf->offload_min_length;
 
     if (conf->types) {
         types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));

@@ -10,13 +10,27 @@
 #include <stdlib.h>
 
 /**
- * `rpcedge_header_edits.content_length_op`
+ * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
  */
-#define RPCEDGE_LENGTH_KEEP 0
+#define RPCEDGE_PLAN_PASS 0
 
-#define RPCEDGE_LENGTH_SET 1
+#define RPCEDGE_PLAN_BUFFER 1
 
-#define RPCEDGE_LENGTH_REMOVE 2
+#define RPCEDGE_PLAN_STREAM 2
+
+/**
+ * `rpcedge_header_edits.content_length_op` and `.etag_op`
+ */
+#define RPCEDGE_EDIT_KEEP 0
+
+#define RPCEDGE_EDIT_SET 1
+
+#define RPCEDGE_EDIT_REMOVE 2
+
+/**
+ * What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
+ */
+#define RPCEDGE_FAILURE_RESET 0
 
 /**
  * `rpcedge_output.flags`
@@ -81,6 +95,7 @@ typedef struct {
   uint32_t level;
   uint32_t stream_level;
   uint64_t stream_delay_ms;
+  uint64_t offload_min_length;
   /**
    * Media type patterns; none at all means the defaults.
    */
@@ -89,23 +104,25 @@ typedef struct {
 } rpcedge_config_t;
 
 /**
- * Header changes to apply before the headers go out.
+ * Header changes to apply before the headers go out. Pointers are valid until the next call on
+ * the exchange.
  */
 typedef struct {
   /**
-   * 0: leave Content-Encoding alone; otherwise the coding to set (1 gzip, 2 deflate).
+   * NULL: leave Content-Encoding alone; otherwise the coding's token, NUL-terminated, static.
    */
-  uint8_t content_encoding;
+  const char *content_encoding;
   /**
-   * One of `RPCEDGE_LENGTH_*`.
+   * One of `RPCEDGE_EDIT_*`.
    */
   uint8_t content_length_op;
+  /**
+   * One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
+   */
+  uint8_t etag_op;
   uint8_t add_vary;
   uint8_t remove_accept_ranges;
   uint64_t content_length;
-  /**
-   * When not NULL, the new ETag value; valid until the next call on the exchange.
-   */
   const uint8_t *etag;
   size_t etag_len;
 } rpcedge_header_edits_t;
@@ -132,7 +149,7 @@ extern "C" {
  * Checks one numeric setting by name (e.g. "level"); 0 when valid, -1 with `err` filled in.
  *
  * # Safety
- * `field` is a NUL-terminated string; `err` is NULL or writable.
+ * `field` is NULL or a NUL-terminated string; `err` is NULL or writable.
  */
 int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *err);
 
@@ -148,7 +165,7 @@ int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *
  * Validates a configuration; NULL with `err` filled in when a value is out of range.
  *
  * # Safety
- * `config` is valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
+ * `config` is NULL or valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
  */
 rpcedge_settings_t *rpcedge_settings_new(const rpcedge_config_t *config, rpcedge_error_t *err);
 
@@ -174,16 +191,16 @@ rpcedge_config_t rpcedge_config_default(void);
 void rpcedge_settings_free(rpcedge_settings_t *settings);
 
 /**
- * A new exchange; NULL only on allocation failure.
+ * A new exchange; NULL when `settings` is NULL (or on allocation failure).
  *
  * # Safety
- * `settings` is a live settings handle.
+ * `settings` is NULL or a live settings handle.
  */
 rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
 
 /**
  * # Safety
- * `exchange` came from `rpcedge_exchange_new` and is freed once.
+ * `exchange` is NULL or came from `rpcedge_exchange_new`, and is freed once.
  */
 void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
 
@@ -219,23 +236,42 @@ void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_
 void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
 
 /**
- * Decides the body plan once the response headers are in: 0 pass, 1 buffer, 2 stream (the
- * `BodyPlan` values). For pass and stream, `edits` is filled with the changes to apply now.
+ * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
+ * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
+ * plan is pass and `edits` holds no change: the response goes out as it came.
  *
  * # Safety
- * `exchange` is live; `edits` is writable.
+ * `exchange` is NULL or live; `edits` is NULL or writable.
  */
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status, rpcedge_header_edits_t *edits);
 
 /**
  * Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with
- * `out` filled, or -1 when the exchange failed: before the headers went out the host answers
- * with an error, after it resets the connection. `error` (may be NULL) gets a message.
+ * `out` filled, or -1 when the exchange failed: then `out` holds nothing to send, `error` (may
+ * be NULL) gets a message, and `rpcedge_exchange_failure` says what to do.
  *
  * # Safety
- * `exchange` is live; `data` points to `len` readable bytes; `out` is writable.
+ * `exchange` is NULL or live; `data` points to `len` readable bytes; `out` is NULL or writable.
  */
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags, uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
+
+/**
+ * After a failed call: the status to answer with (the held response is dropped), or
+ * `RPCEDGE_FAILURE_RESET` when the headers are out and the stream must be reset.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
+
+/**
+ * The host lost the body before its end (an upstream reset): the exchange fails; returns what
+ * to do, as `rpcedge_exchange_failure` does.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint16_t rpcedge_exchange_abort(rpcedge_exchange_t *exchange);
 
 /**
  * The host can run jobs off its event loop: from now on the end of a large buffered body may
@@ -250,7 +286,7 @@ void rpcedge_exchange_offload(rpcedge_exchange_t *exchange);
  * The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
  *
  * # Safety
- * `exchange` is live.
+ * `exchange` is NULL or live.
  */
 rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
 
@@ -258,7 +294,7 @@ rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
  * Compresses the job's body. Safe on any thread: it touches nothing but the job.
  *
  * # Safety
- * `job` came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
+ * `job` is NULL or came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
  */
 void rpcedge_job_run(rpcedge_job_t *job);
 
@@ -271,11 +307,12 @@ void rpcedge_job_run(rpcedge_job_t *job);
 void rpcedge_job_free(rpcedge_job_t *job);
 
 /**
- * Gives a job back to its exchange (and frees it); one not run is run here. Returns as
- * `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
+ * Gives a job back to its exchange (and frees it, whatever happens); one not run is run here.
+ * Returns as `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
  *
  * # Safety
- * `exchange` is live; `job` came from `rpcedge_exchange_take_job` on it; `out` is writable.
+ * `exchange` is NULL or live; `job` is NULL or came from `rpcedge_exchange_take_job` on it and
+ * is not used after; `out` is NULL or writable.
  */
 int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_t *job, rpcedge_output_t *out, rpcedge_error_t *error);
 
@@ -283,7 +320,7 @@ int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_
  * When to feed an empty chunk as a timer tick, on the clock of `now_ms`; -1 for no timer.
  *
  * # Safety
- * `exchange` is live.
+ * `exchange` is NULL or live.
  */
 int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
 
@@ -291,7 +328,7 @@ int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
  * The mode as a NUL-terminated static string ("oneshot", "stream", ...).
  *
  * # Safety
- * `exchange` is live.
+ * `exchange` is NULL or live.
  */
 const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
 
@@ -299,12 +336,13 @@ const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
  * Body bytes fed in and sent out so far.
  *
  * # Safety
- * `exchange` is live; `bytes_in` and `bytes_out` are writable.
+ * `exchange` is NULL or live; `bytes_in` and `bytes_out` are NULL or writable.
  */
 void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes_in, uint64_t *bytes_out);
 
 /**
- * Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate.
+ * Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate (`rpcedge_compress`'s
+ * `coding`).
  *
  * # Safety
  * `value` points to `len` readable bytes.
@@ -314,10 +352,10 @@ uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
 /**
  * Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes). Returns
  * the compressed size, or 0 when the result would not be smaller than the input (or `coding`
- * or `level` are not valid): then send the original.
+ * or `level` are not valid, or `out` is NULL): then send the original.
  *
  * # Safety
- * `data` points to `len` readable bytes, `out` to `out_cap` writable ones.
+ * `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
  */
 size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len, uint8_t *out, size_t out_cap);
 

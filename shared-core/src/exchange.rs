@@ -9,6 +9,7 @@
 //! a large buffered body then ends as a [`WholeBody`] job for the host to run on a thread and
 //! give back, rather than being compressed inside [`Exchange::feed`].
 
+use std::ffi::CStr;
 use std::fmt;
 use std::sync::Arc;
 
@@ -49,17 +50,32 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    /// The name in logs and metric names, NUL-terminated for C hosts.
+    pub fn name(self) -> &'static CStr {
         match self {
-            Mode::Pending => "pending",
-            Mode::Untouched => "untouched",
-            Mode::Small => "small",
-            Mode::Oneshot => "oneshot",
-            Mode::Stream => "stream",
-            Mode::Incompressible => "incompressible",
-            Mode::Failed => "failed",
+            Mode::Pending => c"pending",
+            Mode::Untouched => c"untouched",
+            Mode::Small => c"small",
+            Mode::Oneshot => c"oneshot",
+            Mode::Stream => c"stream",
+            Mode::Incompressible => c"incompressible",
+            Mode::Failed => c"failed",
         }
     }
+
+    pub fn as_str(self) -> &'static str {
+        self.name().to_str().expect("ASCII")
+    }
+}
+
+/// What the host does when an exchange fails: the one failure policy of every host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing has reached the client yet: drop the held response and answer with this status.
+    Respond(u16),
+    /// The headers (and maybe some body) are out: reset the stream, so that the client sees a
+    /// broken response rather than a complete-looking, truncated one.
+    Reset,
 }
 
 /// What to do with the Content-Length header.
@@ -71,6 +87,17 @@ pub enum LengthEdit {
     Remove,
 }
 
+/// What to do with the ETag header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EtagEdit {
+    #[default]
+    Keep,
+    /// Replace it with this: a strong ETag weakened, as the bytes changed but not their meaning.
+    Set(Vec<u8>),
+    /// Drop it: not a valid entity tag, so it cannot be weakened.
+    Remove,
+}
+
 /// The response header changes the host applies before the headers go out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeaderEdits {
@@ -79,8 +106,8 @@ pub struct HeaderEdits {
     pub content_length: LengthEdit,
     /// Append `Vary: Accept-Encoding`.
     pub add_vary: bool,
-    /// Replace the ETag with this (a strong ETag weakened, since the bytes changed).
-    pub etag: Option<Vec<u8>>,
+    /// A compressed body's ETag is always weak or absent.
+    pub etag: EtagEdit,
     /// Drop Accept-Ranges: ranges of the original do not apply to the encoded body.
     pub remove_accept_ranges: bool,
 }
@@ -99,12 +126,6 @@ pub struct Output<'a> {
     /// run it off the event loop and give it back with [`Exchange::complete_whole_body`].
     pub work: bool,
 }
-
-/// Bodies at least this long are compressed off the event loop when the host can. At the
-/// default level 6 libdeflate compresses this JSON at about 70 MB/s (1 MiB in ~15 ms), so from
-/// here on one compression holds an event loop for 2 ms or more, while the hop to a thread and
-/// back costs tens of microseconds; below, inline is cheaper than the hop and its wake-ups.
-pub const OFFLOAD_MIN_LENGTH: u64 = 128 * 1024;
 
 /// A whole buffered body to compress, self-contained so that it can run on any thread.
 #[derive(Debug)]
@@ -167,7 +188,9 @@ struct ResponseFacts {
 enum Phase {
     Head,
     Pass,
-    Buffering { declared: Option<u64>, body: Vec<u8>, last_arrival_ms: u64 },
+    /// `flushed_at_ms`: an upstream flush that came with less than `min_length` held, not yet
+    /// passed on; the held bytes go out at most `stream_delay` after it.
+    Buffering { declared: Option<u64>, body: Vec<u8>, last_arrival_ms: u64, flushed_at_ms: Option<u64> },
     Streaming { encoder: StreamEncoder, held_since_ms: Option<u64> },
     /// The whole body waits as a job for the host (`Some`), or is out with it (`None`).
     Offloaded(Option<WholeBody>),
@@ -189,6 +212,8 @@ pub struct Exchange {
     bytes_in: u64,
     bytes_out: u64,
     offload: bool,
+    /// The response headers have gone to the client (as far as the core knows).
+    headers_out: bool,
 }
 
 impl Exchange {
@@ -206,11 +231,12 @@ impl Exchange {
             bytes_in: 0,
             bytes_out: 0,
             offload: false,
+            headers_out: false,
         }
     }
 
     /// The host can run [`WholeBody`] jobs off its event loop: a buffered body of at least
-    /// [`OFFLOAD_MIN_LENGTH`] then ends with [`Output::work`] rather than compressed.
+    /// `offload_min_length` then ends with [`Output::work`] rather than compressed.
     pub fn offload_whole_bodies(&mut self) {
         self.offload = true;
     }
@@ -288,7 +314,12 @@ impl Exchange {
             (Some(_), Some(length)) if length > settings.max_buffer => BodyPlan::Stream,
             (Some(_), declared) => {
                 let capacity = declared.unwrap_or(settings.min_length).min(settings.max_buffer) as usize;
-                self.phase = Phase::Buffering { declared, body: Vec::with_capacity(capacity), last_arrival_ms: 0 };
+                self.phase = Phase::Buffering {
+                    declared,
+                    body: Vec::with_capacity(capacity),
+                    last_arrival_ms: 0,
+                    flushed_at_ms: None,
+                };
                 BodyPlan::Buffer
             }
         };
@@ -300,6 +331,7 @@ impl Exchange {
             BodyPlan::Stream => self.start_stream(),
             BodyPlan::Buffer => {}
         }
+        self.headers_out = plan != BodyPlan::Buffer;
         plan
     }
 
@@ -323,8 +355,9 @@ impl Exchange {
     pub fn deadline(&self) -> Option<u64> {
         let delay = self.settings.stream_delay_ms;
         match &self.phase {
-            Phase::Buffering { declared: None, body, last_arrival_ms } if !body.is_empty() => {
-                Some(last_arrival_ms + delay)
+            Phase::Buffering { declared: None, body, last_arrival_ms, flushed_at_ms } if !body.is_empty() => {
+                let since = flushed_at_ms.map_or(*last_arrival_ms, |flushed| flushed.min(*last_arrival_ms));
+                Some(since + delay)
             }
             Phase::Streaming { held_since_ms: Some(since), .. } => Some(since + delay),
             _ => None,
@@ -337,12 +370,11 @@ impl Exchange {
         self.bytes_in += chunk.len() as u64;
         let result = self.step(chunk, end, flush, now_ms);
         if let Err(e) = &result {
-            self.phase = Phase::Failed;
-            self.mode = Mode::Failed;
-            self.out.clear();
+            self.fail();
             return Err(e.clone());
         }
         let (headers, flush) = result.expect("checked");
+        self.headers_out |= headers;
         let work = matches!(self.phase, Phase::Offloaded(Some(_)));
         let end = end && !work;
         self.bytes_out += self.out.len() as u64;
@@ -353,6 +385,28 @@ impl Exchange {
             end,
             work,
         })
+    }
+
+    /// What the host does now that the exchange failed (a feed returned an error).
+    pub fn failure(&self) -> Failure {
+        if self.headers_out {
+            Failure::Reset
+        } else {
+            Failure::Respond(502)
+        }
+    }
+
+    /// The host lost the body before its end (the upstream reset, or its codec gave up): the
+    /// exchange fails, and this says what to do about it.
+    pub fn abort(&mut self) -> Failure {
+        self.fail();
+        self.failure()
+    }
+
+    fn fail(&mut self) {
+        self.phase = Phase::Failed;
+        self.mode = Mode::Failed;
+        self.out.clear();
     }
 
     /// The job that [`Output::work`] announced; `None` when there is none (or it was taken).
@@ -368,12 +422,12 @@ impl Exchange {
     pub fn complete_whole_body(&mut self, mut job: WholeBody) -> Result<Output<'_>, Error> {
         self.out.clear();
         if !matches!(self.phase, Phase::Offloaded(None)) {
-            self.phase = Phase::Failed;
-            self.mode = Mode::Failed;
+            self.fail();
             return Err(Error::OutOfOrder("a whole body given back that was not taken"));
         }
         job.run();
         self.send_whole(job);
+        self.headers_out = true;
         self.bytes_out += self.out.len() as u64;
         Ok(Output { headers: Some(&self.edits), data: &self.out, flush: true, end: true, work: false })
     }
@@ -402,15 +456,23 @@ impl Exchange {
                 let sent = end && self.finish_buffered();
                 Ok((sent, sent))
             }
-            Phase::Buffering { declared: None, body, last_arrival_ms } => {
-                let overflow = body.len() + chunk.len() > settings.max_buffer as usize;
+            Phase::Buffering { declared: None, body, last_arrival_ms, flushed_at_ms } => {
+                let held = body.len() + chunk.len();
+                let overflow = held > settings.max_buffer as usize;
                 if end && !overflow {
                     body.extend_from_slice(chunk);
                     let sent = self.finish_buffered();
                     return Ok((sent, sent));
                 }
-                let paused = !body.is_empty() && now_ms.saturating_sub(*last_arrival_ms) >= settings.stream_delay_ms;
-                if !(overflow || flush || paused) {
+                // A flush starts streaming only with enough held to be worth compressing; a
+                // smaller one waits, at most stream_delay, for the end or for more.
+                if flush && held > 0 {
+                    flushed_at_ms.get_or_insert(now_ms);
+                }
+                let flushed = flush && held as u64 >= settings.min_length;
+                let waited = |since: u64| now_ms.saturating_sub(since) >= settings.stream_delay_ms;
+                let paused = !body.is_empty() && (waited(*last_arrival_ms) || flushed_at_ms.is_some_and(waited));
+                if !(overflow || flushed || paused) {
                     body.extend_from_slice(chunk);
                     if !chunk.is_empty() {
                         *last_arrival_ms = now_ms;
@@ -423,7 +485,7 @@ impl Exchange {
                 self.write_stream(&held, Push::Hold, now_ms)?;
                 let push = if end {
                     Push::Finish
-                } else if flush || paused {
+                } else if flushed || paused {
                     Push::Sync
                 } else {
                     Push::Hold
@@ -490,7 +552,7 @@ impl Exchange {
             return true;
         }
         let mut job = WholeBody { coding: self.coding, level: settings.level, body, compressed: None };
-        if self.offload && length >= OFFLOAD_MIN_LENGTH {
+        if self.offload && length >= settings.offload_min_length {
             self.phase = Phase::Offloaded(Some(job));
             return false;
         }
@@ -520,12 +582,21 @@ impl Exchange {
         self.edits.content_encoding = Some(self.coding);
         self.edits.content_length = length;
         self.edits.remove_accept_ranges = true;
-        self.edits.etag = self.response.etag.as_ref().filter(|e| e.starts_with(b"\"")).map(|strong| {
-            let mut weak = b"W/".to_vec();
-            weak.extend_from_slice(strong);
-            weak
-        });
+        self.edits.etag = match &self.response.etag {
+            None => EtagEdit::Keep,
+            Some(etag) if etag.starts_with(b"W/\"") && is_opaque_tag(&etag[2..]) => EtagEdit::Keep,
+            Some(etag) if is_opaque_tag(etag) => EtagEdit::Set([&b"W/"[..], etag].concat()),
+            Some(_) => EtagEdit::Remove,
+        };
     }
+}
+
+/// Whether `tag` is an RFC 9110 opaque-tag: a quoted string of etagc characters.
+fn is_opaque_tag(tag: &[u8]) -> bool {
+    tag.len() >= 2
+        && tag[0] == b'"'
+        && tag[tag.len() - 1] == b'"'
+        && tag[1..tag.len() - 1].iter().all(|&c| c == 0x21 || (0x23..=0x7e).contains(&c) || c >= 0x80)
 }
 
 /// Whether a comma-separated header list names `token` (case-insensitive, parameters ignored).

@@ -12,8 +12,11 @@ use std::sync::Arc;
 
 use crate::compress::compress_into;
 use crate::config::{check_field, check_type, Config, ConfigError, Settings};
-use crate::exchange::{BodyPlan, Exchange, HeaderEdits, LengthEdit, Mode, Output, WholeBody};
+use crate::exchange::{BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody};
 use crate::negotiate::{AcceptEncoding, Coding};
+
+#[cfg(test)]
+mod tests;
 
 /// Opaque validated settings.
 pub struct RpcedgeSettings(Arc<Settings>);
@@ -39,6 +42,7 @@ pub struct RpcedgeConfig {
     pub level: u32,
     pub stream_level: u32,
     pub stream_delay_ms: u64,
+    pub offload_min_length: u64,
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
@@ -52,24 +56,54 @@ pub struct RpcedgeError {
     pub message: [c_char; 224],
 }
 
-/// `rpcedge_header_edits.content_length_op`
-pub const RPCEDGE_LENGTH_KEEP: u8 = 0;
-pub const RPCEDGE_LENGTH_SET: u8 = 1;
-pub const RPCEDGE_LENGTH_REMOVE: u8 = 2;
+/// `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
+pub const RPCEDGE_PLAN_PASS: u8 = 0;
+pub const RPCEDGE_PLAN_BUFFER: u8 = 1;
+pub const RPCEDGE_PLAN_STREAM: u8 = 2;
 
-/// Header changes to apply before the headers go out.
+const _: () = assert!(
+    RPCEDGE_PLAN_PASS == BodyPlan::Pass as u8
+        && RPCEDGE_PLAN_BUFFER == BodyPlan::Buffer as u8
+        && RPCEDGE_PLAN_STREAM == BodyPlan::Stream as u8
+);
+
+/// `rpcedge_header_edits.content_length_op` and `.etag_op`
+pub const RPCEDGE_EDIT_KEEP: u8 = 0;
+pub const RPCEDGE_EDIT_SET: u8 = 1;
+pub const RPCEDGE_EDIT_REMOVE: u8 = 2;
+
+/// What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
+pub const RPCEDGE_FAILURE_RESET: u16 = 0;
+
+/// Header changes to apply before the headers go out. Pointers are valid until the next call on
+/// the exchange.
 #[repr(C)]
 pub struct RpcedgeHeaderEdits {
-    /// 0: leave Content-Encoding alone; otherwise the coding to set (1 gzip, 2 deflate).
-    pub content_encoding: u8,
-    /// One of `RPCEDGE_LENGTH_*`.
+    /// NULL: leave Content-Encoding alone; otherwise the coding's token, NUL-terminated, static.
+    pub content_encoding: *const c_char,
+    /// One of `RPCEDGE_EDIT_*`.
     pub content_length_op: u8,
+    /// One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
+    pub etag_op: u8,
     pub add_vary: u8,
     pub remove_accept_ranges: u8,
     pub content_length: u64,
-    /// When not NULL, the new ETag value; valid until the next call on the exchange.
     pub etag: *const u8,
     pub etag_len: usize,
+}
+
+impl RpcedgeHeaderEdits {
+    /// No edits: what a host applies when it learns nothing else.
+    const NONE: RpcedgeHeaderEdits = RpcedgeHeaderEdits {
+        content_encoding: ptr::null(),
+        content_length_op: RPCEDGE_EDIT_KEEP,
+        etag_op: RPCEDGE_EDIT_KEEP,
+        add_vary: 0,
+        remove_accept_ranges: 0,
+        content_length: 0,
+        etag: ptr::null(),
+        etag_len: 0,
+    };
 }
 
 /// `rpcedge_output.flags`
@@ -95,6 +129,12 @@ pub struct RpcedgeOutput {
     pub edits: RpcedgeHeaderEdits,
 }
 
+impl RpcedgeOutput {
+    /// Nothing to send: what every out-parameter holds when a call fails.
+    const NONE: RpcedgeOutput =
+        RpcedgeOutput { data: ptr::null(), len: 0, flags: 0, edits: RpcedgeHeaderEdits::NONE };
+}
+
 fn write_error(out: *mut RpcedgeError, error: &ConfigError) {
     fn copy(dst: &mut [c_char], src: &str) {
         let n = src.len().min(dst.len() - 1);
@@ -117,8 +157,29 @@ unsafe fn bytes<'a>(data: *const u8, len: usize) -> &'a [u8] {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Makes the next guarded call panic, to test every entry point's fallback.
+    static PANIC_NEXT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `fallback`: no panic unwinds into C.
 fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+    catch_unwind(AssertUnwindSafe(|| {
+        #[cfg(test)]
+        if PANIC_NEXT.take() {
+            panic!("injected by a test");
+        }
+        f()
+    }))
+    .unwrap_or(fallback)
+}
+
+/// Writes `value` where `out` points, when it points anywhere.
+unsafe fn put<T>(out: *mut T, value: T) {
+    if let Some(out) = out.as_mut() {
+        *out = value;
+    }
 }
 
 fn panicked() -> ConfigError {
@@ -128,10 +189,13 @@ fn panicked() -> ConfigError {
 /// Checks one numeric setting by name (e.g. "level"); 0 when valid, -1 with `err` filled in.
 ///
 /// # Safety
-/// `field` is a NUL-terminated string; `err` is NULL or writable.
+/// `field` is NULL or a NUL-terminated string; `err` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_check_field(field: *const c_char, value: u64, err: *mut RpcedgeError) -> i32 {
     let result = guard(Err(panicked()), || {
+        if field.is_null() {
+            return Err(ConfigError { field: "config".into(), message: "no field named".into() });
+        }
         let name = CStr::from_ptr(field).to_string_lossy();
         check_field(&name, value)
     });
@@ -151,12 +215,14 @@ pub unsafe extern "C" fn rpcedge_check_type(pattern: *const u8, len: usize, err:
 /// Validates a configuration; NULL with `err` filled in when a value is out of range.
 ///
 /// # Safety
-/// `config` is valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
+/// `config` is NULL or valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err: *mut RpcedgeError) -> *mut RpcedgeSettings {
     let result = guard(Err(panicked()), || {
-        let c = &*config;
-        let types = if c.types_len == 0 {
+        let Some(c) = config.as_ref() else {
+            return Err(ConfigError { field: "config".into(), message: "no configuration given".into() });
+        };
+        let types = if c.types_len == 0 || c.types.is_null() {
             Config::default().types
         } else {
             slice::from_raw_parts(c.types, c.types_len)
@@ -170,6 +236,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             level: c.level,
             stream_level: c.stream_level,
             stream_delay_ms: c.stream_delay_ms,
+            offload_min_length: c.offload_min_length,
             types,
         }
         .validate()
@@ -208,6 +275,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         level: d.level,
         stream_level: d.stream_level,
         stream_delay_ms: d.stream_delay_ms,
+        offload_min_length: d.offload_min_length,
         types: ptr::null(),
         types_len: 0,
     }
@@ -223,20 +291,28 @@ pub unsafe extern "C" fn rpcedge_settings_free(settings: *mut RpcedgeSettings) {
     }
 }
 
-/// A new exchange; NULL only on allocation failure.
+/// A new exchange; NULL when `settings` is NULL (or on allocation failure).
 ///
 /// # Safety
-/// `settings` is a live settings handle.
+/// `settings` is NULL or a live settings handle.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_new(settings: *const RpcedgeSettings) -> *mut RpcedgeExchange {
     guard(ptr::null_mut(), || {
-        let settings = Arc::clone(&(*settings).0);
+        let Some(settings) = settings.as_ref() else { return ptr::null_mut() };
+        let settings = Arc::clone(&settings.0);
         Box::into_raw(Box::new(RpcedgeExchange(Exchange::new(settings))))
     })
 }
 
+/// Runs `f` on a live exchange; a NULL one does nothing.
+unsafe fn with(exchange: *mut RpcedgeExchange, f: impl FnOnce(&mut Exchange)) {
+    if let Some(exchange) = exchange.as_mut() {
+        f(&mut exchange.0);
+    }
+}
+
 /// # Safety
-/// `exchange` came from `rpcedge_exchange_new` and is freed once.
+/// `exchange` is NULL or came from `rpcedge_exchange_new`, and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_free(exchange: *mut RpcedgeExchange) {
     if !exchange.is_null() {
@@ -248,7 +324,7 @@ pub unsafe extern "C" fn rpcedge_exchange_free(exchange: *mut RpcedgeExchange) {
 /// `exchange` is live; `method` points to `len` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_request_method(exchange: *mut RpcedgeExchange, method: *const u8, len: usize) {
-    guard((), || (*exchange).0.request_method(bytes(method, len)));
+    guard((), || with(exchange, |ex| ex.request_method(bytes(method, len))));
 }
 
 /// Feeds one request header line.
@@ -263,7 +339,7 @@ pub unsafe extern "C" fn rpcedge_exchange_request_header(
     value: *const u8,
     value_len: usize,
 ) {
-    guard((), || (*exchange).0.request_header(bytes(name, name_len), bytes(value, value_len)));
+    guard((), || with(exchange, |ex| ex.request_header(bytes(name, name_len), bytes(value, value_len))));
 }
 
 /// Feeds one response header line.
@@ -278,7 +354,7 @@ pub unsafe extern "C" fn rpcedge_exchange_response_header(
     value: *const u8,
     value_len: usize,
 ) {
-    guard((), || (*exchange).0.response_header(bytes(name, name_len), bytes(value, value_len)));
+    guard((), || with(exchange, |ex| ex.response_header(bytes(name, name_len), bytes(value, value_len))));
 }
 
 /// The response's Content-Length where the host keeps it apart from the header list; negative
@@ -288,51 +364,59 @@ pub unsafe extern "C" fn rpcedge_exchange_response_header(
 /// `exchange` is live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_response_content_length(exchange: *mut RpcedgeExchange, length: i64) {
-    guard((), || (*exchange).0.response_content_length(u64::try_from(length).ok()));
+    guard((), || with(exchange, |ex| ex.response_content_length(u64::try_from(length).ok())));
 }
 
-/// Decides the body plan once the response headers are in: 0 pass, 1 buffer, 2 stream (the
-/// `BodyPlan` values). For pass and stream, `edits` is filled with the changes to apply now.
+/// Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
+/// and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
+/// plan is pass and `edits` holds no change: the response goes out as it came.
 ///
 /// # Safety
-/// `exchange` is live; `edits` is writable.
+/// `exchange` is NULL or live; `edits` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_response_head(
     exchange: *mut RpcedgeExchange,
     status: u16,
     edits: *mut RpcedgeHeaderEdits,
 ) -> u8 {
-    guard(BodyPlan::Pass as u8, || {
-        let ex = &mut (*exchange).0;
-        let plan = ex.response_head(status);
-        *edits = c_edits(ex.edits());
+    put(edits, RpcedgeHeaderEdits::NONE);
+    guard(RPCEDGE_PLAN_PASS, || {
+        let Some(exchange) = exchange.as_mut() else { return RPCEDGE_PLAN_PASS };
+        let plan = exchange.0.response_head(status);
+        put(edits, c_edits(exchange.0.edits()));
         plan as u8
     })
 }
 
 fn c_edits(edits: &HeaderEdits) -> RpcedgeHeaderEdits {
     let (content_length_op, content_length) = match edits.content_length {
-        LengthEdit::Keep => (RPCEDGE_LENGTH_KEEP, 0),
-        LengthEdit::Set(n) => (RPCEDGE_LENGTH_SET, n),
-        LengthEdit::Remove => (RPCEDGE_LENGTH_REMOVE, 0),
+        LengthEdit::Keep => (RPCEDGE_EDIT_KEEP, 0),
+        LengthEdit::Set(n) => (RPCEDGE_EDIT_SET, n),
+        LengthEdit::Remove => (RPCEDGE_EDIT_REMOVE, 0),
+    };
+    let (etag_op, etag) = match &edits.etag {
+        EtagEdit::Keep => (RPCEDGE_EDIT_KEEP, &[][..]),
+        EtagEdit::Set(value) => (RPCEDGE_EDIT_SET, &value[..]),
+        EtagEdit::Remove => (RPCEDGE_EDIT_REMOVE, &[][..]),
     };
     RpcedgeHeaderEdits {
-        content_encoding: edits.content_encoding.map_or(0, |c| c as u8),
+        content_encoding: edits.content_encoding.map_or(ptr::null(), |c| c.name().as_ptr()),
         content_length_op,
+        etag_op,
         add_vary: edits.add_vary.into(),
         remove_accept_ranges: edits.remove_accept_ranges.into(),
         content_length,
-        etag: edits.etag.as_ref().map_or(ptr::null(), |e| e.as_ptr()),
-        etag_len: edits.etag.as_ref().map_or(0, |e| e.len()),
+        etag: if etag.is_empty() { ptr::null() } else { etag.as_ptr() },
+        etag_len: etag.len(),
     }
 }
 
 /// Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with
-/// `out` filled, or -1 when the exchange failed: before the headers went out the host answers
-/// with an error, after it resets the connection. `error` (may be NULL) gets a message.
+/// `out` filled, or -1 when the exchange failed: then `out` holds nothing to send, `error` (may
+/// be NULL) gets a message, and `rpcedge_exchange_failure` says what to do.
 ///
 /// # Safety
-/// `exchange` is live; `data` points to `len` readable bytes; `out` is writable.
+/// `exchange` is NULL or live; `data` points to `len` readable bytes; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_feed(
     exchange: *mut RpcedgeExchange,
@@ -343,13 +427,42 @@ pub unsafe extern "C" fn rpcedge_exchange_feed(
     out: *mut RpcedgeOutput,
     error: *mut RpcedgeError,
 ) -> i32 {
+    put(out, RpcedgeOutput::NONE);
     let result = guard(Err("internal error".to_owned()), || {
+        let exchange = exchange.as_mut().ok_or("no exchange")?;
         let (end, flush) = (flags & RPCEDGE_FEED_END != 0, flags & RPCEDGE_FEED_FLUSH != 0);
-        let output = (*exchange).0.feed(bytes(data, len), end, flush, now_ms).map_err(|e| e.to_string())?;
-        *out = c_output(&output);
+        let output = exchange.0.feed(bytes(data, len), end, flush, now_ms).map_err(|e| e.to_string())?;
+        put(out, c_output(&output));
         Ok(())
     });
     output_result(result, error)
+}
+
+/// After a failed call: the status to answer with (the held response is dropped), or
+/// `RPCEDGE_FAILURE_RESET` when the headers are out and the stream must be reset.
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_failure(exchange: *const RpcedgeExchange) -> u16 {
+    guard(RPCEDGE_FAILURE_RESET, || exchange.as_ref().map_or(RPCEDGE_FAILURE_RESET, |ex| c_failure(ex.0.failure())))
+}
+
+/// The host lost the body before its end (an upstream reset): the exchange fails; returns what
+/// to do, as `rpcedge_exchange_failure` does.
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_abort(exchange: *mut RpcedgeExchange) -> u16 {
+    guard(RPCEDGE_FAILURE_RESET, || exchange.as_mut().map_or(RPCEDGE_FAILURE_RESET, |ex| c_failure(ex.0.abort())))
+}
+
+fn c_failure(failure: Failure) -> u16 {
+    match failure {
+        Failure::Respond(status) => status,
+        Failure::Reset => RPCEDGE_FAILURE_RESET,
+    }
 }
 
 /// The host can run jobs off its event loop: from now on the end of a large buffered body may
@@ -359,27 +472,32 @@ pub unsafe extern "C" fn rpcedge_exchange_feed(
 /// `exchange` is live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_offload(exchange: *mut RpcedgeExchange) {
-    guard((), || (*exchange).0.offload_whole_bodies());
+    guard((), || with(exchange, Exchange::offload_whole_bodies));
 }
 
 /// The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
 ///
 /// # Safety
-/// `exchange` is live.
+/// `exchange` is NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_take_job(exchange: *mut RpcedgeExchange) -> *mut RpcedgeJob {
     guard(ptr::null_mut(), || {
-        (*exchange).0.take_whole_body().map_or(ptr::null_mut(), |job| Box::into_raw(Box::new(RpcedgeJob(job))))
+        let Some(exchange) = exchange.as_mut() else { return ptr::null_mut() };
+        exchange.0.take_whole_body().map_or(ptr::null_mut(), |job| Box::into_raw(Box::new(RpcedgeJob(job))))
     })
 }
 
 /// Compresses the job's body. Safe on any thread: it touches nothing but the job.
 ///
 /// # Safety
-/// `job` came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
+/// `job` is NULL or came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_job_run(job: *mut RpcedgeJob) {
-    guard((), || (*job).0.run());
+    guard((), || {
+        if let Some(job) = job.as_mut() {
+            job.0.run();
+        }
+    });
 }
 
 /// Frees a job that will not be given back (its exchange is going away).
@@ -393,11 +511,12 @@ pub unsafe extern "C" fn rpcedge_job_free(job: *mut RpcedgeJob) {
     }
 }
 
-/// Gives a job back to its exchange (and frees it); one not run is run here. Returns as
-/// `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
+/// Gives a job back to its exchange (and frees it, whatever happens); one not run is run here.
+/// Returns as `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
 ///
 /// # Safety
-/// `exchange` is live; `job` came from `rpcedge_exchange_take_job` on it; `out` is writable.
+/// `exchange` is NULL or live; `job` is NULL or came from `rpcedge_exchange_take_job` on it and
+/// is not used after; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_complete_job(
     exchange: *mut RpcedgeExchange,
@@ -405,10 +524,14 @@ pub unsafe extern "C" fn rpcedge_exchange_complete_job(
     out: *mut RpcedgeOutput,
     error: *mut RpcedgeError,
 ) -> i32 {
+    put(out, RpcedgeOutput::NONE);
     let result = guard(Err("internal error".to_owned()), || {
-        let job = Box::from_raw(job).0;
-        let output = (*exchange).0.complete_whole_body(job).map_err(|e| e.to_string())?;
-        *out = c_output(&output);
+        // Owned from here on, so that every way out frees it.
+        let job = (!job.is_null()).then(|| Box::from_raw(job).0);
+        let exchange = exchange.as_mut().ok_or("no exchange")?;
+        let job = job.ok_or("no job")?;
+        let output = exchange.0.complete_whole_body(job).map_err(|e| e.to_string())?;
+        put(out, c_output(&output));
         Ok(())
     });
     output_result(result, error)
@@ -430,15 +553,15 @@ fn c_output(output: &Output<'_>) -> RpcedgeOutput {
         data: output.data.as_ptr(),
         len: output.data.len(),
         flags: bits,
-        edits: c_edits(output.headers.unwrap_or(&HeaderEdits::default())),
+        edits: output.headers.map_or(RpcedgeHeaderEdits::NONE, c_edits),
     }
 }
 
-fn output_result(result: Result<(), String>, error: *mut RpcedgeError) -> i32 {
+fn output_result(result: Result<(), impl Into<String>>, error: *mut RpcedgeError) -> i32 {
     match result {
         Ok(()) => 0,
         Err(message) => {
-            write_error(error, &ConfigError { field: "body".into(), message });
+            write_error(error, &ConfigError { field: "body".into(), message: message.into() });
             -1
         }
     }
@@ -447,46 +570,35 @@ fn output_result(result: Result<(), String>, error: *mut RpcedgeError) -> i32 {
 /// When to feed an empty chunk as a timer tick, on the clock of `now_ms`; -1 for no timer.
 ///
 /// # Safety
-/// `exchange` is live.
+/// `exchange` is NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_deadline(exchange: *const RpcedgeExchange) -> i64 {
-    guard(-1, || (*exchange).0.deadline().map_or(-1, |d| d as i64))
+    guard(-1, || exchange.as_ref().and_then(|ex| ex.0.deadline()).map_or(-1, |d| d.min(i64::MAX as u64) as i64))
 }
 
 /// The mode as a NUL-terminated static string ("oneshot", "stream", ...).
 ///
 /// # Safety
-/// `exchange` is live.
+/// `exchange` is NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_mode(exchange: *const RpcedgeExchange) -> *const c_char {
-    let mode = guard(Mode::Failed, || (*exchange).0.mode());
-    mode_name(mode).as_ptr()
-}
-
-fn mode_name(mode: Mode) -> &'static CStr {
-    match mode {
-        Mode::Pending => c"pending",
-        Mode::Untouched => c"untouched",
-        Mode::Small => c"small",
-        Mode::Oneshot => c"oneshot",
-        Mode::Stream => c"stream",
-        Mode::Incompressible => c"incompressible",
-        Mode::Failed => c"failed",
-    }
+    let mode = guard(Mode::Failed, || exchange.as_ref().map_or(Mode::Failed, |ex| ex.0.mode()));
+    mode.name().as_ptr()
 }
 
 /// Body bytes fed in and sent out so far.
 ///
 /// # Safety
-/// `exchange` is live; `bytes_in` and `bytes_out` are writable.
+/// `exchange` is NULL or live; `bytes_in` and `bytes_out` are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_counts(exchange: *const RpcedgeExchange, bytes_in: *mut u64, bytes_out: *mut u64) {
-    let (i, o) = guard((0, 0), || (*exchange).0.counts());
-    *bytes_in = i;
-    *bytes_out = o;
+    let (i, o) = guard((0, 0), || exchange.as_ref().map_or((0, 0), |ex| ex.0.counts()));
+    put(bytes_in, i);
+    put(bytes_out, o);
 }
 
-/// Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate.
+/// Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate (`rpcedge_compress`'s
+/// `coding`).
 ///
 /// # Safety
 /// `value` points to `len` readable bytes.
@@ -497,10 +609,10 @@ pub unsafe extern "C" fn rpcedge_negotiate(value: *const u8, len: usize) -> u8 {
 
 /// Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes). Returns
 /// the compressed size, or 0 when the result would not be smaller than the input (or `coding`
-/// or `level` are not valid): then send the original.
+/// or `level` are not valid, or `out` is NULL): then send the original.
 ///
 /// # Safety
-/// `data` points to `len` readable bytes, `out` to `out_cap` writable ones.
+/// `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_compress(coding: u8, level: u32, data: *const u8, len: usize, out: *mut u8, out_cap: usize) -> usize {
     guard(0, || {
@@ -515,7 +627,7 @@ pub unsafe extern "C" fn rpcedge_compress(coding: u8, level: u32, data: *const u
         let input = bytes(data, len);
         // Never more than the input less one byte: a result that is not smaller is refused.
         let room = out_cap.min(input.len().saturating_sub(1));
-        if room == 0 {
+        if room == 0 || out.is_null() {
             return 0;
         }
         compress_into(coding, level, input, slice::from_raw_parts_mut(out, room)).unwrap_or(0)

@@ -8,5 +8,7 @@ pub mod ffi;
 pub mod negotiate;
 
 pub use config::{Config, ConfigError, Settings};
-pub use exchange::{BodyPlan, Error, Exchange, HeaderEdits, LengthEdit, Mode, Output, WholeBody, OFFLOAD_MIN_LENGTH};
+pub use exchange::{
+    BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody,
+};
 pub use negotiate::{AcceptEncoding, Coding};

@@ -4,6 +4,8 @@
 //! that does not parse is ignored as a whole, so a bad header never matters more than a missing
 //! one.
 
+use std::ffi::CStr;
+
 /// A content coding rpcedge can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -14,12 +16,17 @@ pub enum Coding {
 }
 
 impl Coding {
+    /// The token for Content-Encoding, NUL-terminated for C hosts.
+    pub fn name(self) -> &'static CStr {
+        match self {
+            Coding::Gzip => c"gzip",
+            Coding::Deflate => c"deflate",
+        }
+    }
+
     /// The token for Content-Encoding.
     pub fn token(self) -> &'static str {
-        match self {
-            Coding::Gzip => "gzip",
-            Coding::Deflate => "deflate",
-        }
+        self.name().to_str().expect("ASCII")
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{chunked, run, Chunk, Exchange1};
-use rpcedge_core::{BodyPlan, Coding, Config, Error, Exchange, HeaderEdits, LengthEdit, Mode, Settings, OFFLOAD_MIN_LENGTH};
+use rpcedge_core::{BodyPlan, Coding, Config, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
 
 fn settings() -> Arc<Settings> {
     Arc::new(Settings::default())
@@ -115,6 +115,85 @@ fn an_upstream_flush_switches_to_streaming_and_is_passed_on() {
 }
 
 #[test]
+fn a_flush_below_min_length_does_not_stream_a_small_answer() {
+    // A 35-byte answer, flushed as it is written (nginx marks every buffer as a flush with
+    // proxy_buffering off): it goes out whole, untouched, with its exact length.
+    let small = br#"{"jsonrpc":"2.0","id":1,"result":1}"#;
+    let mut spec = Exchange1::json(small, false);
+    spec.chunks = chunked(small, &[10, 20], 1);
+    for chunk in &mut spec.chunks {
+        chunk.flush = true;
+    }
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Small);
+    assert_eq!(wire.edits.content_encoding, None);
+    assert_eq!(wire.content_length, Some(small.len() as u64));
+    assert_eq!(wire.body, small);
+
+    // Flushed pieces of a body that ends in time: one shot, exact length.
+    let body = json_body(5_000);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &[300, 600, 900], 20);
+    for chunk in &mut spec.chunks {
+        chunk.flush = true;
+    }
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Oneshot);
+    assert_eq!(wire.content_length, Some(wire.body.len() as u64));
+    assert_eq!(wire.decoded(), body);
+
+    // A bare flush with nothing held changes nothing.
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = vec![Chunk { data: Vec::new(), flush: true, at_ms: 0 }, Chunk { data: body.clone(), flush: false, at_ms: 1 }];
+    assert_eq!(run(&settings(), &spec).unwrap().mode, Mode::Oneshot);
+}
+
+#[test]
+fn a_small_flushed_piece_goes_out_within_stream_delay_of_its_flush() {
+    // 300 bytes flushed at 0 ms, then a steady trickle every 60 ms: without the flush's own
+    // deadline, the pauses (each under stream_delay) would hold the first bytes to the end.
+    let body = json_body(1_500);
+    let mut spec = Exchange1::json(&body, false);
+    spec.chunks = chunked(&body, &[300, 400, 500, 600, 700, 800], 60);
+    spec.chunks[0].flush = true;
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!(wire.mode, Mode::Stream);
+    assert_eq!(wire.decoded(), body);
+    let (first_at, _) = wire.sends[0];
+    assert!(first_at <= 100, "the flushed bytes waited {first_at} ms: {:?}", wire.sends);
+}
+
+#[test]
+fn failures_answer_with_502_before_the_headers_and_reset_after() {
+    // A declared length overrun while the headers are held.
+    let body = json_body(5_000);
+    let mut ex = Exchange::new(settings());
+    ex.request_header(b"Accept-Encoding", b"gzip");
+    ex.response_header(b"Content-Type", b"application/json");
+    ex.response_header(b"Content-Length", b"4000");
+    assert_eq!(ex.response_head(200), BodyPlan::Buffer);
+    assert!(ex.feed(&body, false, false, 0).is_err());
+    assert_eq!((ex.failure(), ex.mode()), (Failure::Respond(502), Mode::Failed));
+
+    // The headers went out with the stream: an abort resets.
+    let mut ex = Exchange::new(settings());
+    ex.request_header(b"Accept-Encoding", b"gzip");
+    ex.response_header(b"Content-Type", b"application/json");
+    assert_eq!(ex.response_head(200), BodyPlan::Buffer);
+    ex.feed(&body[..2_000], false, false, 0).unwrap();
+    assert_eq!(ex.deadline(), Some(100));
+    let out = ex.feed(&[], false, false, 100).unwrap();
+    assert!(out.headers.is_some() && !out.data.is_empty(), "the pause released the headers");
+    assert_eq!(ex.abort(), Failure::Reset);
+    assert!(ex.feed(&body[2_000..], true, false, 150).is_err(), "nothing after a failure");
+
+    // Passed through untouched: the headers are out at once.
+    let mut ex = Exchange::new(settings());
+    assert_eq!(ex.response_head(200), BodyPlan::Pass);
+    assert_eq!(ex.abort(), Failure::Reset);
+}
+
+#[test]
 fn a_trickling_body_reaches_the_client_chunk_by_chunk_within_stream_delay() {
     let body = json_body(4 * 2_000);
     let mut spec = Exchange1::json(&body, false);
@@ -180,7 +259,7 @@ fn vary_etag_and_accept_ranges() {
     spec.response_headers.push(("Accept-Ranges", "bytes".into()));
     let wire = run(&settings(), &spec).unwrap();
     assert!(wire.edits.add_vary);
-    assert_eq!(wire.edits.etag.as_deref(), Some(&b"W/\"v1\""[..]));
+    assert_eq!(wire.edits.etag, EtagEdit::Set(b"W/\"v1\"".to_vec()));
     assert!(wire.edits.remove_accept_ranges);
 
     // A weak ETag stays; a Vary that already covers Accept-Encoding is not repeated.
@@ -188,7 +267,7 @@ fn vary_etag_and_accept_ranges() {
     spec.response_headers[1].1 = "W/\"v1\"".into();
     let wire = run(&settings(), &spec).unwrap();
     assert!(!wire.edits.add_vary);
-    assert_eq!(wire.edits.etag, None);
+    assert_eq!(wire.edits.etag, EtagEdit::Keep);
 
     // Sent as identity: Vary yes, the ETag and Accept-Ranges stay as they were.
     let mut spec = Exchange1::json(&body, true);
@@ -196,12 +275,37 @@ fn vary_etag_and_accept_ranges() {
     spec.response_headers.push(("ETag", "\"v1\"".into()));
     let wire = run(&settings(), &spec).unwrap();
     assert!(wire.edits.add_vary);
-    assert_eq!(wire.edits.etag, None);
+    assert_eq!(wire.edits.etag, EtagEdit::Keep);
     assert!(!wire.edits.remove_accept_ranges);
 
     // Not an eligible type: no Vary.
     spec.response_headers[0].1 = "image/png".into();
     assert!(!run(&settings(), &spec).unwrap().edits.add_vary);
+}
+
+#[test]
+fn a_compressed_body_has_a_weak_etag_or_none() {
+    let body = json_body(5_000);
+    for (etag, edit) in [
+        ("\"v1\"", EtagEdit::Set(b"W/\"v1\"".to_vec())),
+        ("\"\"", EtagEdit::Set(b"W/\"\"".to_vec())),
+        ("W/\"v1\"", EtagEdit::Keep),
+        ("v1", EtagEdit::Remove),
+        ("\"v1", EtagEdit::Remove),
+        ("\"", EtagEdit::Remove),
+        ("w/\"v1\"", EtagEdit::Remove),
+        ("W/v1", EtagEdit::Remove),
+        ("\"a\"b\"", EtagEdit::Remove),
+        ("", EtagEdit::Remove),
+    ] {
+        for known in [true, false] {
+            let mut spec = Exchange1::json(&body, known);
+            spec.response_headers.push(("ETag", etag.into()));
+            let wire = run(&settings(), &spec).unwrap();
+            assert_eq!(wire.mode, Mode::Oneshot);
+            assert_eq!(wire.edits.etag, edit, "{etag}");
+        }
+    }
 }
 
 #[test]
@@ -300,12 +404,13 @@ fn run_offloaded(spec: &Exchange1) -> Offloaded {
 
 #[test]
 fn offloaded_whole_bodies_give_the_same_bytes_as_inline() {
+    let offload_min_length = settings().offload_min_length;
     let cases: [(Vec<u8>, &str, bool); 5] = [
-        (json_body(OFFLOAD_MIN_LENGTH as usize), "gzip", true),
+        (json_body(offload_min_length as usize), "gzip", true),
         (json_body(1 << 20), "gzip", true),
         (json_body(400_000), "deflate", false),
         (noise(300_000), "gzip", true),
-        (json_body(OFFLOAD_MIN_LENGTH as usize - 1), "gzip", true),
+        (json_body(offload_min_length as usize - 1), "gzip", true),
     ];
     for (body, coding, known) in cases {
         let mut spec = Exchange1::json(&body, known);
@@ -316,7 +421,7 @@ fn offloaded_whole_bodies_give_the_same_bytes_as_inline() {
         let inline = run(&settings(), &spec).unwrap();
         let offloaded = run_offloaded(&spec);
         let n = body.len();
-        assert_eq!(offloaded.job, n as u64 >= OFFLOAD_MIN_LENGTH, "{n}");
+        assert_eq!(offloaded.job, n as u64 >= offload_min_length, "{n}");
         assert_eq!(offloaded.edits.as_ref(), Some(&inline.edits), "{n}");
         assert_eq!((offloaded.body, offloaded.mode), (inline.body, inline.mode), "{n}");
     }

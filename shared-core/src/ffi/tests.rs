@@ -1,0 +1,314 @@
+//! The C ABI called as a C host calls it: every out-parameter defined on every way out, NULL
+//! arguments refused, panics caught, jobs taken, completed and freed.
+
+use std::ffi::CStr;
+use std::io::Read;
+use std::mem::MaybeUninit;
+
+use super::*;
+
+fn json(n: usize) -> Vec<u8> {
+    br#"{"hash":"0x8f1c2d3e4b5a69788796a5b4c3d2e1f0","gasUsed":"0x5208"},"#.iter().cycle().take(n).copied().collect()
+}
+
+fn gunzip(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data).read_to_end(&mut out).expect("valid gzip");
+    out
+}
+
+/// Out-parameters as C stack garbage would leave them.
+fn garbage<T>() -> T {
+    let mut value = MaybeUninit::<T>::uninit();
+    unsafe {
+        ptr::write_bytes(value.as_mut_ptr(), 0xa5, 1);
+        value.assume_init()
+    }
+}
+
+fn panic_next() {
+    PANIC_NEXT.set(true);
+}
+
+struct Handles {
+    settings: *mut RpcedgeSettings,
+    exchange: *mut RpcedgeExchange,
+}
+
+impl Handles {
+    /// A gzip-accepting exchange for a JSON response without a length, its head not yet given.
+    fn new(json_config: &str) -> Handles {
+        unsafe {
+            let settings = rpcedge_settings_from_json(json_config.as_ptr(), json_config.len(), ptr::null_mut());
+            assert!(!settings.is_null());
+            let exchange = rpcedge_exchange_new(settings);
+            assert!(!exchange.is_null());
+            header(exchange, true, "Accept-Encoding", "gzip");
+            header(exchange, false, "Content-Type", "application/json");
+            Handles { settings, exchange }
+        }
+    }
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        unsafe {
+            rpcedge_exchange_free(self.exchange);
+            rpcedge_settings_free(self.settings);
+        }
+    }
+}
+
+unsafe fn header(exchange: *mut RpcedgeExchange, request: bool, name: &str, value: &str) {
+    let f = if request { rpcedge_exchange_request_header } else { rpcedge_exchange_response_header };
+    f(exchange, name.as_ptr(), name.len(), value.as_ptr(), value.len());
+}
+
+unsafe fn feed(exchange: *mut RpcedgeExchange, data: &[u8], flags: u32) -> (i32, RpcedgeOutput, RpcedgeError) {
+    let mut out = garbage::<RpcedgeOutput>();
+    let mut err = garbage::<RpcedgeError>();
+    let rc = rpcedge_exchange_feed(exchange, data.as_ptr(), data.len(), flags, 0, &mut out, &mut err);
+    (rc, out, err)
+}
+
+fn message(err: &RpcedgeError) -> String {
+    unsafe { CStr::from_ptr(err.message.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+fn is_none(out: &RpcedgeOutput) -> bool {
+    out.data.is_null() && out.len == 0 && out.flags == 0 && is_no_edit(&out.edits)
+}
+
+fn is_no_edit(edits: &RpcedgeHeaderEdits) -> bool {
+    edits.content_encoding.is_null()
+        && edits.content_length_op == RPCEDGE_EDIT_KEEP
+        && edits.etag_op == RPCEDGE_EDIT_KEEP
+        && edits.add_vary == 0
+        && edits.remove_accept_ranges == 0
+        && edits.etag.is_null()
+        && edits.etag_len == 0
+}
+
+#[test]
+fn a_panic_in_response_head_leaves_a_pass_with_no_edits() {
+    let h = Handles::new("");
+    let mut edits = garbage::<RpcedgeHeaderEdits>();
+    panic_next();
+    let plan = unsafe { rpcedge_exchange_response_head(h.exchange, 200, &mut edits) };
+    assert_eq!(plan, RPCEDGE_PLAN_PASS);
+    assert!(is_no_edit(&edits), "every field defined and empty");
+}
+
+#[test]
+fn a_panic_in_feed_fails_with_nothing_to_send() {
+    let h = Handles::new("");
+    unsafe {
+        let mut edits = garbage::<RpcedgeHeaderEdits>();
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_BUFFER);
+        panic_next();
+        let (rc, out, err) = feed(h.exchange, &json(5000), RPCEDGE_FEED_END);
+        assert_eq!(rc, -1);
+        assert!(is_none(&out));
+        assert_eq!(message(&err), "internal error");
+    }
+}
+
+#[test]
+fn panics_in_the_other_entry_points_are_caught() {
+    let h = Handles::new("");
+    unsafe {
+        panic_next();
+        assert!(rpcedge_exchange_new(h.settings).is_null());
+        panic_next();
+        assert_eq!(rpcedge_exchange_deadline(h.exchange), -1);
+        panic_next();
+        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"failed");
+        let (mut i, mut o) = (7, 7);
+        panic_next();
+        rpcedge_exchange_counts(h.exchange, &mut i, &mut o);
+        assert_eq!((i, o), (0, 0));
+        panic_next();
+        assert_eq!(rpcedge_exchange_failure(h.exchange), RPCEDGE_FAILURE_RESET);
+        panic_next();
+        assert!(rpcedge_exchange_take_job(h.exchange).is_null());
+        let mut err = garbage::<RpcedgeError>();
+        panic_next();
+        assert!(rpcedge_settings_from_json(b"{}".as_ptr(), 2, &mut err).is_null());
+        assert_eq!(message(&err), "internal error");
+        panic_next();
+        assert_eq!(rpcedge_negotiate(b"gzip".as_ptr(), 4), 0);
+        panic_next();
+        let body = json(5000);
+        let mut out = vec![0; 5000];
+        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len()), 0);
+    }
+}
+
+#[test]
+fn null_arguments_are_refused_not_followed() {
+    unsafe {
+        let null = ptr::null_mut::<RpcedgeExchange>();
+        assert!(rpcedge_exchange_new(ptr::null()).is_null());
+        rpcedge_exchange_request_method(null, b"GET".as_ptr(), 3);
+        rpcedge_exchange_request_header(null, ptr::null(), 5, ptr::null(), 5);
+        rpcedge_exchange_response_header(null, b"a".as_ptr(), 1, b"b".as_ptr(), 1);
+        rpcedge_exchange_response_content_length(null, 10);
+        rpcedge_exchange_offload(null);
+        let mut edits = garbage::<RpcedgeHeaderEdits>();
+        assert_eq!(rpcedge_exchange_response_head(null, 200, &mut edits), RPCEDGE_PLAN_PASS);
+        assert!(is_no_edit(&edits));
+        assert_eq!(rpcedge_exchange_response_head(null, 200, ptr::null_mut()), RPCEDGE_PLAN_PASS);
+        let (rc, out, err) = feed(null, b"x", 0);
+        assert_eq!(rc, -1);
+        assert!(is_none(&out));
+        assert_eq!(message(&err), "no exchange");
+        assert_eq!(rpcedge_exchange_feed(null, ptr::null(), 0, 0, 0, ptr::null_mut(), ptr::null_mut()), -1);
+        assert_eq!(rpcedge_exchange_deadline(null), -1);
+        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(null)), c"failed");
+        rpcedge_exchange_counts(null, ptr::null_mut(), ptr::null_mut());
+        assert_eq!(rpcedge_exchange_failure(null), RPCEDGE_FAILURE_RESET);
+        assert_eq!(rpcedge_exchange_abort(null), RPCEDGE_FAILURE_RESET);
+        assert!(rpcedge_exchange_take_job(null).is_null());
+        rpcedge_job_run(ptr::null_mut());
+        rpcedge_job_free(ptr::null_mut());
+        rpcedge_exchange_free(null);
+        rpcedge_settings_free(ptr::null_mut());
+        let mut out = garbage::<RpcedgeOutput>();
+        assert_eq!(rpcedge_exchange_complete_job(null, ptr::null_mut(), &mut out, ptr::null_mut()), -1);
+        assert!(is_none(&out));
+        let mut err = garbage::<RpcedgeError>();
+        assert!(rpcedge_settings_new(ptr::null(), &mut err).is_null());
+        assert_eq!(message(&err), "no configuration given");
+        assert_eq!(rpcedge_check_field(ptr::null(), 1, &mut err), -1);
+        // A config whose types pointer is NULL means the default types.
+        let config = RpcedgeConfig { types_len: 3, ..rpcedge_config_default() };
+        let settings = rpcedge_settings_new(&config, ptr::null_mut());
+        assert!(!settings.is_null());
+        rpcedge_settings_free(settings);
+    }
+}
+
+#[test]
+fn a_job_is_taken_once_run_anywhere_and_given_back() {
+    let h = Handles::new(r#"{"offload_min_length": 100000}"#);
+    let body = json(300_000);
+    unsafe {
+        rpcedge_exchange_offload(h.exchange);
+        let mut edits = garbage::<RpcedgeHeaderEdits>();
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_BUFFER);
+        assert!(rpcedge_exchange_take_job(h.exchange).is_null(), "no job before the body is in");
+        let (rc, out, _) = feed(h.exchange, &body, RPCEDGE_FEED_END);
+        assert_eq!((rc, out.flags, out.len), (0, RPCEDGE_OUT_WORK, 0));
+        let job = rpcedge_exchange_take_job(h.exchange);
+        assert!(!job.is_null());
+        assert!(rpcedge_exchange_take_job(h.exchange).is_null(), "taken once");
+        let job = job as usize;
+        std::thread::spawn(move || rpcedge_job_run(job as *mut RpcedgeJob)).join().unwrap();
+        let mut out = garbage::<RpcedgeOutput>();
+        let mut err = garbage::<RpcedgeError>();
+        assert_eq!(rpcedge_exchange_complete_job(h.exchange, job as *mut RpcedgeJob, &mut out, &mut err), 0);
+        assert_eq!(out.flags, RPCEDGE_OUT_HEADERS | RPCEDGE_OUT_FLUSH | RPCEDGE_OUT_END);
+        assert_eq!(CStr::from_ptr(out.edits.content_encoding), c"gzip");
+        assert_eq!((out.edits.content_length_op, out.edits.content_length), (RPCEDGE_EDIT_SET, out.len as u64));
+        assert_eq!(gunzip(slice::from_raw_parts(out.data, out.len)), body);
+        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"oneshot");
+    }
+}
+
+#[test]
+fn a_job_given_to_the_wrong_exchange_fails_and_is_freed() {
+    let (a, b) = (Handles::new(r#"{"offload_min_length": 0}"#), Handles::new(""));
+    unsafe {
+        rpcedge_exchange_offload(a.exchange);
+        rpcedge_exchange_response_head(a.exchange, 200, ptr::null_mut());
+        rpcedge_exchange_response_head(b.exchange, 200, ptr::null_mut());
+        assert_eq!(feed(a.exchange, &json(2000), RPCEDGE_FEED_END).1.flags, RPCEDGE_OUT_WORK);
+        let job = rpcedge_exchange_take_job(a.exchange);
+        let mut out = garbage::<RpcedgeOutput>();
+        let mut err = garbage::<RpcedgeError>();
+        assert_eq!(rpcedge_exchange_complete_job(b.exchange, job, &mut out, &mut err), -1);
+        assert!(is_none(&out));
+        assert!(message(&err).contains("not taken"), "{}", message(&err));
+        // The job's exchange frees nothing twice: it no longer has it.
+        assert!(rpcedge_exchange_take_job(a.exchange).is_null());
+        // A taken job that is never given back is freed by its holder.
+        let c = Handles::new(r#"{"offload_min_length": 0}"#);
+        rpcedge_exchange_offload(c.exchange);
+        rpcedge_exchange_response_head(c.exchange, 200, ptr::null_mut());
+        feed(c.exchange, &json(2000), RPCEDGE_FEED_END);
+        rpcedge_job_free(rpcedge_exchange_take_job(c.exchange));
+    }
+}
+
+#[test]
+fn failures_say_respond_before_the_headers_and_reset_after() {
+    unsafe {
+        // Held headers (a declared length), then a body that overruns it: answer 502.
+        let h = Handles::new("");
+        rpcedge_exchange_response_content_length(h.exchange, 2000);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_BUFFER);
+        let (rc, out, err) = feed(h.exchange, &json(3000), 0);
+        assert_eq!(rc, -1);
+        assert!(is_none(&out));
+        assert!(message(&err).contains("Content-Length"), "{}", message(&err));
+        assert_eq!(rpcedge_exchange_failure(h.exchange), 502);
+        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"failed");
+
+        // Streaming from the head: the headers are out, so an abort resets.
+        let h = Handles::new(r#"{"max_buffer": 1024}"#);
+        rpcedge_exchange_response_content_length(h.exchange, 5000);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_STREAM);
+        assert_eq!(feed(h.exchange, &json(2000), 0).0, 0);
+        assert_eq!(rpcedge_exchange_abort(h.exchange), RPCEDGE_FAILURE_RESET);
+        assert_eq!(feed(h.exchange, &json(10), 0).0, -1, "nothing after a failure");
+
+        // Buffering without a length: an abort before anything went out answers 502.
+        let h = Handles::new("");
+        rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut());
+        assert_eq!(feed(h.exchange, &json(2000), 0).0, 0);
+        assert_eq!(rpcedge_exchange_abort(h.exchange), 502);
+    }
+}
+
+#[test]
+fn edits_carry_the_coding_token_and_the_etag_op() {
+    let h = Handles::new(r#"{"max_buffer": 1024}"#);
+    unsafe {
+        header(h.exchange, false, "ETag", "\"v1\"");
+        rpcedge_exchange_response_content_length(h.exchange, 5000);
+        let mut edits = garbage::<RpcedgeHeaderEdits>();
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_STREAM);
+        assert_eq!(CStr::from_ptr(edits.content_encoding), c"gzip");
+        assert_eq!(edits.content_length_op, RPCEDGE_EDIT_REMOVE);
+        assert_eq!(edits.etag_op, RPCEDGE_EDIT_SET);
+        assert_eq!(slice::from_raw_parts(edits.etag, edits.etag_len), b"W/\"v1\"");
+    }
+}
+
+#[test]
+fn compress_stays_within_its_bounds() {
+    let body = json(10_000);
+    let mut out = vec![0u8; body.len()];
+    unsafe {
+        let n = rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len());
+        assert!(n > 0 && n < body.len());
+        assert_eq!(gunzip(&out[..n]), body);
+        // Too little room, no room, no output buffer: refused, nothing written past the room.
+        let mut small = vec![0xeeu8; n + 16];
+        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), small.as_mut_ptr(), n - 1), 0);
+        assert!(small[n - 1..].iter().all(|&b| b == 0xee), "wrote past out_cap");
+        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), 0), 0);
+        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), ptr::null_mut(), 100), 0);
+        // Bad coding or level, empty or one-byte input, NULL input.
+        for (coding, level) in [(0, 6), (3, 6), (1, 0), (1, 13)] {
+            assert_eq!(rpcedge_compress(coding, level, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len()), 0);
+        }
+        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), 1, out.as_mut_ptr(), out.len()), 0);
+        assert_eq!(rpcedge_compress(1, 6, ptr::null(), 100, out.as_mut_ptr(), out.len()), 0);
+        // A room larger than the input never lets a result that is not smaller through.
+        let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut big = vec![0u8; 2 * noise.len()];
+        let n = rpcedge_compress(2, 6, noise.as_ptr(), noise.len(), big.as_mut_ptr(), big.len());
+        assert!(n < noise.len());
+    }
+}
