@@ -369,3 +369,58 @@ def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, tmp_path):
                 assert (response.header("content-length") is not None) == oneshot, (name, framing)
     finally:
         envoy.process.stop()
+
+
+H2_CLUSTER = """
+  - name: node_h2
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: node_h2
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {port}}}
+"""
+H2_ROUTE = """              - match: {prefix: "/h2/"}
+                route: {cluster: node_h2, timeout: 120s}
+"""
+
+
+@pytest.mark.parametrize("name, chunk, delay, oneshot", [
+    ("3.6MiB", 131072, 0.02, False),  # streamed, its end in the trailers
+    ("3.6MiB", 1 << 22, 0.0, False),  # the last body callback sent output: Envoy holds no body
+    ("15KiB", 15000, 0.3, False),  # a tick streamed it, and resumed, before the trailers
+    ("248KiB", 16384, 0.0, True),  # buffered whole: the trailers end it
+    ("15KiB", 4096, 0.15, False),  # pauses past stream_delay: streamed from a tick
+    ("1022B", 1022, 0.0, None),  # below min_length
+])
+def test_an_http2_upstream_that_sends_trailers(envoy_upstream, tmp_path, name, chunk, delay, oneshot):
+    from h2_upstream import TrailersUpstream
+    body = envoy_upstream.body(name)
+    upstream = TrailersUpstream(body, chunk=chunk, delay=delay)
+    text = EXAMPLE.read_text()
+    text = text.replace('              - match: {prefix: "/"}\n', H2_ROUTE + '              - match: {prefix: "/"}\n', 1)
+    text = text.rstrip("\n") + "\n" + H2_CLUSTER.format(port=upstream.port)
+    envoy = run_envoy(tmp_path, envoy_upstream.port, text=text, name="envoy-h2-trailers")
+    try:
+        for _ in range(2):
+            response = envoy.request("/h2/anything")
+            assert response.status == 200 and response.complete, response.raw[-200:]
+            assert response.decoded() == body
+            if oneshot is None:
+                assert response.header("content-encoding") is None
+            else:
+                assert response.header("content-encoding") == "gzip"
+                assert (response.header("content-length") is not None) == oneshot
+        assert envoy.counters()["responses.failed"] == 0
+        assert envoy.process.proc.poll() is None
+    finally:
+        envoy.process.stop()
+        upstream.stop()
