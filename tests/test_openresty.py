@@ -1,5 +1,6 @@
 """The OpenResty binding (resty.rpcedge over the core's shared library) in Debian's nginx with
-libnginx-mod-http-lua and lua-resty-core, running the shipped example config."""
+libnginx-mod-http-lua and lua-resty-core, running the shipped example config: the same decisions
+and bytes as the nginx module on the same requests."""
 
 import gzip
 
@@ -9,11 +10,12 @@ import replay_corpus as rc
 import wire
 from conftest import CORPUS, REPO
 from harness import Process, free_port
-from nginx_harness import NGINX_BIN, check_conf
+from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
 
 CORE_LIB = REPO / "target" / "release" / "librpcedge_core.so"
 MEDIUM = "erigon_getLatestLogs/erigon-rpc-tests__mainnet__test_10.json"  # 56 KiB answer
 SMALL = "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json"  # 102 B answer
+LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 MiB answer
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +47,61 @@ def openresty(replay, tmp_path_factory):
     process.stop()
 
 
-def post(port, path, accept_encoding):
+@pytest.fixture(scope="module")
+def module(replay, tmp_path_factory):
+    """The nginx module in front of the same replay, for comparison."""
+    port = free_port()
+    server = start_nginx(tmp_path_factory.mktemp("module"), f"""
+    server {{
+        listen {LOOPBACK}:{port};
+        rpcedge on;
+        location / {{
+            proxy_pass http://{LOOPBACK}:{replay.port};
+        }}
+    }}""", [port])
+    yield port
+    server.stop()
+
+
+def post(port, path, accept_encoding, headers=None):
     request, _ = rc.read_pairs(CORPUS / path)[0]
     return wire.request(port, f"/{rc.network_of(path)}", method="POST", body=rc.compact(request),
-                        headers={"Content-Type": "application/json"}, accept_encoding=accept_encoding)
+                        headers={"Content-Type": "application/json", **(headers or {})},
+                        accept_encoding=accept_encoding)
+
+
+# What must agree: the decisions, as headers.
+COMPARED = ("content-encoding", "content-length", "vary", "etag", "accept-ranges", "content-type")
+
+
+@pytest.mark.parametrize("path, accept, headers", [
+    (MEDIUM, "gzip", {}),
+    (MEDIUM, "deflate", {}),
+    (MEDIUM, "gzip;q=0", {}),
+    (MEDIUM, None, {}),
+    (SMALL, "gzip", {}),
+    (MEDIUM, "gzip", {"X-Replay-Header": ['ETag: "v1"', "Accept-Ranges: bytes"]}),
+    (MEDIUM, "gzip", {"X-Replay-Header": "ETag: v1"}),
+    (MEDIUM, "gzip", {"X-Replay-Header": "Vary: Origin"}),
+    (MEDIUM, "gzip", {"X-Replay-Header": "Cache-Control: no-transform"}),
+    (MEDIUM, "gzip", {"X-Replay-Header": "Content-Type: application/octet-stream"}),
+    (MEDIUM, "gzip", {"X-Replay-Status": "404"}),
+    (MEDIUM, "gzip", {"X-Replay-Mode": "chunked"}),
+    (LARGE, "gzip", {}),
+], ids=["gzip", "deflate", "refused", "identity", "small", "strong-etag", "bad-etag", "vary", "no-transform",
+        "other-type", "404", "chunked", "large"])
+def test_lua_decides_as_the_module_does(openresty, module, path, accept, headers):
+    lua = post(openresty, path, accept, headers)
+    native = post(module, path, accept, headers)
+    assert lua.status == native.status and lua.complete and native.complete
+    for name in COMPARED:
+        if name == "content-length" and native.chunked:
+            assert lua.header(name) is None and lua.chunked, "streamed, as the module does"
+            continue
+        assert lua.header(name) == native.header(name), name
+    assert lua.decoded() == native.decoded()
+    if not native.chunked:
+        assert lua.body == native.body, "the same one-shot bytes"
 
 
 def direct(replay, path):

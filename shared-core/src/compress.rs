@@ -255,6 +255,23 @@ mod tests {
             enc.write(&sample(50_000), Push::Finish, &mut out).unwrap();
             assert_eq!(gunzip(&out), sample(50_000));
         }
-        POOL.with(|pool| assert!(pool.borrow().len() <= 2 * POOL_PER_KIND));
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_bound_per_kind() {
+        let kinds = |key: PoolKey| POOL.with(|pool| pool.borrow().iter().filter(|(k, _)| *k == key).count());
+        let key = (false, 5);
+        // More streams at once than the pool keeps: each finished one returns, up to the bound.
+        let mut encoders: Vec<_> = (0..2 * POOL_PER_KIND).map(|_| StreamEncoder::new(Coding::Gzip, 5)).collect();
+        for enc in &mut encoders {
+            enc.write(b"{}", Push::Finish, &mut Vec::new()).unwrap();
+        }
+        assert_eq!(kinds(key), POOL_PER_KIND);
+        // A new stream takes one back; other kinds are kept apart.
+        let mut taken = StreamEncoder::new(Coding::Gzip, 5);
+        assert_eq!(kinds(key), POOL_PER_KIND - 1);
+        assert_eq!(kinds((true, 5)), 0);
+        taken.write(b"{}", Push::Finish, &mut Vec::new()).unwrap();
+        assert_eq!(kinds(key), POOL_PER_KIND);
     }
 }

@@ -1,76 +1,193 @@
--- rpcedge for OpenResty: the core's negotiation and one-shot compression through LuaJIT FFI.
+-- rpcedge for OpenResty: the core's exchange through LuaJIT FFI, so that Lua makes the very
+-- decisions the nginx module makes (eligibility, size gate, level, Vary, ETag, exact length).
 --
 --     local rpcedge = require "resty.rpcedge"
---     local coding = rpcedge.negotiate(ngx.var.http_accept_encoding)   -- "gzip", "deflate" or nil
---     local packed = rpcedge.compress(body, coding, 6)                 -- nil: send the original
+--     local settings = rpcedge.settings('{"level": 6}')   -- once, e.g. at module load
+--     ...
+--     local res = ngx.location.capture("/__node" .. ngx.var.uri, {...})
+--     rpcedge.respond(settings, res)  -- status, headers and the body, compressed or not
 --
+-- A subrequest hands Lua the whole body, which is what lets it send an exact Content-Length.
 -- The shared library is found by ffi.load: set RPCEDGE_LIB (env directive) to its path, or put
 -- librpcedge_core.so where the dynamic linker looks.
 
 local ffi = require "ffi"
-local base = require "resty.core.base"
 
 local C_string = ffi.string
-local get_string_buf = base.get_string_buf
-local tonumber = tonumber
+local ffi_gc = ffi.gc
+local ffi_new = ffi.new
+local bit_band = bit.band
+local pairs = pairs
 local type = type
+local tostring = tostring
 local error = error
 
 ffi.cdef[[
-uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
-size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len,
-                        uint8_t *out, size_t out_cap);
+typedef struct rpcedge_exchange_t rpcedge_exchange_t;
+typedef struct rpcedge_settings_t rpcedge_settings_t;
+
+typedef struct {
+  char field[32];
+  char message[224];
+} rpcedge_error_t;
+
+typedef struct {
+  const char *content_encoding;
+  uint8_t content_length_op;
+  uint8_t etag_op;
+  uint8_t add_vary;
+  uint8_t remove_accept_ranges;
+  uint64_t content_length;
+  const uint8_t *etag;
+  size_t etag_len;
+} rpcedge_header_edits_t;
+
+typedef struct {
+  const uint8_t *data;
+  size_t len;
+  uint32_t flags;
+  rpcedge_header_edits_t edits;
+} rpcedge_output_t;
+
+rpcedge_settings_t *rpcedge_settings_from_json(const uint8_t *json, size_t len, rpcedge_error_t *err);
+void rpcedge_settings_free(rpcedge_settings_t *settings);
+rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
+void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
+void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
+void rpcedge_exchange_request_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len,
+                                     const uint8_t *value, size_t value_len);
+void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len,
+                                      const uint8_t *value, size_t value_len);
+void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
+uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
+                                       rpcedge_header_edits_t *edits);
+int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
+                              uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
+uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
+const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
 ]]
 
 local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge_core")
 
-local codings = { "gzip", "deflate" }
-local coding_ids = { gzip = 1, deflate = 2 }
+-- rpcedge.h's constants
+local PLAN_PASS = 0
+local EDIT_SET, EDIT_REMOVE = 1, 2
+local OUT_HEADERS = 1
+local FEED_END = 1
 
-local _M = { version = "0.1.0" }
+-- not copied from the node's answer: the framing is this response's own
+local HOP_BY_HOP = {
+    ["content-length"] = true, ["transfer-encoding"] = true, ["connection"] = true,
+    ["keep-alive"] = true, ["trailer"] = true, ["upgrade"] = true,
+}
+
+local _M = { version = "0.2.0" }
 
 
--- The coding to answer with for an Accept-Encoding value (a string, or a table of the repeated
--- header's values as ngx.req.get_headers() gives them), or nil for identity.
-function _M.negotiate(accept_encoding)
-    if accept_encoding == nil then
-        return nil
+-- Validated settings from the JSON the Envoy filter takes ("" for the defaults); raises an error
+-- naming the field that is out of range.
+function _M.settings(json)
+    json = json or ""
+    local err = ffi_new("rpcedge_error_t")
+    local settings = lib.rpcedge_settings_from_json(json, #json, err)
+    if settings == nil then
+        error("rpcedge: " .. C_string(err.field) .. ": " .. C_string(err.message), 2)
     end
-
-    if type(accept_encoding) == "table" then
-        accept_encoding = table.concat(accept_encoding, ", ")
-    end
-
-    return codings[lib.rpcedge_negotiate(accept_encoding, #accept_encoding)]
+    return ffi_gc(settings, lib.rpcedge_settings_free)
 end
 
 
--- Compresses a whole body with libdeflate at `level` (1..12, default 6). Returns the compressed
--- string, or nil when it would not be smaller than the body: then send the body as it is.
-function _M.compress(body, coding, level)
-    local id = coding_ids[coding or "gzip"]
-    if not id then
-        error("unsupported coding: " .. tostring(coding), 2)
+local function feed_headers(exchange, feed, headers)
+    for name, value in pairs(headers) do
+        if type(value) ~= "table" then
+            value = { value }
+        end
+        for _, v in ipairs(value) do
+            v = tostring(v)
+            feed(exchange, name, #name, v, #v)
+        end
+    end
+end
+
+
+local function add_vary()
+    local vary = ngx.header["Vary"]
+    if vary == nil then
+        ngx.header["Vary"] = "Accept-Encoding"
+    elseif type(vary) == "table" then
+        vary[#vary + 1] = "Accept-Encoding"
+        ngx.header["Vary"] = vary
+    else
+        ngx.header["Vary"] = { vary, "Accept-Encoding" }
+    end
+end
+
+
+local function apply_edits(edits, length)
+    if edits.content_encoding ~= nil then
+        ngx.header["Content-Encoding"] = C_string(edits.content_encoding)
+    end
+    if edits.content_length_op == EDIT_SET then
+        length = tonumber(edits.content_length)
+    elseif edits.content_length_op == EDIT_REMOVE then
+        length = nil
+    end
+    ngx.header["Content-Length"] = length
+    if edits.add_vary ~= 0 then
+        add_vary()
+    end
+    if edits.etag_op == EDIT_SET then
+        ngx.header["ETag"] = C_string(edits.etag, edits.etag_len)
+    elseif edits.etag_op == EDIT_REMOVE then
+        ngx.header["ETag"] = nil
+    end
+    if edits.remove_accept_ranges ~= 0 then
+        ngx.header["Accept-Ranges"] = nil
+    end
+end
+
+
+-- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
+-- its status and headers, and its body as the core decides. Returns the mode ("oneshot",
+-- "small", "untouched", "stream", "incompressible", or "failed" after answering with the status
+-- the core gives, or closing the connection).
+function _M.respond(settings, res)
+    local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
+    local method = ngx.req.get_method()
+    lib.rpcedge_exchange_request_method(exchange, method, #method)
+    feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
+
+    local body = res.body or ""
+    ngx.status = res.status
+    for name, value in pairs(res.header) do
+        if not HOP_BY_HOP[name:lower()] then
+            ngx.header[name] = value
+        end
+    end
+    feed_headers(exchange, lib.rpcedge_exchange_response_header, res.header)
+    -- the whole body is here: its length is known whatever the node's framing was
+    lib.rpcedge_exchange_response_content_length(exchange, #body)
+
+    local edits = ffi_new("rpcedge_header_edits_t")
+    if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
+        apply_edits(edits, #body)
+        ngx.print(body)
+        return C_string(lib.rpcedge_exchange_mode(exchange))
     end
 
-    level = tonumber(level) or 6
-    if level < 1 or level > 12 then
-        error("level must be between 1 and 12, got " .. level, 2)
+    local out = ffi_new("rpcedge_output_t")
+    local err = ffi_new("rpcedge_error_t")
+    if lib.rpcedge_exchange_feed(exchange, body, #body, FEED_END, ngx.now() * 1000, out, err) ~= 0 then
+        ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
+        local status = lib.rpcedge_exchange_failure(exchange)
+        -- 444: nginx closes the connection, the reset of the one failure policy
+        ngx.exit(status ~= 0 and status or 444)
+        return "failed"
     end
-
-    local len = #body
-    if len < 2 then
-        return nil
-    end
-
-    -- never larger than the body less a byte: the core refuses anything bigger
-    local out = get_string_buf(len - 1)
-    local n = tonumber(lib.rpcedge_compress(id, level, body, len, out, len - 1))
-    if n == 0 then
-        return nil
-    end
-
-    return C_string(out, n)
+    -- with the headers held (buffered), they come with the output; streamed, they are in force
+    apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
+    ngx.print(C_string(out.data, out.len))
+    return C_string(lib.rpcedge_exchange_mode(exchange))
 end
 
 
