@@ -19,12 +19,18 @@ APT_PACKAGES := build-essential pkg-config curl python3-venv nginx nginx-dev \
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
-.PHONY: help deps build test test-rust test-e2e run bench clean
+# Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := negotiate exchange c_abi
+
+.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops)"
 	@echo "make test   install what is needed, build, run every test"
 	@echo "make bench  install what is needed, run the benchmarks"
+	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
+	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
 deps: $(STAMPS)/apt $(STAMPS)/rust $(STAMPS)/venv $(STAMPS)/envoy
 
@@ -66,7 +72,38 @@ test-rust: build
 test-e2e: build
 	cd tests && ../$(VENV)/bin/python -m pytest -q
 
-test: test-rust test-e2e
+test: test-rust test-e2e test-fuzz
+
+# cargo fuzz needs nightly Rust (the machine's rustup has it; installed if not).
+$(STAMPS)/fuzz: $(STAMPS)/rust
+	@mkdir -p $(@D)
+	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@touch $@
+
+test-fuzz fuzz: $(STAMPS)/fuzz
+	cd shared-core && for target in $(FUZZ_TARGETS); do \
+		$(CARGO) +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
+
+# The module and the core built with AddressSanitizer (nightly Rust), loaded into Debian's nginx
+# with the sanitizer's runtime preloaded, under the nginx end-to-end tests.
+ASAN_TARGET := $(abspath target/asan)
+asan: build $(STAMPS)/fuzz
+	RUSTFLAGS="-Zsanitizer=address" $(CARGO) +nightly build --release --locked -p rpcedge-core \
+		--target x86_64-unknown-linux-gnu --target-dir $(ASAN_TARGET)
+	$(MAKE) -C nginx-module BUILD=$(abspath build/nginx-asan) \
+		RPCEDGE_CORE_LIB=$(ASAN_TARGET)/x86_64-unknown-linux-gnu/release/librpcedge_core.a \
+		NGINX_CC_OPT="-fsanitize=address -fno-omit-frame-pointer"
+	rm -rf build/asan-logs && mkdir -p build/asan-logs
+	# leaks are valgrind's part (test_nginx_soak.py): nginx frees its cycle only at exit
+	cd tests && RPCEDGE_NGINX_MODULE=$(abspath build/nginx-asan)/objs/ngx_http_rpcedge_filter_module.so \
+		RPCEDGE_NGINX_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+		ASAN_OPTIONS=detect_leaks=0:log_path=$(abspath build/asan-logs)/nginx \
+		../$(VENV)/bin/python -m pytest -q test_nginx.py test_nginx_threads.py
+	@if ls build/asan-logs/nginx.* >/dev/null 2>&1; then cat build/asan-logs/nginx.*; exit 1; fi
+	@echo "AddressSanitizer: no reports"
 
 run: build
 	cd tests && ../$(VENV)/bin/python stack.py

@@ -74,7 +74,7 @@ class Envoy:
         return {
             name[len(prefix):]: int(value)
             for name, _, value in (line.partition(": ") for line in self.admin_get("/stats?filter=rpcedge").splitlines())
-            if name.startswith(prefix)
+            if name.startswith(prefix) and value.isdigit()  # histograms print their quantiles
         }
 
     def request(self, path, **kwargs):

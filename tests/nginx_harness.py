@@ -4,11 +4,14 @@ Environment:
   RPCEDGE_NGINX_BIN     the nginx binary (default /usr/sbin/nginx)
   RPCEDGE_NGINX_MODULE  the module (default <repo>/build/nginx/objs/ngx_http_rpcedge_filter_module.so,
                         built by `make -C nginx-module`)
+  RPCEDGE_NGINX_PRELOAD a library nginx runs with (LD_PRELOAD), e.g. the AddressSanitizer runtime
+                        for a module built with it (`make asan`)
 """
 
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from harness import LOOPBACK, REPO, Process, StartError, free_port
@@ -17,6 +20,7 @@ NGINX_BIN = Path(os.environ.get("RPCEDGE_NGINX_BIN", "/usr/sbin/nginx"))
 MODULE = Path(os.environ.get("RPCEDGE_NGINX_MODULE",
                              REPO / "build" / "nginx" / "objs" / "ngx_http_rpcedge_filter_module.so"))
 STOCK_MODULES = Path("/usr/lib/nginx/modules")
+PRELOAD = os.environ.get("RPCEDGE_NGINX_PRELOAD")
 
 LOG_FORMAT = "log_format rpcedge '$request_uri $status $rpcedge_mode $rpcedge_ratio $bytes_sent';"
 
@@ -58,9 +62,15 @@ http {{
 """
 
 
+def preload_env():
+    """The environment nginx runs in: this one, with RPCEDGE_NGINX_PRELOAD preloaded if set."""
+    return dict(os.environ, LD_PRELOAD=PRELOAD) if PRELOAD else None
+
+
 def check_conf(path, prefix):
     """`nginx -t` on a config: (exit code, output)."""
-    result = subprocess.run([NGINX_BIN, "-t", "-p", prefix, "-c", path], capture_output=True, text=True)
+    result = subprocess.run([NGINX_BIN, "-t", "-p", prefix, "-c", path], capture_output=True, text=True,
+                            env=preload_env())
     return result.returncode, result.stdout + result.stderr
 
 
@@ -74,10 +84,15 @@ class Nginx:
     def port(self):
         return self.ports[0]
 
-    def worker_pids(self):
+    def worker_pids(self, timeout=10):
+        """The workers' pids, once the master has started them (it listens before it forks)."""
         master = self.process.proc.pid
-        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-        return [int(pid) for pid in children]
+        deadline = time.monotonic() + timeout
+        while True:
+            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+            if children or time.monotonic() > deadline:
+                return [int(pid) for pid in children]
+            time.sleep(0.05)
 
     def access_log(self):
         return (self.prefix / "access.log").read_text().splitlines()
@@ -104,8 +119,9 @@ def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", a
     code, output = check_conf(conf, prefix)
     if code != 0:
         raise StartError(f"nginx -t failed:\n{output}")
+    env = preload_env()
     process = Process(name, [*argv_prefix, NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
-                      prefix / f"{name}.out")
+                      prefix / f"{name}.out", env=env)
     for port in ports:
         process.wait_for_port(port)
     return Nginx(process, prefix, ports)

@@ -1,6 +1,7 @@
 """rpcedge in real Envoy (1.40, V8) in front of the replay upstream."""
 
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -327,6 +328,7 @@ def test_envoy_serves_on_after_clients_abort(envoy, envoy_upstream):
     assert envoy.process.proc.poll() is None
     after = envoy.counters()
     assert after["responses.failed"] == before["responses.failed"]
+    assert after["responses.aborted"] == before["responses.aborted"] + 3, "each abort counted once"
     assert "panicked" not in envoy.process.log.read_text()
 
 
@@ -346,8 +348,17 @@ def test_stats(envoy, envoy_upstream):
     assert 0 < bytes_out < bytes_in
     assert after["compress_time_us"] > before["compress_time_us"]
     prometheus = envoy.admin_get("/stats/prometheus")
-    for name in ("rpcedge_responses_oneshot", "rpcedge_body_bytes_in", "rpcedge_compress_time_us"):
+    for name in ("rpcedge_responses_oneshot", "rpcedge_responses_aborted", "rpcedge_body_bytes_in",
+                 "rpcedge_compress_time_us"):
         assert f"\n{name}{{}} " in prometheus, name
+    # one compression time per compressed exchange; Envoy merges histograms at its stats flush (5 s)
+    deadline = time.monotonic() + 15
+    while True:
+        count = re.search(r"\nrpcedge_compress_duration_us_count\{\} (\d+)", envoy.admin_get("/stats/prometheus"))
+        if count and int(count.group(1)) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert count and int(count.group(1)) >= 2
 
 
 def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, tmp_path):

@@ -124,7 +124,17 @@ impl Filter {
     }
 }
 
-impl Context for Filter {}
+impl Context for Filter {
+    fn on_done(&mut self) -> bool {
+        // The stream ended (a client or upstream reset, a local reply) with the exchange unfinished.
+        let mut stream = self.stream.borrow_mut();
+        if !stream.done {
+            stream.done = true;
+            stream.shared.metrics.aborted();
+        }
+        true
+    }
+}
 
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
@@ -385,11 +395,16 @@ fn apply_edits(edits: &HeaderEdits) {
 /// The filter's counters, under Envoy's `wasmcustom.` prefix.
 struct Metrics {
     responses: [u32; 6],
+    /// Exchanges still under way when their stream ended.
+    aborted: u32,
     bytes_in: u32,
     bytes_out: u32,
     compress_us: u32,
+    /// Each exchange's compression time, in microseconds.
+    compress_duration: u32,
 }
 
+/// The modes an exchange ends in.
 const MODES: [Mode; 6] =
     [Mode::Untouched, Mode::Small, Mode::Oneshot, Mode::Stream, Mode::Incompressible, Mode::Failed];
 
@@ -402,15 +417,24 @@ impl Metrics {
         }
         Ok(Metrics {
             responses,
+            aborted: counter("responses.aborted")?,
             bytes_in: counter("body_bytes_in")?,
             bytes_out: counter("body_bytes_out")?,
             compress_us: counter("compress_time_us")?,
+            compress_duration: hostcalls::define_metric(MetricType::Histogram, "rpcedge.compress_duration_us")?,
         })
+    }
+
+    fn aborted(&self) {
+        let _ = hostcalls::increment_metric(self.aborted, 1);
     }
 
     fn record(&self, mode: Mode, bytes_in: u64, bytes_out: u64, compress_us: u64) {
         if let Some(at) = MODES.iter().position(|&m| m == mode) {
             let _ = hostcalls::increment_metric(self.responses[at], 1);
+        }
+        if bytes_in > 0 && !matches!(mode, Mode::Untouched | Mode::Small) {
+            let _ = hostcalls::record_metric(self.compress_duration, compress_us);
         }
         // Envoy refuses to add zero to a counter.
         for (id, value) in [(self.bytes_in, bytes_in), (self.bytes_out, bytes_out), (self.compress_us, compress_us)] {

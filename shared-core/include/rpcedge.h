@@ -55,6 +55,56 @@
 #define RPCEDGE_FEED_FLUSH 2
 
 /**
+ * How many modes there are: `rpcedge_exchange_mode_code` is below this.
+ */
+#define RPCEDGE_MODES 7
+
+/**
+ * What happened to the body, for logs and metrics.
+ */
+enum Mode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint8_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Not decided yet (headers held while buffering).
+   */
+  Pending = 0,
+  /**
+   * Not eligible: type, status, method, encoding, no-transform, or the client's choice.
+   */
+  Untouched = 1,
+  /**
+   * Below `min_length`: sent as it was.
+   */
+  Small = 2,
+  /**
+   * Buffered and compressed whole, with an exact Content-Length.
+   */
+  Oneshot = 3,
+  /**
+   * Compressed chunk by chunk.
+   */
+  Stream = 4,
+  /**
+   * Buffered, but compressing did not make it smaller: sent as it was.
+   */
+  Incompressible = 5,
+  /**
+   * Ended as failed; the host resets the connection.
+   */
+  Failed = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum Mode Mode;
+#else
+typedef uint8_t Mode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Opaque per-request exchange.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
@@ -140,6 +190,11 @@ typedef struct {
   uint32_t flags;
   rpcedge_header_edits_t edits;
 } rpcedge_output_t;
+
+/**
+ * Every mode, in the order of their codes.
+ */
+#define Mode_ALL { Pending, Untouched, Small, Oneshot, Stream, Incompressible, Failed, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -323,6 +378,19 @@ int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_
  * `exchange` is NULL or live.
  */
 int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
+
+/**
+ * The mode as a number below `RPCEDGE_MODES`, for counters; `rpcedge_mode_name` names it.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint8_t rpcedge_exchange_mode_code(const rpcedge_exchange_t *exchange);
+
+/**
+ * A mode's name by its code, NUL-terminated and static; NULL for a code past the last.
+ */
+const char *rpcedge_mode_name(uint8_t code);
 
 /**
  * The mode as a NUL-terminated static string ("oneshot", "stream", ...).

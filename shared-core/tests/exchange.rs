@@ -331,6 +331,17 @@ fn a_body_that_contradicts_its_content_length_fails_the_exchange() {
     long.content_length = Some(4_000);
     long.chunks = chunked(&body, &[2_000], 1);
     assert!(matches!(run(&settings(), &long), Err(Error::LengthMismatch { declared: 4_000, .. })));
+
+    // Streamed from the head (a length above max_buffer), a short body still fails rather than
+    // ending as a whole gzip member (the exchange fuzzer finds this within seconds without the check).
+    let big = json_body((1 << 20) + 10);
+    let mut short = Exchange1::json(&big, true);
+    short.content_length = Some((1 << 20) + 100);
+    short.chunks = chunked(&big, &[300_000, 700_000], 1);
+    assert_eq!(
+        run(&settings(), &short).unwrap_err(),
+        Error::LengthMismatch { declared: (1 << 20) + 100, received: (1 << 20) + 10 }
+    );
 }
 
 #[test]

@@ -286,6 +286,16 @@ fn edits_carry_the_coding_token_and_the_etag_op() {
 }
 
 #[test]
+fn mode_codes_name_every_mode_once() {
+    let names: Vec<_> = (0..RPCEDGE_MODES).map(|code| unsafe { CStr::from_ptr(rpcedge_mode_name(code)) }).collect();
+    assert_eq!(names, Mode::ALL.map(Mode::name));
+    assert!(rpcedge_mode_name(RPCEDGE_MODES).is_null());
+    let h = Handles::new("");
+    assert_eq!(unsafe { rpcedge_exchange_mode_code(h.exchange) }, Mode::Pending as u8);
+    assert_eq!(unsafe { rpcedge_exchange_mode_code(ptr::null()) }, Mode::Failed as u8);
+}
+
+#[test]
 fn compress_stays_within_its_bounds() {
     let body = json(10_000);
     let mut out = vec![0u8; body.len()];

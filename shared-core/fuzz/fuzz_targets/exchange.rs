@@ -1,0 +1,125 @@
+//! The exchange fed arbitrary heads, chunkings, flushes and ticks, as a host would: whatever it
+//! decides, the client decodes exactly the body the upstream sent, or the exchange fails only
+//! because the body contradicted its declared length.
+#![no_main]
+
+use std::io::Read;
+use std::sync::Arc;
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use rpcedge_core::{BodyPlan, Coding, Config, Exchange, HeaderEdits, LengthEdit};
+
+#[derive(Arbitrary, Debug)]
+struct Case<'a> {
+    min_length: u16,
+    max_buffer: u16,
+    level: u8,
+    stream_delay_ms: u8,
+    head: bool,
+    accept: &'a [u8],
+    content_type: u8,
+    status: u16,
+    /// None: no Content-Length; Some(d): the body's length plus d (0: truthful).
+    length_skew: Option<i8>,
+    extra: Vec<(u8, &'a [u8])>,
+    body: &'a [u8],
+    /// (bytes to take, flush, ms since the last step, a tick before it)
+    steps: Vec<(u16, bool, u8, bool)>,
+}
+
+const TYPES: [&[u8]; 4] = [b"application/json", b"text/plain; charset=utf-8", b"image/png", b""];
+const NAMES: [&[u8]; 6] = [b"etag", b"vary", b"cache-control", b"content-encoding", b"content-range", b"x-other"];
+
+fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match coding {
+        None => out.extend_from_slice(body),
+        Some(Coding::Gzip) => {
+            flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
+        }
+        Some(Coding::Deflate) => {
+            flate2::read::ZlibDecoder::new(body).read_to_end(&mut out).expect("valid zlib");
+        }
+    }
+    out
+}
+
+fuzz_target!(|case: Case| {
+    let max_buffer = u64::from(case.max_buffer);
+    let config = Config {
+        min_length: u64::from(case.min_length).min(max_buffer),
+        max_buffer,
+        level: u32::from(case.level % 12) + 1,
+        stream_delay_ms: u64::from(case.stream_delay_ms),
+        ..Config::default()
+    };
+    let settings = Arc::new(config.validate().expect("in range"));
+    let mut ex = Exchange::new(settings);
+    ex.request_method(if case.head { b"HEAD" } else { b"POST" });
+    ex.request_header(b"accept-encoding", case.accept);
+    ex.response_header(b"content-type", TYPES[usize::from(case.content_type) % TYPES.len()]);
+    for (name, value) in &case.extra {
+        ex.response_header(NAMES[usize::from(*name) % NAMES.len()], value);
+    }
+    let declared = case.length_skew.map(|skew| (case.body.len() as i64 + i64::from(skew)).max(0) as u64);
+    if let Some(length) = declared {
+        ex.response_header(b"content-length", length.to_string().as_bytes());
+    }
+    let plan = ex.response_head(case.status);
+    if plan == BodyPlan::Pass {
+        return;
+    }
+    let mut edits: Option<HeaderEdits> = (plan == BodyPlan::Stream).then(|| ex.edits().clone());
+    let mut wire = Vec::new();
+    let (mut at, mut now) = (0usize, 0u64);
+    let mut result = Ok(());
+    let mut steps = case.steps.iter().peekable();
+    while result.is_ok() {
+        let (take, flush, gap, tick) = steps.next().copied().unwrap_or((u16::MAX, false, 0, false));
+        now += u64::from(gap);
+        if tick {
+            if let Some(deadline) = ex.deadline().filter(|&d| d <= now) {
+                match ex.feed(&[], false, false, deadline) {
+                    Ok(out) => {
+                        if let Some(h) = out.headers {
+                            edits = Some(h.clone());
+                        }
+                        wire.extend_from_slice(out.data);
+                    }
+                    Err(e) => result = Err(e),
+                }
+                continue;
+            }
+        }
+        let end = at + usize::from(take).min(case.body.len() - at);
+        let last = end == case.body.len() && steps.peek().is_none();
+        match ex.feed(&case.body[at..end], last, flush, now) {
+            Ok(out) => {
+                if let Some(h) = out.headers {
+                    assert!(edits.is_none(), "headers released twice");
+                    edits = Some(h.clone());
+                }
+                assert!(edits.is_some() || out.data.is_empty(), "body before headers");
+                wire.extend_from_slice(out.data);
+                at = end;
+                if last {
+                    assert!(out.end);
+                    break;
+                }
+            }
+            Err(e) => result = Err(e),
+        }
+    }
+    match result {
+        Ok(()) => {
+            assert_eq!(declared.unwrap_or(case.body.len() as u64), case.body.len() as u64, "a lying length passed");
+            let edits = edits.expect("headers released");
+            if let LengthEdit::Set(n) = edits.content_length {
+                assert_eq!(n, wire.len() as u64, "exact Content-Length");
+            }
+            assert_eq!(decode(edits.content_encoding, &wire), case.body);
+        }
+        Err(_) => assert_ne!(declared, Some(case.body.len() as u64), "failed on a truthful body"),
+    }
+});
