@@ -394,7 +394,7 @@ fn apply_edits(edits: &HeaderEdits) {
 
 /// The filter's counters, under Envoy's `wasmcustom.` prefix.
 struct Metrics {
-    responses: [u32; 6],
+    responses: [u32; MODES.len()],
     /// Exchanges still under way when their stream ended.
     aborted: u32,
     bytes_in: u32,
@@ -404,14 +404,13 @@ struct Metrics {
     compress_duration: u32,
 }
 
-/// The modes an exchange ends in.
-const MODES: [Mode; 6] =
-    [Mode::Untouched, Mode::Small, Mode::Oneshot, Mode::Stream, Mode::Incompressible, Mode::Failed];
+/// The modes an exchange ends in: all but `Pending`, the first.
+const MODES: &[Mode] = Mode::ALL.split_at(1).1;
 
 impl Metrics {
     fn define() -> Result<Self, proxy_wasm::types::Status> {
         let counter = |name: &str| hostcalls::define_metric(MetricType::Counter, &format!("rpcedge.{name}"));
-        let mut responses = [0; 6];
+        let mut responses = [0; MODES.len()];
         for (id, mode) in responses.iter_mut().zip(MODES) {
             *id = counter(&format!("responses.{}", mode.as_str()))?;
         }

@@ -711,7 +711,7 @@ ngx_http_rpcedge_fail(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx,
 
     r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
-    if (status == RPCEDGE_FAILURE_RESET || ctx->headers_sent) {
+    if (status == RPCEDGE_FAILURE_RESET) {
         return NGX_ERROR;
     }
 
@@ -734,24 +734,21 @@ static ngx_int_t
 ngx_http_rpcedge_upstream_gave_up(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, ngx_chain_t *in)
 {
-    ngx_uint_t    flush;
+    ngx_uint_t    special, flush;
     ngx_chain_t  *cl;
 
+    special = 1;
     flush = 0;
 
+    /* every buffer is looked at: a last buffer may follow data */
+
     for (cl = in; cl; cl = cl->next) {
-        if (cl->buf->last_buf) {
-            ctx->last_in = 1;
-        }
-
-        if (!ngx_buf_special(cl->buf)) {
-            return 0;
-        }
-
+        ctx->last_in |= cl->buf->last_buf;
+        special &= ngx_buf_special(cl->buf) ? 1 : 0;
         flush |= cl->buf->flush;
     }
 
-    return flush && !ctx->last_in
+    return special && flush && !ctx->last_in
            && r->upstream && r->upstream->cleanup == NULL;
 }
 
@@ -1255,7 +1252,6 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
 
         rpcedge_job_free(ctx->job);
         ctx->job = NULL;
-        ctx->done = 1;
 
         r->write_event_handler(r);
         ngx_http_run_posted_requests(c);
