@@ -7,14 +7,16 @@
 //! resumes the response.
 //!
 //! Envoy lets a filter write the body outside a body callback only while it holds that body for
-//! the filter, i.e. after the last body callback returned `Pause`. So a body callback with nothing
-//! to send pauses, and one with bytes to send while Envoy holds the body resumes the response at
-//! once and stays paused. Envoy counts what it holds against its buffer limit: the core's output
-//! (a one-shot body: up to `max_buffer`) or one upstream read (up to the cluster's
-//! `per_connection_buffer_limit_bytes`), never the body so far, which the core keeps. The listener's
-//! limit must therefore exceed both; the example configs set it.
+//! the filter (the last body callback returned `Pause`), and resume the response only where its
+//! iteration stopped at the filter. So every body callback pauses until the body ends; output goes
+//! out at once by a resume from the callback while Envoy is stopped here, or else (Envoy iterates
+//! here since a tick resumed it) by a resume from the next tick, 1 ms later. Envoy counts what it
+//! holds against its buffer limit: the core's output (a one-shot body: up to `max_buffer`) and one
+//! upstream read (up to the cluster's `per_connection_buffer_limit_bytes`), never the body so far,
+//! which the core keeps. The listener's limit must therefore exceed both; the example configs set
+//! it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::{Arc, OnceLock};
@@ -28,6 +30,8 @@ use rpcedge_core::{BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, L
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
 const TICK: Duration = Duration::from_millis(10);
+/// The tick while output waits in Envoy's buffer for a resume (see `Stream::on_body`).
+const SEND_TICK: Duration = Duration::from_millis(1);
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -45,6 +49,25 @@ struct Shared {
     metrics: Metrics,
     /// Exchanges that need a tick, by context id.
     waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
+    /// The root's tick period now (zero: no ticks).
+    tick: Cell<Duration>,
+}
+
+impl Shared {
+    /// Ticks as often as the most pressing waiting exchange needs.
+    fn set_tick(&self, waiting: &HashMap<u32, Weak<RefCell<Stream>>>) {
+        let mut period = Duration::ZERO;
+        for stream in waiting.values().filter_map(Weak::upgrade) {
+            match stream.borrow().due() {
+                Some(0) => period = SEND_TICK,
+                Some(_) if period.is_zero() => period = TICK,
+                _ => {}
+            }
+        }
+        if self.tick.replace(period) != period {
+            let _ = hostcalls::set_tick_period(period);
+        }
+    }
 }
 
 impl Context for Root {}
@@ -66,7 +89,12 @@ impl RootContext for Root {
                 return false;
             }
         };
-        self.shared = Some(Rc::new(Shared { settings: Arc::new(settings), metrics, waiting: Default::default() }));
+        self.shared = Some(Rc::new(Shared {
+            settings: Arc::new(settings),
+            metrics,
+            waiting: Default::default(),
+            tick: Cell::new(Duration::ZERO),
+        }));
         true
     }
 
@@ -81,13 +109,11 @@ impl RootContext for Root {
             .filter(|stream| stream.borrow().due().is_some_and(|at| at <= now))
             .collect();
         for stream in due {
-            stream.borrow_mut().tick();
+            stream.borrow_mut().tick(now);
         }
         let mut waiting = shared.waiting.borrow_mut();
         waiting.retain(|_, stream| stream.upgrade().is_some_and(|s| s.borrow().due().is_some()));
-        if waiting.is_empty() {
-            let _ = hostcalls::set_tick_period(Duration::ZERO);
-        }
+        shared.set_tick(&waiting);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
@@ -111,14 +137,16 @@ impl Filter {
         let mut stream = self.stream.borrow_mut();
         let action = f(&mut stream);
         let shared = Rc::clone(&stream.shared);
+        let due = stream.due();
         let mut waiting = shared.waiting.borrow_mut();
-        if stream.due().is_some() {
-            if waiting.is_empty() {
-                let _ = hostcalls::set_tick_period(TICK);
-            }
-            waiting.insert(stream.id, Rc::downgrade(&self.stream));
+        let was_waiting = if due.is_some() {
+            waiting.insert(stream.id, Rc::downgrade(&self.stream)).is_some()
         } else {
-            waiting.remove(&stream.id);
+            waiting.remove(&stream.id).is_some()
+        };
+        drop(stream);
+        if was_waiting != due.is_some() || due == Some(0) {
+            shared.set_tick(&waiting);
         }
         action
     }
@@ -171,11 +199,13 @@ struct Stream {
     shared: Rc<Shared>,
     /// Nothing more to feed: the core passed the body, finished it or failed.
     done: bool,
-    /// Envoy's filter iteration is stopped at this filter.
+    /// Envoy's filter iteration is stopped at this filter: only then may it be resumed.
     stopped: bool,
-    /// Envoy holds the response body for this filter (the last body callback paused): a tick may
-    /// write into it, and Envoy adds the next data to it.
-    holds_body: bool,
+    /// Envoy holds a response body for this filter (the last body callback paused): a tick may
+    /// write into it, and Envoy adds each new read to it, even after a resume.
+    buffering: bool,
+    /// Output at the front of the body Envoy holds, not yet sent.
+    held: usize,
     /// The core's output for the last feed.
     out: Vec<u8>,
     compress_ns: u64,
@@ -183,7 +213,17 @@ struct Stream {
 
 impl Stream {
     fn new(id: u32, exchange: Exchange, shared: Rc<Shared>) -> Self {
-        Stream { id, exchange, shared, done: false, stopped: false, holds_body: false, out: Vec::new(), compress_ns: 0 }
+        Stream {
+            id,
+            exchange,
+            shared,
+            done: false,
+            stopped: false,
+            buffering: false,
+            held: 0,
+            out: Vec::new(),
+            compress_ns: 0,
+        }
     }
 
     fn on_headers(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Action {
@@ -225,15 +265,32 @@ impl Stream {
         if self.done {
             return Action::Continue;
         }
-        let chunk =
+        // While Envoy holds a body for this filter, it adds each read to it: our unsent output
+        // comes first, then the new data. Envoy replaces a body only from its start.
+        let held = if self.buffering { self.held } else { 0 };
+        let body =
             hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
-        if !self.feed(&chunk, end) {
+        let (unsent, chunk) = body.split_at(held.min(body.len()));
+        if !self.feed(chunk, end) {
             return Action::Pause;
         }
-        if body_size > 0 || !self.out.is_empty() {
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &self.out);
+        if !chunk.is_empty() || !self.out.is_empty() {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &[unsent, &self.out].concat());
         }
-        self.release(end)
+        self.held = held + self.out.len();
+        if end && (self.stopped || !self.buffering || self.held == 0) {
+            // Envoy passes this data on, or continues with the body it holds, and the body ends.
+            return self.proceed();
+        }
+        if self.stopped && self.buffering && self.held > 0 {
+            // Send the held body now and stay paused, so that a tick can still write into it.
+            self.resume();
+        }
+        // Output still held (Envoy iterates here, or held this callback's data) goes at the next
+        // tick: Envoy may be resumed only where it stopped, never from a callback while it iterates.
+        self.stopped = true;
+        self.buffering = true;
+        Action::Pause
     }
 
     /// Response trailers: the body has ended.
@@ -245,65 +302,71 @@ impl Stream {
             return Action::Pause;
         }
         if !self.out.is_empty() {
-            if !self.holds_body {
-                // Envoy holds no body to add the end to: failing beats a truncated body.
+            if !self.buffering {
+                // Only a response with no body callback at all gets here, and the core has
+                // nothing to add to an empty body; failing beats a truncated one all the same.
                 let failure = self.exchange.abort();
                 self.fail("the body ended in trailers, with no body held to end", failure);
                 return Action::Pause;
             }
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, 0, &self.out);
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
+            self.held += self.out.len();
         }
-        self.release(true)
-    }
-
-    /// Lets the output just written into Envoy's body go, staying paused where possible so that
-    /// a tick can still write what the core holds back.
-    fn release(&mut self, end: bool) -> Action {
-        if !end && self.out.is_empty() {
-            return self.pause();
+        if self.stopped || self.held == 0 {
+            // Envoy continues with the body it holds, then the trailers.
+            return self.proceed();
         }
-        if !self.holds_body || end && self.stopped {
-            // Continuing a stopped filter sends its held headers and body; an iterating one passes
-            // the data on. Pausing instead would make Envoy hold this output and the next read
-            // together against its buffer limit; the cost is no ticks until a callback has nothing
-            // to send, which only a body streamed from its head (a known length above max_buffer,
-            // so an upstream that had it whole) may never reach.
-            self.stopped = false;
-            self.holds_body = false;
-            return Action::Continue;
-        }
-        // Envoy adds new data to the body it holds: send it now and stay paused. After a tick's
-        // resume this is the only way on, as continuing would leave the body in Envoy's buffer.
-        let _ = hostcalls::resume_http_response();
-        self.pause()
-    }
-
-    fn pause(&mut self) -> Action {
+        // Envoy iterates here since a tick resumed it: stop, and the next tick sends the rest.
         self.stopped = true;
-        self.holds_body = true;
         Action::Pause
     }
 
-    /// When this exchange wants a tick: at the core's deadline, if a tick can act then (Envoy's
-    /// body can be written only while it holds one for this filter).
+    /// Lets Envoy go on with everything this filter holds, for good.
+    fn proceed(&mut self) -> Action {
+        self.stopped = false;
+        self.buffering = false;
+        self.held = 0;
+        Action::Continue
+    }
+
+    /// Resumes Envoy where it stopped at this filter: it sends the body it holds.
+    fn resume(&mut self) {
+        let _ = hostcalls::resume_http_response();
+        self.stopped = false;
+        self.held = 0;
+    }
+
+    /// When this exchange wants a tick: at once for output Envoy holds, else at the core's
+    /// deadline, if a tick can act then (Envoy's body can be written only while it holds one for
+    /// this filter, and resumed only where it stopped).
     fn due(&self) -> Option<u64> {
-        if self.done || !(self.stopped && self.holds_body) {
+        if !(self.stopped && self.buffering) {
+            None
+        } else if self.held > 0 {
+            Some(0)
+        } else if self.done {
             None
         } else {
             self.exchange.deadline()
         }
     }
 
-    fn tick(&mut self) {
+    fn tick(&mut self, now: u64) {
         if hostcalls::set_effective_context(self.id).is_err() {
             return;
         }
-        if !self.feed(&[], false) || self.out.is_empty() {
-            return;
+        if !self.done && self.exchange.deadline().is_some_and(|at| at <= now) {
+            if !self.feed(&[], false) {
+                return;
+            }
+            if !self.out.is_empty() {
+                let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
+                self.held += self.out.len();
+            }
         }
-        let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, 0, &self.out);
-        let _ = hostcalls::resume_http_response();
-        self.stopped = false;
+        if self.held > 0 {
+            self.resume();
+        }
     }
 
     /// Feeds the core, applies the headers it releases and keeps its bytes in `out`; false when
@@ -450,3 +513,6 @@ fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
+
+#[cfg(test)]
+mod tests;
