@@ -87,6 +87,12 @@ SERVER = """
             proxy_pass http://replay/;
         }}
 
+        # one-shot output larger than the filter's 32 output buffers
+        location /big/ {{
+            rpcedge_max_buffer 16m;
+            proxy_pass http://replay/;
+        }}
+
         location /static/ {{
             alias {static}/;
             types {{ application/json json; }}
@@ -361,19 +367,38 @@ def test_content_length_zero(nginx):
     assert r.header("content-length") == "0" and r.header("content-encoding") is None
 
 
-def test_held_output_reaches_a_slow_client_without_waiting_for_the_upstream(nginx, replay):
-    """A 1.2 MiB burst streams (past max_buffer) and its compressed tail is released by the
-    timer while the client's socket is full; the upstream then pauses for 3 s. Once the client
-    reads, all of the burst must arrive at once, not with the upstream's next chunk."""
-    path = BUCKETS["1-4 MiB"]
+@pytest.mark.parametrize("bucket, burst", [
+    ("1-4 MiB", 1_200_000),  # the timer releases the tail while the client's socket is full
+    ("over 4 MiB", 9_000_000),  # and the output buffers are all on their way too
+])
+def test_held_output_reaches_a_slow_client_without_waiting_for_the_upstream(nginx, replay, bucket, burst):
+    """A burst streams (past max_buffer) and its compressed tail is released by the timer while
+    the client's socket is full; the upstream then pauses for 3 s. Once the client reads, all of
+    the burst must arrive at once, not with the upstream's next chunk."""
+    path = BUCKETS[bucket]
     original = recorded(replay, path)
-    burst = 1_200_000
     r = wire.request(nginx.ports[2], f"/corpus/{path}", rcvbuf=4096, read_after=0.5, headers={
         "X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": str(burst), "X-Replay-Chunk-Delay-Ms": "3000"})
     assert r.complete and gzip.decompress(r.body) == original
     progress = r.decoded_over_time()
-    arrived = next(t for t, n in progress if n >= burst - 1024)  # less what zlib may hold
+    # Less one partly filled upstream buffer (proxy_buffer_size), which nginx's event pipe keeps
+    # until the upstream sends more, with rpcedge or without.
+    arrived = next(t for t, n in progress if n >= burst - 4096)
     assert arrived < 2.0, f"the burst was whole only at {arrived:.2f} s (the upstream resumed at 3 s)"
+
+
+def test_one_shot_output_past_the_output_buffers_reaches_a_paused_client(nginx, replay):
+    """An 11.7 MiB answer compressed in one shot makes about 38 output buffers of 32 KiB: the
+    filter hands 32 to the client's socket, then waits for it. The upstream is done by then, so
+    nothing but the client's write events can move the rest."""
+    path = BUCKETS["over 4 MiB"]
+    original = recorded(replay, path)
+    r = wire.request(nginx.ports[2], f"/big/corpus/{path}", rcvbuf=4096, read_after=1.0)
+    assert r.status == 200 and r.complete
+    assert r.header("content-length") == str(len(r.body)) and gzip.decompress(r.body) == original
+    assert len(r.body) > 32 * 32768
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(r.arrivals, r.arrivals[1:])]
+    assert max(gaps) < 1.0, f"the output stalled for {max(gaps):.2f} s"
 
 
 def test_settings_merge_from_server_to_location_and_if(nginx, replay):

@@ -80,6 +80,12 @@ SERVER = """
             return 204;
         }}
 
+        # an error page whose body is compressed in a thread
+        location = /missing.json {{
+            error_page 404 /corpus/{offloaded_1m};
+            return 404;
+        }}
+
         # a small queue: a burst overflows it and falls back to compressing inline
         location /small-pool/ {{
             aio threads=small;
@@ -100,7 +106,7 @@ def nginx(replay, tmp_path_factory):
     (static / "big.json").write_bytes(recorded(replay, OFFLOADED["400 KiB"]))
     ports = [free_port(), free_port()]
     body = SERVER.format(LOOPBACK=LOOPBACK, replay_port=replay.port, port=ports[0], h2_port=ports[1],
-                         prefix=prefix, static=static)
+                         prefix=prefix, static=static, offloaded_1m=OFFLOADED["1 MiB"])
     server = start_nginx(prefix, body, ports, main=MAIN)
     yield server
     server.stop()
@@ -117,8 +123,12 @@ def offloaded(nginx, uri):
 
 
 def assert_oneshot(r, original):
-    assert r.status == 200 and r.complete
-    assert r.header("content-encoding") == "gzip"
+    assert r.status == 200
+    assert_oneshot_body(r, original)
+
+
+def assert_oneshot_body(r, original):
+    assert r.complete and r.header("content-encoding") == "gzip"
     assert not r.chunked and r.header("content-length") == str(len(r.body)), "exact compressed length"
     assert gzip.decompress(r.body) == original
 
@@ -192,6 +202,15 @@ def test_post_action_after_an_abort_during_offload(nginx, replay):
     log = nginx.error_log()
     assert "signal" not in log, "no worker crashed"
     assert "alert" not in log
+
+
+def test_an_error_page_is_compressed_in_a_thread(nginx, replay):
+    """error_page redirects at the header, before any body: the redirected request starts a new
+    exchange (the redirect cleared the old ctx), and its body goes to a thread like any other."""
+    r = get(nginx, "/missing.json")
+    assert r.status == 404
+    assert_oneshot_body(r, recorded(replay, OFFLOADED["1 MiB"]))
+    assert offloaded(nginx, f"/corpus/{OFFLOADED['1 MiB']}") > 0
 
 
 def test_small_bodies_stay_inline(nginx, replay):
