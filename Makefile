@@ -66,8 +66,10 @@ build: deps
 	$(MAKE) -C nginx-module
 	$(MAKE) -C envoy-filter wasm
 
+# The Envoy filter's own tests run natively, against a model of Envoy (envoy-filter/src/tests.rs).
 test-rust: build
 	$(CARGO) test --release --locked
+	$(CARGO) test --release --locked -p rpcedge-envoy-filter
 
 test-e2e: build
 	cd tests && ../$(VENV)/bin/python -m pytest -q
