@@ -194,7 +194,9 @@ enum Phase {
     Pass,
     /// `flushed_at_ms`: an upstream flush that came with less than `min_length` held, not yet
     /// passed on; the held bytes go out at most `stream_delay` after it.
-    Buffering { declared: Option<u64>, body: Vec<u8>, last_arrival_ms: u64, flushed_at_ms: Option<u64> },
+    /// (A body of known length waits for its end, with no deadline: `check_length` holds it to
+    /// that length.)
+    Buffering { body: Vec<u8>, last_arrival_ms: u64, flushed_at_ms: Option<u64> },
     Streaming { encoder: StreamEncoder, held_since_ms: Option<u64> },
     /// The whole body waits as a job for the host (`Some`), or is out with it (`None`).
     Offloaded(Option<WholeBody>),
@@ -319,7 +321,6 @@ impl Exchange {
             (Some(_), declared) => {
                 let capacity = declared.unwrap_or(settings.min_length).min(settings.max_buffer) as usize;
                 self.phase = Phase::Buffering {
-                    declared,
                     body: Vec::with_capacity(capacity),
                     last_arrival_ms: 0,
                     flushed_at_ms: None,
@@ -358,8 +359,9 @@ impl Exchange {
     /// `now_ms`), or `None` when nothing is held.
     pub fn deadline(&self) -> Option<u64> {
         let delay = self.settings.stream_delay_ms;
+        let length_known = self.response.content_length.is_some();
         match &self.phase {
-            Phase::Buffering { declared: None, body, last_arrival_ms, flushed_at_ms } if !body.is_empty() => {
+            Phase::Buffering { body, last_arrival_ms, flushed_at_ms } if !length_known && !body.is_empty() => {
                 let since = flushed_at_ms.map_or(*last_arrival_ms, |flushed| flushed.min(*last_arrival_ms));
                 Some(since + delay)
             }
@@ -454,6 +456,7 @@ impl Exchange {
     /// Runs one feed; returns whether the headers go out now and whether to flush.
     fn step(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<(bool, bool), Error> {
         let settings = Arc::clone(&self.settings);
+        let length_known = self.response.content_length.is_some();
         match &mut self.phase {
             Phase::Head => Err(Error::OutOfOrder("body before the response head")),
             Phase::Offloaded(_) | Phase::Done | Phase::Failed => Err(Error::OutOfOrder("body after the end")),
@@ -465,13 +468,12 @@ impl Exchange {
                 }
                 Ok((false, flush))
             }
-            Phase::Buffering { declared: Some(_), body, .. } => {
-                // check_length holds it to its length
+            Phase::Buffering { body, .. } if length_known => {
                 body.extend_from_slice(chunk);
                 let sent = end && self.finish_buffered();
                 Ok((sent, sent))
             }
-            Phase::Buffering { declared: None, body, last_arrival_ms, flushed_at_ms } => {
+            Phase::Buffering { body, last_arrival_ms, flushed_at_ms } => {
                 let held = body.len() + chunk.len();
                 let overflow = held > settings.max_buffer as usize;
                 if end && !overflow {
