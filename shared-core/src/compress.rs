@@ -24,6 +24,23 @@ pub fn compress_whole(coding: Coding, level: u32, input: &[u8]) -> Option<Vec<u8
 
 /// Compresses `input` whole into `out`; `None` when it does not fit.
 pub fn compress_into(coding: Coding, level: u32, input: &[u8], out: &mut [u8]) -> Option<usize> {
+    with_compressor(level, |compressor| match coding {
+        Coding::Gzip => compressor.gzip_compress(input, out),
+        Coding::Deflate => compressor.zlib_compress(input, out),
+    })
+}
+
+/// Compresses `input` as a raw DEFLATE stream (no header, no trailer); `None` when that would
+/// not be smaller.
+pub fn deflate_raw(level: u32, input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = vec![0; input.len().checked_sub(1)?];
+    let written = with_compressor(level, |compressor| compressor.deflate_compress(input, &mut out))?;
+    out.truncate(written);
+    Some(out)
+}
+
+/// Runs `f` on this thread's libdeflate compressor for `level` (1 to 12).
+fn with_compressor<E>(level: u32, f: impl FnOnce(&mut Compressor) -> Result<usize, E>) -> Option<usize> {
     thread_local! {
         static WHOLE: RefCell<[Option<Compressor>; 12]> = const { RefCell::new([const { None }; 12]) };
     }
@@ -33,11 +50,7 @@ pub fn compress_into(coding: Coding, level: u32, input: &[u8], out: &mut [u8]) -
         let compressor = compressors[index].get_or_insert_with(|| {
             Compressor::new(CompressionLvl::new(index as i32 + 1).expect("1..=12 is a libdeflate level"))
         });
-        match coding {
-            Coding::Gzip => compressor.gzip_compress(input, out),
-            Coding::Deflate => compressor.zlib_compress(input, out),
-        }
-        .ok()
+        f(compressor).ok()
     })
 }
 

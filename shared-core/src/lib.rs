@@ -2,6 +2,7 @@
 //! filter make, as plain functions and a per-exchange state machine. No I/O, no host.
 
 pub mod compress;
+pub mod cache;
 pub mod config;
 pub mod exchange;
 pub mod ffi;

@@ -1,0 +1,204 @@
+//! A stored answer, and a hit put back together around the client's own id.
+//!
+//! The store keeps `<result>}` (the envelope's tail), compressed once at write time as a raw
+//! DEFLATE stream when that is smaller, and the node's envelope around the id (for geth
+//! `{"jsonrpc":"2.0","id":` and `,"result":`), so that a hit is the node's answer byte for byte
+//! but for the id. A gzip hit is then spliced, with no compression: a gzip header, the envelope's
+//! prefix with the client's id in stored (uncompressed) non-final DEFLATE blocks, the kept stream
+//! (whose last block is final), and a trailer whose CRC-32 is combined from the parts' and whose
+//! size is their sum.
+
+use std::fmt;
+
+use crc32fast::Hasher;
+use flate2::{Decompress, FlushDecompress, Status};
+
+use crate::compress::deflate_raw;
+
+const VERSION: u8 = 1;
+const PLAIN: u8 = 0;
+const DEFLATED: u8 = 1;
+/// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts.
+const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2;
+/// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
+const MAX_ENVELOPE_PART: usize = 1024;
+/// The level a tail is compressed at once, for every later hit: libdeflate's highest.
+const STORE_LEVEL: u32 = 12;
+
+/// The node's envelope around the id: what comes before it, and between it and the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub before_id: Vec<u8>,
+    pub after_id: Vec<u8>,
+}
+
+impl Default for Envelope {
+    /// JSON-RPC 2.0 as geth writes it.
+    fn default() -> Self {
+        Envelope { before_id: br#"{"jsonrpc":"2.0","id":"#.to_vec(), after_id: br#","result":"#.to_vec() }
+    }
+}
+
+impl Envelope {
+    /// The envelope of `body` around its `id` and `result` (both slices of `body`), when the id
+    /// comes first and the result is the last member.
+    pub(super) fn of(body: &[u8], id: &str, result: &str) -> Option<Envelope> {
+        let offset = |part: &str| (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize);
+        let (id_at, result_at) = (offset(id)?, offset(result)?);
+        let id_end = id_at + id.len();
+        let after_result = body.get(result_at + result.len()..)?;
+        let closes = after_result.trim_ascii() == b"}";
+        (closes && id_end <= result_at && id_at <= MAX_ENVELOPE_PART && result_at - id_end <= MAX_ENVELOPE_PART)
+            .then(|| Envelope { before_id: body[..id_at].to_vec(), after_id: body[id_end..result_at].to_vec() })
+    }
+
+    /// The envelope's prefix around `id`, up to the result.
+    pub fn prefix(&self, id: &str) -> Vec<u8> {
+        [self.before_id.as_slice(), id.as_bytes(), &self.after_id].concat()
+    }
+}
+
+/// An entry as stored: the envelope, and its tail plain or as a raw DEFLATE stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    deflated: bool,
+    crc: u32,
+    len: u64,
+    before_id: &'a [u8],
+    after_id: &'a [u8],
+    data: &'a [u8],
+}
+
+/// A stored value that is not an entry (a different version, a torn or foreign value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadEntry(&'static str);
+
+impl fmt::Display for BadEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad cache entry: {}", self.0)
+    }
+}
+
+impl std::error::Error for BadEntry {}
+
+/// A hit's body, ready to send with an exact Content-Length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    pub body: Vec<u8>,
+    /// The body is gzip (`Content-Encoding: gzip`); otherwise the plain envelope.
+    pub gzip: bool,
+}
+
+/// Encodes an answer for the store: its tail deflated at `STORE_LEVEL` when that is smaller.
+pub fn encode(envelope: &Envelope, tail: &[u8]) -> Vec<u8> {
+    let deflated = deflate_raw(STORE_LEVEL, tail);
+    let (form, data) = match &deflated {
+        Some(stream) => (DEFLATED, stream.as_slice()),
+        None => (PLAIN, tail),
+    };
+    let standard = Envelope::default();
+    let envelope = if envelope.before_id.len().max(envelope.after_id.len()) <= MAX_ENVELOPE_PART {
+        envelope
+    } else {
+        &standard
+    };
+    let mut out = Vec::with_capacity(HEAD + envelope.before_id.len() + envelope.after_id.len() + data.len());
+    out.push(VERSION);
+    out.push(form);
+    out.extend_from_slice(&crc32fast::hash(tail).to_le_bytes());
+    out.extend_from_slice(&(tail.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(envelope.before_id.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(envelope.after_id.len() as u16).to_le_bytes());
+    out.extend_from_slice(&envelope.before_id);
+    out.extend_from_slice(&envelope.after_id);
+    out.extend_from_slice(data);
+    out
+}
+
+impl<'a> Entry<'a> {
+    pub fn decode(stored: &'a [u8]) -> Result<Self, BadEntry> {
+        if stored.len() < HEAD {
+            return Err(BadEntry("shorter than its head"));
+        }
+        if stored[0] != VERSION {
+            return Err(BadEntry("unknown version"));
+        }
+        let deflated = match stored[1] {
+            PLAIN => false,
+            DEFLATED => true,
+            _ => return Err(BadEntry("unknown form")),
+        };
+        let crc = u32::from_le_bytes(stored[2..6].try_into().expect("4 bytes"));
+        let len = u64::from_le_bytes(stored[6..14].try_into().expect("8 bytes"));
+        let before = usize::from(u16::from_le_bytes(stored[14..16].try_into().expect("2 bytes")));
+        let after = usize::from(u16::from_le_bytes(stored[16..18].try_into().expect("2 bytes")));
+        if stored.len() < HEAD + before + after {
+            return Err(BadEntry("shorter than its envelope"));
+        }
+        let (before_id, rest) = stored[HEAD..].split_at(before);
+        let (after_id, data) = rest.split_at(after);
+        if !deflated && data.len() as u64 != len {
+            return Err(BadEntry("length differs from its head"));
+        }
+        Ok(Entry { deflated, crc, len, before_id, after_id, data })
+    }
+
+    /// The hit for a client whose request carried `id` (its raw JSON text). Gzip when the client
+    /// takes it, the entry is deflated, the envelope is at least `min_length` and the splice is
+    /// smaller than the plain envelope; otherwise the plain envelope.
+    pub fn respond(&self, id: &str, gzip: bool, min_length: u64) -> Result<Hit, BadEntry> {
+        let prefix = [self.before_id, id.as_bytes(), self.after_id].concat();
+        let plain_len = prefix.len() as u64 + self.len;
+        if gzip && self.deflated && plain_len >= min_length {
+            let spliced = self.splice(&prefix);
+            if (spliced.len() as u64) < plain_len {
+                return Ok(Hit { body: spliced, gzip: true });
+            }
+        }
+        let mut body = prefix;
+        self.tail_into(&mut body)?;
+        Ok(Hit { body, gzip: false })
+    }
+
+    /// The plain tail, appended to `out` and checked against its CRC-32.
+    fn tail_into(&self, out: &mut Vec<u8>) -> Result<(), BadEntry> {
+        let start = out.len();
+        if self.deflated {
+            let len = usize::try_from(self.len).map_err(|_| BadEntry("too long"))?;
+            out.reserve_exact(len);
+            let mut inflate = Decompress::new(false);
+            match inflate.decompress_vec(self.data, out, FlushDecompress::Finish) {
+                Ok(Status::StreamEnd) if out.len() - start == len => {}
+                _ => return Err(BadEntry("its DEFLATE stream is broken")),
+            }
+        } else {
+            out.extend_from_slice(self.data);
+        }
+        if crc32fast::hash(&out[start..]) != self.crc {
+            return Err(BadEntry("CRC-32 mismatch"));
+        }
+        Ok(())
+    }
+
+    fn splice(&self, prefix: &[u8]) -> Vec<u8> {
+        const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+        let blocks = prefix.len().div_ceil(usize::from(u16::MAX)).max(1);
+        let mut out = Vec::with_capacity(GZIP_HEADER.len() + blocks * 5 + prefix.len() + self.data.len() + 8);
+        out.extend_from_slice(&GZIP_HEADER);
+        for block in prefix.chunks(usize::from(u16::MAX)) {
+            // BFINAL 0, BTYPE 00 (stored), then LEN and its complement; byte-aligned throughout.
+            let len = block.len() as u16;
+            out.push(0);
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&(!len).to_le_bytes());
+            out.extend_from_slice(block);
+        }
+        out.extend_from_slice(self.data);
+        let mut crc = Hasher::new();
+        crc.update(prefix);
+        crc.combine(&Hasher::new_with_initial_len(self.crc, self.len));
+        out.extend_from_slice(&crc.finalize().to_le_bytes());
+        out.extend_from_slice(&((prefix.len() as u64 + self.len) as u32).to_le_bytes());
+        out
+    }
+}

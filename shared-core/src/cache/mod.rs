@@ -1,0 +1,301 @@
+//! The response cache's decisions: which JSON-RPC requests the store may answer and under which
+//! key, what of an answer it keeps and under which condition, and how a hit is put back together
+//! around the client's own id. The store is the daemon's; hosts only carry bytes between the
+//! client, the node, the daemon and these functions.
+
+mod entry;
+mod rules;
+mod shard;
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use entry::{encode, BadEntry, Entry, Envelope, Hit};
+pub use rules::{rule, BlockRef, Rule, TABLE};
+pub use shard::shard;
+
+/// The cache's settings, shared by every host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Larger request bodies bypass the cache.
+    pub max_request: usize,
+    /// Larger answers are not stored.
+    pub max_entry: usize,
+    /// How long chain properties (eth_chainId, net_version) are kept, in seconds.
+    pub chain_ttl_s: u64,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings { max_request: 64 * 1024, max_entry: 8 * 1024 * 1024, chain_ttl_s: 3600 }
+    }
+}
+
+/// A store key: SHA-256 over the namespace, the method and the canonical params.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key(pub [u8; 32]);
+
+impl Key {
+    /// Lower-case hex, as the daemon's API spells keys.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({})", self.hex())
+    }
+}
+
+/// Why a request goes to the node without asking the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bypass {
+    /// A JSON-RPC batch.
+    Batch,
+    /// A body over `max_request`.
+    TooLarge,
+    /// Not a JSON-RPC request object.
+    Malformed,
+    /// A method the allow-list leaves out.
+    Method,
+    /// At a tag that moves (`latest`, `pending`, `safe`, `finalized`, or none given).
+    Moving,
+}
+
+impl Bypass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bypass::Batch => "batch",
+            Bypass::TooLarge => "too_large",
+            Bypass::Malformed => "malformed",
+            Bypass::Method => "method",
+            Bypass::Moving => "moving",
+        }
+    }
+}
+
+/// When an answer may be kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Always, without expiry.
+    Forever,
+    /// For this many seconds.
+    For(u64),
+    /// Once this block number is finalized in the request's namespace.
+    OnceFinal(u64),
+    /// Once the block the answer names is finalized.
+    OnceAnswerFinal,
+}
+
+/// A request the store may answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub key: Key,
+    /// The client's id, as its raw JSON text (`null` when it sent none).
+    pub id: String,
+    pub keep: Keep,
+}
+
+/// What to store after a miss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capture {
+    pub key: Key,
+    /// Seconds to keep it; `None`: no expiry.
+    pub ttl_s: Option<u64>,
+    /// The block that must be finalized in the namespace before it is kept.
+    pub requires_final: Option<u64>,
+    /// The node's envelope around the id.
+    pub envelope: Envelope,
+    /// The envelope's tail, `<result>}`.
+    pub tail: Vec<u8>,
+}
+
+/// Why an answer is not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A JSON-RPC error, or no result.
+    Error,
+    /// A `null` result.
+    Null,
+    /// An empty result for data that may still appear.
+    Empty,
+    /// A transaction's answer that names no block.
+    NoBlock,
+    /// Over `max_entry`.
+    TooLarge,
+    /// Not a JSON-RPC response object.
+    Malformed,
+}
+
+impl Refusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Error => "error",
+            Refusal::Null => "null",
+            Refusal::Empty => "empty",
+            Refusal::NoBlock => "no_block",
+            Refusal::TooLarge => "too_large",
+            Refusal::Malformed => "malformed",
+        }
+    }
+}
+
+/// The namespace a host uses by default: the request's host name without its port, and its path.
+/// Two networks behind one proxy never share entries; nginx and Envoy on one host do.
+pub fn default_namespace(host: &str, path: &str) -> String {
+    let name = match host.rsplit_once(':') {
+        // not the colons of a bracketed IPv6 literal
+        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty() => {
+            name
+        }
+        _ => host,
+    };
+    let path = path.split_once('?').map_or(path, |(path, _)| path);
+    format!("{}{}", name.to_ascii_lowercase(), path)
+}
+
+#[derive(Deserialize)]
+struct JsonRpcRequest<'a> {
+    #[serde(borrow)]
+    method: &'a str,
+    #[serde(default)]
+    params: Value,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+/// Whether the store may answer the request `body` in `namespace`, and under which key.
+pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<Request, Bypass> {
+    if body.len() > settings.max_request {
+        return Err(Bypass::TooLarge);
+    }
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(Bypass::Batch);
+    }
+    let request: JsonRpcRequest = serde_json::from_slice(body).map_err(|_| Bypass::Malformed)?;
+    let keep = match rule(request.method).ok_or(Bypass::Method)? {
+        Rule::BlockHash => Keep::Forever,
+        Rule::Transaction => Keep::OnceAnswerFinal,
+        Rule::Chain => Keep::For(settings.chain_ttl_s),
+        Rule::Block(at) => match BlockRef::of(request.params.get(at)) {
+            BlockRef::Hash => Keep::Forever,
+            BlockRef::Number(number) => Keep::OnceFinal(number),
+            BlockRef::Moving => return Err(Bypass::Moving),
+            BlockRef::Malformed => return Err(Bypass::Malformed),
+        },
+    };
+    if !matches!(request.params, Value::Array(_) | Value::Null) {
+        return Err(Bypass::Malformed);
+    }
+    let mut digest = Sha256::new();
+    for part in [namespace.as_bytes(), request.method.as_bytes()] {
+        digest.update((part.len() as u64).to_le_bytes());
+        digest.update(part);
+    }
+    let mut params = Vec::new();
+    canonical(&request.params, &mut params);
+    digest.update(&params);
+    Ok(Request {
+        key: Key(digest.finalize().into()),
+        id: request.id.map_or_else(|| "null".to_string(), |id| id.get().to_string()),
+        keep,
+    })
+}
+
+#[derive(Deserialize)]
+struct JsonRpcResponse<'a> {
+    /// `Some("null")` for a null result, `None` for none at all.
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(value).map(Some)
+}
+
+impl Request {
+    /// What to store of the node's answer `body` (plain, as the node sent it).
+    pub fn capture(&self, body: &[u8], settings: &CacheSettings) -> Result<Capture, Refusal> {
+        if body.len() > settings.max_entry {
+            return Err(Refusal::TooLarge);
+        }
+        let response: JsonRpcResponse = serde_json::from_slice(body).map_err(|_| Refusal::Malformed)?;
+        let result = match (response.result, response.error) {
+            (Some(result), None) => result.get(),
+            _ => return Err(Refusal::Error),
+        };
+        if result == "null" {
+            return Err(Refusal::Null);
+        }
+        let (ttl_s, requires_final) = match self.keep {
+            Keep::Forever | Keep::OnceAnswerFinal if matches!(result, "[]" | "{}" | "\"\"" | "\"0x\"") => {
+                // What a hash names may be missing only because the node has not seen it yet.
+                return Err(Refusal::Empty);
+            }
+            Keep::Forever => (None, None),
+            Keep::For(ttl) => (Some(ttl), None),
+            Keep::OnceFinal(number) => (None, Some(number)),
+            Keep::OnceAnswerFinal => (None, Some(answer_block(result).ok_or(Refusal::NoBlock)?)),
+        };
+        let mut tail = Vec::with_capacity(result.len() + 1);
+        tail.extend_from_slice(result.as_bytes());
+        tail.push(b'}');
+        let envelope = response.id.and_then(|id| Envelope::of(body, id.get(), result)).unwrap_or_default();
+        Ok(Capture { key: self.key, ttl_s, requires_final, envelope, tail })
+    }
+}
+
+/// The block a transaction's answer names: its `blockNumber`, or for a list of traces the
+/// highest of theirs (each must name one).
+fn answer_block(result: &str) -> Option<u64> {
+    let number = |value: &Value| value.get("blockNumber").and_then(rules::block_number);
+    match serde_json::from_str::<Value>(result).ok()? {
+        Value::Array(items) if !items.is_empty() => {
+            items.iter().map(number).try_fold(0, |max, n| Some(max.max(n?)))
+        }
+        value @ Value::Object(_) => number(&value),
+        _ => None,
+    }
+}
+
+/// JSON with object keys sorted and no whitespace, so that spelling never splits entries.
+fn canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(object) => {
+            let mut keys: Vec<_> = object.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key).expect("a string serialises");
+                out.push(b':');
+                canonical(&object[key], out);
+            }
+            out.push(b'}');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serialises"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,328 @@
+use std::io::Read;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
+const TX: &str = "0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060";
+
+fn settings() -> CacheSettings {
+    CacheSettings::default()
+}
+
+fn request(method: &str, params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}"#)
+}
+
+fn decide(method: &str, params: &str) -> Result<Keep, Bypass> {
+    lookup("example.com/mainnet", request(method, params).as_bytes(), &settings()).map(|r| r.keep)
+}
+
+/// One case per row of the table: the method with a typical request, and what is decided.
+fn row_cases() -> Vec<(&'static str, String, Result<Keep, Bypass>)> {
+    let at = |index: usize, block: &str| {
+        let mut params: Vec<String> = vec![r#""0x407d73d8a49eeb85d32cf465507dd71d507100c1""#.into(); index];
+        params.push(block.into());
+        format!("[{}]", params.join(","))
+    };
+    let mut cases = Vec::new();
+    for &(method, rule) in TABLE {
+        let (params, keep) = match rule {
+            Rule::BlockHash => (format!(r#"["{HASH}",false]"#), Ok(Keep::Forever)),
+            Rule::Transaction => (format!(r#"["{TX}"]"#), Ok(Keep::OnceAnswerFinal)),
+            Rule::Chain => ("[]".into(), Ok(Keep::For(3600))),
+            Rule::Block(index) => (at(index, r#""0x10d4f""#), Ok(Keep::OnceFinal(0x10d4f))),
+        };
+        cases.push((method, params, keep));
+    }
+    cases
+}
+
+#[test]
+fn every_row_of_the_table_decides_as_its_rule_says() {
+    let cases = row_cases();
+    assert_eq!(cases.len(), TABLE.len());
+    for (method, params, expected) in cases {
+        assert_eq!(decide(method, &params), expected, "{method} {params}");
+    }
+}
+
+#[test]
+fn a_block_parameter_by_tag_number_hash_or_object() {
+    let block = |param: &str| decide("eth_getBalance", &format!(r#"["0x407d73d8a49eeb85d32cf465507dd71d507100c1",{param}]"#));
+    for tag in ["latest", "pending", "safe", "finalized"] {
+        assert_eq!(block(&format!(r#""{tag}""#)), Err(Bypass::Moving), "{tag}");
+    }
+    assert_eq!(decide("eth_getBalance", r#"["0x407d73d8a49eeb85d32cf465507dd71d507100c1"]"#), Err(Bypass::Moving));
+    assert_eq!(block(r#""earliest""#), Ok(Keep::OnceFinal(0)));
+    assert_eq!(block(r#""0x0""#), Ok(Keep::OnceFinal(0)));
+    assert_eq!(block(&format!(r#""{HASH}""#)), Ok(Keep::Forever));
+    // EIP-1898
+    assert_eq!(block(&format!(r#"{{"blockHash":"{HASH}","requireCanonical":true}}"#)), Ok(Keep::Forever));
+    assert_eq!(block(r#"{"blockNumber":"0x2a"}"#), Ok(Keep::OnceFinal(42)));
+    assert_eq!(block(r#"{"blockNumber":"latest"}"#), Err(Bypass::Moving));
+    for bad in [r#""0x""#, r#""12""#, r#""0xzz""#, "12", r#"{"blockHash":"0x12"}"#, r#"{}"#, "true"] {
+        assert_eq!(block(bad), Err(Bypass::Malformed), "{bad}");
+    }
+    // eth_call and eth_estimateGas at a tag
+    assert_eq!(decide("eth_call", r#"[{"to":"0x0"},"latest"]"#), Err(Bypass::Moving));
+    assert_eq!(decide("eth_estimateGas", r#"[{"to":"0x0"}]"#), Err(Bypass::Moving));
+}
+
+#[test]
+fn what_is_never_cached() {
+    for method in [
+        "eth_sendRawTransaction",
+        "eth_sendTransaction",
+        "eth_newFilter",
+        "eth_getFilterChanges",
+        "eth_subscribe",
+        "eth_blockNumber",
+        "eth_gasPrice",
+        "eth_getLogs",
+        "txpool_content",
+        "engine_newPayloadV2",
+        "unknown_method",
+    ] {
+        assert_eq!(decide(method, "[]"), Err(Bypass::Method), "{method}");
+    }
+    let s = settings();
+    let batch = format!("  [{}]", request("eth_chainId", "[]"));
+    assert_eq!(lookup("n", batch.as_bytes(), &s), Err(Bypass::Batch));
+    for malformed in ["", "{", "null", r#"{"method":1}"#, r#"{"id":1}"#] {
+        assert_eq!(lookup("n", malformed.as_bytes(), &s), Err(Bypass::Malformed), "{malformed}");
+    }
+    assert_eq!(lookup("n", request("eth_getBlockByHash", r#"{"hash":"0x1"}"#).as_bytes(), &s), Err(Bypass::Malformed));
+    let mut large = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#)).into_bytes();
+    large.resize(s.max_request + 1, b' ');
+    assert_eq!(lookup("n", &large, &s), Err(Bypass::TooLarge));
+}
+
+#[test]
+fn the_key_ignores_spelling_and_the_id_but_not_the_namespace_method_or_params() {
+    let s = settings();
+    let key = |namespace: &str, body: &str| lookup(namespace, body.as_bytes(), &s).unwrap().key;
+    let base = key("a/mainnet", r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0x1","data":"0x2"},"0x5"]}"#);
+    let respelled = key(
+        "a/mainnet",
+        "{ \"params\" : [ { \"data\" : \"0x2\", \"to\" : \"0x1\" } , \"0x5\" ],\n \"method\":\"eth_call\", \"id\":\"other\", \"jsonrpc\":\"2.0\" }",
+    );
+    assert_eq!(base, respelled);
+    assert_ne!(base, key("a/sepolia", r#"{"id":1,"method":"eth_call","params":[{"to":"0x1","data":"0x2"},"0x5"]}"#));
+    assert_ne!(base, key("a/mainnet", r#"{"id":1,"method":"eth_call","params":[{"to":"0x1","data":"0x3"},"0x5"]}"#));
+    assert_ne!(
+        base,
+        key("a/mainnet", r#"{"id":1,"method":"eth_estimateGas","params":[{"to":"0x1","data":"0x2"},"0x5"]}"#)
+    );
+    assert_eq!(base.hex().len(), 64);
+}
+
+#[test]
+fn the_id_is_kept_as_the_client_spelled_it() {
+    let s = settings();
+    for (id, raw) in [(r#"7"#, "7"), (r#""abc\"d""#, r#""abc\"d""#), ("null", "null"), ("1.50", "1.50")] {
+        let body = format!(r#"{{"id":{id},"method":"eth_chainId","params":[]}}"#);
+        assert_eq!(lookup("n", body.as_bytes(), &s).unwrap().id, raw);
+    }
+    assert_eq!(lookup("n", br#"{"method":"eth_chainId"}"#, &s).unwrap().id, "null");
+}
+
+#[test]
+fn the_default_namespace_is_the_host_name_and_path() {
+    assert_eq!(default_namespace("RPC.example.com:8545", "/mainnet?x=1"), "rpc.example.com/mainnet");
+    assert_eq!(default_namespace("127.0.0.1:18080", "/"), "127.0.0.1/");
+    assert_eq!(default_namespace("[::1]:18081", "/sepolia"), "[::1]/sepolia");
+    assert_eq!(default_namespace("[::1]", "/"), "[::1]/");
+    assert_eq!(default_namespace("host", ""), "host");
+}
+
+fn answer(result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#)
+}
+
+fn capture(method: &str, params: &str, body: &str) -> Result<Capture, Refusal> {
+    let s = settings();
+    lookup("n", request(method, params).as_bytes(), &s).unwrap().capture(body.as_bytes(), &s)
+}
+
+#[test]
+fn what_of_an_answer_is_kept() {
+    let by_hash = |body: &str| capture("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#), body);
+    let kept = by_hash(&answer(r#"{"number":"0x1b4"}"#)).unwrap();
+    assert_eq!(kept.tail, br#"{"number":"0x1b4"}}"#);
+    assert_eq!((kept.ttl_s, kept.requires_final), (None, None));
+    assert_eq!(by_hash(&answer("null")), Err(Refusal::Null));
+    assert_eq!(by_hash(&answer("[]")), Err(Refusal::Empty));
+    assert_eq!(by_hash(r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"x"}}"#), Err(Refusal::Error));
+    assert_eq!(by_hash(r#"{"jsonrpc":"2.0","id":7,"result":1,"error":{}}"#), Err(Refusal::Error));
+    assert_eq!(by_hash(r#"{"jsonrpc":"2.0","id":7}"#), Err(Refusal::Error));
+    assert_eq!(by_hash("not json"), Err(Refusal::Malformed));
+    let mut large = answer(r#""0x00""#).into_bytes();
+    large.resize(settings().max_entry + 1, b' ');
+    let s = settings();
+    let req = lookup("n", request("eth_chainId", "[]").as_bytes(), &s).unwrap();
+    assert_eq!(req.capture(&large, &s), Err(Refusal::TooLarge));
+
+    let chain = capture("eth_chainId", "[]", &answer(r#""0x1""#)).unwrap();
+    assert_eq!((chain.ttl_s, chain.requires_final), (Some(3600), None));
+    let by_number = capture("eth_getBlockByNumber", r#"["0x2a",false]"#, &answer("[]")).unwrap();
+    assert_eq!(by_number.requires_final, Some(42), "an empty answer at a final block is final");
+}
+
+#[test]
+fn a_transaction_is_kept_once_the_block_it_names_is_final() {
+    let tx = format!(r#"["{TX}"]"#);
+    let receipt = capture("eth_getTransactionReceipt", &tx, &answer(r#"{"blockNumber":"0x10","status":"0x1"}"#));
+    assert_eq!(receipt.unwrap().requires_final, Some(16));
+    let traces = capture("trace_transaction", &tx, &answer(r#"[{"blockNumber":15},{"blockNumber":16}]"#));
+    assert_eq!(traces.unwrap().requires_final, Some(16));
+    let partial = capture("trace_transaction", &tx, &answer(r#"[{"blockNumber":15},{"type":"call"}]"#));
+    assert_eq!(partial, Err(Refusal::NoBlock));
+    let pending = capture("eth_getTransactionByHash", &tx, &answer(r#"{"blockNumber":null,"hash":"0x1"}"#));
+    assert_eq!(pending, Err(Refusal::NoBlock));
+    let trace = capture("debug_traceTransaction", &tx, &answer(r#"{"gas":21000,"structLogs":[]}"#));
+    assert_eq!(trace, Err(Refusal::NoBlock));
+    assert_eq!(capture("eth_getTransactionByHash", &tx, &answer("null")), Err(Refusal::Null));
+}
+
+#[test]
+fn a_hit_keeps_the_nodes_envelope_around_the_new_id() {
+    let tx = format!(r#"["{TX}"]"#);
+    let receipt = r#"{"blockNumber":"0x10","status":"0x1"}"#;
+    let s = settings();
+    for (answer, hit) in [
+        (format!(r#"{{"id":7,"jsonrpc":"2.0","result":{receipt}}}"#), format!(r#"{{"id":"c","jsonrpc":"2.0","result":{receipt}}}"#)),
+        (format!("{{ \"jsonrpc\": \"2.0\", \"id\": 7, \"result\": {receipt} }}\n"), format!("{{ \"jsonrpc\": \"2.0\", \"id\": \"c\", \"result\": {receipt}}}")),
+        // the result first, or no id: the standard envelope
+        (format!(r#"{{"result":{receipt},"id":7,"jsonrpc":"2.0"}}"#), format!(r#"{{"jsonrpc":"2.0","id":"c","result":{receipt}}}"#)),
+        (format!(r#"{{"jsonrpc":"2.0","result":{receipt}}}"#), format!(r#"{{"jsonrpc":"2.0","id":"c","result":{receipt}}}"#)),
+    ] {
+        let request = lookup("n", request("eth_getTransactionReceipt", &tx).as_bytes(), &s).unwrap();
+        let capture = request.capture(answer.as_bytes(), &s).unwrap();
+        let stored = encode(&capture.envelope, &capture.tail);
+        let body = Entry::decode(&stored).unwrap().respond("\"c\"", false, 0).unwrap().body;
+        assert_eq!(String::from_utf8(body).unwrap(), hit, "{answer}");
+    }
+}
+
+fn gunzip(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
+    out
+}
+
+fn envelope(id: &str, result: &[u8]) -> Vec<u8> {
+    let mut out = Envelope::default().prefix(id);
+    out.extend_from_slice(result);
+    out.push(b'}');
+    out
+}
+
+fn tail(result: &[u8]) -> Vec<u8> {
+    let mut tail = result.to_vec();
+    tail.push(b'}');
+    tail
+}
+
+#[test]
+fn a_hit_is_spliced_around_the_clients_id() {
+    let result = br#"{"hash":"0xabc","transactions":["0x1","0x2","0x1","0x2","0x1","0x2","0x1","0x2"]}"#.repeat(40);
+    let stored = encode(&Envelope::default(), &tail(&result));
+    let entry = Entry::decode(&stored).unwrap();
+    let hit = entry.respond("\"client-9\"", true, 0).unwrap();
+    assert!(hit.gzip && hit.body.len() < result.len() / 4);
+    assert_eq!(gunzip(&hit.body), envelope("\"client-9\"", &result));
+    let plain = entry.respond("\"client-9\"", false, 0).unwrap();
+    assert_eq!((plain.gzip, plain.body), (false, envelope("\"client-9\"", &result)));
+    // below min_length: plain
+    assert!(!entry.respond("1", true, 1 << 20).unwrap().gzip);
+}
+
+#[test]
+fn an_id_longer_than_a_stored_block_is_split_across_blocks() {
+    let id = format!("\"{}\"", "i".repeat(150_000));
+    let result = b"[1,2,3]".repeat(100_000);
+    let stored = encode(&Envelope::default(), &tail(&result));
+    let hit = Entry::decode(&stored).unwrap().respond(&id, true, 0).unwrap();
+    assert!(hit.gzip);
+    assert_eq!(gunzip(&hit.body), envelope(&id, &result));
+}
+
+#[test]
+fn an_incompressible_tail_is_kept_plain_and_sent_plain() {
+    let result: Vec<u8> = (0..100u32).flat_map(|i| Sha256::digest(i.to_le_bytes())).collect();
+    let stored = encode(&Envelope::default(), &result);
+    assert_eq!(stored[1], 0, "kept plain");
+    let hit = Entry::decode(&stored).unwrap().respond("1", true, 0).unwrap();
+    assert!(!hit.gzip);
+    assert_eq!(hit.body, [Envelope::default().prefix("1"), result].concat());
+}
+
+#[test]
+fn a_damaged_entry_is_refused() {
+    let stored = encode(&Envelope::default(), &tail(&br#"{"a":"0x0000000000000000000000000000"}"#.repeat(50)));
+    assert!(Entry::decode(&stored[..10]).is_err());
+    let mut version = stored.clone();
+    version[0] = 9;
+    assert!(Entry::decode(&version).is_err());
+    let mut flipped = stored.clone();
+    // in the DEFLATE stream, short of its last byte (whose padding bits nothing reads)
+    let inside = flipped.len() - 3;
+    flipped[inside] ^= 0x40;
+    let damaged = Entry::decode(&flipped).unwrap();
+    assert!(damaged.respond("1", false, 0).is_err(), "the plain form is checked against its CRC");
+    let plain = encode(&Envelope::default(), b"\x00\x01\x02}");
+    let mut short = plain.clone();
+    short.pop();
+    assert!(Entry::decode(&short).is_err());
+}
+
+proptest! {
+    #[test]
+    fn gunzip_of_a_spliced_hit_is_the_plain_envelope(
+        id in prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            ".{0,40}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+            Just("null".to_string()),
+        ],
+        result in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..2000),
+            "[0-9a-fx\",:{}\\[\\]]{0,5000}".prop_map(String::into_bytes),
+        ],
+    ) {
+        let stored = encode(&Envelope::default(), &tail(&result));
+        let entry = Entry::decode(&stored).unwrap();
+        let expected = envelope(&id, &result);
+        let hit = entry.respond(&id, true, 0).unwrap();
+        let decoded = if hit.gzip { gunzip(&hit.body) } else { hit.body.clone() };
+        prop_assert_eq!(&decoded, &expected);
+        prop_assert!(hit.body.len() <= expected.len());
+        prop_assert_eq!(entry.respond(&id, false, 0).unwrap().body, expected);
+    }
+}
+
+#[test]
+fn jump_hashing_spreads_keys_and_moves_a_third_when_a_third_daemon_joins() {
+    let keys: Vec<Key> = (0..30_000u32)
+        .map(|i| lookup("n", request("eth_getBlockByNumber", &format!(r#"["0x{i:x}",false]"#)).as_bytes(), &settings()).unwrap().key)
+        .collect();
+    let mut counts = [0usize; 3];
+    let mut moved = 0usize;
+    for key in &keys {
+        let (two, three) = (shard(key, 2), shard(key, 3));
+        assert!(two < 2 && three < 3);
+        counts[three as usize] += 1;
+        if two != three {
+            assert_eq!(three, 2, "a key moves only to the new daemon");
+            moved += 1;
+        }
+        assert_eq!(shard(key, 1), 0);
+        assert_eq!(shard(key, 0), 0);
+    }
+    let third = keys.len() / 3;
+    assert!(moved.abs_diff(third) < third / 20, "{moved} of {} moved", keys.len());
+    for count in counts {
+        assert!(count.abs_diff(third) < third / 20, "{counts:?}");
+    }
+}

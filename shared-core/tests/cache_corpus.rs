@@ -1,0 +1,90 @@
+//! Every recorded request through the cache's decisions, and every answer it keeps back out as a
+//! hit: the hit decodes to the recorded answer with the client's own id, gzip or plain.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry};
+use rpcedge_replay::json::{self, Json};
+
+fn corpus() -> PathBuf {
+    std::env::var_os("RPCEDGE_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/rpc"))
+}
+
+/// Compact (request, response) pairs of the `.json` recordings (the `.tar` ones are the few huge
+/// answers, which `max_entry` leaves out anyway), with the file they came from.
+fn pairs() -> Vec<(String, Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for method in std::fs::read_dir(corpus()).expect("the corpus is there").flatten() {
+        for file in std::fs::read_dir(method.path()).into_iter().flatten().flatten() {
+            let path = file.path();
+            if path.extension() != Some("json".as_ref()) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let Ok(Json::Array(items)) = json::parse(&text) else { continue };
+            for item in items {
+                if let (Some(request), Some(response)) = (item.get("request"), item.get("response")) {
+                    out.push((path.display().to_string(), request.to_compact(), response.to_compact()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_kept_answer_comes_back_whole_around_another_id() {
+    let settings = CacheSettings::default();
+    let pairs = pairs();
+    assert!(pairs.len() > 1_000, "only {} pairs: is the corpus there?", pairs.len());
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut same_envelope = 0;
+    for (origin, request, response) in &pairs {
+        let decision = lookup("corpus", request, &settings);
+        let method = serde_json::from_slice::<serde_json::Value>(request)
+            .ok()
+            .and_then(|r| r.get("method").and_then(|m| m.as_str()).map(str::to_string));
+        if method.as_deref().and_then(rule).is_none() {
+            assert!(decision.is_err(), "{origin}: a method off the list was looked up");
+        }
+        let request = match decision {
+            Ok(request) => request,
+            Err(bypass) => {
+                *outcomes.entry(format!("bypass {}", bypass.as_str())).or_default() += 1;
+                continue;
+            }
+        };
+        let capture = match request.capture(response, &settings) {
+            Ok(capture) => capture,
+            Err(refusal) => {
+                *outcomes.entry(format!("refused {}", refusal.as_str())).or_default() += 1;
+                continue;
+            }
+        };
+        *outcomes.entry("kept".into()).or_default() += 1;
+        let stored = encode(&capture.envelope, &capture.tail);
+        let entry = Entry::decode(&stored).unwrap();
+        let expected = [capture.envelope.prefix("\"other-42\""), capture.tail.clone()].concat();
+        let gzip = entry.respond("\"other-42\"", true, 0).unwrap();
+        let decoded = if gzip.gzip { gunzip(&gzip.body) } else { gzip.body.clone() };
+        assert_eq!(decoded, expected, "{origin}");
+        assert!(gzip.body.len() <= expected.len(), "{origin}: a hit larger than its plain form");
+        assert_eq!(entry.respond("\"other-42\"", false, 0).unwrap().body, expected, "{origin}");
+        // With the recorded id, the node's own bytes (when its result is the last member).
+        let own = [capture.envelope.prefix(&request.id), capture.tail.clone()].concat();
+        same_envelope += usize::from(&own == response);
+    }
+    eprintln!("{outcomes:?}; {same_envelope} hits byte-identical to the recorded answer");
+    assert!(outcomes.get("kept").copied().unwrap_or(0) > 300, "{outcomes:?}");
+    assert!(same_envelope * 100 >= outcomes["kept"] * 98, "{same_envelope} of {outcomes:?}");
+}
+
+fn gunzip(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
+    out
+}
