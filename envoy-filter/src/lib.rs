@@ -204,7 +204,7 @@ struct Stream {
     /// Envoy holds a response body for this filter (the last body callback paused): a tick may
     /// write into it, and Envoy adds each new read to it, even after a resume.
     buffering: bool,
-    /// Output at the front of the body Envoy holds, not yet sent.
+    /// Output at the front of the body Envoy holds, not yet sent (0 unless `buffering`).
     held: usize,
     /// The core's output for the last feed.
     out: Vec<u8>,
@@ -267,7 +267,7 @@ impl Stream {
         }
         // While Envoy holds a body for this filter, it adds each read to it: our unsent output
         // comes first, then the new data. Envoy replaces a body only from its start.
-        let held = if self.buffering { self.held } else { 0 };
+        let held = self.held;
         let body =
             hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
         let (unsent, chunk) = body.split_at(held.min(body.len()));
@@ -309,8 +309,7 @@ impl Stream {
                 self.fail("the body ended in trailers, with no body held to end", failure);
                 return Action::Pause;
             }
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
-            self.held += self.out.len();
+            self.append_output();
         }
         if self.stopped || self.held == 0 {
             // Envoy continues with the body it holds, then the trailers.
@@ -327,6 +326,14 @@ impl Stream {
         self.buffering = false;
         self.held = 0;
         Action::Continue
+    }
+
+    /// Adds the core's output behind the unsent output in the body Envoy holds.
+    fn append_output(&mut self) {
+        if !self.out.is_empty() {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
+            self.held += self.out.len();
+        }
     }
 
     /// Resumes Envoy where it stopped at this filter: it sends the body it holds.
@@ -359,10 +366,7 @@ impl Stream {
             if !self.feed(&[], false) {
                 return;
             }
-            if !self.out.is_empty() {
-                let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
-                self.held += self.out.len();
-            }
+            self.append_output();
         }
         if self.held > 0 {
             self.resume();
