@@ -89,28 +89,28 @@ pub struct Hit {
     pub gzip: bool,
 }
 
-/// Encodes an answer for the store: its tail deflated at `STORE_LEVEL` when that is smaller.
+/// Encodes an answer as a host sends it to the store: its tail plain. The daemon compresses it
+/// ([`Entry::compact`]), so that no proxy worker spends level 12 on it.
 pub fn encode(envelope: &Envelope, tail: &[u8]) -> Vec<u8> {
-    let deflated = deflate_raw(STORE_LEVEL, tail);
-    let (form, data) = match &deflated {
-        Some(stream) => (DEFLATED, stream.as_slice()),
-        None => (PLAIN, tail),
-    };
     let standard = Envelope::default();
     let envelope = if envelope.before_id.len().max(envelope.after_id.len()) <= MAX_ENVELOPE_PART {
         envelope
     } else {
         &standard
     };
-    let mut out = Vec::with_capacity(HEAD + envelope.before_id.len() + envelope.after_id.len() + data.len());
+    write(PLAIN, crc32fast::hash(tail), tail.len() as u64, envelope.before_id.as_slice(), &envelope.after_id, tail)
+}
+
+fn write(form: u8, crc: u32, len: u64, before_id: &[u8], after_id: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEAD + before_id.len() + after_id.len() + data.len());
     out.push(VERSION);
     out.push(form);
-    out.extend_from_slice(&crc32fast::hash(tail).to_le_bytes());
-    out.extend_from_slice(&(tail.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(envelope.before_id.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(envelope.after_id.len() as u16).to_le_bytes());
-    out.extend_from_slice(&envelope.before_id);
-    out.extend_from_slice(&envelope.after_id);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&(before_id.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(after_id.len() as u16).to_le_bytes());
+    out.extend_from_slice(before_id);
+    out.extend_from_slice(after_id);
     out.extend_from_slice(data);
     out
 }
@@ -141,6 +141,22 @@ impl<'a> Entry<'a> {
             return Err(BadEntry("length differs from its head"));
         }
         Ok(Entry { deflated, crc, len, before_id, after_id, data })
+    }
+
+    /// The entry as the store keeps it, checked against its CRC-32: its tail deflated once at
+    /// `STORE_LEVEL` when that is smaller, for every later hit. A tail that arrives deflated
+    /// already is kept as it came.
+    pub fn compact(&self) -> Result<Vec<u8>, BadEntry> {
+        let mut tail = Vec::new();
+        self.tail_into(&mut tail)?;
+        if self.deflated {
+            return Ok(write(DEFLATED, self.crc, self.len, self.before_id, self.after_id, self.data));
+        }
+        let (form, data) = match deflate_raw(STORE_LEVEL, &tail) {
+            Some(stream) => (DEFLATED, stream),
+            None => (PLAIN, tail),
+        };
+        Ok(write(form, self.crc, self.len, self.before_id, self.after_id, &data))
     }
 
     /// The hit for a client whose request carried `id` (its raw JSON text). Gzip when the client

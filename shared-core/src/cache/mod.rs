@@ -4,6 +4,7 @@
 //! client, the node, the daemon and these functions.
 
 mod entry;
+mod flow;
 mod rules;
 mod shard;
 
@@ -15,6 +16,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, BadEntry, Entry, Envelope, Hit};
+pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
 pub use rules::{rule, BlockRef, Rule, TABLE};
 pub use shard::shard;
 

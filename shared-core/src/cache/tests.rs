@@ -200,7 +200,7 @@ fn a_hit_keeps_the_nodes_envelope_around_the_new_id() {
     ] {
         let request = lookup("n", request("eth_getTransactionReceipt", &tx).as_bytes(), &s).unwrap();
         let capture = request.capture(answer.as_bytes(), &s).unwrap();
-        let stored = encode(&capture.envelope, &capture.tail);
+        let stored = as_kept(&capture.envelope, &capture.tail);
         let body = Entry::decode(&stored).unwrap().respond("\"c\"", false, 0).unwrap().body;
         assert_eq!(String::from_utf8(body).unwrap(), hit, "{answer}");
     }
@@ -219,6 +219,13 @@ fn envelope(id: &str, result: &[u8]) -> Vec<u8> {
     out
 }
 
+/// An answer as the daemon keeps it.
+fn as_kept(envelope: &Envelope, tail: &[u8]) -> Vec<u8> {
+    let sent = encode(envelope, tail);
+    assert_eq!(sent[1], 0, "a host sends the tail plain");
+    Entry::decode(&sent).unwrap().compact().unwrap()
+}
+
 fn tail(result: &[u8]) -> Vec<u8> {
     let mut tail = result.to_vec();
     tail.push(b'}');
@@ -228,7 +235,7 @@ fn tail(result: &[u8]) -> Vec<u8> {
 #[test]
 fn a_hit_is_spliced_around_the_clients_id() {
     let result = br#"{"hash":"0xabc","transactions":["0x1","0x2","0x1","0x2","0x1","0x2","0x1","0x2"]}"#.repeat(40);
-    let stored = encode(&Envelope::default(), &tail(&result));
+    let stored = as_kept(&Envelope::default(), &tail(&result));
     let entry = Entry::decode(&stored).unwrap();
     let hit = entry.respond("\"client-9\"", true, 0).unwrap();
     assert!(hit.gzip && hit.body.len() < result.len() / 4);
@@ -243,7 +250,7 @@ fn a_hit_is_spliced_around_the_clients_id() {
 fn an_id_longer_than_a_stored_block_is_split_across_blocks() {
     let id = format!("\"{}\"", "i".repeat(150_000));
     let result = b"[1,2,3]".repeat(100_000);
-    let stored = encode(&Envelope::default(), &tail(&result));
+    let stored = as_kept(&Envelope::default(), &tail(&result));
     let hit = Entry::decode(&stored).unwrap().respond(&id, true, 0).unwrap();
     assert!(hit.gzip);
     assert_eq!(gunzip(&hit.body), envelope(&id, &result));
@@ -252,7 +259,7 @@ fn an_id_longer_than_a_stored_block_is_split_across_blocks() {
 #[test]
 fn an_incompressible_tail_is_kept_plain_and_sent_plain() {
     let result: Vec<u8> = (0..100u32).flat_map(|i| Sha256::digest(i.to_le_bytes())).collect();
-    let stored = encode(&Envelope::default(), &result);
+    let stored = as_kept(&Envelope::default(), &result);
     assert_eq!(stored[1], 0, "kept plain");
     let hit = Entry::decode(&stored).unwrap().respond("1", true, 0).unwrap();
     assert!(!hit.gzip);
@@ -261,7 +268,7 @@ fn an_incompressible_tail_is_kept_plain_and_sent_plain() {
 
 #[test]
 fn a_damaged_entry_is_refused() {
-    let stored = encode(&Envelope::default(), &tail(&br#"{"a":"0x0000000000000000000000000000"}"#.repeat(50)));
+    let stored = as_kept(&Envelope::default(), &tail(&br#"{"a":"0x0000000000000000000000000000"}"#.repeat(50)));
     assert!(Entry::decode(&stored[..10]).is_err());
     let mut version = stored.clone();
     version[0] = 9;
@@ -272,10 +279,20 @@ fn a_damaged_entry_is_refused() {
     flipped[inside] ^= 0x40;
     let damaged = Entry::decode(&flipped).unwrap();
     assert!(damaged.respond("1", false, 0).is_err(), "the plain form is checked against its CRC");
-    let plain = encode(&Envelope::default(), b"\x00\x01\x02}");
+    let plain = as_kept(&Envelope::default(), b"\x00\x01\x02}");
     let mut short = plain.clone();
     short.pop();
     assert!(Entry::decode(&short).is_err());
+    let mut sent = encode(&Envelope::default(), b"[1,2,3]}");
+    *sent.last_mut().unwrap() = b']';
+    assert!(Entry::decode(&sent).unwrap().compact().is_err(), "the store checks what a host sends");
+    let kept = as_kept(&Envelope::default(), &tail(&b"[1,2,3]".repeat(100)));
+    assert_eq!(kept[1], 1, "deflated");
+    assert_eq!(Entry::decode(&kept).unwrap().compact().unwrap(), kept, "a deflated tail is kept as it came");
+    let mut broken = kept.clone();
+    let inside = broken.len() - 3;
+    broken[inside] ^= 0x40;
+    assert!(Entry::decode(&broken).unwrap().compact().is_err(), "and checked");
 }
 
 proptest! {
@@ -291,7 +308,7 @@ proptest! {
             "[0-9a-fx\",:{}\\[\\]]{0,5000}".prop_map(String::into_bytes),
         ],
     ) {
-        let stored = encode(&Envelope::default(), &tail(&result));
+        let stored = as_kept(&Envelope::default(), &tail(&result));
         let entry = Entry::decode(&stored).unwrap();
         let expected = envelope(&id, &result);
         let hit = entry.respond(&id, true, 0).unwrap();
@@ -325,4 +342,84 @@ fn jump_hashing_spreads_keys_and_moves_a_third_when_a_third_daemon_joins() {
     for count in counts {
         assert!(count.abs_diff(third) < third / 20, "{counts:?}");
     }
+}
+
+/// The daemon's side of a lookup, for the flow tests: what it keeps for `call`.
+fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
+    Entry::decode(&call.body).unwrap().compact().unwrap()
+}
+
+#[test]
+fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
+    let s = settings();
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let mut first = CacheExchange::new("h/mainnet", Some(asked.as_bytes()), true, &s);
+    let path = first.lookup_path().unwrap();
+    assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
+    assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), body: b"" }, 0), None);
+    assert_eq!(first.status(), Status::Miss);
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
+    assert!(first.response_head(200, Some(answer.len() as u64), None, &s));
+    let call = first.store(answer.as_bytes(), &s).unwrap();
+    assert_eq!(call.path, path);
+    assert_eq!(call.headers, vec![("x-rpcedge-namespace", "h/mainnet".to_string())]);
+
+    let again = asked.replace("\"id\":7", "\"id\":\"second\"");
+    let mut second = CacheExchange::new("h/mainnet", Some(again.as_bytes()), false, &s);
+    assert_eq!(second.lookup_path(), Some(path));
+    let stored = daemon_keeps(&call);
+    let hit = second.answered(&DaemonAnswer { status: 200, miss: None, body: &stored }, 0).unwrap();
+    assert_eq!(second.status(), Status::Hit);
+    assert_eq!(String::from_utf8(hit.body.clone()).unwrap(), answer.replace("\"id\":7", "\"id\":\"second\""));
+    assert!(!hit.gzip && !hit.headers().iter().any(|(name, _)| *name == "content-encoding"));
+}
+
+#[test]
+fn the_statuses_a_host_reports() {
+    let s = settings();
+    let cacheable = request("eth_chainId", "[]");
+    let status_after = |answer: DaemonAnswer| {
+        let mut exchange = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+        assert_eq!(exchange.answered(&answer, 0), None);
+        exchange.status()
+    };
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"expired"), body: b"" }), Status::Expired);
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), body: b"" }), Status::Miss);
+    assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, body: b"" }), Status::Error);
+    assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, body: b"garbage" }), Status::Error, "a bad entry");
+    let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    failed.failed();
+    assert_eq!(failed.status(), Status::Error);
+
+    for (body, bypass) in [
+        (Some(request("eth_blockNumber", "[]")), Bypass::Method),
+        (Some(format!("[{cacheable}]")), Bypass::Batch),
+        (None, Bypass::TooLarge),
+    ] {
+        let mut exchange = CacheExchange::new("n", body.as_deref().map(str::as_bytes), true, &s);
+        assert_eq!((exchange.lookup_path(), exchange.bypass()), (None, Some(bypass)));
+        exchange.failed();
+        assert!(!exchange.response_head(200, None, None, &s));
+        assert_eq!(exchange.status(), Status::Bypass);
+    }
+    // an answer over max_entry is not kept, and says so
+    let mut large = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), None, &s));
+    assert_eq!(large.status(), Status::Bypass);
+}
+
+#[test]
+fn only_a_plain_whole_200_is_kept_and_only_what_capture_keeps_is_stored() {
+    let s = settings();
+    let asked = request("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#));
+    let head = |status, coding: Option<&[u8]>| {
+        CacheExchange::new("n", Some(asked.as_bytes()), true, &s).response_head(status, None, coding, &s)
+    };
+    assert!(head(200, None) && head(200, Some(b"identity")));
+    assert!(!head(200, Some(b"gzip")) && !head(500, None) && !head(206, None));
+    let mut exchange = CacheExchange::new("n", Some(asked.as_bytes()), true, &s);
+    assert!(exchange.response_head(200, None, None, &s));
+    assert_eq!(exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":null}"#, &s), Err(Refusal::Null));
+    let call = exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":{"blockNumber":"0x20"}}"#, &s).unwrap();
+    assert!(call.headers.contains(&("x-rpcedge-requires-final", "32".to_string())));
 }

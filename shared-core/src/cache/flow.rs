@@ -1,0 +1,186 @@
+//! One request's way through the cache, as every host walks it: ask the daemon, answer a hit,
+//! or let the node answer and hand what it said to the daemon. The host moves the bytes (its
+//! subrequests or HTTP calls, with its own timeout); every decision, the daemon's API and the
+//! status a host reports are here, so that nginx and Envoy cannot differ.
+
+use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
+
+/// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Answered from the store; the node never saw the request.
+    Hit,
+    /// Not in the store: the node answered.
+    Miss,
+    /// Not a request (or an answer) the cache takes.
+    Bypass,
+    /// In the store past its expiry: the node answered.
+    Expired,
+    /// The daemon failed, was too slow or sent a bad entry: the node answered (fail open).
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Hit => "HIT",
+            Status::Miss => "MISS",
+            Status::Bypass => "BYPASS",
+            Status::Expired => "EXPIRED",
+            Status::Error => "ERROR",
+        }
+    }
+}
+
+/// The daemon's answer to a lookup, as the host received it.
+pub struct DaemonAnswer<'a> {
+    pub status: u16,
+    /// Its `X-Rpcedge-Miss` header.
+    pub miss: Option<&'a [u8]>,
+    pub body: &'a [u8],
+}
+
+/// A hit to send instead of asking the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HitResponse {
+    pub body: Vec<u8>,
+    pub gzip: bool,
+}
+
+impl HitResponse {
+    /// The headers of a hit, besides `Content-Length` (the body's length) and the status header:
+    /// upstream headers are not stored, so a hit carries only these.
+    pub fn headers(&self) -> &'static [(&'static str, &'static str)] {
+        if self.gzip {
+            &[("content-type", "application/json"), ("content-encoding", "gzip"), ("vary", "Accept-Encoding")]
+        } else {
+            &[("content-type", "application/json"), ("vary", "Accept-Encoding")]
+        }
+    }
+}
+
+/// The call that stores a node's answer: `PUT path` with these headers and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreCall {
+    pub path: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+/// One request's cache exchange.
+#[derive(Debug)]
+pub struct CacheExchange {
+    request: Result<Request, Bypass>,
+    namespace: String,
+    gzip: bool,
+    status: Status,
+    capture: bool,
+}
+
+impl CacheExchange {
+    /// From the request: its namespace, its body (`None` when the host does not hold it whole,
+    /// as when nginx spilled it to a file) and whether the client takes gzip.
+    pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, settings: &CacheSettings) -> CacheExchange {
+        let request = body.ok_or(Bypass::TooLarge).and_then(|body| lookup(namespace, body, settings));
+        let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
+        CacheExchange { request, namespace: namespace.to_string(), gzip, status, capture: false }
+    }
+
+    /// The lookup to make, `GET` this path, or `None`: straight to the node.
+    pub fn lookup_path(&self) -> Option<String> {
+        self.request.as_ref().ok().map(|request| format!("/v1/entries/{}", request.key.hex()))
+    }
+
+    /// Which of `shards` daemons holds this request's key (0 when it bypasses).
+    pub fn shard(&self, shards: u32) -> u32 {
+        self.request.as_ref().map_or(0, |request| shard(&request.key, shards))
+    }
+
+    /// Why the request bypasses the cache, if it does.
+    pub fn bypass(&self) -> Option<Bypass> {
+        self.request.as_ref().err().copied()
+    }
+
+    /// The daemon answered the lookup: the hit to send, or `None` to ask the node.
+    pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
+        let request = self.request.as_ref().ok()?;
+        match answer.status {
+            200 => match hit(request, answer.body, self.gzip, min_length) {
+                Ok(hit) => {
+                    self.status = Status::Hit;
+                    Some(hit)
+                }
+                Err(_) => {
+                    self.status = Status::Error;
+                    None
+                }
+            },
+            404 => {
+                self.status = if answer.miss == Some(b"expired") { Status::Expired } else { Status::Miss };
+                None
+            }
+            _ => {
+                self.status = Status::Error;
+                None
+            }
+        }
+    }
+
+    /// The lookup failed: no answer within the timeout, or no daemon at all.
+    pub fn failed(&mut self) {
+        if self.request.is_ok() {
+            self.status = Status::Error;
+        }
+    }
+
+    /// The node's response head: whether the host should keep its plain body for the store.
+    /// Only a whole 200 that the node did not encode, and that fits an entry, is kept.
+    pub fn response_head(
+        &mut self,
+        status: u16,
+        content_length: Option<u64>,
+        content_encoding: Option<&[u8]>,
+        settings: &CacheSettings,
+    ) -> bool {
+        let encoded = content_encoding.is_some_and(|coding| !coding.trim_ascii().eq_ignore_ascii_case(b"identity"));
+        let too_large = content_length.is_some_and(|length| length > settings.max_entry as u64);
+        if self.request.is_ok() && too_large {
+            self.status = Status::Bypass;
+        }
+        self.capture = self.request.is_ok() && status == 200 && !encoded && !too_large && self.status != Status::Hit;
+        self.capture
+    }
+
+    /// The node's whole plain body, kept as `response_head` said: the call that stores it.
+    /// Errors, nulls and the rest the core refuses give `Err`.
+    pub fn store(&mut self, body: &[u8], settings: &CacheSettings) -> Result<StoreCall, Refusal> {
+        // A host asks only after `response_head` said to keep the body.
+        let request = self.request.as_ref().ok().filter(|_| self.capture).ok_or(Refusal::Malformed)?;
+        let capture = request.capture(body, settings).inspect_err(|refusal| {
+            if *refusal == Refusal::TooLarge {
+                self.status = Status::Bypass;
+            }
+        })?;
+        let mut headers = vec![("x-rpcedge-namespace", self.namespace.clone())];
+        if let Some(ttl) = capture.ttl_s {
+            headers.push(("x-rpcedge-ttl", ttl.to_string()));
+        }
+        if let Some(block) = capture.requires_final {
+            headers.push(("x-rpcedge-requires-final", block.to_string()));
+        }
+        Ok(StoreCall {
+            path: format!("/v1/entries/{}", capture.key.hex()),
+            headers,
+            body: super::encode(&capture.envelope, &capture.tail),
+        })
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+    }
+}
+
+fn hit(request: &Request, stored: &[u8], gzip: bool, min_length: u64) -> Result<HitResponse, BadEntry> {
+    let hit = Entry::decode(stored)?.respond(&request.id, gzip, min_length)?;
+    Ok(HitResponse { body: hit.body, gzip: hit.gzip })
+}
