@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod corpus;
 pub mod delivery;
+pub mod head;
 pub mod json;
 pub mod rpc;
 pub mod server;

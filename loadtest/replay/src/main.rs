@@ -1,7 +1,7 @@
 //! rpcedge-replay: an Ethereum JSON-RPC "node" that answers with recorded real responses.
 //! See README.md for the command line, the routes and the `X-Replay-*` headers.
 
-use rpcedge_replay::{cache, corpus, delivery, server};
+use rpcedge_replay::{cache, corpus, delivery, head, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +47,13 @@ struct Cli {
     /// X-Replay-Flush: 1).
     #[arg(long)]
     flush: bool,
+    /// Answer `eth_getBlockByNumber("finalized")` on /<network> with this block, as
+    /// NETWORK=NUMBER; repeat per network (tests move it with PUT /head/<network>/finalized).
+    #[arg(long, value_parser = head::parse_setting)]
+    finalized: Vec<(String, u64)>,
+    /// The same for `latest`.
+    #[arg(long, value_parser = head::parse_setting)]
+    latest: Vec<(String, u64)>,
 }
 
 /// Live requests are parsed recursively (up to the parser's nesting bound).
@@ -130,6 +137,13 @@ async fn run(cli: Cli) -> Result<(), String> {
         Duration::from_millis(cli.chunk_delay_ms),
         cli.flush,
     );
-    server::serve(listener, Arc::new(server::State { corpus, defaults })).await;
+    let heads = head::Heads::default();
+    for (settings, tag) in [(&cli.finalized, head::Tag::Finalized), (&cli.latest, head::Tag::Latest)] {
+        for (network, number) in settings {
+            heads.set(network, tag, *number);
+        }
+    }
+    let state = server::State { corpus, defaults, heads, rpc_requests: Default::default() };
+    server::serve(listener, Arc::new(state)).await;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
+use crate::head::{Heads, Tag};
 use crate::json;
 use crate::rpc::{self, RequestKey};
 
@@ -31,6 +32,9 @@ const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;
 pub struct State {
     pub corpus: Corpus,
     pub defaults: Delivery,
+    pub heads: Heads,
+    /// JSON-RPC requests answered, so that tests can tell what reached the "node".
+    pub rpc_requests: AtomicU64,
 }
 
 /// Accepts connections until the process ends.
@@ -97,6 +101,31 @@ async fn route(
             Err(method_not_allowed(method))
         };
     }
+    if path == "/stats" {
+        return if read_only {
+            let requests = state.rpc_requests.load(Ordering::Relaxed);
+            Ok(json_text(format!("{{\"rpc_requests\":{requests}}}\n")))
+        } else {
+            Err(method_not_allowed(method))
+        };
+    }
+    if let Some(setting) = path.strip_prefix("/head/") {
+        if method != Method::PUT {
+            return Err(method_not_allowed(method));
+        }
+        let (network, tag) = setting
+            .split_once('/')
+            .and_then(|(network, tag)| Some((network, Tag::parse(tag)?)))
+            .ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "PUT /head/<network>/latest|finalized".into()))?;
+        let network = network.to_string();
+        let body = read_body(request).await?;
+        let number = std::str::from_utf8(&body)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .ok_or_else(|| Refusal(StatusCode::BAD_REQUEST, "the body is a block number".into()))?;
+        state.heads.set(&network, tag, number);
+        return Ok(plain_text(StatusCode::OK, format!("{number}\n")));
+    }
     if let Some(relative) = path.strip_prefix("/corpus/") {
         if !read_only {
             return Err(method_not_allowed(method));
@@ -121,10 +150,17 @@ async fn route(
     if method != Method::POST {
         return Err(method_not_allowed(method));
     }
-    let table = recordings_for_path(&state.corpus, path)?;
+    let network = path.trim_matches('/').to_string();
+    // A network with a head set and no recordings answers only for its head.
+    let none = RecordingTable::new();
+    let table = match recordings_for_path(&state.corpus, path) {
+        Err(_) if state.heads.knows(&network) => &none,
+        table => table?,
+    };
     let delivery = delivery_for(state, &request)?;
     let body = read_body(request).await?;
-    let (segments, origin) = answer(table, &body);
+    state.rpc_requests.fetch_add(1, Ordering::Relaxed);
+    let (segments, origin) = answer(table, &state.heads, &network, &body);
     Ok(deliver(segments, &delivery, origin, false, abort))
 }
 
@@ -167,7 +203,7 @@ fn pair_index(query: Option<&str>) -> Result<usize, Refusal> {
 }
 
 fn method_not_allowed(method: &Method) -> Refusal {
-    Refusal(StatusCode::METHOD_NOT_ALLOWED, format!("{method} not allowed here (POST /<network> for JSON-RPC, GET /corpus/<path>, GET /healthz)"))
+    Refusal(StatusCode::METHOD_NOT_ALLOWED, format!("{method} not allowed here (POST /<network> for JSON-RPC, GET /corpus/<path>, GET /healthz, GET /stats, PUT /head/<network>/<tag>)"))
 }
 
 async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
@@ -188,7 +224,12 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
 }
 
 /// The body segments for a JSON-RPC request, and which recording they come from, if any.
-fn answer<'t>(table: &'t RecordingTable, body: &[u8]) -> (Vec<Bytes>, Option<&'t str>) {
+fn answer<'t>(
+    table: &'t RecordingTable,
+    heads: &Heads,
+    network: &str,
+    body: &[u8],
+) -> (Vec<Bytes>, Option<&'t str>) {
     let parsed = std::str::from_utf8(body)
         .map_err(|e| json::ParseError {
             offset: e.valid_up_to(),
@@ -199,6 +240,9 @@ fn answer<'t>(table: &'t RecordingTable, body: &[u8]) -> (Vec<Bytes>, Option<&'t
         Ok(request) => request,
         Err(error) => return (vec![Bytes::from(rpc::parse_error_answer(&error))], None),
     };
+    if let Some(head) = heads.answer(network, &request) {
+        return (vec![Bytes::from(head)], None);
+    }
     match table.get(&RequestKey::of(&request)) {
         Some(recording) => (
             recording.template.live_body(&rpc::live_ids(&request)),
@@ -245,6 +289,12 @@ fn deliver(
     for (name, value) in &delivery.extra_headers {
         headers.append(name, value.clone());
     }
+    response
+}
+
+fn json_text(text: String) -> Response<ReplayBody> {
+    let mut response = Response::new(ReplayBody::whole(Bytes::from(text)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
