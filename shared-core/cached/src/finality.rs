@@ -1,0 +1,142 @@
+//! The last finalized block per namespace, polled from each namespace's node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1;
+use hyper::{header, Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}"#;
+/// A block header is a few KiB; a node that sends more is not answering this question.
+const MAX_ANSWER: usize = 1024 * 1024;
+
+/// A node to ask: `http://host:port/path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    authority: String,
+    path: String,
+}
+
+impl std::str::FromStr for Upstream {
+    type Err = String;
+
+    fn from_str(url: &str) -> Result<Self, String> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url:?}: only http:// URLs are supported"))?;
+        let (authority, path) = rest.find('/').map_or((rest, "/"), |at| rest.split_at(at));
+        if authority.is_empty() {
+            return Err(format!("{url:?}: no host"));
+        }
+        Ok(Upstream { authority: authority.to_string(), path: path.to_string() })
+    }
+}
+
+/// Per namespace, the finalized block number plus one (0: not heard yet).
+pub struct Finality {
+    upstreams: HashMap<String, (Upstream, AtomicU64)>,
+}
+
+impl Finality {
+    pub fn new(upstreams: Vec<(String, Upstream)>) -> Finality {
+        Finality { upstreams: upstreams.into_iter().map(|(ns, up)| (ns, (up, AtomicU64::new(0)))).collect() }
+    }
+
+    /// The last finalized block heard for `namespace`, if any.
+    pub fn finalized(&self, namespace: &str) -> Option<u64> {
+        let (_, heard) = self.upstreams.get(namespace)?;
+        heard.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
+        self.upstreams.keys().map(|ns| (ns.as_str(), self.finalized(ns)))
+    }
+
+    /// Polls every namespace's node every `every`, for ever. Finality never moves back: a node
+    /// that answers a lower number (a restart, a different node) leaves the known one standing.
+    pub async fn poll(self: Arc<Self>, every: Duration) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            for (namespace, (upstream, heard)) in &self.upstreams {
+                match tokio::time::timeout(every, finalized_block(upstream)).await {
+                    Ok(Ok(number)) => {
+                        heard.fetch_max(number + 1, Ordering::Relaxed);
+                    }
+                    Ok(Err(error)) => eprintln!("rpcedge-cached: finality of {namespace}: {error}"),
+                    Err(_) => eprintln!("rpcedge-cached: finality of {namespace}: no answer within {every:?}"),
+                }
+            }
+        }
+    }
+}
+
+async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
+    let stream = TcpStream::connect(&upstream.authority).await.map_err(|e| format!("{}: {e}", upstream.authority))?;
+    let (mut sender, connection) =
+        http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(&upstream.path)
+        .header(header::HOST, &upstream.authority)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(QUERY.as_bytes())))
+        .map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    let body = Limited::new(response.into_body(), MAX_ANSWER).collect().await.map_err(|e| e.to_string())?.to_bytes();
+    block_number(&body)
+}
+
+/// `result.number` of an `eth_getBlockByNumber` answer.
+fn block_number(body: &[u8]) -> Result<u64, String> {
+    let answer: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let number = answer
+        .pointer("/result/number")
+        .and_then(|n| n.as_str())
+        .ok_or_else(|| format!("no result.number in {}", String::from_utf8_lossy(&body[..body.len().min(200)])))?;
+    let digits = number.strip_prefix("0x").ok_or_else(|| format!("{number:?} is not a hex quantity"))?;
+    u64::from_str_radix(digits, 16).map_err(|_| format!("{number:?} is not a hex quantity"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_is_an_http_url() {
+        let upstream: Upstream = "http://127.0.0.1:18545/mainnet".parse().unwrap();
+        assert_eq!(upstream, Upstream { authority: "127.0.0.1:18545".into(), path: "/mainnet".into() });
+        let bare: Upstream = "http://node:8545".parse().unwrap();
+        assert_eq!(bare.path, "/");
+        assert!("https://node".parse::<Upstream>().is_err());
+        assert!("http:///x".parse::<Upstream>().is_err());
+    }
+
+    #[test]
+    fn the_number_comes_from_the_result() {
+        assert_eq!(block_number(br#"{"jsonrpc":"2.0","id":1,"result":{"number":"0x10","hash":"0x1"}}"#), Ok(16));
+        assert!(block_number(br#"{"jsonrpc":"2.0","id":1,"result":null}"#).is_err());
+        assert!(block_number(br#"{"jsonrpc":"2.0","id":1,"result":{"number":"16"}}"#).is_err());
+        assert!(block_number(b"<html>").is_err());
+    }
+
+    #[test]
+    fn finality_is_unknown_until_heard_and_never_moves_back() {
+        let finality = Finality::new(vec![("a/mainnet".into(), "http://x:1/".parse().unwrap())]);
+        assert_eq!(finality.finalized("a/mainnet"), None);
+        assert_eq!(finality.finalized("other"), None);
+        let (_, heard) = &finality.upstreams["a/mainnet"];
+        heard.fetch_max(101, Ordering::Relaxed);
+        heard.fetch_max(51, Ordering::Relaxed);
+        assert_eq!(finality.finalized("a/mainnet"), Some(100));
+    }
+}

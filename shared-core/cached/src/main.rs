@@ -1,0 +1,255 @@
+//! rpcedge-cached: the response cache's store, one per host, shared by nginx and Envoy.
+//! See README.md beside this crate for the API, the store's layout and what a crash loses.
+
+mod api;
+mod finality;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Semaphore;
+
+use finality::{Finality, Upstream};
+use store::{Store, StoreOptions};
+
+/// The response cache daemon of rpcedge.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// Loopback TCP address of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:18090")]
+    listen: SocketAddr,
+    /// Also serve the API on this Unix socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Allow a `--listen` address that is not loopback (the API has no authentication).
+    #[arg(long)]
+    allow_remote: bool,
+    /// The RocksDB directory.
+    #[arg(long, default_value = "rpcedge-cache")]
+    db: PathBuf,
+    /// Bound on the store's files, e.g. 1GiB; the oldest entries go first.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    max_disk: u64,
+    /// Flush the memtables this often (and on SIGTERM/SIGINT): a crash loses at most this tail.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    flush_interval: Duration,
+    /// Entries with a TTL live at most this long.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    max_ttl: Duration,
+    /// Size of each column family's memtable.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    memtable_size: u64,
+    /// Bound on a stored entry as sent (the hosts' `max_entry` plus its envelope).
+    #[arg(long, default_value = "9MiB", value_parser = parse_size)]
+    max_entry: u64,
+    /// The node that says what is final in a namespace, as NAMESPACE=http://host:port/path;
+    /// repeat per namespace.
+    #[arg(long = "finality-upstream", value_parser = parse_upstream)]
+    finality_upstreams: Vec<(String, Upstream)>,
+    /// How often to ask each namespace's node for its finalized block.
+    #[arg(long, default_value = "12s", value_parser = parse_duration)]
+    finality_poll: Duration,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Write the WAL too (for measuring what leaving it out saves; not for production).
+    #[arg(long)]
+    wal: bool,
+    /// Flush the column families one by one (for the crash test's comparison only).
+    #[arg(long)]
+    no_atomic_flush: bool,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" | "k" | "K" => 1 << 10,
+        "MiB" | "m" | "M" => 1 << 20,
+        "GiB" | "g" | "G" => 1 << 30,
+        _ => return Err(format!("{text:?}: expected bytes, or a number with KiB, MiB or GiB")),
+    };
+    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).filter(|&n| n > 0).ok_or(format!("{text:?}: not a size"))
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits.parse().map_err(|_| format!("{text:?}: not a duration"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(number),
+        "" | "s" => Duration::from_secs(number),
+        "m" => Duration::from_secs(number * 60),
+        "h" => Duration::from_secs(number * 3600),
+        _ => return Err(format!("{text:?}: expected a number with ms, s, m or h")),
+    };
+    if duration.is_zero() {
+        return Err(format!("{text:?}: must be above zero"));
+    }
+    Ok(duration)
+}
+
+fn parse_upstream(text: &str) -> Result<(String, Upstream), String> {
+    let (namespace, url) = text.split_once('=').ok_or(format!("{text:?}: expected NAMESPACE=URL"))?;
+    Ok((namespace.to_string(), url.parse()?))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => Err(format!("cannot start the runtime: {error}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("rpcedge-cached: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    if !cli.listen.ip().is_loopback() && !cli.allow_remote {
+        return Err(format!("{} is not a loopback address: the API has no authentication (--allow-remote)", cli.listen));
+    }
+    let store = Store::open(
+        &cli.db,
+        &StoreOptions {
+            max_disk: cli.max_disk,
+            max_ttl_s: cli.max_ttl.as_secs().max(1),
+            memtable_size: usize::try_from(cli.memtable_size).map_err(|_| "--memtable-size: too large")?,
+            wal: cli.wal,
+            atomic_flush: !cli.no_atomic_flush,
+        },
+    )?;
+    let finality = Arc::new(Finality::new(cli.finality_upstreams));
+    let state = Arc::new(api::State {
+        store,
+        finality: finality.clone(),
+        max_body: usize::try_from(cli.max_entry).unwrap_or(usize::MAX),
+        refusals: api::Refusals::default(),
+    });
+    let connections = Arc::new(Semaphore::new(cli.max_connections.max(1)));
+
+    let tcp = TcpListener::bind(cli.listen).await.map_err(|e| format!("cannot listen on {}: {e}", cli.listen))?;
+    tokio::spawn(serve_tcp(tcp, state.clone(), connections.clone()));
+    if let Some(path) = &cli.socket {
+        // A socket left by a killed daemon would make the bind fail.
+        let _ = std::fs::remove_file(path);
+        let unix = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        tokio::spawn(serve_unix(unix, state.clone(), connections.clone()));
+    }
+    tokio::spawn(finality.poll(cli.finality_poll));
+    tokio::spawn(flush_every(state.clone(), cli.flush_interval));
+    println!(
+        "rpcedge-cached: store at {}, listening on {}{}",
+        cli.db.display(),
+        cli.listen,
+        cli.socket.as_ref().map(|p| format!(" and {}", p.display())).unwrap_or_default()
+    );
+
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    let flushed = tokio::task::spawn_blocking(move || state.store.flush()).await.map_err(|e| e.to_string())?;
+    if let Some(path) = &cli.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    flushed.map_err(|e| format!("the last flush failed: {e}"))
+}
+
+async fn flush_every(state: Arc<api::State>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let state = state.clone();
+        match tokio::task::spawn_blocking(move || state.store.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => eprintln!("rpcedge-cached: flush failed: {error}"),
+            Err(error) => eprintln!("rpcedge-cached: flush failed: {error}"),
+        }
+    }
+}
+
+async fn serve_tcp(listener: TcpListener, state: Arc<api::State>, connections: Arc<Semaphore>) {
+    loop {
+        let permit = connections.clone().acquire_owned().await.expect("never closed");
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_connection(stream, state.clone(), permit));
+            }
+            Err(error) => accept_failed(error).await,
+        }
+    }
+}
+
+async fn serve_unix(listener: UnixListener, state: Arc<api::State>, connections: Arc<Semaphore>) {
+    loop {
+        let permit = connections.clone().acquire_owned().await.expect("never closed");
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_connection(stream, state.clone(), permit));
+            }
+            Err(error) => accept_failed(error).await,
+        }
+    }
+}
+
+async fn accept_failed(error: std::io::Error) {
+    // Typically out of file descriptors: back off instead of spinning.
+    eprintln!("rpcedge-cached: accept failed: {error}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+async fn serve_connection<S>(stream: S, state: Arc<api::State>, _permit: tokio::sync::OwnedSemaphorePermit)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| api::handle(request, state.clone()));
+    // Errors here are clients going away or sending garbage (hyper answers 400 itself).
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .max_buf_size(64 * 1024)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse_as_documented() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err() && parse_size("1TB").is_err() && parse_size("").is_err());
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("0s").is_err() && parse_duration("5 days").is_err());
+    }
+}

@@ -1,0 +1,257 @@
+//! The store: RocksDB written without the WAL, in two column families flushed together.
+//!
+//! - `kept`: entries without expiry (what a block hash names, finalized data);
+//! - `expiring`: entries with a TTL (chain properties), in their own family so that FIFO's `ttl`
+//!   drops their files on time without ever dropping the `kept` ones by age.
+//!
+//! Both use FIFO compaction: every byte is written once (to a blob or an SST file), and the
+//! oldest files go when a family reaches its share of `max_disk`. Without the WAL, a crash loses
+//! the memtables; `atomic_flush` makes the two families flush as one, so what survives a crash
+//! is a prefix of the write order across both, never a later write without an earlier one.
+//! Each value carries its expiry and a CRC-32 of the whole record: RocksDB keeps an expired
+//! entry readable until its file drops, and a torn or foreign value must read as a miss.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rocksdb::statistics::Ticker;
+use rocksdb::{
+    BlockBasedOptions, ColumnFamilyDescriptor, ErrorKind, DBCompactionStyle, DBCompressionType, FifoCompactOptions,
+    FlushOptions, Options, WriteOptions, DB,
+};
+
+const KEPT: &str = "kept";
+const EXPIRING: &str = "expiring";
+/// Record version, expiry (Unix seconds, 0: none) and CRC-32 over both and the entry.
+const RECORD_HEAD: usize = 1 + 8 + 4;
+const RECORD_VERSION: u8 = 1;
+/// Values this large go to blob files: small-value gets then skip reading them.
+const MIN_BLOB_SIZE: u64 = 16 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bound on the files of both families (memtables come on top: 2 × `memtable_size`).
+    pub max_disk: u64,
+    /// The `expiring` family's files drop after this many seconds; longer TTLs are cut to it.
+    pub max_ttl_s: u64,
+    pub memtable_size: usize,
+    pub wal: bool,
+    pub atomic_flush: bool,
+}
+
+pub struct Store {
+    db: DB,
+    options: Options,
+    wal: bool,
+    max_ttl_s: u64,
+    pub counters: Counters,
+}
+
+/// What the store saw, for `/metrics` and `/v1/stats`.
+#[derive(Default)]
+pub struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub expired: AtomicU64,
+    pub bad_entries: AtomicU64,
+    pub stores: AtomicU64,
+    pub stored_bytes: AtomicU64,
+    pub deletes: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+pub enum Lookup {
+    Hit(Vec<u8>),
+    Absent,
+    Expired,
+    /// A value that failed its checksum; it has been deleted.
+    Bad,
+}
+
+impl Store {
+    pub fn open(path: &Path, settings: &StoreOptions) -> Result<Store, String> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_atomic_flush(settings.atomic_flush);
+        options.enable_statistics();
+        options.set_max_background_jobs(2);
+        let expiring_share = (settings.max_disk / 16).max(1);
+        let families = [
+            ColumnFamilyDescriptor::new(KEPT, family_options(settings, settings.max_disk - expiring_share, 0)),
+            ColumnFamilyDescriptor::new(EXPIRING, family_options(settings, expiring_share, settings.max_ttl_s)),
+        ];
+        let db = DB::open_cf_descriptors(&options, path, families)
+            .map_err(|e| format!("cannot open the store at {}: {e}", path.display()))?;
+        for (name, share) in [(KEPT, settings.max_disk - expiring_share), (EXPIRING, expiring_share)] {
+            // The C API sets only `max_table_files_size`, which leaves blob files out of the bound.
+            let family = db.cf_handle(name).expect("opened with it");
+            let fifo = format!("{{max_table_files_size={share};max_data_files_size={share};allow_compaction=false}}");
+            db.set_options_cf(&family, &[("compaction_options_fifo", fifo.as_str())])
+                .map_err(|e| format!("cannot bound the {name} family: {e}"))?;
+        }
+        Ok(Store { db, options, wal: settings.wal, max_ttl_s: settings.max_ttl_s, counters: Counters::default() })
+    }
+
+    pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
+        for name in [KEPT, EXPIRING] {
+            let family = self.db.cf_handle(name).expect("opened with it");
+            let record = match self.db.get_pinned_cf(&family, key) {
+                Ok(Some(record)) => Some(record),
+                Ok(None) => continue,
+                // A damaged block or blob file: RocksDB's own checksum caught it.
+                Err(error) if error.kind() == ErrorKind::Corruption => None,
+                Err(error) => return Err(error.to_string()),
+            };
+            let Some((expires_s, entry)) = record.as_deref().and_then(open_record) else {
+                self.db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
+                self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
+                return Ok(Lookup::Bad);
+            };
+            if expires_s != 0 && expires_s <= now_s {
+                self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                return Ok(Lookup::Expired);
+            }
+            self.counters.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Lookup::Hit(entry.to_vec()));
+        }
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        Ok(Lookup::Absent)
+    }
+
+    /// Stores `entry` (the core's stored form); with a TTL in the `expiring` family.
+    pub fn put(&self, key: &[u8], entry: &[u8], ttl_s: Option<u64>, now_s: u64) -> Result<(), String> {
+        let (name, expires_s) = match ttl_s {
+            None => (KEPT, 0),
+            Some(ttl) => (EXPIRING, now_s + ttl.clamp(1, self.max_ttl_s)),
+        };
+        let family = self.db.cf_handle(name).expect("opened with it");
+        let record = record(expires_s, entry);
+        self.db.put_cf_opt(&family, key, &record, &self.write_options()).map_err(|e| e.to_string())?;
+        self.counters.stores.fetch_add(1, Ordering::Relaxed);
+        self.counters.stored_bytes.fetch_add(record.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<(), String> {
+        for name in [KEPT, EXPIRING] {
+            let family = self.db.cf_handle(name).expect("opened with it");
+            self.db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
+        }
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes both memtables out (as one, with `atomic_flush`) and waits for it.
+    pub fn flush(&self) -> Result<(), String> {
+        let kept = self.db.cf_handle(KEPT).expect("opened with it");
+        let expiring = self.db.cf_handle(EXPIRING).expect("opened with it");
+        let mut flush = FlushOptions::default();
+        flush.set_wait(true);
+        self.db.flush_cfs_opt(&[&kept, &expiring], &flush).map_err(|e| e.to_string())?;
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// RocksDB's own figures: (metric name, help, value).
+    pub fn figures(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let property = |name: &str| {
+            [KEPT, EXPIRING]
+                .iter()
+                .filter_map(|family| self.db.cf_handle(family))
+                .filter_map(|family| self.db.property_int_value_cf(&family, name).ok().flatten())
+                .sum::<u64>()
+        };
+        let ticker = |ticker| self.options.get_ticker_count(ticker);
+        vec![
+            ("rocksdb_sst_bytes", "Bytes in SST files", property("rocksdb.live-sst-files-size")),
+            ("rocksdb_blob_bytes", "Bytes in blob files", property("rocksdb.live-blob-file-size")),
+            ("rocksdb_memtable_bytes", "Bytes in memtables", property("rocksdb.cur-size-all-mem-tables")),
+            ("rocksdb_estimated_keys", "Estimated number of keys", property("rocksdb.estimate-num-keys")),
+            ("rocksdb_flush_bytes_total", "Bytes written by flushes", ticker(Ticker::FlushWriteBytes)),
+            ("rocksdb_compaction_read_bytes_total", "Bytes read by compactions", ticker(Ticker::CompactReadBytes)),
+            ("rocksdb_compaction_write_bytes_total", "Bytes written by compactions", ticker(Ticker::CompactWriteBytes)),
+            ("rocksdb_wal_bytes_total", "Bytes written to the WAL", ticker(Ticker::WalFileBytes)),
+            ("rocksdb_blob_write_bytes_total", "Bytes written to blob files", ticker(Ticker::BlobDbBlobFileBytesWritten)),
+        ]
+    }
+
+    fn write_options(&self) -> WriteOptions {
+        let mut write = WriteOptions::default();
+        write.disable_wal(!self.wal);
+        write
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // A clean stop keeps everything: memtables are not in any WAL.
+        if let Err(error) = self.flush() {
+            eprintln!("rpcedge-cached: the last flush failed: {error}");
+        }
+    }
+}
+
+fn family_options(settings: &StoreOptions, share: u64, ttl_s: u64) -> Options {
+    let mut options = Options::default();
+    options.set_compaction_style(DBCompactionStyle::Fifo);
+    let mut fifo = FifoCompactOptions::default();
+    fifo.set_max_table_files_size(share);
+    options.set_fifo_compaction_options(&fifo);
+    if ttl_s > 0 {
+        options.set_ttl(ttl_s);
+    }
+    // Values arrive deflated already.
+    options.set_compression_type(DBCompressionType::None);
+    options.set_write_buffer_size(settings.memtable_size);
+    options.set_enable_blob_files(true);
+    options.set_min_blob_size(MIN_BLOB_SIZE);
+    options.set_blob_compression_type(DBCompressionType::None);
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    options.set_block_based_table_factory(&table);
+    options
+}
+
+fn record(expires_s: u64, entry: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(RECORD_HEAD + entry.len());
+    record.push(RECORD_VERSION);
+    record.extend_from_slice(&expires_s.to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&record);
+    crc.update(entry);
+    record.extend_from_slice(&crc.finalize().to_le_bytes());
+    record.extend_from_slice(entry);
+    record
+}
+
+/// The expiry and the entry of a record that passes its checksum.
+fn open_record(record: &[u8]) -> Option<(u64, &[u8])> {
+    if record.len() < RECORD_HEAD || record[0] != RECORD_VERSION {
+        return None;
+    }
+    let (head, entry) = record.split_at(RECORD_HEAD);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head[..9]);
+    crc.update(entry);
+    let expected = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes"));
+    (crc.finalize() == expected).then(|| (u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")), entry))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_opens_only_intact() {
+        let record = record(42, b"entry bytes");
+        assert_eq!(open_record(&record), Some((42, &b"entry bytes"[..])));
+        for at in 0..record.len() {
+            let mut damaged = record.clone();
+            damaged[at] ^= 1;
+            assert_eq!(open_record(&damaged), None, "a flip at {at}");
+        }
+        assert_eq!(open_record(&record[..record.len() - 1]), None);
+        assert_eq!(open_record(&record[..5]), None);
+    }
+}

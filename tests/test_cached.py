@@ -1,0 +1,313 @@
+"""The cache daemon (rpcedge-cached) on its own: its HTTP API, finality, expiry, bad input, damaged
+files, and what survives kill -9. The hosts' use of it is tested in test_cache_*.py."""
+
+import hashlib
+import http.client
+import os
+import random
+import signal
+import socket
+import struct
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+import pytest
+
+from harness import CACHED_BIN, LOOPBACK, Process, free_port, start_cached
+
+GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
+GETH_AFTER_ID = b',"result":'
+
+
+def entry(tail, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
+    """An answer as a host sends it (rpcedge_core::cache::encode): its tail `<result>}` plain."""
+    head = struct.pack("<BBIQHH", 1, 0, zlib.crc32(tail), len(tail), len(before), len(after))
+    return head + before + after + tail
+
+
+def stored_tail(stored):
+    """The tail of an entry as the daemon returns it, checked against its CRC-32."""
+    version, form, crc, length, before, after = struct.unpack("<BBIQHH", stored[:18])
+    assert version == 1 and form in (0, 1)
+    data = stored[18 + before + after:]
+    tail = zlib.decompress(data, -15) if form == 1 else data
+    assert len(tail) == length and zlib.crc32(tail) == crc
+    return form, tail
+
+
+def key(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def put(daemon, k, body, headers=None):
+    status, response_headers, text = daemon.request("PUT", f"/v1/entries/{k}", body, headers or {})
+    return status, response_headers, text
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    cached = start_cached(tmp_path, tmp_path / "db", socket_path=tmp_path / "cached.sock")
+    yield cached
+    cached.process.stop()
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=30)
+        self.path = str(path)
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.path)
+
+
+def test_an_entry_is_stored_compressed_once_and_served_over_tcp_and_the_socket(daemon):
+    tail = b'{"transactions":[' + b",".join(b'{"hash":"0x%064x","value":"0x0"}' % i for i in range(300)) + b"]}}"
+    k = key("block")
+    status, _, _ = put(daemon, k, entry(tail))
+    assert status == 204
+    status, headers, stored = daemon.request("GET", f"/v1/entries/{k}")
+    assert status == 200 and headers["Content-Type"] == "application/octet-stream"
+    form, got = stored_tail(stored)
+    assert got == tail and form == 1, "kept as a DEFLATE stream"
+    assert len(stored) < len(tail) / 4
+    unix = UnixConnection(daemon.socket_path)
+    unix.request("GET", f"/v1/entries/{k}")
+    response = unix.getresponse()
+    assert (response.status, response.read()) == (200, stored)
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{key('other')}")
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "absent")
+    assert daemon.request("DELETE", f"/v1/entries/{k}")[0] == 204
+    assert daemon.request("GET", f"/v1/entries/{k}")[0] == 404
+    stats = daemon.stats()
+    assert (stats["hits_total"], stats["misses_total"], stats["stores_total"]) == (2, 2, 1)
+
+
+def test_an_incompressible_tail_is_kept_plain(daemon):
+    tail = os.urandom(3000) + b"}"
+    k = key("random")
+    assert put(daemon, k, entry(tail))[0] == 204
+    form, got = stored_tail(daemon.request("GET", f"/v1/entries/{k}")[2])
+    assert (form, got) == (0, tail)
+
+
+def test_an_entry_with_a_ttl_expires(daemon):
+    k = key("chain id")
+    assert put(daemon, k, entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "1"})[0] == 204
+    assert daemon.request("GET", f"/v1/entries/{k}")[0] == 200
+    time.sleep(2.1)
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "expired")
+    assert daemon.stats()["expired_total"] == 1
+
+
+def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, replay):
+    network = f"cachetest-{uuid.uuid4().hex[:8]}"
+    namespace = "127.0.0.1/mainnet"
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{replay.port}/{network}",
+        "--finality-poll", "100ms"])
+    try:
+        final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "100"}
+        status, headers, _ = put(daemon, key("a"), entry(b'{"n":1}}'), final)
+        assert (status, headers["X-Rpcedge-Refusal"]) == (409, "no_finality"), "before finality is heard"
+        assert replay.request("PUT", f"/head/{network}/finalized", b"99")[0] == 200
+        deadline = time.monotonic() + 10
+        while daemon.stats().get(f'finalized_block{{namespace="{namespace}"}}') != 99:
+            assert time.monotonic() < deadline, "the daemon never heard finality"
+            time.sleep(0.05)
+        status, headers, _ = put(daemon, key("a"), entry(b'{"n":1}}'), final)
+        assert (status, headers["X-Rpcedge-Refusal"]) == (409, "not_final")
+        assert put(daemon, key("b"), entry(b'{"n":1}}'), {**final, "X-Rpcedge-Requires-Final": "99"})[0] == 204
+        other = {"X-Rpcedge-Namespace": "127.0.0.1/sepolia", "X-Rpcedge-Requires-Final": "1"}
+        assert put(daemon, key("c"), entry(b'{"n":1}}'), other)[2:] == (b"",)
+        assert put(daemon, key("c"), entry(b'{"n":1}}'), other)[1]["X-Rpcedge-Refusal"] == "no_finality"
+        assert replay.request("PUT", f"/head/{network}/finalized", b"150")[0] == 200
+        deadline = time.monotonic() + 10
+        while put(daemon, key("a"), entry(b'{"n":1}}'), final)[0] != 204:
+            assert time.monotonic() < deadline, "finality passed 100, the entry is still refused"
+            time.sleep(0.05)
+        assert daemon.request("GET", f"/v1/entries/{key('a')}")[0] == 200
+        stats = daemon.stats()
+        assert stats['refusals_total{reason="not_final"}'] >= 1
+        assert stats['refusals_total{reason="no_finality"}'] >= 3
+    finally:
+        daemon.process.stop()
+
+
+def test_bad_requests_get_a_4xx_and_the_daemon_serves_on(tmp_path):
+    daemon = start_cached(tmp_path, tmp_path / "db", args=["--max-entry", "64KiB"])
+    try:
+        good = key("good")
+        assert daemon.request("GET", "/v1/entries/XYZ")[0] == 400
+        assert daemon.request("GET", f"/v1/entries/{good.upper()}")[0] == 400
+        assert daemon.request("POST", f"/v1/entries/{good}", b"x")[0] == 405
+        assert daemon.request("GET", "/nothing")[0] == 404
+        assert put(daemon, good, b"not an entry")[0] == 400
+        damaged = bytearray(entry(b'{"a":1}}'))
+        damaged[-2] ^= 1
+        assert put(daemon, good, bytes(damaged))[0] == 400, "a tail that fails its CRC-32"
+        assert put(daemon, good, entry(b'{"a":1}}'), {"X-Rpcedge-Ttl": "soon"})[0] == 400
+        assert put(daemon, good, entry(b"1}"), {"X-Rpcedge-Requires-Final": "5"})[0] == 400, "no namespace"
+        assert put(daemon, good, entry(b'"' + b"a" * 70000 + b'"}'))[0] == 413
+        for garbage in [b"\x00\x01\x02 nonsense\r\n\r\n", b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 100000 + b"\r\n\r\n",
+                        b"PUT /v1/entries/" + good.encode() + b" HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort"]:
+            with socket.create_connection((LOOPBACK, daemon.port), timeout=5) as s:
+                s.sendall(garbage)
+                s.shutdown(socket.SHUT_WR)
+                answer = s.recv(100)
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
+        assert daemon.request("GET", f"/v1/entries/{good}")[0] == 404, "nothing bad was stored"
+        assert daemon.request("GET", "/healthz")[:3:2] == (200, b"ok\n")
+        assert daemon.stats()['refusals_total{reason="bad_entry"}'] == 2
+    finally:
+        daemon.process.stop()
+
+
+def test_it_refuses_to_listen_beyond_loopback_unless_told(tmp_path):
+    process = Process("cached", [CACHED_BIN, "--db", tmp_path / "db", "--listen", f"0.0.0.0:{free_port()}"],
+                      tmp_path / "cached.log")
+    assert process.proc.wait(timeout=30) != 0
+    assert "not a loopback address" in process.log_tail()
+
+
+def test_metrics_are_prometheus_text(daemon):
+    put(daemon, key("m"), entry(b"[1,2,3]}"))
+    daemon.request("GET", f"/v1/entries/{key('m')}")
+    status, headers, text = daemon.request("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    lines = text.decode().splitlines()
+    for name in ["hits_total 1", "stores_total 1", 'refusals_total{reason="not_final"} 0',
+                 "rocksdb_flush_bytes_total", "rocksdb_sst_bytes", "rocksdb_wal_bytes_total 0"]:
+        assert any(line.startswith(f"rpcedge_cached_{name}") for line in lines), name
+    assert "# TYPE rpcedge_cached_hits_total counter" in lines
+
+
+def test_a_clean_stop_flushes_and_a_damaged_file_reads_as_a_miss(tmp_path):
+    db = tmp_path / "db"
+    daemon = start_cached(tmp_path, db, args=["--flush-interval", "1h"])
+    marker = os.urandom(16)
+    tail = marker + os.urandom(40000) + b"}"
+    assert put(daemon, key("big"), entry(tail))[0] == 204
+    assert put(daemon, key("small"), entry(b"[1]}"))[0] == 204
+    daemon.process.stop()
+    assert daemon.process.proc.returncode == 0, daemon.process.log_tail()
+    daemon = start_cached(tmp_path, db)
+    try:
+        assert stored_tail(daemon.request("GET", f"/v1/entries/{key('big')}")[2])[1] == tail, "SIGTERM flushed"
+    finally:
+        daemon.process.stop()
+    # Large values live in blob files; damage one inside the value.
+    damaged = 0
+    for path in db.glob("*.blob"):
+        data = bytearray(path.read_bytes())
+        at = data.find(marker)
+        if at >= 0:
+            data[at + 1000] ^= 0xFF
+            path.write_bytes(bytes(data))
+            damaged += 1
+    assert damaged == 1, "the value was not found in one blob file"
+    daemon = start_cached(tmp_path, db)
+    try:
+        status, headers, _ = daemon.request("GET", f"/v1/entries/{key('big')}")
+        assert (status, headers["X-Rpcedge-Miss"]) == (404, "bad")
+        assert daemon.stats()["bad_entries_total"] == 1
+        assert daemon.request("GET", f"/v1/entries/{key('small')}")[0] == 200, "the rest is intact"
+        status, headers, _ = daemon.request("GET", f"/v1/entries/{key('big')}")
+        assert (status, headers["X-Rpcedge-Miss"]) == (404, "absent"), "a bad entry is deleted"
+    finally:
+        daemon.process.stop()
+
+
+def crash_tail(run, seq):
+    # Even entries go to the `kept` family, odd ones (with a TTL) to `expiring`; kept ones are
+    # larger, so the families fill their memtables at different rates.
+    pad = random.Random(f"{run}/{seq}").randbytes(1500 if seq % 2 == 0 else 40).hex()
+    return f'{{"run":{run},"seq":{seq},"pad":"{pad}"}}}}'.encode()
+
+
+def write_until_killed(daemon, run, seconds):
+    """Writes entries in sequence until `seconds` pass, then kills the daemon with SIGKILL.
+    Returns (acknowledged times by seq, time of the kill)."""
+    acked = []
+    connection = daemon.connection()
+    deadline = time.monotonic() + seconds
+    seq = 0
+    while time.monotonic() < deadline:
+        headers = {"X-Rpcedge-Ttl": "3600"} if seq % 2 else {}
+        connection.request("PUT", f"/v1/entries/{key(f'{run}/{seq}')}", entry(crash_tail(run, seq)), headers)
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 204
+        acked.append(time.monotonic())
+        seq += 1
+    os.kill(daemon.process.proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    daemon.process.proc.wait()
+    return acked, killed
+
+
+def surviving(daemon, run, count):
+    """The seqs of `run` the daemon serves, each checked byte for byte."""
+    alive = []
+    connection = daemon.connection()
+    for seq in range(count):
+        connection.request("GET", f"/v1/entries/{key(f'{run}/{seq}')}")
+        response = connection.getresponse()
+        body = response.read()
+        if response.status == 200:
+            assert stored_tail(body)[1] == crash_tail(run, seq), f"run {run} seq {seq} served damaged"
+            alive.append(seq)
+        else:
+            assert response.status == 404, body
+    return alive
+
+
+def crash_runs(tmp_path, runs, extra_args):
+    """kill -9 while writing, `runs` times; returns per run (acked, survivors, seconds acked before
+    the kill of the first lost entry)."""
+    db = tmp_path / "db"
+    args = ["--flush-interval", "1s", "--memtable-size", "256KiB", *extra_args]
+    results = []
+    daemon = start_cached(tmp_path, db, args=args)
+    for run in range(runs):
+        acked, killed = write_until_killed(daemon, run, seconds=1.5 + run % 3 * 0.5)
+        daemon = start_cached(tmp_path, db, args=args)
+        alive = surviving(daemon, run, len(acked))
+        first_lost = next((seq for seq in range(len(acked)) if seq not in set(alive)), None)
+        lost_age = killed - acked[first_lost] if first_lost is not None else 0.0
+        results.append((len(acked), alive, lost_age))
+    # What earlier runs left survived the later crashes and reopenings intact.
+    for run, (acked, alive, _) in enumerate(results):
+        assert surviving(daemon, run, acked) == alive, f"run {run} changed after later crashes"
+    daemon.process.stop()
+    return results
+
+
+def is_prefix(alive):
+    return alive == list(range(len(alive)))
+
+
+def test_kill_9_while_writing_leaves_a_prefix_of_the_write_order(tmp_path):
+    """A process crash (kill -9; written files stay in the page cache) ten times: the store opens,
+    every entry it serves is intact, what survives is a prefix of the write order across both
+    column families, and what is lost was written within the flush interval (1 s, plus the time
+    a flush takes on a busy machine)."""
+    results = crash_runs(tmp_path, 10, [])
+    report = [(acked, len(alive), round(age, 2)) for acked, alive, age in results]
+    print("atomic_flush: (acked, survived, age of the first lost entry in s) per run:", report)
+    for acked, alive, lost_age in results:
+        assert is_prefix(alive), f"not a prefix: {report}"
+        assert lost_age <= 2.5, f"lost an entry acknowledged {lost_age:.2f} s before the kill: {report}"
+    assert sum(len(alive) for _, alive, _ in results) > 0
+
+
+def test_without_atomic_flush_the_families_drift_apart(tmp_path):
+    """The same crash with the families flushed one by one: a later entry of one family survives
+    an earlier one of the other, which is why the daemon flushes them atomically."""
+    results = crash_runs(tmp_path, 3, ["--no-atomic-flush"])
+    report = [(acked, len(alive), is_prefix(alive)) for acked, alive, _ in results]
+    print("no atomic_flush: (acked, survived, prefix?) per run:", report)
+    assert not all(is_prefix(alive) for _, alive, _ in results), report
