@@ -105,6 +105,11 @@ typedef uint8_t Mode;
 #endif // __cplusplus
 
 /**
+ * Opaque per-request cache exchange.
+ */
+typedef struct rpcedge_cache_t rpcedge_cache_t;
+
+/**
  * Opaque per-request exchange.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
@@ -190,6 +195,18 @@ typedef struct {
   uint32_t flags;
   rpcedge_header_edits_t edits;
 } rpcedge_output_t;
+
+/**
+ * The call that stores an answer: `PUT path`, with these headers (a NULL `data` is an absent
+ * header) and body. Valid until the next call on the handle.
+ */
+typedef struct {
+  rpcedge_str_t path;
+  rpcedge_str_t ns;
+  rpcedge_str_t ttl;
+  rpcedge_str_t requires_final;
+  rpcedge_str_t body;
+} rpcedge_store_call_t;
 
 /**
  * Every mode, in the order of their codes.
@@ -426,6 +443,90 @@ uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
  * `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
  */
 size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len, uint8_t *out, size_t out_cap);
+
+/**
+ * A cache exchange for a request in namespace `ns` whose body is `body` (NULL: the host does not
+ * hold it whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL
+ * `data`: none). NULL only on a panic.
+ *
+ * # Safety
+ * The strings point to readable bytes of their lengths.
+ */
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding);
+
+/**
+ * # Safety
+ * `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
+ */
+void rpcedge_cache_free(rpcedge_cache_t *cache);
+
+/**
+ * The lookup to make (`GET` this path of the daemon), or 0 when the request bypasses the cache.
+ *
+ * # Safety
+ * `cache` is NULL or live; `path` is NULL or writable.
+ */
+int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
+
+/**
+ * Which of `shards` daemons to ask: 0 to `shards - 1`.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
+
+/**
+ * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` header (NULL `data`: none)
+ * and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+ *
+ * # Safety
+ * `cache` is NULL or live; the strings point to readable bytes of their lengths.
+ */
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, const uint8_t *body, size_t body_len, uint64_t min_length);
+
+/**
+ * The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
+ * with `Content-Type: application/json`, `Vary: Accept-Encoding` and its exact length.
+ *
+ * # Safety
+ * `cache` is NULL or live; `body` is NULL or writable.
+ */
+int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+
+/**
+ * The lookup failed (no answer within the timeout, no daemon): ask the node.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+void rpcedge_cache_failed(rpcedge_cache_t *cache);
+
+/**
+ * The node's response head (a negative `content_length`: none; a NULL `content_encoding`:
+ * none). 1: keep the plain body for `rpcedge_cache_store`; 0: do not.
+ *
+ * # Safety
+ * `cache` is NULL or live; `content_encoding` points to readable bytes of its length.
+ */
+int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, rpcedge_str_t content_encoding);
+
+/**
+ * The node's whole plain body. 1: `call` is filled with the PUT that stores it; 0: it is not
+ * kept (an error, a null, too large, ...).
+ *
+ * # Safety
+ * `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
+ */
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
+
+/**
+ * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static, NUL-terminated).
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
 
 #ifdef __cplusplus
 }  // extern "C"

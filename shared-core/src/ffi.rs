@@ -15,8 +15,11 @@ use crate::config::{check_field, check_type, Config, ConfigError, Settings};
 use crate::exchange::{BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody};
 use crate::negotiate::{AcceptEncoding, Coding};
 
+mod cache;
 #[cfg(test)]
 mod tests;
+
+pub use cache::*;
 
 /// Opaque validated settings.
 pub struct RpcedgeSettings(Arc<Settings>);

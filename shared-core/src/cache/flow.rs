@@ -3,6 +3,8 @@
 //! subrequests or HTTP calls, with its own timeout); every decision, the daemon's API and the
 //! status a host reports are here, so that nginx and Envoy cannot differ.
 
+use std::ffi::CStr;
+
 use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
@@ -21,14 +23,18 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_c_str(self) -> &'static CStr {
         match self {
-            Status::Hit => "HIT",
-            Status::Miss => "MISS",
-            Status::Bypass => "BYPASS",
-            Status::Expired => "EXPIRED",
-            Status::Error => "ERROR",
+            Status::Hit => c"HIT",
+            Status::Miss => c"MISS",
+            Status::Bypass => c"BYPASS",
+            Status::Expired => c"EXPIRED",
+            Status::Error => c"ERROR",
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.as_c_str().to_str().expect("ASCII")
     }
 }
 

@@ -322,3 +322,73 @@ fn compress_stays_within_its_bounds() {
         assert!(n < noise.len());
     }
 }
+
+fn rstr(text: &[u8]) -> RpcedgeStr {
+    RpcedgeStr { data: text.as_ptr(), len: text.len() }
+}
+
+unsafe fn owned(s: &RpcedgeStr) -> Vec<u8> {
+    bytes(s.data, s.len).to_vec()
+}
+
+#[test]
+fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
+    const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
+    let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
+    let transactions = vec![r#"{"gasUsed":"0x5208","value":"0x0"}"#; 100].join(",");
+    let result = format!(r#"{{"hash":"{HASH}","transactions":[{transactions}]}}"#);
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+    unsafe {
+        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), rstr(b"gzip, br"));
+        let mut path = garbage();
+        assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
+        let path = owned(&path);
+        assert!(rpcedge_cache_shard(miss, 3) < 3);
+        assert_eq!(rpcedge_cache_answered(miss, 404, rstr(b"absent"), ptr::null(), 0, 0), 0);
+        assert_eq!(CStr::from_ptr(rpcedge_cache_status(miss)), c"MISS");
+        assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, NONE_STR), 1);
+        let mut call = garbage();
+        assert_eq!(rpcedge_cache_store(miss, answer.as_ptr(), answer.len(), &mut call), 1);
+        assert_eq!((owned(&call.path), owned(&call.ns)), (path.clone(), b"h/mainnet".to_vec()));
+        assert!(call.ttl.data.is_null() && call.requires_final.data.is_null());
+        let kept = crate::cache::Entry::decode(bytes(call.body.data, call.body.len)).unwrap().compact().unwrap();
+        rpcedge_cache_free(miss);
+
+        let again = request.replace(r#""id":1"#, r#""id":"two""#);
+        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), rstr(b"gzip"));
+        assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
+        let mut body = garbage();
+        assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
+        assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
+        assert_eq!(CStr::from_ptr(rpcedge_cache_status(hit)), c"HIT");
+        rpcedge_cache_free(hit);
+    }
+}
+
+const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
+
+#[test]
+fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
+    unsafe {
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
+        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), NONE_STR);
+        let mut path = garbage();
+        assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
+        assert!(path.data.is_null());
+        assert_eq!(CStr::from_ptr(rpcedge_cache_status(cache)), c"BYPASS");
+        assert_eq!(rpcedge_cache_response_head(cache, 200, 10, NONE_STR), 0);
+        rpcedge_cache_free(cache);
+        // a body the host does not hold whole
+        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, NONE_STR);
+        assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
+        rpcedge_cache_free(spilled);
+        let null = ptr::null_mut();
+        assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, ptr::null(), 0, 0), 0);
+        let mut call = garbage();
+        assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
+        assert!(call.path.data.is_null() && call.body.data.is_null());
+        rpcedge_cache_failed(null);
+        rpcedge_cache_free(null);
+    }
+}

@@ -1,0 +1,208 @@
+//! The cache's C ABI: one `CacheExchange` per request (see `cache::flow`), for the nginx module
+//! and the Lua binding. Strings handed out are valid until the next call on the same handle.
+
+use std::ffi::c_char;
+use std::ptr;
+
+use super::{bytes, guard, put, RpcedgeStr};
+use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use crate::negotiate::{AcceptEncoding, Coding};
+
+/// Opaque per-request cache exchange.
+pub struct RpcedgeCache {
+    exchange: CacheExchange,
+    settings: CacheSettings,
+    lookup_path: Option<String>,
+    hit: Option<HitResponse>,
+    store: Option<StoreCall>,
+}
+
+/// The call that stores an answer: `PUT path`, with these headers (a NULL `data` is an absent
+/// header) and body. Valid until the next call on the handle.
+#[repr(C)]
+pub struct RpcedgeStoreCall {
+    pub path: RpcedgeStr,
+    pub ns: RpcedgeStr,
+    pub ttl: RpcedgeStr,
+    pub requires_final: RpcedgeStr,
+    pub body: RpcedgeStr,
+}
+
+const NONE: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
+
+fn c_str(text: &[u8]) -> RpcedgeStr {
+    RpcedgeStr { data: text.as_ptr(), len: text.len() }
+}
+
+unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
+    (!s.data.is_null()).then(|| bytes(s.data, s.len))
+}
+
+/// A cache exchange for a request in namespace `ns` whose body is `body` (NULL: the host does not
+/// hold it whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL
+/// `data`: none). NULL only on a panic.
+///
+/// # Safety
+/// The strings point to readable bytes of their lengths.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_new(
+    ns: RpcedgeStr,
+    body: *const u8,
+    body_len: usize,
+    accept_encoding: RpcedgeStr,
+) -> *mut RpcedgeCache {
+    guard(ptr::null_mut(), || {
+        let namespace = String::from_utf8_lossy(bytes(ns.data, ns.len));
+        let body = (!body.is_null()).then(|| bytes(body, body_len));
+        let gzip = string(&accept_encoding).map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
+        let settings = CacheSettings::default();
+        let exchange = CacheExchange::new(&namespace, body, gzip, &settings);
+        let lookup_path = exchange.lookup_path();
+        Box::into_raw(Box::new(RpcedgeCache { exchange, settings, lookup_path, hit: None, store: None }))
+    })
+}
+
+/// # Safety
+/// `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
+    if !cache.is_null() {
+        guard((), || drop(Box::from_raw(cache)));
+    }
+}
+
+/// The lookup to make (`GET` this path of the daemon), or 0 when the request bypasses the cache.
+///
+/// # Safety
+/// `cache` is NULL or live; `path` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_lookup_path(cache: *const RpcedgeCache, path: *mut RpcedgeStr) -> i32 {
+    put(path, NONE);
+    guard(0, || {
+        let Some(lookup) = cache.as_ref().and_then(|c| c.lookup_path.as_ref()) else { return 0 };
+        put(path, c_str(lookup.as_bytes()));
+        1
+    })
+}
+
+/// Which of `shards` daemons to ask: 0 to `shards - 1`.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_shard(cache: *const RpcedgeCache, shards: u32) -> u32 {
+    guard(0, || cache.as_ref().map_or(0, |c| c.exchange.shard(shards)))
+}
+
+/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` header (NULL `data`: none)
+/// and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+///
+/// # Safety
+/// `cache` is NULL or live; the strings point to readable bytes of their lengths.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_answered(
+    cache: *mut RpcedgeCache,
+    status: u16,
+    miss: RpcedgeStr,
+    body: *const u8,
+    body_len: usize,
+    min_length: u64,
+) -> i32 {
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let answer = DaemonAnswer { status, miss: string(&miss), body: bytes(body, body_len) };
+        cache.hit = cache.exchange.answered(&answer, min_length);
+        cache.hit.is_some().into()
+    })
+}
+
+/// The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
+/// with `Content-Type: application/json`, `Vary: Accept-Encoding` and its exact length.
+///
+/// # Safety
+/// `cache` is NULL or live; `body` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, body: *mut RpcedgeStr) -> i32 {
+    put(body, NONE);
+    guard(0, || {
+        let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
+        put(body, c_str(&hit.body));
+        hit.gzip.into()
+    })
+}
+
+/// The lookup failed (no answer within the timeout, no daemon): ask the node.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_failed(cache: *mut RpcedgeCache) {
+    guard((), || {
+        if let Some(cache) = cache.as_mut() {
+            cache.exchange.failed();
+        }
+    });
+}
+
+/// The node's response head (a negative `content_length`: none; a NULL `content_encoding`:
+/// none). 1: keep the plain body for `rpcedge_cache_store`; 0: do not.
+///
+/// # Safety
+/// `cache` is NULL or live; `content_encoding` points to readable bytes of its length.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_response_head(
+    cache: *mut RpcedgeCache,
+    status: u16,
+    content_length: i64,
+    content_encoding: RpcedgeStr,
+) -> i32 {
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let length = u64::try_from(content_length).ok();
+        let settings = &cache.settings;
+        cache.exchange.response_head(status, length, string(&content_encoding), settings).into()
+    })
+}
+
+/// The node's whole plain body. 1: `call` is filled with the PUT that stores it; 0: it is not
+/// kept (an error, a null, too large, ...).
+///
+/// # Safety
+/// `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_store(
+    cache: *mut RpcedgeCache,
+    body: *const u8,
+    len: usize,
+    call: *mut RpcedgeStoreCall,
+) -> i32 {
+    put(call, RpcedgeStoreCall { path: NONE, ns: NONE, ttl: NONE, requires_final: NONE, body: NONE });
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let settings = &cache.settings;
+        cache.store = cache.exchange.store(bytes(body, len), settings).ok();
+        let Some(store) = &cache.store else { return 0 };
+        let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(NONE, |(_, v)| c_str(v.as_bytes()));
+        put(
+            call,
+            RpcedgeStoreCall {
+                path: c_str(store.path.as_bytes()),
+                ns: header("x-rpcedge-namespace"),
+                ttl: header("x-rpcedge-ttl"),
+                requires_final: header("x-rpcedge-requires-final"),
+                body: c_str(&store.body),
+            },
+        );
+        1
+    })
+}
+
+/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static, NUL-terminated).
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_status(cache: *const RpcedgeCache) -> *const c_char {
+    let status = guard(Status::Error, || cache.as_ref().map_or(Status::Bypass, |c| c.exchange.status()));
+    status.as_c_str().as_ptr()
+}
