@@ -115,6 +115,7 @@ run: build
 bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked
 	$(VENV)/bin/python loadtest/bench.py
+	$(VENV)/bin/python loadtest/cached_bench.py
 
 clean:
 	$(CARGO) clean

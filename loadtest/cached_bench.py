@@ -1,0 +1,120 @@
+"""`make bench`, the cache daemon's part: the same write workload through rpcedge-cached with the
+WAL off (as it runs) and on, side by side, repeated; the disk bytes each wrote (write_bytes of
+/proc/<pid>/io, counted when pages are dirtied) and its puts/s.
+
+    .venv/bin/python loadtest/cached_bench.py [--seconds 8] [--runs 3]
+
+The workload: real recorded answers from the corpus (results of 1 KiB up to 1 MiB), each sent as a
+host would once it is deflated (the daemon checks and keeps a deflated tail as it came), by wrk
+(loadtest/wrk/cache_put.lua: 2 threads, 8 keep-alive connections) for a fixed time, each under a
+key of its own. Deflated values are written at least once
+either way (to SST or blob files at flush), so WAL off can at best halve the bytes.
+"""
+
+import argparse
+import json
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+LOADTEST = Path(__file__).resolve().parent
+sys.path.insert(0, str(LOADTEST.parent / "tests"))
+import replay_corpus as rc  # noqa: E402
+from harness import CORPUS, LOOPBACK, REPO, start_cached  # noqa: E402
+
+WORK = REPO / "build" / "bench" / "cached"
+RESULTS = LOADTEST / "results" / "cached.json"
+SCRIPT = LOADTEST / "wrk" / "cache_put.lua"
+ENTRIES = WORK / "entries.bin"
+FLUSH_S = 2
+
+
+def deflated_entry(result):
+    """An entry as rpcedge_core::cache::encode lays it out, its tail `<result>}` raw-deflated."""
+    tail = result + b"}"
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
+    data = compressor.compress(tail) + compressor.flush()
+    before, after = b'{"jsonrpc":"2.0","id":', b',"result":'
+    return struct.pack("<BBIQHH", 1, 1, zlib.crc32(tail), len(tail), len(before), len(after)) + before + after + data
+
+
+def workload(limit=4000):
+    """Entries from the corpus's recorded results of 1 KiB up to 1 MiB."""
+    entries = []
+    for relative in rc.corpus_files(CORPUS):
+        if (CORPUS / relative).stat().st_size > 4 << 20:
+            continue  # whole-chain traces: slow to parse here, and beyond the 1 MiB taken
+        for _, response in rc.read_pairs(CORPUS / relative):
+            result = response.get("result") if isinstance(response, dict) else None
+            if result is None:
+                continue
+            text = json.dumps(result, separators=(",", ":")).encode()
+            if 1024 <= len(text) <= 1 << 20:
+                entries.append(deflated_entry(text))
+                if len(entries) == limit:
+                    return entries
+    return entries
+
+
+def io_write_bytes(pid):
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["write_bytes"])
+
+
+def run(wal, seconds, attempt, entry_mean):
+    db = WORK / f"db-{'wal' if wal else 'nowal'}-{attempt}"
+    shutil.rmtree(db, ignore_errors=True)
+    daemon = start_cached(WORK, db, args=["--flush-interval", f"{FLUSH_S}s", *(["--wal"] if wal else [])])
+    pid = daemon.process.proc.pid
+    before = io_write_bytes(pid)
+    wrk = subprocess.run(["wrk", "-t2", "-c8", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{daemon.port}",
+                          "--", ENTRIES], capture_output=True, text=True, check=True)
+    result = json.loads(next(line[7:] for line in wrk.stdout.splitlines() if line.startswith("RESULT ")))
+    assert result["refused"] == 0, wrk.stdout
+    # The flush after the last put is part of the cost: without the WAL it is where the bytes go.
+    time.sleep(FLUSH_S + 1)
+    written = io_write_bytes(pid) - before
+    daemon.process.stop()
+    shutil.rmtree(db, ignore_errors=True)
+    # wrk sends the entries round and round, so their mean size is the payload's
+    payload = result["stored"] * entry_mean
+    return {"puts_s": result["stored"] / result["seconds"], "payload_bytes": payload, "disk_bytes": written}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    entries = workload()
+    ENTRIES.write_bytes(b"".join(b"%010d" % len(entry) + entry for entry in entries))
+    entry_mean = sum(map(len, entries)) / len(entries)
+    print(f"{len(entries)} entries, {entry_mean / 1024:.1f} KiB each on average",
+          flush=True)
+    rows = {"off": [], "on": []}
+    for attempt in range(args.runs):
+        for wal in (False, True):
+            row = run(wal, args.seconds, attempt, entry_mean)
+            row["bytes_per_payload_byte"] = row["disk_bytes"] / row["payload_bytes"]
+            rows["on" if wal else "off"].append(row)
+            print(f"WAL {'on ' if wal else 'off'}: {row['puts_s']:8.0f} puts/s, "
+                  f"{row['bytes_per_payload_byte']:.2f} disk bytes per payload byte", flush=True)
+    median = {wal: {field: statistics.median(r[field] for r in runs) for field in runs[0]}
+              for wal, runs in rows.items()}
+    ratios = {
+        "disk_bytes_per_payload_byte": median["off"]["bytes_per_payload_byte"] / median["on"]["bytes_per_payload_byte"],
+        "puts_s": median["off"]["puts_s"] / median["on"]["puts_s"],
+    }
+    print(f"WAL off / WAL on (medians of {args.runs}): disk bytes per payload byte "
+          f"{ratios['disk_bytes_per_payload_byte']:.2f}x, puts/s {ratios['puts_s']:.2f}x")
+    RESULTS.write_text(json.dumps({"runs": rows, "median": median, "off_over_on": ratios}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
