@@ -12,6 +12,7 @@ Environment:
 
 import ctypes
 import http.client
+import json
 import os
 import signal
 import socket
@@ -101,20 +102,22 @@ class Process:
         self.stop()
 
 
-class Replay:
-    """A running replay upstream."""
+class LoopbackService:
+    """A running child process serving HTTP/1.1 on a loopback port."""
 
-    def __init__(self, process, port, corpus):
+    # seconds a request may take
+    TIMEOUT = 120
+
+    def __init__(self, process, port):
         self.process = process
         self.host = LOOPBACK
         self.port = port
-        self.corpus = Path(corpus)
 
-    def connection(self, timeout=120):
-        """A keep-alive connection to the replay."""
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def connection(self, timeout=None):
+        """A keep-alive connection to the service."""
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.TIMEOUT)
 
-    def request(self, method, path, body=None, headers=None, timeout=120):
+    def request(self, method, path, body=None, headers=None, timeout=None):
         """One request on a fresh connection: (status, headers as an http.client message, body)."""
         connection = self.connection(timeout)
         try:
@@ -123,6 +126,14 @@ class Replay:
             return response.status, response.headers, response.read()
         finally:
             connection.close()
+
+
+class Replay(LoopbackService):
+    """A running replay upstream."""
+
+    def __init__(self, process, port, corpus):
+        super().__init__(process, port)
+        self.corpus = Path(corpus)
 
 
 def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=None):
@@ -141,33 +152,17 @@ def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=No
     return Replay(process, port, corpus)
 
 
-
-
-class Cached:
+class Cached(LoopbackService):
     """A running cache daemon (rpcedge-cached) on a loopback port, and optionally a Unix socket."""
 
+    TIMEOUT = 30
+
     def __init__(self, process, port, db, socket_path=None):
-        self.process = process
-        self.host = LOOPBACK
-        self.port = port
+        super().__init__(process, port)
         self.db = Path(db)
         self.socket_path = socket_path
 
-    def connection(self, timeout=30):
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, headers=None, timeout=30):
-        """One request on a fresh connection: (status, headers, body)."""
-        connection = self.connection(timeout)
-        try:
-            connection.request(method, path, body=body, headers=headers or {})
-            response = connection.getresponse()
-            return response.status, response.headers, response.read()
-        finally:
-            connection.close()
-
     def stats(self):
-        import json
         status, _, body = self.request("GET", "/v1/stats")
         assert status == 200, body
         return json.loads(body)

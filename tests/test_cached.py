@@ -42,8 +42,7 @@ def key(text):
 
 
 def put(daemon, k, body, headers=None):
-    status, response_headers, text = daemon.request("PUT", f"/v1/entries/{k}", body, headers or {})
-    return status, response_headers, text
+    return daemon.request("PUT", f"/v1/entries/{k}", body, headers)
 
 
 @pytest.fixture
