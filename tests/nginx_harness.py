@@ -128,8 +128,12 @@ def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", a
 
 
 def shipped_conf(name, prefix):
-    """configs/nginx/<name> with the module from this build and every path under `prefix`."""
+    """configs/nginx/<name> with the module from this build and every path under `prefix`, where
+    the files it includes are copied."""
     prefix = Path(prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    for include in ("rpcedge-cache.conf",):
+        (prefix / include).write_text((REPO / "configs" / "nginx" / include).read_text())
     text = (REPO / "configs" / "nginx" / name).read_text()
     text = text.replace("/usr/lib/nginx/modules/ngx_http_rpcedge_filter_module.so", str(MODULE))
     if name == "rpcedge.conf":

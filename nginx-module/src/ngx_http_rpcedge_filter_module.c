@@ -16,6 +16,8 @@
 
 #include <rpcedge.h>
 
+#include "ngx_http_rpcedge_module.h"
+
 
 /* the core returns the bytes to send; they are copied into these buffers */
 #define NGX_HTTP_RPCEDGE_BUF_SIZE   32768
@@ -342,7 +344,9 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 
     r->connection->buffered &= ~NGX_HTTP_RPCEDGE_BUFFERED;
 
-    if (!conf->enable) {
+    /* a cache hit is sent as the core spliced it */
+
+    if (!conf->enable || ngx_http_rpcedge_cache_answering(r)) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -1516,6 +1520,17 @@ ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_rpcedge_status_handler;
 
     return NGX_CONF_OK;
+}
+
+
+size_t
+ngx_http_rpcedge_min_length(ngx_http_request_t *r)
+{
+    ngx_http_rpcedge_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
+
+    return conf->min_length;
 }
 
 

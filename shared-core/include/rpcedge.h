@@ -445,14 +445,15 @@ uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
 size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len, uint8_t *out, size_t out_cap);
 
 /**
- * A cache exchange for a request in namespace `ns` whose body is `body` (NULL: the host does not
- * hold it whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL
- * `data`: none). NULL only on a panic.
+ * A cache exchange for a request in namespace `ns` (a NULL `data`: the default one, from the
+ * request's `host` header and raw `path`) whose body is `body` (NULL: the host does not hold it
+ * whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL `data`:
+ * none). NULL only on a panic.
  *
  * # Safety
  * The strings point to readable bytes of their lengths.
  */
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding);
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding);
 
 /**
  * # Safety
@@ -510,6 +511,15 @@ void rpcedge_cache_failed(rpcedge_cache_t *cache);
  * `cache` is NULL or live; `content_encoding` points to readable bytes of its length.
  */
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, rpcedge_str_t content_encoding);
+
+/**
+ * The host holds `held` bytes of a body whose length the head did not give. 1: go on holding
+ * it; 0: drop it, it is too large to store.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 
 /**
  * The node's whole plain body. 1: `call` is filled with the PUT that stores it; 0: it is not

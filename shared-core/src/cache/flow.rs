@@ -157,6 +157,16 @@ impl CacheExchange {
         self.capture
     }
 
+    /// The host holds `held` bytes of the body so far (its length was not known at the head):
+    /// whether to go on holding it. Past `max_entry` it will not be stored.
+    pub fn keep_holding(&mut self, held: u64, settings: &CacheSettings) -> bool {
+        if self.capture && held > settings.max_entry as u64 {
+            self.capture = false;
+            self.status = Status::Bypass;
+        }
+        self.capture
+    }
+
     /// The node's whole plain body, kept as `response_head` said: the call that stores it.
     /// Errors, nulls and the rest the core refuses give `Err`.
     pub fn store(&mut self, body: &[u8], settings: &CacheSettings) -> Result<StoreCall, Refusal> {

@@ -406,6 +406,14 @@ fn the_statuses_a_host_reports() {
     let mut large = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
     assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), None, &s));
     assert_eq!(large.status(), Status::Bypass);
+    // and so is one of no stated length that grows past it
+    let mut growing = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    assert!(growing.response_head(200, None, None, &s));
+    assert!(growing.keep_holding(s.max_entry as u64, &s));
+    assert_eq!(growing.status(), Status::Miss);
+    assert!(!growing.keep_holding(s.max_entry as u64 + 1, &s));
+    assert_eq!(growing.status(), Status::Bypass);
+    assert_eq!(growing.store(cacheable.as_bytes(), &s), Err(Refusal::Malformed), "nothing held, nothing stored");
 }
 
 #[test]

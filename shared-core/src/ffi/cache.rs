@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeStr};
-use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use crate::cache::{default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
 use crate::negotiate::{AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
@@ -38,21 +38,30 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
     (!s.data.is_null()).then(|| bytes(s.data, s.len))
 }
 
-/// A cache exchange for a request in namespace `ns` whose body is `body` (NULL: the host does not
-/// hold it whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL
-/// `data`: none). NULL only on a panic.
+/// A cache exchange for a request in namespace `ns` (a NULL `data`: the default one, from the
+/// request's `host` header and raw `path`) whose body is `body` (NULL: the host does not hold it
+/// whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL `data`:
+/// none). NULL only on a panic.
 ///
 /// # Safety
 /// The strings point to readable bytes of their lengths.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_new(
     ns: RpcedgeStr,
+    host: RpcedgeStr,
+    path: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     accept_encoding: RpcedgeStr,
 ) -> *mut RpcedgeCache {
     guard(ptr::null_mut(), || {
-        let namespace = String::from_utf8_lossy(bytes(ns.data, ns.len));
+        let namespace = match string(&ns) {
+            Some(ns) => String::from_utf8_lossy(ns).into_owned(),
+            None => {
+                let host = String::from_utf8_lossy(bytes(host.data, host.len));
+                default_namespace(&host, &String::from_utf8_lossy(bytes(path.data, path.len)))
+            }
+        };
         let body = (!body.is_null()).then(|| bytes(body, body_len));
         let gzip = string(&accept_encoding).map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
         let settings = CacheSettings::default();
@@ -161,6 +170,20 @@ pub unsafe extern "C" fn rpcedge_cache_response_head(
         let length = u64::try_from(content_length).ok();
         let settings = &cache.settings;
         cache.exchange.response_head(status, length, string(&content_encoding), settings).into()
+    })
+}
+
+/// The host holds `held` bytes of a body whose length the head did not give. 1: go on holding
+/// it; 0: drop it, it is too large to store.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_keep_holding(cache: *mut RpcedgeCache, held: u64) -> i32 {
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let settings = &cache.settings;
+        cache.exchange.keep_holding(held, settings).into()
     })
 }
 

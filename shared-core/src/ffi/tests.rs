@@ -339,7 +339,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let result = format!(r#"{{"hash":"{HASH}","transactions":[{transactions}]}}"#);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
-        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), rstr(b"gzip, br"));
+        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, request.as_ptr(), request.len(), rstr(b"gzip, br"));
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
@@ -355,7 +355,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_free(miss);
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
-        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), rstr(b"gzip"));
+        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, again.as_ptr(), again.len(), rstr(b"gzip"));
         assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
@@ -365,13 +365,30 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     }
 }
 
+#[test]
+fn without_a_namespace_the_cache_takes_the_default_one_from_host_and_path() {
+    let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+    let path_in = |ns, host, path| unsafe {
+        let cache = rpcedge_cache_new(ns, rstr(host), rstr(path), request.as_ptr(), request.len(), NONE_STR);
+        let mut path = garbage();
+        assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 1);
+        let path = owned(&path);
+        rpcedge_cache_free(cache);
+        path
+    };
+    let default = path_in(NONE_STR, b"RPC.example:18080", b"/mainnet?key=1");
+    assert_eq!(default, path_in(rstr(b"rpc.example/mainnet"), b"ignored", b"/"));
+    assert_eq!(default, path_in(NONE_STR, b"rpc.example:18081", b"/mainnet"), "nginx and Envoy share entries");
+    assert_ne!(default, path_in(NONE_STR, b"rpc.example:18080", b"/sepolia"));
+}
+
 const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
 
 #[test]
 fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), NONE_STR);
+        let cache = rpcedge_cache_new(rstr(b"n"), NONE_STR, NONE_STR, batch.as_ptr(), batch.len(), NONE_STR);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
@@ -379,10 +396,11 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, NONE_STR), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, NONE_STR);
+        let spilled = rpcedge_cache_new(rstr(b"n"), NONE_STR, NONE_STR, ptr::null(), 0, NONE_STR);
         assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
+        assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, ptr::null(), 0, 0), 0);
         let mut call = garbage();

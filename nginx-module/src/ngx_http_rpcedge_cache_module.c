@@ -1,0 +1,1252 @@
+
+/*
+ * rpcedge cache: JSON-RPC answers from rpcedge-cached, the shared store.
+ *
+ * Thin glue over the core's cache exchange (rpcedge_cache_*): every decision
+ * is the core's. A precontent handler reads the request body and asks the
+ * daemon with a background subrequest to an internal location that proxies
+ * to it (rpcedge_cache_pass), waiting at most rpcedge_cache_timeout. A hit
+ * is answered from there; otherwise the request goes on to the node, this
+ * module's body filter holds the node's plain answer, and once the answer
+ * has gone out a second background subrequest stores it. The filter sits
+ * just above postpone, so that it sees the daemon's answers before postpone
+ * would hold them, and the node's body before rpcedge compresses it.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <rpcedge.h>
+
+#include "ngx_http_rpcedge_module.h"
+
+
+/* an entry's answer is bounded by the daemon's --max-entry (9 MiB default) */
+#define NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER  (32 * 1024 * 1024)
+
+
+typedef struct {
+    ngx_flag_t                  enable;
+    ngx_str_t                   pass;
+    ngx_http_complex_value_t   *ns;
+    ngx_msec_t                  timeout;
+    ngx_flag_t                  status_header;
+    ngx_uint_t                  shards;
+} ngx_http_rpcedge_cache_conf_t;
+
+
+typedef enum {
+    ngx_http_rpcedge_cache_reading = 0,
+    ngx_http_rpcedge_cache_looking,
+    ngx_http_rpcedge_cache_hit,
+    ngx_http_rpcedge_cache_answered,
+    ngx_http_rpcedge_cache_pass_on
+} ngx_http_rpcedge_cache_state_e;
+
+
+/* bytes held in one piece, grown in the request's pool */
+typedef struct {
+    u_char                     *data;
+    size_t                      len;
+    size_t                      size;
+} ngx_http_rpcedge_cache_bytes_t;
+
+
+/* the client's request */
+typedef struct {
+    ngx_http_request_t         *request;
+    rpcedge_cache_t            *cache;
+    ngx_http_rpcedge_cache_state_e  state;
+    ngx_uint_t                  shard;
+    ngx_event_t                 timer;
+    /* the node's plain answer, for the store */
+    ngx_http_rpcedge_cache_bytes_t  held;
+    unsigned                    holding:1;
+} ngx_http_rpcedge_cache_ctx_t;
+
+
+/* a subrequest to the daemon: a lookup (its answer is kept) or a store */
+typedef struct {
+    ngx_http_rpcedge_cache_ctx_t   *main;
+    ngx_uint_t                  status;
+    ngx_str_t                   miss;
+    ngx_http_rpcedge_cache_bytes_t  answer;
+    unsigned                    lookup:1;
+    unsigned                    complete:1;
+    unsigned                    too_large:1;
+} ngx_http_rpcedge_cache_call_t;
+
+
+static ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
+static void ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r);
+static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
+static rpcedge_str_t ngx_http_rpcedge_cache_request_body(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static void ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev);
+static ngx_int_t ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
+static void ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
+static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t path,
+    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup);
+static ngx_int_t ngx_http_rpcedge_cache_push_header(ngx_http_request_t *r,
+    ngx_list_t *headers, char *key, rpcedge_str_t value);
+static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
+    ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
+static void ngx_http_rpcedge_cache_cleanup(void *data);
+static void ngx_http_rpcedge_cache_stop_timer(void *data);
+
+static ngx_int_t ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
+    void *data);
+static char *ngx_http_rpcedge_cache_check_timeout(ngx_conf_t *cf, void *post,
+    void *data);
+static ngx_int_t ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf);
+static void *ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf);
+static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
+
+
+static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_pass_post =
+    ngx_http_rpcedge_cache_check_pass;
+
+static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_timeout_post =
+    ngx_http_rpcedge_cache_check_timeout;
+
+static ngx_conf_num_bounds_t  ngx_http_rpcedge_cache_shards_bounds = {
+    ngx_conf_check_num_bounds, 1, 1024
+};
+
+
+static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
+
+    { ngx_string("rpcedge_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, enable),
+      NULL },
+
+    { ngx_string("rpcedge_cache_pass"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, pass),
+      &ngx_http_rpcedge_cache_pass_post },
+
+    { ngx_string("rpcedge_cache_namespace"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, ns),
+      NULL },
+
+    { ngx_string("rpcedge_cache_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, timeout),
+      &ngx_http_rpcedge_cache_timeout_post },
+
+    { ngx_string("rpcedge_cache_status_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, status_header),
+      NULL },
+
+    { ngx_string("rpcedge_cache_shards"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, shards),
+      &ngx_http_rpcedge_cache_shards_bounds },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_rpcedge_cache_module_ctx = {
+    ngx_http_rpcedge_cache_add_variables,  /* preconfiguration */
+    ngx_http_rpcedge_cache_init,           /* postconfiguration */
+
+    NULL,                                  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_rpcedge_cache_create_conf,    /* create location configuration */
+    ngx_http_rpcedge_cache_merge_conf      /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_rpcedge_cache_module = {
+    NGX_MODULE_V1,
+    &ngx_http_rpcedge_cache_module_ctx,    /* module context */
+    ngx_http_rpcedge_cache_commands,       /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_variable_t  ngx_http_rpcedge_cache_vars[] = {
+
+    { ngx_string("rpcedge_cache_status"), NULL,
+      ngx_http_rpcedge_cache_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    /* for rpcedge_cache_pass locations: which daemon holds the key */
+    { ngx_string("rpcedge_cache_shard"), NULL,
+      ngx_http_rpcedge_cache_shard_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_str_t  ngx_http_rpcedge_cache_json = ngx_string("application/json");
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                       rc;
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_cleanup_t             *hcln;
+    ngx_http_rpcedge_cache_ctx_t   *ctx;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    /* subrequests (this module's own among them) are not looked up */
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    if (ctx) {
+        switch (ctx->state) {
+
+        case ngx_http_rpcedge_cache_reading:
+        case ngx_http_rpcedge_cache_looking:
+            return NGX_DONE;
+
+        case ngx_http_rpcedge_cache_hit:
+            return ngx_http_rpcedge_cache_send_hit(r, ctx);
+
+        case ngx_http_rpcedge_cache_answered:
+            return NGX_DONE;
+
+        default: /* ngx_http_rpcedge_cache_pass_on */
+            return NGX_DECLINED;
+        }
+    }
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    if (!conf->enable) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_cache_ctx_t));
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_rpcedge_cache_cleanup;
+    cln->data = ctx;
+
+    /* runs on terminate too, while the pool may outlive the request */
+
+    hcln = ngx_http_cleanup_add(r, 0);
+    if (hcln == NULL) {
+        return NGX_ERROR;
+    }
+
+    hcln->handler = ngx_http_rpcedge_cache_stop_timer;
+    hcln->data = ctx;
+
+    ctx->request = r;
+    ctx->timer.handler = ngx_http_rpcedge_cache_timed_out;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+    ctx->timer.cancelable = 1;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_cache_module);
+
+    /* JSON-RPC is POST; anything else is a BYPASS (ctx->cache stays NULL) */
+
+    if (r->method != NGX_HTTP_POST) {
+        ctx->state = ngx_http_rpcedge_cache_pass_on;
+        return NGX_DECLINED;
+    }
+
+    ctx->state = ngx_http_rpcedge_cache_reading;
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_rpcedge_cache_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    ngx_http_finalize_request(r, NGX_DONE);
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    ngx_http_rpcedge_cache_lookup(r, ctx);
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+static void
+ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    ngx_str_t                       value;
+    rpcedge_str_t                   body, ns, host, path, accept_encoding;
+    ngx_http_request_t             *sr;
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    /* a NULL namespace is the core's default, from the host and raw path */
+
+    ngx_memzero(&ns, sizeof(rpcedge_str_t));
+    ngx_memzero(&host, sizeof(rpcedge_str_t));
+    ngx_memzero(&accept_encoding, sizeof(rpcedge_str_t));
+
+    if (conf->ns) {
+        if (ngx_http_complex_value(r, conf->ns, &value) != NGX_OK) {
+            return;
+        }
+
+        ns.data = value.data;
+        ns.len = value.len;
+
+    } else if (r->headers_in.host) {
+        host.data = r->headers_in.host->value.data;
+        host.len = r->headers_in.host->value.len;
+
+    } else {
+        host.data = r->headers_in.server.data;
+        host.len = r->headers_in.server.len;
+    }
+
+    path.data = r->unparsed_uri.data;
+    path.len = r->unparsed_uri.len;
+
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+    if (r->headers_in.accept_encoding) {
+        accept_encoding.data = r->headers_in.accept_encoding->value.data;
+        accept_encoding.len = r->headers_in.accept_encoding->value.len;
+    }
+#endif
+
+    body = ngx_http_rpcedge_cache_request_body(r);
+
+    ctx->cache = rpcedge_cache_new(ns, host, path, body.data, body.len,
+                                   accept_encoding);
+
+    if (ctx->cache == NULL
+        || !rpcedge_cache_lookup_path(ctx->cache, &path))
+    {
+        return;
+    }
+
+    ctx->shard = rpcedge_cache_shard(ctx->cache, (uint32_t) conf->shards);
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        rpcedge_cache_failed(ctx->cache);
+        return;
+    }
+
+    ps->handler = ngx_http_rpcedge_cache_looked_up;
+    ps->data = ctx;
+
+    sr = ngx_http_rpcedge_cache_call(r, ctx, path, ps, 1);
+    if (sr == NULL) {
+        rpcedge_cache_failed(ctx->cache);
+        return;
+    }
+
+    /* a lookup has no body */
+
+    sr->request_body = NULL;
+    sr->headers_in.content_length_n = -1;
+
+    ngx_add_timer(&ctx->timer, conf->timeout);
+
+    ctx->state = ngx_http_rpcedge_cache_looking;
+}
+
+
+/* the request body in one piece, or NULL data when nginx did not keep it
+ * whole in memory (spilled to a file): the core then bypasses the cache */
+
+static rpcedge_str_t
+ngx_http_rpcedge_cache_request_body(ngx_http_request_t *r)
+{
+    size_t         len;
+    u_char        *p;
+    ngx_buf_t     *b;
+    ngx_chain_t   *cl;
+    rpcedge_str_t  body;
+
+    ngx_memzero(&body, sizeof(rpcedge_str_t));
+
+    if (r->request_body == NULL || r->request_body->temp_file) {
+        return body;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file || (ngx_buf_size(b) && !ngx_buf_in_memory(b))) {
+            return body;
+        }
+
+        len += b->last - b->pos;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl && cl->next == NULL) {
+        body.data = cl->buf->pos;
+        body.len = len;
+        return body;
+    }
+
+    /* an empty body is still a body, and bypasses as malformed */
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        return body;
+    }
+
+    body.data = p;
+    body.len = len;
+
+    for ( /* void */ ; cl; cl = cl->next) {
+        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+    }
+
+    return body;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_rpcedge_cache_ctx_t   *ctx = data;
+
+    rpcedge_str_t                   miss;
+    ngx_http_request_t             *mr;
+    ngx_http_rpcedge_cache_call_t  *call;
+
+    /* the client has gone on without us (the timeout), or this is the
+     * error page after a failed call */
+
+    if (ctx->state != ngx_http_rpcedge_cache_looking) {
+        return NGX_OK;
+    }
+
+    mr = ctx->request;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    if (rc == NGX_OK && call->complete && !call->too_large
+        && call->status != 0)
+    {
+        miss.data = call->miss.data;
+        miss.len = call->miss.len;
+
+        if (rpcedge_cache_answered(ctx->cache, (uint16_t) call->status, miss,
+                                   call->answer.data, call->answer.len,
+                                   ngx_http_rpcedge_min_length(mr)))
+        {
+            ctx->state = ngx_http_rpcedge_cache_hit;
+
+        } else {
+            ctx->state = ngx_http_rpcedge_cache_pass_on;
+        }
+
+    } else {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "rpcedge cache: lookup failed (%i, status %ui)",
+                      rc, call->status);
+
+        rpcedge_cache_failed(ctx->cache);
+        ctx->state = ngx_http_rpcedge_cache_pass_on;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge cache lookup: %s",
+                   rpcedge_cache_status(ctx->cache));
+
+    if (ngx_http_post_request(mr, NULL) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* fail open: a daemon that failed never fails the client's request */
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx = ev->data;
+
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                  "rpcedge cache: no answer from the daemon in time");
+
+    rpcedge_cache_failed(ctx->cache);
+    ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    r->write_event_handler(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    rpcedge_str_t     body;
+    ngx_table_elt_t  *h;
+
+    ctx->state = ngx_http_rpcedge_cache_answered;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_type = ngx_http_rpcedge_cache_json;
+    r->headers_out.content_type_len = ngx_http_rpcedge_cache_json.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (rpcedge_cache_hit(ctx->cache, &body)) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Content-Encoding");
+        ngx_str_set(&h->value, "gzip");
+        r->headers_out.content_encoding = h;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Vary");
+    ngx_str_set(&h->value, "Accept-Encoding");
+
+    r->headers_out.content_length_n = body.len;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the body stays in ctx->cache until the request's pool goes */
+
+    b->pos = (u_char *) body.data;
+    b->last = b->pos + body.len;
+    b->memory = body.len ? 1 : 0;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    ngx_http_finalize_request(r, ngx_http_output_filter(r, &out));
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    ngx_buf_t                   *b;
+    ngx_chain_t                 *cl;
+    ngx_http_request_t          *sr;
+    rpcedge_store_call_t         put;
+    ngx_http_request_body_t     *rb;
+    ngx_http_post_subrequest_t  *ps;
+
+    if (!rpcedge_cache_store(ctx->cache, ctx->held.data, ctx->held.len,
+                             &put))
+    {
+        return;
+    }
+
+    if (ctx->held.data) {
+        ngx_pfree(r->pool, ctx->held.data);
+        ngx_memzero(&ctx->held, sizeof(ngx_http_rpcedge_cache_bytes_t));
+    }
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    rb = ngx_pcalloc(r->pool, sizeof(ngx_http_request_body_t));
+    b = ngx_calloc_buf(r->pool);
+    cl = ngx_alloc_chain_link(r->pool);
+
+    if (ps == NULL || rb == NULL || b == NULL || cl == NULL) {
+        return;
+    }
+
+    ps->handler = ngx_http_rpcedge_cache_stored;
+    ps->data = ctx;
+
+    sr = ngx_http_rpcedge_cache_call(r, ctx, put.path, ps, 0);
+    if (sr == NULL) {
+        return;
+    }
+
+    sr->method = NGX_HTTP_PUT;
+    ngx_str_set(&sr->method_name, "PUT");
+
+    if (ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
+                                           "X-Rpcedge-Namespace", put.ns)
+        != NGX_OK
+        || ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
+                                              "X-Rpcedge-Ttl", put.ttl)
+           != NGX_OK
+        || ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
+                                              "X-Rpcedge-Requires-Final",
+                                              put.requires_final)
+           != NGX_OK)
+    {
+        return;
+    }
+
+    /* the entry stays in ctx->cache until the request's pool goes */
+
+    b->start = (u_char *) put.body.data;
+    b->pos = b->start;
+    b->last = b->start + put.body.len;
+    b->end = b->last;
+    b->memory = 1;
+    b->last_buf = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    rb->bufs = cl;
+    sr->request_body = rb;
+    sr->headers_in.content_length_n = put.body.len;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_rpcedge_cache_call_t  *call;
+
+    call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    if (rc != NGX_OK || call->status != NGX_HTTP_NO_CONTENT) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "rpcedge cache: store not taken (%i, status %ui)",
+                      rc, call->status);
+    }
+
+    /* the client has its answer whatever the daemon said */
+
+    return NGX_OK;
+}
+
+
+/* a background subrequest to the daemon, rpcedge_cache_pass + path, with
+ * none of the client's headers */
+
+static ngx_http_request_t *
+ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t path,
+    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
+{
+    u_char                         *p;
+    ngx_str_t                       uri;
+    ngx_http_request_t             *sr;
+    ngx_http_rpcedge_cache_call_t  *call;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    call = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_cache_call_t));
+    if (call == NULL) {
+        return NULL;
+    }
+
+    uri.len = conf->pass.len + path.len;
+    uri.data = ngx_pnalloc(r->pool, uri.len);
+    if (uri.data == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(uri.data, conf->pass.data, conf->pass.len);
+    ngx_memcpy(p, path.data, path.len);
+
+    if (ngx_http_subrequest(r, &uri, NULL, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_BACKGROUND)
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (ngx_list_init(&sr->headers_in.headers, r->pool, 4,
+                      sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    sr->headers_in.content_length = NULL;
+    sr->headers_in.transfer_encoding = NULL;
+    sr->headers_in.chunked = 0;
+
+    call->main = ctx;
+    call->lookup = lookup;
+
+    ngx_http_set_ctx(sr, call, ngx_http_rpcedge_cache_module);
+
+    return sr;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_push_header(ngx_http_request_t *r, ngx_list_t *headers,
+    char *key, rpcedge_str_t value)
+{
+    ngx_table_elt_t  *h;
+
+    if (value.data == NULL) {
+        return NGX_OK;
+    }
+
+    h = ngx_list_push(headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value.data;
+    h->value.len = value.len;
+    h->lowcase_key = h->key.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
+{
+    off_t                           length;
+    ngx_uint_t                      i;
+    rpcedge_str_t                   coding;
+    ngx_list_part_t                *part;
+    ngx_table_elt_t                *h;
+    ngx_http_rpcedge_cache_ctx_t   *ctx;
+    ngx_http_rpcedge_cache_call_t  *call;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    if (r != r->main) {
+        call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+        if (call == NULL) {
+            return ngx_http_next_header_filter(r);
+        }
+
+        /* the daemon's answer is for this module only */
+
+        call->status = r->headers_out.status;
+        r->filter_need_in_memory = 1;
+
+        part = &r->headers_out.headers.part;
+        h = part->elts;
+
+        for (i = 0; /* void */; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                h = part->elts;
+                i = 0;
+            }
+
+            if (h[i].hash
+                && h[i].key.len == sizeof("X-Rpcedge-Miss") - 1
+                && ngx_strncasecmp(h[i].key.data, (u_char *) "X-Rpcedge-Miss",
+                                   sizeof("X-Rpcedge-Miss") - 1)
+                   == 0)
+            {
+                call->miss = h[i].value;
+            }
+        }
+
+        length = r->headers_out.content_length_n;
+
+        if (length > NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER) {
+            call->too_large = 1;
+
+        } else if (length > 0 && call->lookup) {
+            call->answer.data = ngx_pnalloc(r->pool, length);
+            if (call->answer.data != NULL) {
+                call->answer.size = length;
+            }
+        }
+
+        return NGX_OK;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    if (ctx == NULL) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (ctx->state == ngx_http_rpcedge_cache_pass_on && ctx->cache) {
+        ngx_memzero(&coding, sizeof(rpcedge_str_t));
+
+        if (r->headers_out.content_encoding
+            && r->headers_out.content_encoding->hash)
+        {
+            coding.data = r->headers_out.content_encoding->value.data;
+            coding.len = r->headers_out.content_encoding->value.len;
+        }
+
+        ctx->holding = rpcedge_cache_response_head(ctx->cache,
+                                           (uint16_t) r->headers_out.status,
+                                           r->headers_out.content_length_n,
+                                           coding);
+
+        if (ctx->holding) {
+            /* file buffers are read into memory above this filter */
+            r->filter_need_in_memory = 1;
+
+            length = r->headers_out.content_length_n;
+
+            if (length > 0) {
+                ctx->held.data = ngx_pnalloc(r->pool, length);
+                if (ctx->held.data == NULL) {
+                    return NGX_ERROR;
+                }
+
+                ctx->held.size = length;
+            }
+        }
+    }
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    if (conf->status_header) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Rpcedge-Cache");
+        h->value.data = (u_char *) rpcedge_cache_status(ctx->cache);
+        h->value.len = ngx_strlen(h->value.data);
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_int_t                       rc;
+    ngx_uint_t                      last;
+    ngx_chain_t                    *cl;
+    ngx_http_rpcedge_cache_ctx_t   *ctx;
+    ngx_http_rpcedge_cache_call_t  *call;
+
+    if (r != r->main) {
+        call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+        if (call == NULL) {
+            return ngx_http_next_body_filter(r, in);
+        }
+
+        /* take the daemon's answer and consume it */
+
+        for (cl = in; cl; cl = cl->next) {
+
+            if (call->lookup && !call->too_large
+                && ngx_http_rpcedge_cache_hold(r->pool, &call->answer, cl->buf,
+                                         NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER)
+                   != NGX_OK)
+            {
+                call->too_large = 1;
+            }
+
+            if (cl->buf->last_buf || cl->buf->last_in_chain) {
+                call->complete = 1;
+            }
+
+            cl->buf->pos = cl->buf->last;
+            cl->buf->file_pos = cl->buf->file_last;
+        }
+
+        return NGX_OK;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
+
+    if (ctx == NULL || !ctx->holding) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    last = 0;
+
+    for (cl = in; cl && ctx->holding; cl = cl->next) {
+
+        if (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
+                                        (size_t) -1)
+            != NGX_OK
+            || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len))
+        {
+            ctx->holding = 0;
+        }
+
+        last = cl->buf->last_buf;
+    }
+
+    rc = ngx_http_next_body_filter(r, in);
+
+    /* the client has the whole answer on its way: store it behind it */
+
+    if (last && ctx->holding && rc != NGX_ERROR) {
+        ctx->holding = 0;
+        ngx_http_rpcedge_cache_store(r, ctx);
+    }
+
+    return rc;
+}
+
+
+/* copies b's bytes after those held; NGX_DECLINED past limit or for bytes
+ * that are not in memory */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
+    ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit)
+{
+    u_char  *p;
+    size_t   len, size;
+
+    if (!ngx_buf_in_memory(b)) {
+        return ngx_buf_size(b) ? NGX_DECLINED : NGX_OK;
+    }
+
+    len = b->last - b->pos;
+
+    if (len > limit - bytes->len) {
+        return NGX_DECLINED;
+    }
+
+    if (bytes->len + len > bytes->size) {
+        size = ngx_max(bytes->size * 2, bytes->len + len);
+        size = ngx_max(size, 4096);
+
+        p = ngx_pnalloc(pool, size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (bytes->data) {
+            ngx_memcpy(p, bytes->data, bytes->len);
+            ngx_pfree(pool, bytes->data);
+        }
+
+        bytes->data = p;
+        bytes->size = size;
+    }
+
+    ngx_memcpy(bytes->data + bytes->len, b->pos, len);
+    bytes->len += len;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_cache_cleanup(void *data)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx = data;
+
+    ngx_http_rpcedge_cache_stop_timer(ctx);
+
+    rpcedge_cache_free(ctx->cache);
+    ctx->cache = NULL;
+}
+
+
+static void
+ngx_http_rpcedge_cache_stop_timer(void *data)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx = data;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+}
+
+
+ngx_uint_t
+ngx_http_rpcedge_cache_answering(ngx_http_request_t *r)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
+
+    return ctx && ctx->state == ngx_http_rpcedge_cache_answered;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
+
+    if (ctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->data = (u_char *) rpcedge_cache_status(ctx->cache);
+    v->len = ngx_strlen(v->data);
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
+
+    if (ctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (v->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(v->data, "%ui", ctx->shard) - v->data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *pass = data;
+
+    if (pass->len == 0 || pass->data[0] != '/') {
+        return "must be the URI of an internal location, such as "
+               "/_rpcedge_cache";
+    }
+
+    /* the daemon's paths begin with a slash */
+
+    if (pass->data[pass->len - 1] == '/') {
+        pass->len--;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_rpcedge_cache_check_timeout(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *timeout = data;
+
+    if (*timeout == 0 || *timeout > 60000) {
+        return "must be from 1ms to 60s";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_rpcedge_cache_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
+{
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_rpcedge_cache_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->pass = { 0, NULL };
+     */
+
+    conf->enable = NGX_CONF_UNSET;
+    conf->ns = NGX_CONF_UNSET_PTR;
+    conf->timeout = NGX_CONF_UNSET_MSEC;
+    conf->status_header = NGX_CONF_UNSET;
+    conf->shards = NGX_CONF_UNSET_UINT;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_rpcedge_cache_conf_t *prev = parent;
+    ngx_http_rpcedge_cache_conf_t *conf = child;
+
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
+    ngx_conf_merge_ptr_value(conf->ns, prev->ns, NULL);
+    ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
+    ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
+    ngx_conf_merge_uint_value(conf->shards, prev->shards, 1);
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_rpcedge_cache_handler;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_rpcedge_cache_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_rpcedge_cache_body_filter;
+
+    return NGX_OK;
+}

@@ -1,0 +1,168 @@
+"""Requests for the cache's end-to-end tests, chosen from the recorded corpus by what they are (a
+block by hash, a receipt, a null, an error, ...) rather than by file name, and the test stack
+that both hosts put in front of them: a replay whose recorded blocks all count as final, and a
+cache daemon that polls it for finality."""
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import replay_corpus as rc
+from harness import CORPUS, LOOPBACK, start_cached, start_replay
+
+# every recorded block counts as final, as in `make run`
+FINAL = 1_000_000_000
+NAMESPACE_HOST = LOOPBACK
+
+
+@dataclass
+class Case:
+    network: str
+    method: str
+    request: dict
+    response: dict
+
+    def body(self, id_=1, **json_args):
+        """The request with `id_`, serialised with `json_args` (indent, sort_keys, ...)."""
+        return json.dumps({**self.request, "id": id_}, **json_args).encode()
+
+    def answer(self, id_=1):
+        """The recorded answer with `id_`, as the replay writes it."""
+        return rc.compact({**self.response, "id": id_})
+
+    @property
+    def path(self):
+        return f"/{self.network}"
+
+
+def _pairs(corpus=CORPUS):
+    rows = rc.index_rows(corpus)
+    for relative in rc.corpus_files(corpus):
+        row = rows.get(relative, {})
+        if relative.endswith(".tar") or row.get("file_bytes", 0) > 4 << 20:
+            continue
+        network = rc.network_of(relative)
+        flags = row.get("pairs") or []
+        for position, (request, response) in enumerate(rc.read_pairs(Path(corpus) / relative)):
+            if position < len(flags) and flags[position].get("placeholder_response"):
+                continue
+            yield network, request, response
+
+
+def find(predicate, corpus=CORPUS):
+    """The first recorded single call (and its answer) that `predicate(request, response)` takes."""
+    for network, request, response in _pairs(corpus):
+        if network and isinstance(request, dict) and isinstance(response, dict) and predicate(request, response):
+            return Case(network, request["method"], request, response)
+    raise LookupError("no such pair in the corpus")
+
+
+def size(response):
+    return len(rc.compact(response))
+
+
+def block_by_hash(request, response):
+    """A block by hash, large enough to be compressed."""
+    return (request["method"] == "eth_getBlockByHash" and isinstance(response.get("result"), dict)
+            and 4096 <= size(response) <= 1 << 20)
+
+
+def receipt(request, response):
+    """A transaction receipt, cacheable once its block is final."""
+    result = response.get("result")
+    return (request["method"] == "eth_getTransactionReceipt" and isinstance(result, dict)
+            and isinstance(result.get("blockNumber"), str))
+
+
+def null_result(request, response):
+    return request["method"] in ("eth_getBlockByHash", "eth_getTransactionByHash",
+                                 "eth_getTransactionReceipt") and "result" in response and response["result"] is None
+
+
+def error_answer(request, response):
+    return request["method"] in ("eth_getBlockByHash", "eth_getTransactionByHash", "eth_getTransactionReceipt",
+                                 "eth_getBlockByNumber", "debug_traceTransaction") and "error" in response
+
+
+def at_tag(request, response):
+    params = request.get("params") or []
+    return (request["method"] == "eth_getBalance" and len(params) > 1 and params[1] == "latest"
+            and "result" in response)
+
+
+def not_in_the_table(request, response):
+    """A method the cache never takes (the table is an allow-list)."""
+    return request["method"] == "eth_blockNumber" and "result" in response
+
+
+def batch_case(corpus=CORPUS):
+    """A recorded batch, sent as it was."""
+    for network, request, response in _pairs(corpus):
+        if network and isinstance(request, list) and request:
+            return Case(network, "batch", request, response)
+    raise LookupError("no batch in the corpus")
+
+
+class CacheStack:
+    """The node (a replay of the corpus, which counts the requests it answers), a second replay
+    without recordings that only says which block is finalized (so that the daemon's polls are
+    not counted as the node's work), and a cache daemon that polls it for the namespaces
+    `<NAMESPACE_HOST>/<network>`: every recorded block is final there. The namespace
+    `<NAMESPACE_HOST>/late` starts at block 0: finality never moves back, so tests move this one
+    forward."""
+
+    LATE = "late"
+
+    def __init__(self, log_dir, networks, daemon_args=()):
+        self.networks = sorted(set(networks))
+        finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
+        finals += ["--finalized", f"{self.LATE}=0"]
+        self.log_dir = Path(log_dir)
+        # the replay wants one recording to start; the heads are all it serves here
+        heads_only = self.log_dir / "heads-only"
+        heads_only.mkdir(exist_ok=True)
+        (heads_only / "heads.json").write_text(json.dumps([{
+            "request": {"jsonrpc": "2.0", "id": 1, "method": "web3_clientVersion", "params": []},
+            "response": {"jsonrpc": "2.0", "id": 1, "result": "heads-only"}}]))
+        self.replay = start_replay(log_dir, name="rpcedge-replay-node")
+        self.heads = start_replay(log_dir, corpus=heads_only, args=finals,
+                                  name="rpcedge-replay-heads")
+        self.daemon_args = list(daemon_args)
+        self.daemon = None
+        self.start_daemon()
+
+    def start_daemon(self, db_name="db", port=None):
+        upstreams = [arg for network in [*self.networks, self.LATE] for arg in
+                     ("--finality-upstream",
+                      f"{NAMESPACE_HOST}/{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
+        self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
+                                   args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args])
+        for network in self.networks:
+            self.wait_for_finality(network, FINAL)
+        return self.daemon
+
+    def wait_for_finality(self, network, number, timeout=10):
+        deadline = time.monotonic() + timeout
+        name = f'finalized_block{{namespace="{NAMESPACE_HOST}/{network}"}}'
+        while self.daemon.stats().get(name) != number:
+            assert time.monotonic() < deadline, f"the daemon never heard {network} finalize {number}"
+            time.sleep(0.05)
+
+    def finalize_late(self, number):
+        """Moves the `late` namespace's finalized block to `number`, and waits until the daemon
+        has heard it."""
+        assert self.heads.request("PUT", f"/head/{self.LATE}/finalized", str(number).encode())[0] == 200
+        self.wait_for_finality(self.LATE, number)
+
+    def node_requests(self):
+        """JSON-RPC requests the replay has answered."""
+        status, _, body = self.replay.request("GET", "/stats")
+        assert status == 200
+        return json.loads(body)["rpc_requests"]
+
+    def stop(self):
+        if self.daemon:
+            self.daemon.process.stop()
+        self.replay.process.stop()
+        self.heads.process.stop()

@@ -1,0 +1,215 @@
+"""The response cache through real nginx: the module asks the real daemon (rpcedge-cached) before
+the node (the replay, which counts what reaches it), answers hits itself, stores misses behind
+the answer, and fails open when the daemon is dead, stopped or slow."""
+
+import gzip
+import json
+import os
+import signal
+import time
+
+import pytest
+
+import cache_cases as cc
+import wire
+from nginx_harness import free_port, start_nginx
+from harness import LOOPBACK
+
+# a store lands within this long of the answer's end (the issue's bound)
+VISIBLE_WITHIN = 1.0
+
+
+def server(port, replay_port, cached_port, cache="on", timeout="50ms", extra=""):
+    return f"""
+    upstream ethereum_node {{
+        server {LOOPBACK}:{replay_port};
+        keepalive 8;
+    }}
+
+    upstream rpcedge_cached {{
+        server {LOOPBACK}:{cached_port};
+        keepalive 4;
+    }}
+
+    server {{
+        listen {LOOPBACK}:{port};
+        client_max_body_size 8m;
+        rpcedge on;
+        rpcedge_cache {cache};
+        rpcedge_cache_timeout {timeout};
+        include rpcedge-cache.conf;
+        {extra}
+
+        location / {{
+            proxy_pass http://ethereum_node;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Accept-Encoding "";
+        }}
+
+        # /late/<network>: the node of <network>, in the namespace whose finality tests move
+        location /late/ {{
+            rpcedge_cache_namespace {cc.NAMESPACE_HOST}/{cc.CacheStack.LATE};
+            proxy_pass http://ethereum_node/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Accept-Encoding "";
+        }}
+    }}
+"""
+
+
+CASES = {}
+
+
+def case(name):
+    if name not in CASES:
+        CASES[name] = cc.find(getattr(cc, name))
+    return CASES[name]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    networks = [case(name).network for name in ("block_by_hash", "receipt", "null_result", "error_answer")]
+    stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def nginx(tmp_path, stack):
+    started = []
+
+    def start(**options):
+        port = free_port()
+        (tmp_path / "rpcedge-cache.conf").write_text((cc.rc.Path(__file__).parent.parent / "configs" / "nginx"
+                                                      / "rpcedge-cache.conf").read_text())
+        proxy = start_nginx(tmp_path, server(port, stack.replay.port, stack.daemon.port, **options), [port])
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+def post(port, case_, id_=1, accept_encoding="gzip", **json_args):
+    return wire.request(port, case_.path, "POST", {"Content-Type": "application/json"},
+                        case_.body(id_, **json_args), accept_encoding=accept_encoding)
+
+
+def status(response):
+    return response.header("x-rpcedge-cache")
+
+
+def wait_for_hit(port, case_, answered_at):
+    """Asks until a HIT; the store must have landed within VISIBLE_WITHIN of `answered_at`."""
+    while True:
+        response = post(port, case_, id_="probe")
+        if status(response) == "HIT":
+            return response
+        assert time.monotonic() - answered_at < VISIBLE_WITHIN, f"not stored in time: {status(response)}"
+        time.sleep(0.02)
+
+
+def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(nginx, stack):
+    proxy = nginx()
+    block = case("block_by_hash")
+    before = stack.node_requests()
+    miss = post(proxy.port, block, id_=7)
+    answered_at = time.monotonic()
+    assert (miss.status, status(miss)) == (200, "MISS")
+    assert miss.decoded() == block.answer(7)
+    assert stack.node_requests() == before + 1
+    wait_for_hit(proxy.port, block, answered_at)
+
+    asked = stack.node_requests()
+    # another id, another layout of the same call: the same entry, the client's own id
+    hit = post(proxy.port, block, id_="client-id", indent=2, sort_keys=True)
+    assert (hit.status, status(hit)) == (200, "HIT")
+    assert hit.header("content-encoding") == "gzip"
+    assert int(hit.header("content-length")) == len(hit.body), "an exact Content-Length"
+    assert gzip.decompress(hit.body) == block.answer("client-id")
+    assert hit.header("content-type") == "application/json"
+    assert hit.header("vary") == "Accept-Encoding"
+    # a client without gzip gets the plain envelope
+    plain = post(proxy.port, block, id_=3, accept_encoding=None)
+    assert (status(plain), plain.header("content-encoding")) == ("HIT", None)
+    assert plain.body == block.answer(3) and int(plain.header("content-length")) == len(plain.body)
+    assert stack.node_requests() == asked, "hits never reach the node"
+    # the access log has the variable
+    assert any(line for line in proxy.access_log())
+
+
+def test_a_receipt_is_stored_only_once_its_block_is_final(nginx, stack):
+    proxy = nginx()
+    receipt = case("receipt")
+    late = cc.Case(f"late/{receipt.network}", receipt.method, receipt.request, receipt.response)
+    block = int(receipt.response["result"]["blockNumber"], 16)
+    stack.finalize_late(block - 1)
+    for _ in range(2):
+        response = post(proxy.port, late)
+        assert (response.status, status(response)) == (200, "MISS")
+        assert response.decoded() == receipt.answer()
+        time.sleep(0.3)  # a store, had it been taken, would have landed by now
+    stack.finalize_late(block)
+    post(proxy.port, late)
+    wait_for_hit(proxy.port, late, time.monotonic())
+
+
+@pytest.mark.parametrize("name", ["null_result", "error_answer", "at_tag", "not_in_the_table", "batch"])
+def test_what_the_cache_never_takes_always_reaches_the_node(nginx, stack, name):
+    proxy = nginx()
+    sent = cc.batch_case() if name == "batch" else case(name)
+    expected = "MISS" if name in ("null_result", "error_answer") else "BYPASS"
+    for _ in range(3):
+        before = stack.node_requests()
+        response = wire.request(proxy.port, sent.path, "POST", {"Content-Type": "application/json"},
+                                json.dumps(sent.request).encode())
+        assert (response.status, status(response)) == (200, expected)
+        assert json.loads(response.decoded()) == sent.response
+        assert stack.node_requests() == before + 1
+        time.sleep(0.1)
+
+
+def test_requests_that_are_not_json_rpc_calls_pass_through(nginx, stack):
+    proxy = nginx()
+    response = wire.request(proxy.port, "/healthz", "GET")
+    assert (response.status, status(response)) == (200, "BYPASS")
+    malformed = wire.request(proxy.port, "/mainnet", "POST", body=b'{"jsonrpc":"2.0","method":')
+    assert status(malformed) == "BYPASS" and malformed.status in (200, 400)
+
+
+def test_the_cache_off_adds_nothing(nginx, stack):
+    proxy = nginx(cache="off")
+    response = post(proxy.port, case("block_by_hash"))
+    assert response.status == 200 and status(response) is None
+
+
+def answered_in(response):
+    """Seconds from sending to the last byte of the response's body."""
+    total = response.head_length + len(response.raw)
+    return next(seconds for seconds, received in response.arrivals if received >= total)
+
+
+@pytest.mark.parametrize("failure", ["killed", "stopped"])
+def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(nginx, stack, failure):
+    proxy = nginx(timeout="100ms")
+    block = case("block_by_hash")
+    pid = stack.daemon.process.proc.pid
+    if failure == "killed":
+        stack.daemon.process.stop()
+    else:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        for id_ in range(3):
+            response = post(proxy.port, block, id_=id_)
+            assert (response.status, status(response)) == (200, "ERROR")
+            assert response.decoded() == block.answer(id_)
+            # the node answers in microseconds: all of the wait is the lookup's
+            assert answered_in(response) < 1.0
+    finally:
+        if failure == "stopped":
+            os.kill(pid, signal.SIGCONT)
+        else:
+            stack.start_daemon(port=stack.daemon.port)
