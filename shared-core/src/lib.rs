@@ -8,7 +8,7 @@ pub mod exchange;
 pub mod ffi;
 pub mod negotiate;
 
-pub use config::{Config, ConfigError, Settings};
+pub use config::{CacheConfig, Config, ConfigError, Settings};
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody,
 };

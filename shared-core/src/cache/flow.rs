@@ -23,6 +23,11 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, for a host's counters.
+    pub const fn all() -> [Status; 5] {
+        [Status::Hit, Status::Miss, Status::Bypass, Status::Expired, Status::Error]
+    }
+
     pub fn as_c_str(self) -> &'static CStr {
         match self {
             Status::Hit => c"HIT",

@@ -1,6 +1,7 @@
-"""The response cache through real nginx: the module asks the real daemon (rpcedge-cached) before
-the node (the replay, which counts what reaches it), answers hits itself, stores misses behind
-the answer, and fails open when the daemon is dead, stopped or slow."""
+"""The response cache through real nginx and real Envoy: each asks the real daemon (rpcedge-cached)
+before the node (the replay, which counts what reaches it), answers hits itself, stores misses
+behind the answer, and fails open when the daemon is dead, stopped or slow. Every test runs
+through both hosts, and one goes from one to the other."""
 
 import gzip
 import json
@@ -12,14 +13,17 @@ import pytest
 
 import cache_cases as cc
 import wire
+from envoy_harness import COMPRESSION_PLUGIN_CONFIG, run_envoy
 from nginx_harness import free_port, start_nginx
-from harness import LOOPBACK
+from harness import LOOPBACK, REPO
 
 # a store lands within this long of the answer's end (the issue's bound)
 VISIBLE_WITHIN = 1.0
 
 
-def server(port, replay_port, cached_port, cache="on", timeout="50ms", extra=""):
+def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None):
+    cache = "on" if cache else "off"
+    extra = f"rpcedge_cache_namespace {namespace};" if namespace else ""
     return f"""
     upstream ethereum_node {{
         server {LOOPBACK}:{replay_port};
@@ -36,7 +40,7 @@ def server(port, replay_port, cached_port, cache="on", timeout="50ms", extra="")
         client_max_body_size 8m;
         rpcedge on;
         rpcedge_cache {cache};
-        rpcedge_cache_timeout {timeout};
+        rpcedge_cache_timeout {timeout_ms}ms;
         include rpcedge-cache.conf;
         {extra}
 
@@ -46,17 +50,18 @@ def server(port, replay_port, cached_port, cache="on", timeout="50ms", extra="")
             proxy_set_header Connection "";
             proxy_set_header Accept-Encoding "";
         }}
-
-        # /late/<network>: the node of <network>, in the namespace whose finality tests move
-        location /late/ {{
-            rpcedge_cache_namespace {cc.NAMESPACE_HOST}/{cc.CacheStack.LATE};
-            proxy_pass http://ethereum_node/;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Accept-Encoding "";
-        }}
     }}
 """
+
+
+def envoy_plugin(cache=True, timeout_ms=50, namespace=None):
+    if not cache:
+        return COMPRESSION_PLUGIN_CONFIG
+    settings = {"clusters": ["rpcedge_cached"], "timeout_ms": timeout_ms}
+    if namespace:
+        settings["namespace"] = namespace
+    return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
+
 
 
 CASES = {}
@@ -76,15 +81,32 @@ def stack(tmp_path_factory):
     stack.stop()
 
 
-@pytest.fixture
-def nginx(tmp_path, stack):
+class Proxy:
+    def __init__(self, host, port, stop, counters=None):
+        self.host, self.port, self.stop, self.counters = host, port, stop, counters
+
+
+def start_proxy(host, workdir, stack, **options):
+    """nginx or Envoy with the cache on (unless cache=False), in front of the stack's node."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if host == "nginx":
+        port = free_port()
+        (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
+        nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port])
+        return Proxy(host, port, nginx.stop)
+    envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), cached_port=stack.daemon.port)
+    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters)
+
+
+@pytest.fixture(params=["nginx", "envoy"])
+def proxies(request, tmp_path, stack):
+    """Starts proxies of the test's host (or the one named), stopped after the test; the test
+    begins with an empty daemon."""
+    stack.fresh_daemon()
     started = []
 
-    def start(**options):
-        port = free_port()
-        (tmp_path / "rpcedge-cache.conf").write_text((cc.rc.Path(__file__).parent.parent / "configs" / "nginx"
-                                                      / "rpcedge-cache.conf").read_text())
-        proxy = start_nginx(tmp_path, server(port, stack.replay.port, stack.daemon.port, **options), [port])
+    def start(host=request.param, **options):
+        proxy = start_proxy(host, tmp_path / f"{host}-{len(started)}", stack, **options)
         started.append(proxy)
         return proxy
 
@@ -112,8 +134,8 @@ def wait_for_hit(port, case_, answered_at):
         time.sleep(0.02)
 
 
-def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(nginx, stack):
-    proxy = nginx()
+def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(proxies, stack):
+    proxy = proxies()
     block = case("block_by_hash")
     before = stack.node_requests()
     miss = post(proxy.port, block, id_=7)
@@ -137,29 +159,40 @@ def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(ngin
     assert (status(plain), plain.header("content-encoding")) == ("HIT", None)
     assert plain.body == block.answer(3) and int(plain.header("content-length")) == len(plain.body)
     assert stack.node_requests() == asked, "hits never reach the node"
-    # the access log has the variable
-    assert any(line for line in proxy.access_log())
+    if proxy.counters:
+        counters = proxy.counters()
+        assert counters["cache.responses.hit"] >= 3 and counters["cache.responses.miss"] >= 1, counters
+        assert counters["cache.stores.taken"] >= 1, counters
 
 
-def test_a_receipt_is_stored_only_once_its_block_is_final(nginx, stack):
-    proxy = nginx()
+def test_a_receipt_is_stored_only_once_its_block_is_final(proxies, stack):
+    # the namespace whose finality the test moves (finality never moves back)
+    proxy = proxies(namespace=f"{cc.NAMESPACE_HOST}/{cc.CacheStack.LATE}")
     receipt = case("receipt")
-    late = cc.Case(f"late/{receipt.network}", receipt.method, receipt.request, receipt.response)
     block = int(receipt.response["result"]["blockNumber"], 16)
     stack.finalize_late(block - 1)
     for _ in range(2):
-        response = post(proxy.port, late)
+        response = post(proxy.port, receipt)
         assert (response.status, status(response)) == (200, "MISS")
         assert response.decoded() == receipt.answer()
         time.sleep(0.3)  # a store, had it been taken, would have landed by now
     stack.finalize_late(block)
-    post(proxy.port, late)
-    wait_for_hit(proxy.port, late, time.monotonic())
+    post(proxy.port, receipt)
+    wait_for_hit(proxy.port, receipt, time.monotonic())
+
+
+def test_an_entry_stored_through_one_host_is_a_hit_through_the_other(proxies, stack):
+    first = proxies()
+    other = proxies("envoy" if first.host == "nginx" else "nginx")
+    block = case("block_by_hash")
+    assert status(post(first.port, block)) == "MISS"
+    hit = wait_for_hit(other.port, block, time.monotonic())
+    assert gzip.decompress(hit.body) == block.answer("probe")
 
 
 @pytest.mark.parametrize("name", ["null_result", "error_answer", "at_tag", "not_in_the_table", "batch"])
-def test_what_the_cache_never_takes_always_reaches_the_node(nginx, stack, name):
-    proxy = nginx()
+def test_what_the_cache_never_takes_always_reaches_the_node(proxies, stack, name):
+    proxy = proxies()
     sent = cc.batch_case() if name == "batch" else case(name)
     expected = "MISS" if name in ("null_result", "error_answer") else "BYPASS"
     for _ in range(3):
@@ -172,16 +205,16 @@ def test_what_the_cache_never_takes_always_reaches_the_node(nginx, stack, name):
         time.sleep(0.1)
 
 
-def test_requests_that_are_not_json_rpc_calls_pass_through(nginx, stack):
-    proxy = nginx()
+def test_requests_that_are_not_json_rpc_calls_pass_through(proxies, stack):
+    proxy = proxies()
     response = wire.request(proxy.port, "/healthz", "GET")
     assert (response.status, status(response)) == (200, "BYPASS")
     malformed = wire.request(proxy.port, "/mainnet", "POST", body=b'{"jsonrpc":"2.0","method":')
     assert status(malformed) == "BYPASS" and malformed.status in (200, 400)
 
 
-def test_the_cache_off_adds_nothing(nginx, stack):
-    proxy = nginx(cache="off")
+def test_the_cache_off_adds_nothing(proxies, stack):
+    proxy = proxies(cache=False)
     response = post(proxy.port, case("block_by_hash"))
     assert response.status == 200 and status(response) is None
 
@@ -193,8 +226,8 @@ def answered_in(response):
 
 
 @pytest.mark.parametrize("failure", ["killed", "stopped"])
-def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(nginx, stack, failure):
-    proxy = nginx(timeout="100ms")
+def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, failure):
+    proxy = proxies(timeout_ms=100)
     block = case("block_by_hash")
     pid = stack.daemon.process.proc.pid
     if failure == "killed":
@@ -213,3 +246,16 @@ def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(nginx, stack, failur
             os.kill(pid, signal.SIGCONT)
         else:
             stack.start_daemon(port=stack.daemon.port)
+
+
+@pytest.mark.parametrize("directive, message", [
+    ("rpcedge_cache_timeout 0;", "\"rpcedge_cache_timeout\" directive must be between 1 and 60000"),
+    ("rpcedge_cache_shards 0;", "\"rpcedge_cache_shards\" directive must be between 1 and 1024"),
+    ("rpcedge_cache_pass _rpcedge_cache;", "must be the URI of an internal location"),
+])
+def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
+    from nginx_harness import check_conf, main_conf
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(main_conf(tmp_path, f"server {{ listen {LOOPBACK}:{free_port()}; {directive} }}"))
+    code, output = check_conf(conf, tmp_path)
+    assert code != 0 and message in output, output

@@ -1,0 +1,201 @@
+//! The response cache in Envoy, over the core's `CacheExchange`: the request waits for its body,
+//! then for the daemon's answer to a `dispatch_http_call`, at most `timeout_ms`; a hit goes out
+//! as a local reply, anything else goes on to the node. The node's plain answer is held as it
+//! passes, and the call that stores it is handed to the root, which makes it: a call made from
+//! the stream's context is cancelled when the stream's context goes away.
+
+use std::time::Duration;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType};
+use rpcedge_core::cache::{default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use rpcedge_core::{AcceptEncoding, CacheConfig, Coding};
+
+/// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
+/// before it answers.
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub const STATUS_HEADER: &str = "x-rpcedge-cache";
+
+/// A store, for the root to dispatch.
+pub struct PendingStore {
+    pub cluster: String,
+    pub call: StoreCall,
+}
+
+/// One request's way through the cache.
+pub struct CacheRequest {
+    namespace: String,
+    gzip: bool,
+    /// A bypass until the body is in.
+    exchange: CacheExchange,
+    /// The request waits in Envoy until its body has come.
+    awaiting_body: bool,
+    /// Waiting for the daemon's answer to this call.
+    lookup: Option<u32>,
+    /// The node's plain body so far, while it may be stored.
+    held: Option<Vec<u8>>,
+    hit: bool,
+}
+
+impl CacheRequest {
+    /// From the request's headers: whether the cache may take it once its body is in.
+    pub fn new(config: &CacheConfig, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> CacheRequest {
+        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
+        let text = |name| String::from_utf8_lossy(header(name).unwrap_or_default()).into_owned();
+        let namespace = match &config.namespace {
+            Some(namespace) => namespace.clone(),
+            None => default_namespace(&text(":authority"), &text(":path")),
+        };
+        let gzip = header("accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
+        let settings = CacheSettings::default();
+        let too_large = header("content-length")
+            .and_then(|length| std::str::from_utf8(length).ok()?.trim().parse::<usize>().ok())
+            .is_some_and(|length| length > settings.max_request);
+        let awaiting_body = header(":method") == Some(b"POST") && !end_of_stream && !too_large;
+        CacheRequest {
+            exchange: CacheExchange::new(&namespace, None, gzip, &settings),
+            namespace,
+            gzip,
+            awaiting_body,
+            lookup: None,
+            held: None,
+            hit: false,
+        }
+    }
+
+    /// Whether the request waits here for its body.
+    pub fn awaits_body(&self) -> bool {
+        self.awaiting_body
+    }
+
+    /// A request body callback; true while the request must wait here (for more body, or for
+    /// the daemon's answer to the lookup made once it is all in).
+    pub fn on_body(&mut self, body_size: usize, end: bool, config: &CacheConfig) -> bool {
+        if !self.awaiting_body {
+            return false;
+        }
+        let settings = CacheSettings::default();
+        if body_size > settings.max_request {
+            // a bypass: let Envoy pass what it holds and the rest
+            self.awaiting_body = false;
+            return false;
+        }
+        if !end {
+            return true;
+        }
+        self.awaiting_body = false;
+        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
+        self.exchange = CacheExchange::new(&self.namespace, Some(&body), self.gzip, &settings);
+        let Some(path) = self.exchange.lookup_path() else { return false };
+        let cluster = self.cluster(config);
+        let headers = vec![(":method", "GET"), (":path", path.as_str()), (":authority", cluster)];
+        let timeout = Duration::from_millis(config.timeout_ms);
+        match hostcalls::dispatch_http_call(cluster, headers, None, vec![], timeout) {
+            Ok(token) => {
+                self.lookup = Some(token);
+                true
+            }
+            Err(status) => {
+                log::warn!("rpcedge cache: cannot call {cluster}: {status:?}");
+                self.exchange.failed();
+                false
+            }
+        }
+    }
+
+    /// The daemon answered the lookup (or failed to in time: no headers): the hit to send.
+    pub fn on_lookup_answer(&mut self, token: u32, body_size: usize, min_length: u64) -> Option<HitResponse> {
+        if self.lookup.take() != Some(token) {
+            return None;
+        }
+        let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
+        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
+        let status = header(":status").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok());
+        let Some(status) = status else {
+            // Envoy's own failure: the timeout, no healthy daemon
+            self.exchange.failed();
+            return None;
+        };
+        let body = if body_size > 0 {
+            hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let answer = DaemonAnswer { status, miss: header("x-rpcedge-miss"), body: &body };
+        let hit = self.exchange.answered(&answer, min_length);
+        self.hit = hit.is_some();
+        hit
+    }
+
+    pub fn is_hit(&self) -> bool {
+        self.hit
+    }
+
+    /// The node's response head: the status to report, once the core knows whether the body is
+    /// held for the store.
+    pub fn on_response_head(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Status {
+        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
+        let status = header(":status").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()).unwrap_or(0);
+        let length = if end_of_stream {
+            Some(0)
+        } else {
+            header("content-length").and_then(|l| std::str::from_utf8(l).ok()?.trim().parse().ok())
+        };
+        let settings = CacheSettings::default();
+        if self.exchange.response_head(status, length, header("content-encoding"), &settings) {
+            self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
+        }
+        self.exchange.status()
+    }
+
+    /// Whether the node's body is being held.
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// More of the node's plain body.
+    pub fn hold(&mut self, chunk: &[u8]) {
+        let settings = CacheSettings::default();
+        if let Some(held) = &mut self.held {
+            held.extend_from_slice(chunk);
+            if !self.exchange.keep_holding(held.len() as u64, &settings) {
+                self.held = None;
+            }
+        }
+    }
+
+    /// The node's body has ended: the store to make, if the core keeps it.
+    pub fn store(&mut self, config: &CacheConfig) -> Option<PendingStore> {
+        let held = self.held.take()?;
+        let call = self.exchange.store(&held, &CacheSettings::default()).ok()?;
+        Some(PendingStore { cluster: self.cluster(config).to_string(), call })
+    }
+
+    /// The daemon that holds this request's key: one cluster per shard.
+    fn cluster<'a>(&self, config: &'a CacheConfig) -> &'a str {
+        &config.clusters[self.exchange.shard(config.clusters.len() as u32) as usize]
+    }
+}
+
+/// Sends a hit as the local reply: Envoy sets its Content-Length.
+pub fn send_hit(hit: &HitResponse, status_header: bool) {
+    let mut headers: Vec<(&str, &str)> = hit.headers().to_vec();
+    if status_header {
+        headers.push((STATUS_HEADER, Status::Hit.as_str()));
+    }
+    let _ = hostcalls::send_http_response(200, headers, Some(&hit.body));
+}
+
+/// Dispatches a store from the root context.
+pub fn dispatch_store(store: &PendingStore) -> Option<u32> {
+    let mut headers = vec![(":method", "PUT"), (":path", store.call.path.as_str()), (":authority", store.cluster.as_str())];
+    headers.extend(store.call.headers.iter().map(|(name, value)| (*name, value.as_str())));
+    match hostcalls::dispatch_http_call(&store.cluster, headers, Some(&store.call.body), vec![], STORE_TIMEOUT) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::warn!("rpcedge cache: cannot store through {}: {status:?}", store.cluster);
+            None
+        }
+    }
+}
