@@ -128,3 +128,26 @@ def test_lua_leaves_small_bodies_alone(openresty, replay):
     r = post(openresty, SMALL, "gzip")
     assert r.header("content-encoding") is None
     assert r.body == direct(replay, SMALL)
+
+
+def test_lua_keeps_cache_entries_in_its_own_storage_and_answers_hits_with_the_clients_id(openresty):
+    import json
+    import cache_cases as cc
+    block = cc.find(cc.block_by_hash)
+    path = f"/cached/{block.network}"
+    headers = {"Content-Type": "application/json"}
+    miss = wire.request(openresty, path, method="POST", body=block.body(1), headers=headers)
+    assert (miss.status, miss.header("x-rpcedge-cache")) == (200, "MISS")
+    assert miss.decoded() == block.answer(1)
+    hit = wire.request(openresty, path, method="POST", body=block.body("again", indent=1), headers=headers)
+    assert (hit.status, hit.header("x-rpcedge-cache"), hit.header("content-encoding")) == (200, "HIT", "gzip")
+    assert int(hit.header("content-length")) == len(hit.body)
+    assert gzip.decompress(hit.body) == block.answer("again")
+    plain = wire.request(openresty, path, method="POST", body=block.body(5), headers=headers, accept_encoding=None)
+    assert (plain.header("x-rpcedge-cache"), plain.body) == ("HIT", block.answer(5))
+    # never cached: a method outside the table
+    latest = cc.find(cc.not_in_the_table)
+    for _ in range(2):
+        response = wire.request(openresty, f"/cached/{latest.network}", method="POST",
+                                body=json.dumps(latest.request).encode(), headers=headers)
+        assert response.header("x-rpcedge-cache") == "BYPASS"

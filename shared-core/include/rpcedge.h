@@ -531,6 +531,16 @@ int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
 
 /**
+ * For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry
+ * compacted as the daemon would (its result deflated once, at the highest level), `call`
+ * filled again. 1: done; 0: no store to compact.
+ *
+ * # Safety
+ * `cache` is NULL or live; `call` is NULL or writable.
+ */
+int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
+
+/**
  * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static, NUL-terminated).
  *
  * # Safety

@@ -8,6 +8,22 @@
 --     rpcedge.respond(settings, res)  -- status, headers and the body, compressed or not
 --
 -- A subrequest hands Lua the whole body, which is what lets it send an exact Content-Length.
+--
+-- The response cache's key and decisions, for a config that keeps entries in its own storage
+-- (a shared dict, Redis, ...) rather than in rpcedge-cached:
+--
+--     local c = rpcedge.cache(body)            -- the request body; namespace: host and path
+--     if c:key() then                          -- nil: the cache does not take this request
+--         local entry = my_store:get(c:key())
+--         local hit, gzip = c:hit(entry, 1024) -- the client's own id spliced in; gzip if it takes it
+--         ...
+--     end
+--     -- after the node answered (res from ngx.location.capture):
+--     if c:response_head(res.status, #res.body, res.header["Content-Encoding"]) then
+--         local put = c:store(res.body)       -- nil: not kept (an error, a null, not final, ...)
+--         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
+--         -- only once that block is finalized in the namespace
+--     end
 -- The shared library is found by ffi.load: set RPCEDGE_LIB (env directive) to its path, or put
 -- librpcedge_core.so where the dynamic linker looks.
 
@@ -65,6 +81,35 @@ int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
 const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
+
+typedef struct rpcedge_cache_t rpcedge_cache_t;
+
+typedef struct {
+  const uint8_t *data;
+  size_t len;
+} rpcedge_str_t;
+
+typedef struct {
+  rpcedge_str_t path;
+  rpcedge_str_t ns;
+  rpcedge_str_t ttl;
+  rpcedge_str_t requires_final;
+  rpcedge_str_t body;
+} rpcedge_store_call_t;
+
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body,
+                                   size_t body_len, rpcedge_str_t accept_encoding);
+void rpcedge_cache_free(rpcedge_cache_t *cache);
+int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
+uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, const uint8_t *body,
+                               size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,
+                                    rpcedge_str_t content_encoding);
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
+int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
+const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
 ]]
 
 local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge_core")
@@ -188,6 +233,103 @@ function _M.respond(settings, res)
     apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
     ngx.print(C_string(out.data, out.len))
     return C_string(lib.rpcedge_exchange_mode(exchange))
+end
+
+
+local function rstr(value)
+    local s = ffi_new("rpcedge_str_t")
+    if value ~= nil then
+        s.data, s.len = value, #value
+    end
+    return s
+end
+
+
+local function lua_string(s)
+    return s.data ~= nil and C_string(s.data, s.len) or nil
+end
+
+
+local Cache = {}
+Cache.__index = Cache
+
+local ENTRY_PATH = "/v1/entries/"
+
+
+-- The cache's view of the current request, whose body is `body` (nil when it is not held whole:
+-- a BYPASS). `namespace` defaults to the request's host name without its port, and its path.
+function _M.cache(body, namespace)
+    local host = ngx.var.http_host or ngx.var.host or ""
+    local ae = ngx.var.http_accept_encoding
+    local handle = lib.rpcedge_cache_new(rstr(namespace), rstr(host), rstr(ngx.var.request_uri),
+                                         body, body and #body or 0, rstr(ae))
+    if handle == nil then
+        error("rpcedge: the cache could not take the request", 2)
+    end
+    return setmetatable({ handle = ffi_gc(handle, lib.rpcedge_cache_free), body = body }, Cache)
+end
+
+
+-- The key (64 hex digits), or nil when the cache does not take the request.
+function Cache:key()
+    local path = ffi_new("rpcedge_str_t")
+    if lib.rpcedge_cache_lookup_path(self.handle, path) == 0 then
+        return nil
+    end
+    return lua_string(path):sub(#ENTRY_PATH + 1)
+end
+
+
+-- Which of `shards` stores holds the key: 0 .. shards - 1.
+function Cache:shard(shards)
+    return tonumber(lib.rpcedge_cache_shard(self.handle, shards))
+end
+
+
+-- An entry from storage (nil: none) as the answer to this request: the body to send and whether
+-- it is gzip, or nil when the node must answer (no entry, or a bad one).
+function Cache:hit(entry, min_length)
+    if entry == nil then
+        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), nil, 0, min_length or 1024)
+        return nil
+    end
+    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), entry, #entry, min_length or 1024) == 0 then
+        return nil
+    end
+    local body = ffi_new("rpcedge_str_t")
+    local gzip = lib.rpcedge_cache_hit(self.handle, body) == 1
+    return lua_string(body), gzip
+end
+
+
+-- The node's response head: whether to keep its body for `store`.
+function Cache:response_head(status, content_length, content_encoding)
+    return lib.rpcedge_cache_response_head(self.handle, status, content_length or -1, rstr(content_encoding)) == 1
+end
+
+
+-- The node's whole plain body: what to keep, or nil. `entry` goes into storage under the key;
+-- `ttl` (seconds) and `requires_final` (a block number) are nil when they do not apply. The
+-- entry's result is deflated here, once (rpcedge-cached does it when it is the storage), so
+-- that every gzip hit is a splice.
+function Cache:store(body)
+    local call = ffi_new("rpcedge_store_call_t")
+    if lib.rpcedge_cache_store(self.handle, body, #body, call) == 0
+        or lib.rpcedge_cache_compact_store(self.handle, call) == 0
+    then
+        return nil
+    end
+    return {
+        entry = lua_string(call.body),
+        ttl = tonumber(lua_string(call.ttl)),
+        requires_final = tonumber(lua_string(call.requires_final)),
+    }
+end
+
+
+-- HIT, MISS, BYPASS, EXPIRED or ERROR.
+function Cache:status()
+    return C_string(lib.rpcedge_cache_status(self.handle))
 end
 
 

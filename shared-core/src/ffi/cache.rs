@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeStr};
-use crate::cache::{default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use crate::cache::{default_namespace, CacheExchange, Entry, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
 use crate::negotiate::{AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
@@ -199,25 +199,46 @@ pub unsafe extern "C" fn rpcedge_cache_store(
     len: usize,
     call: *mut RpcedgeStoreCall,
 ) -> i32 {
-    put(call, RpcedgeStoreCall { path: NONE, ns: NONE, ttl: NONE, requires_final: NONE, body: NONE });
+    put(call, store_call(None));
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         let settings = &cache.settings;
         cache.store = cache.exchange.store(bytes(body, len), settings).ok();
-        let Some(store) = &cache.store else { return 0 };
-        let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(NONE, |(_, v)| c_str(v.as_bytes()));
-        put(
-            call,
-            RpcedgeStoreCall {
-                path: c_str(store.path.as_bytes()),
-                ns: header("x-rpcedge-namespace"),
-                ttl: header("x-rpcedge-ttl"),
-                requires_final: header("x-rpcedge-requires-final"),
-                body: c_str(&store.body),
-            },
-        );
+        put(call, store_call(cache.store.as_ref()));
+        cache.store.is_some().into()
+    })
+}
+
+/// For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry
+/// compacted as the daemon would (its result deflated once, at the highest level), `call`
+/// filled again. 1: done; 0: no store to compact.
+///
+/// # Safety
+/// `cache` is NULL or live; `call` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_compact_store(cache: *mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
+    put(call, store_call(None));
+    guard(0, || {
+        let Some(store) = cache.as_mut().and_then(|c| c.store.as_mut()) else { return 0 };
+        let Ok(compacted) = Entry::decode(&store.body).and_then(|entry| entry.compact()) else { return 0 };
+        store.body = compacted;
+        put(call, store_call(Some(store)));
         1
     })
+}
+
+fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
+    let Some(store) = store else {
+        return RpcedgeStoreCall { path: NONE, ns: NONE, ttl: NONE, requires_final: NONE, body: NONE };
+    };
+    let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(NONE, |(_, v)| c_str(v.as_bytes()));
+    RpcedgeStoreCall {
+        path: c_str(store.path.as_bytes()),
+        ns: header("x-rpcedge-namespace"),
+        ttl: header("x-rpcedge-ttl"),
+        requires_final: header("x-rpcedge-requires-final"),
+        body: c_str(&store.body),
+    }
 }
 
 /// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static, NUL-terminated).

@@ -352,6 +352,10 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!((owned(&call.path), owned(&call.ns)), (path.clone(), b"h/mainnet".to_vec()));
         assert!(call.ttl.data.is_null() && call.requires_final.data.is_null());
         let kept = crate::cache::Entry::decode(bytes(call.body.data, call.body.len)).unwrap().compact().unwrap();
+        let mut compacted = garbage();
+        assert_eq!(rpcedge_cache_compact_store(miss, &mut compacted), 1, "as a host with its own storage");
+        assert_eq!(owned(&compacted.body), kept);
+        assert_eq!(owned(&compacted.path), path);
         rpcedge_cache_free(miss);
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
@@ -401,6 +405,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
+        assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, ptr::null(), 0, 0), 0);
         let mut call = garbage();
