@@ -50,12 +50,35 @@ def _pairs(corpus=CORPUS):
             yield network, request, response
 
 
-def find(predicate, corpus=CORPUS):
-    """The first recorded single call (and its answer) that `predicate(request, response)` takes."""
+def find_all(predicate, limit=None, corpus=CORPUS):
+    """The recorded single calls (and their answers) that `predicate(request, response)` takes,
+    one per distinct call, at most `limit`."""
+    found, seen = [], set()
     for network, request, response in _pairs(corpus):
         if network and isinstance(request, dict) and isinstance(response, dict) and predicate(request, response):
-            return Case(network, request["method"], request, response)
-    raise LookupError("no such pair in the corpus")
+            call = (network, rc.request_key(request))
+            if call not in seen:
+                seen.add(call)
+                found.append(Case(network, request["method"], request, response))
+                if len(found) == limit:
+                    break
+    return found
+
+
+def find(predicate, corpus=CORPUS):
+    """The first recorded single call (and its answer) that `predicate(request, response)` takes."""
+    found = find_all(predicate, 1, corpus)
+    if not found:
+        raise LookupError("no such pair in the corpus")
+    return found[0]
+
+
+def immutable(request, response):
+    """A call whose answer never changes once its block is final, with a result to keep."""
+    return (request["method"] in ("eth_getBlockByHash", "eth_getBlockByNumber", "eth_getTransactionReceipt",
+                                  "eth_getTransactionByHash", "eth_getBlockReceipts")
+            and response.get("result") not in (None, [], {}) and "error" not in response
+            and size(response) <= 1 << 20 and "latest" not in json.dumps(request.get("params")))
 
 
 def size(response):
@@ -142,6 +165,14 @@ class CacheStack:
         self.start_daemon(db_name=f"db-{self.daemons_started}")
         self.wait_for_finality(self.LATE, 0)
         return self.daemon
+
+    def another_daemon(self, name):
+        """A second daemon with the same finality sources (for shards); the caller stops it."""
+        current = self.daemon
+        try:
+            return self.start_daemon(db_name=name)
+        finally:
+            self.daemon = current
 
     def start_daemon(self, db_name="db", port=None):
         upstreams = [arg for network in [*self.networks, self.LATE] for arg in

@@ -54,10 +54,10 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, name
 """
 
 
-def envoy_plugin(cache=True, timeout_ms=50, namespace=None):
+def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",)):
     if not cache:
         return COMPRESSION_PLUGIN_CONFIG
-    settings = {"clusters": ["rpcedge_cached"], "timeout_ms": timeout_ms}
+    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms}
     if namespace:
         settings["namespace"] = namespace
     return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
@@ -259,3 +259,51 @@ def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
     conf.write_text(main_conf(tmp_path, f"server {{ listen {LOOPBACK}:{free_port()}; {directive} }}"))
     code, output = check_conf(conf, tmp_path)
     assert code != 0 and message in output, output
+
+
+def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path, stack):
+    """The shipped two-daemon examples: what nginx stored on either daemon, Envoy finds there."""
+    stack.fresh_daemon()
+    second = stack.another_daemon("shard-1")
+    daemons = [stack.daemon, second]
+    started = []
+    try:
+        nginx_port = free_port()
+        prefix = tmp_path / "nginx"
+        prefix.mkdir()
+        (tmp_path / "envoy").mkdir()
+        shards = (REPO / "configs" / "nginx" / "rpcedge-cache-shards.conf").read_text()
+        (prefix / "rpcedge-cache-shards.conf").write_text(shards)
+        upstreams = "".join(f"upstream rpcedge_cached_{n} {{ server {LOOPBACK}:{d.port}; keepalive 4; }}\n"
+                            for n, d in enumerate(daemons))
+        body = nginx_server(nginx_port, stack.replay.port, stack.daemon.port).replace(
+            "include rpcedge-cache.conf;", "include rpcedge-cache-shards.conf;")
+        nginx = start_nginx(prefix, upstreams + body, [nginx_port])
+        started.append(nginx.stop)
+
+        example = (REPO / "configs" / "envoy" / "envoy.yaml").read_text()
+        clusters = (REPO / "configs" / "envoy" / "rpcedge-cache-shards.yaml").read_text()
+        # shard 0's port is the example's daemon port, which run_envoy moves
+        clusters = clusters.replace("port_value: 18091}", f"port_value: {second.port}}}")
+        single = example[example.index("  - name: rpcedge_cached\n"):]
+        envoy = run_envoy(tmp_path / "envoy", stack.replay.port,
+                          envoy_plugin(clusters=["rpcedge_cached_0", "rpcedge_cached_1"]),
+                          text=example.replace(single, clusters), cached_port=stack.daemon.port)
+        started.append(envoy.process.stop)
+
+        calls = cc.find_all(cc.immutable, limit=24)
+        for call in calls:
+            assert status(post(nginx_port, call)) in ("MISS", "BYPASS")
+        time.sleep(VISIBLE_WITHIN)
+        stored = [call for call in calls if status(post(nginx_port, call)) == "HIT"]
+        assert len(stored) >= 10, f"only {len(stored)} of {len(calls)} calls were stored"
+        for call in stored:
+            hit = post(envoy.port, call, id_="envoy")
+            assert status(hit) == "HIT", call.request
+            assert hit.decoded() == call.answer("envoy")
+        per_daemon = [d.stats()["stores_total"] for d in daemons]
+        assert all(per_daemon) and sum(per_daemon) == len(stored), per_daemon
+    finally:
+        for stop in started:
+            stop()
+        second.process.stop()
