@@ -14,7 +14,7 @@ CARGO := cargo
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module, and libclang for
 # RocksDB's bindings (the cache daemon).
-APT_PACKAGES := build-essential pkg-config curl python3-venv nginx nginx-dev \
+APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
 	clang lld llvm wasi-libc valgrind libclang1-14
 
@@ -116,6 +116,7 @@ bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked
 	$(VENV)/bin/python loadtest/bench.py
 	$(VENV)/bin/python loadtest/cached_bench.py
+	$(VENV)/bin/python loadtest/cache_bench.py
 
 clean:
 	$(CARGO) clean

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import replay_corpus as rc
-from harness import CORPUS, LOOPBACK, start_cached, start_replay
+from envoy_harness import COMPRESSION_PLUGIN_CONFIG, run_envoy
+from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
+from nginx_harness import free_port, start_nginx
 
 # every recorded block counts as final, as in `make run`
 FINAL = 1_000_000_000
@@ -125,6 +127,74 @@ def batch_case(corpus=CORPUS):
         if network and isinstance(request, list) and request:
             return Case(network, "batch", request, response)
     raise LookupError("no batch in the corpus")
+
+
+def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, extra=""):
+    """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
+    in the server."""
+    cache = "on" if cache else "off"
+    if namespace:
+        extra += f"\n        rpcedge_cache_namespace {namespace};"
+    return f"""
+    upstream ethereum_node {{
+        server {LOOPBACK}:{replay_port};
+        keepalive 8;
+    }}
+
+    upstream rpcedge_cached {{
+        server {LOOPBACK}:{cached_port};
+        keepalive 4;
+    }}
+
+    server {{
+        listen {LOOPBACK}:{port};
+        client_max_body_size 8m;
+        rpcedge on;
+        rpcedge_cache {cache};
+        rpcedge_cache_timeout {timeout_ms}ms;
+        include rpcedge-cache.conf;
+        {extra}
+
+        location / {{
+            proxy_pass http://ethereum_node;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Accept-Encoding "";
+        }}
+    }}
+"""
+
+
+def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",)):
+    """The plugin configuration: compression, and the cache unless `cache` is false."""
+    if not cache:
+        return COMPRESSION_PLUGIN_CONFIG
+    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms}
+    if namespace:
+        settings["namespace"] = namespace
+    return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
+
+
+class Proxy:
+    def __init__(self, host, port, stop, counters=None, pids=None):
+        self.host, self.port, self.stop, self.counters = host, port, stop, counters
+        # the processes whose CPU time the proxy's is
+        self.pids = pids
+
+
+def start_proxy(host, workdir, stack, argv_prefix=(), **options):
+    """nginx (one worker) or Envoy (one worker thread per CPU of `argv_prefix`'s, 2 without) with
+    the cache on (unless cache=False), in front of the stack's node."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if host == "nginx":
+        port = free_port()
+        (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
+        nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
+                            argv_prefix=argv_prefix)
+        return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
+    envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), cached_port=stack.daemon.port,
+                      argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2)
+    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid])
 
 
 class CacheStack:

@@ -13,55 +13,13 @@ import pytest
 
 import cache_cases as cc
 import wire
-from envoy_harness import COMPRESSION_PLUGIN_CONFIG, run_envoy
+from cache_cases import envoy_plugin, nginx_server, start_proxy
+from envoy_harness import run_envoy
 from nginx_harness import free_port, start_nginx
 from harness import LOOPBACK, REPO
 
 # a store lands within this long of the answer's end (the issue's bound)
 VISIBLE_WITHIN = 1.0
-
-
-def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None):
-    cache = "on" if cache else "off"
-    extra = f"rpcedge_cache_namespace {namespace};" if namespace else ""
-    return f"""
-    upstream ethereum_node {{
-        server {LOOPBACK}:{replay_port};
-        keepalive 8;
-    }}
-
-    upstream rpcedge_cached {{
-        server {LOOPBACK}:{cached_port};
-        keepalive 4;
-    }}
-
-    server {{
-        listen {LOOPBACK}:{port};
-        client_max_body_size 8m;
-        rpcedge on;
-        rpcedge_cache {cache};
-        rpcedge_cache_timeout {timeout_ms}ms;
-        include rpcedge-cache.conf;
-        {extra}
-
-        location / {{
-            proxy_pass http://ethereum_node;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Accept-Encoding "";
-        }}
-    }}
-"""
-
-
-def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",)):
-    if not cache:
-        return COMPRESSION_PLUGIN_CONFIG
-    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms}
-    if namespace:
-        settings["namespace"] = namespace
-    return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
-
 
 
 CASES = {}
@@ -79,23 +37,6 @@ def stack(tmp_path_factory):
     stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks)
     yield stack
     stack.stop()
-
-
-class Proxy:
-    def __init__(self, host, port, stop, counters=None):
-        self.host, self.port, self.stop, self.counters = host, port, stop, counters
-
-
-def start_proxy(host, workdir, stack, **options):
-    """nginx or Envoy with the cache on (unless cache=False), in front of the stack's node."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    if host == "nginx":
-        port = free_port()
-        (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
-        nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port])
-        return Proxy(host, port, nginx.stop)
-    envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), cached_port=stack.daemon.port)
-    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters)
 
 
 @pytest.fixture(params=["nginx", "envoy"])
@@ -165,11 +106,18 @@ def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(prox
         assert counters["cache.stores.taken"] >= 1, counters
 
 
-def test_a_receipt_is_stored_only_once_its_block_is_final(proxies, stack):
+def by_number(request, response):
+    params = request.get("params") or [None]
+    return (request["method"] == "eth_getBlockByNumber" and isinstance(params[0], str)
+            and params[0].startswith("0x") and int(params[0], 16) > 0 and isinstance(response.get("result"), dict))
+
+
+@pytest.mark.parametrize("name", ["receipt", "by_number"])
+def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     # the namespace whose finality the test moves (finality never moves back)
     proxy = proxies(namespace=f"{cc.NAMESPACE_HOST}/{cc.CacheStack.LATE}")
-    receipt = case("receipt")
-    block = int(receipt.response["result"]["blockNumber"], 16)
+    receipt = cc.find(by_number) if name == "by_number" else case(name)
+    block = int(receipt.response["result"]["number" if name == "by_number" else "blockNumber"], 16)
     stack.finalize_late(block - 1)
     for _ in range(2):
         response = post(proxy.port, receipt)
@@ -307,3 +255,31 @@ def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path,
         for stop in started:
             stop()
         second.process.stop()
+
+
+def test_gzip_hits_decode_in_curl_python_and_go(proxies, stack, tmp_path):
+    """The usual consumers of RPC endpoints: curl --compressed, Python's gzip, Go's net/http."""
+    import subprocess
+    proxy = proxies()
+    block = case("block_by_hash")
+    post(proxy.port, block)
+    wait_for_hit(proxy.port, block, time.monotonic())
+    url = f"http://{LOOPBACK}:{proxy.port}{block.path}"
+
+    python = post(proxy.port, block, id_=11)
+    assert (status(python), python.header("content-encoding")) == ("HIT", "gzip")
+    assert gzip.decompress(python.body) == block.answer(11)
+
+    curl = subprocess.run(["curl", "-sS", "--compressed", "-D", tmp_path / "curl-headers", "-H",
+                           "Content-Type: application/json", "--data-binary", "@-", url],
+                          input=block.body(12), capture_output=True, timeout=30, check=True)
+    headers = (tmp_path / "curl-headers").read_text().lower()
+    assert "x-rpcedge-cache: hit" in headers and "content-encoding: gzip" in headers
+    assert curl.stdout == block.answer(12)
+
+    go = subprocess.run(["go", "run", REPO / "tests" / "clients" / "gzip_client.go", url],
+                        input=block.body(13), capture_output=True, timeout=300,
+                        env={**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "off"})
+    assert go.returncode == 0, go.stderr
+    assert b"decoded=true cache=HIT" in go.stderr, go.stderr
+    assert go.stdout == block.answer(13)
