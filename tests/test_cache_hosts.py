@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -173,6 +174,15 @@ def answered_in(response):
     return next(seconds for seconds, received in response.arrivals if received >= total)
 
 
+def wait_until_stopped(pid, timeout=10):
+    """SIGSTOP stops each thread as it next leaves the kernel: until then one may still answer."""
+    deadline = time.monotonic() + timeout
+    tasks = Path(f"/proc/{pid}/task")
+    while not all((task / "stat").read_text().rpartition(")")[2].split()[0] == "T" for task in tasks.iterdir()):
+        assert time.monotonic() < deadline, f"{pid} did not stop"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("failure", ["killed", "stopped"])
 def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, failure):
     proxy = proxies(timeout_ms=100)
@@ -182,6 +192,7 @@ def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, fail
         stack.daemon.process.stop()
     else:
         os.kill(pid, signal.SIGSTOP)
+        wait_until_stopped(pid)
     try:
         for id_ in range(3):
             response = post(proxy.port, block, id_=id_)
