@@ -200,6 +200,19 @@ def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, fail
             assert response.decoded() == block.answer(id_)
             # the node answers in microseconds: all of the wait is the lookup's
             assert answered_in(response) < 1.0
+        # and nothing of the failed lookup holds a kept-alive connection afterwards
+        import http.client
+        connection = http.client.HTTPConnection(LOOPBACK, proxy.port, timeout=30)
+        try:
+            for id_ in range(3):
+                started = time.monotonic()
+                connection.request("POST", block.path, block.body(id_), {"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                assert (answer.status, answer.headers["X-Rpcedge-Cache"]) == (200, "ERROR")
+                assert answer.read() == block.answer(id_)
+                assert time.monotonic() - started < 1.0, f"request {id_} on one connection"
+        finally:
+            connection.close()
     finally:
         if failure == "stopped":
             os.kill(pid, signal.SIGCONT)

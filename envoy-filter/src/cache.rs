@@ -50,8 +50,8 @@ impl CacheRequest {
         let gzip = header("accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
         let settings = CacheSettings::default();
         let too_large = header("content-length")
-            .and_then(|length| std::str::from_utf8(length).ok()?.trim().parse::<usize>().ok())
-            .is_some_and(|length| length > settings.max_request);
+            .and_then(|length| std::str::from_utf8(length).ok()?.trim().parse::<u64>().ok())
+            .is_some_and(|length| !CacheExchange::takes_length(length, &settings));
         let awaiting_body = header(":method") == Some(b"POST") && !end_of_stream && !too_large;
         CacheRequest {
             exchange: CacheExchange::new(&namespace, None, gzip, &settings),
@@ -76,7 +76,7 @@ impl CacheRequest {
             return false;
         }
         let settings = CacheSettings::default();
-        if body_size > settings.max_request {
+        if !CacheExchange::takes_length(body_size as u64, &settings) {
             // a bypass: let Envoy pass what it holds and the rest
             self.awaiting_body = false;
             return false;
@@ -178,13 +178,13 @@ impl CacheRequest {
     }
 }
 
-/// Sends a hit as the local reply: Envoy sets its Content-Length.
-pub fn send_hit(hit: &HitResponse, status_header: bool) {
+/// Sends a hit as the local reply (Envoy sets its Content-Length); false when Envoy refused it.
+pub fn send_hit(hit: &HitResponse, status_header: bool) -> bool {
     let mut headers: Vec<(&str, &str)> = hit.headers().to_vec();
     if status_header {
         headers.push((STATUS_HEADER, Status::Hit.as_str()));
     }
-    let _ = hostcalls::send_http_response(200, headers, Some(&hit.body));
+    hostcalls::send_http_response(200, headers, Some(&hit.body)).is_ok()
 }
 
 /// Dispatches a store from the root context.

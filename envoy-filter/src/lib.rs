@@ -210,7 +210,9 @@ impl Context for Filter {
                 shared.metrics.cache_status(CacheStatus::Hit);
                 // the hit is this filter's own reply: nothing to compress or count as an exchange
                 self.stream.borrow_mut().done = true;
-                cache::send_hit(&hit, status_header);
+                if !cache::send_hit(&hit, status_header) {
+                    let _ = hostcalls::resume_http_request();
+                }
             }
             None => {
                 let _ = hostcalls::resume_http_request();

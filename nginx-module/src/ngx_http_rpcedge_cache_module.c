@@ -60,6 +60,8 @@ typedef struct {
     rpcedge_cache_t            *cache;
     ngx_http_rpcedge_cache_state_e  state;
     ngx_uint_t                  shard;
+    /* the lookup, cancelled if it outlives the timeout */
+    ngx_http_request_t         *lookup;
     ngx_event_t                 timer;
     /* the node's plain answer, for the store */
     ngx_http_rpcedge_cache_bytes_t  held;
@@ -299,9 +301,15 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_cache_module);
 
-    /* JSON-RPC is POST; anything else is a BYPASS (ctx->cache stays NULL) */
+    /*
+     * JSON-RPC is POST; anything else, and a body too long for a lookup
+     * (not worth reading first), is a BYPASS (ctx->cache stays NULL)
+     */
 
-    if (r->method != NGX_HTTP_POST) {
+    if (r->method != NGX_HTTP_POST
+        || (r->headers_in.content_length_n > 0
+            && !rpcedge_cache_takes_length(r->headers_in.content_length_n)))
+    {
         ctx->state = ngx_http_rpcedge_cache_pass_on;
         return NGX_DECLINED;
     }
@@ -414,6 +422,8 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     sr->request_body = NULL;
     sr->headers_in.content_length_n = -1;
 
+    ctx->lookup = sr;
+
     ngx_add_timer(&ctx->timer, conf->timeout);
 
     ctx->state = ngx_http_rpcedge_cache_looking;
@@ -501,7 +511,7 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
 
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (rc == NGX_OK && call->complete && !call->too_large
+    if (call && rc == NGX_OK && call->complete && !call->too_large
         && call->status != 0)
     {
         miss.data = call->miss.data;
@@ -520,7 +530,7 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     } else {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: lookup failed (%i, status %ui)",
-                      rc, call->status);
+                      rc, call ? call->status : 0);
 
         rpcedge_cache_failed(ctx->cache);
         ctx->state = ngx_http_rpcedge_cache_pass_on;
@@ -546,6 +556,7 @@ ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
     ngx_http_rpcedge_cache_ctx_t  *ctx = ev->data;
 
     ngx_connection_t    *c;
+    ngx_http_upstream_t *u;
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -556,6 +567,17 @@ ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
 
     rpcedge_cache_failed(ctx->cache);
     ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    /*
+     * end the lookup now: a background subrequest holds the client's
+     * connection (keepalive, an HTTP/2 stream) until it ends
+     */
+
+    u = ctx->lookup->upstream;
+
+    if (u && u->cleanup && *u->cleanup) {
+        (*u->cleanup)(ctx->lookup);
+    }
 
     r->write_event_handler(r);
     ngx_http_run_posted_requests(c);
@@ -712,10 +734,10 @@ ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
 
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (rc != NGX_OK || call->status != NGX_HTTP_NO_CONTENT) {
+    if (call == NULL || rc != NGX_OK || call->status != NGX_HTTP_NO_CONTENT) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: store not taken (%i, status %ui)",
-                      rc, call->status);
+                      rc, call ? call->status : 0);
     }
 
     /* the client has its answer whatever the daemon said */

@@ -456,6 +456,12 @@ size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, siz
 rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding);
 
 /**
+ * Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so
+ * that the host need not read it first.
+ */
+int32_t rpcedge_cache_takes_length(uint64_t content_length);
+
+/**
  * # Safety
  * `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
  */

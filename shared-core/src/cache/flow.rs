@@ -89,6 +89,12 @@ pub struct CacheExchange {
 }
 
 impl CacheExchange {
+    /// Whether a request body of `length` bytes may be looked up at all: a host can skip
+    /// reading (or holding) a longer one.
+    pub fn takes_length(length: u64, settings: &CacheSettings) -> bool {
+        length <= settings.max_request as u64
+    }
+
     /// From the request: its namespace, its body (`None` when the host does not hold it whole,
     /// as when nginx spilled it to a file) and whether the client takes gzip.
     pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, settings: &CacheSettings) -> CacheExchange {
@@ -145,7 +151,8 @@ impl CacheExchange {
     }
 
     /// The node's response head: whether the host should keep its plain body for the store.
-    /// Only a whole 200 that the node did not encode, and that fits an entry, is kept.
+    /// Only a whole 200 that the node did not encode, and that fits an entry, is kept, and only
+    /// after the daemon answered the lookup: one that failed it is not sent more work.
     pub fn response_head(
         &mut self,
         status: u16,
@@ -158,7 +165,8 @@ impl CacheExchange {
         if self.request.is_ok() && too_large {
             self.status = Status::Bypass;
         }
-        self.capture = self.request.is_ok() && status == 200 && !encoded && !too_large && self.status != Status::Hit;
+        let answered = matches!(self.status, Status::Miss | Status::Expired);
+        self.capture = self.request.is_ok() && status == 200 && !encoded && !too_large && answered;
         self.capture
     }
 

@@ -390,6 +390,9 @@ fn the_statuses_a_host_reports() {
     let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
+    assert!(!failed.response_head(200, None, None, &s), "no store for a daemon that failed the lookup");
+    assert!(CacheExchange::takes_length(s.max_request as u64, &s));
+    assert!(!CacheExchange::takes_length(s.max_request as u64 + 1, &s));
 
     for (body, bypass) in [
         (Some(request("eth_blockNumber", "[]")), Bypass::Method),

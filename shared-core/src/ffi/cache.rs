@@ -71,6 +71,13 @@ pub unsafe extern "C" fn rpcedge_cache_new(
     })
 }
 
+/// Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so
+/// that the host need not read it first.
+#[no_mangle]
+pub extern "C" fn rpcedge_cache_takes_length(content_length: u64) -> i32 {
+    guard(0, || CacheExchange::takes_length(content_length, &CacheSettings::default()).into())
+}
+
 /// # Safety
 /// `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
 #[no_mangle]
