@@ -41,18 +41,15 @@ pub struct CacheRequest {
 impl CacheRequest {
     /// From the request's headers: whether the cache may take it once its body is in.
     pub fn new(config: &CacheConfig, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> CacheRequest {
-        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
-        let text = |name| String::from_utf8_lossy(header(name).unwrap_or_default()).into_owned();
+        let text = |name| String::from_utf8_lossy(header(headers, name).unwrap_or_default()).into_owned();
         let namespace = match &config.namespace {
             Some(namespace) => namespace.clone(),
             None => default_namespace(&text(":authority"), &text(":path")),
         };
-        let gzip = header("accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
+        let gzip = header(headers, "accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
         let settings = CacheSettings::default();
-        let too_large = header("content-length")
-            .and_then(|length| std::str::from_utf8(length).ok()?.trim().parse::<u64>().ok())
-            .is_some_and(|length| !CacheExchange::takes_length(length, &settings));
-        let awaiting_body = header(":method") == Some(b"POST") && !end_of_stream && !too_large;
+        let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
+        let awaiting_body = header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large;
         CacheRequest {
             exchange: CacheExchange::new(&namespace, None, gzip, &settings),
             namespace,
@@ -110,9 +107,7 @@ impl CacheRequest {
             return None;
         }
         let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
-        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
-        let status = header(":status").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok());
-        let Some(status) = status else {
+        let Some(status) = number(&headers, ":status") else {
             // Envoy's own failure: the timeout, no healthy daemon
             self.exchange.failed();
             return None;
@@ -122,7 +117,7 @@ impl CacheRequest {
         } else {
             Vec::new()
         };
-        let answer = DaemonAnswer { status, miss: header("x-rpcedge-miss"), body: &body };
+        let answer = DaemonAnswer { status, miss: header(&headers, "x-rpcedge-miss"), body: &body };
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
         hit
@@ -135,15 +130,10 @@ impl CacheRequest {
     /// The node's response head: the status to report, once the core knows whether the body is
     /// held for the store.
     pub fn on_response_head(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Status {
-        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice());
-        let status = header(":status").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()).unwrap_or(0);
-        let length = if end_of_stream {
-            Some(0)
-        } else {
-            header("content-length").and_then(|l| std::str::from_utf8(l).ok()?.trim().parse().ok())
-        };
+        let status = number(headers, ":status").unwrap_or(0);
+        let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
         let settings = CacheSettings::default();
-        if self.exchange.response_head(status, length, header("content-encoding"), &settings) {
+        if self.exchange.response_head(status, length, header(headers, "content-encoding"), &settings) {
             self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
         }
         self.exchange.status()
@@ -176,6 +166,16 @@ impl CacheRequest {
     fn cluster<'a>(&self, config: &'a CacheConfig) -> &'a str {
         &config.clusters[self.exchange.shard(config.clusters.len() as u32) as usize]
     }
+}
+
+/// A header's value, from a map as Envoy hands it over (names in lower case).
+fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, value)| value.as_slice())
+}
+
+/// A header that holds a number (`:status`, `content-length`); none when absent or malformed.
+fn number<T: std::str::FromStr>(headers: &[(String, Vec<u8>)], name: &str) -> Option<T> {
+    std::str::from_utf8(header(headers, name)?).ok()?.trim().parse().ok()
 }
 
 /// Sends a hit as the local reply (Envoy sets its Content-Length); false when Envoy refused it.

@@ -99,8 +99,6 @@ static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
 static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t path,
     ngx_http_post_subrequest_t *ps, ngx_uint_t lookup);
-static ngx_int_t ngx_http_rpcedge_cache_push_header(ngx_http_request_t *r,
-    ngx_list_t *headers, char *key, rpcedge_str_t value);
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
 static void ngx_http_rpcedge_cache_cleanup(void *data);
@@ -223,6 +221,11 @@ static ngx_http_variable_t  ngx_http_rpcedge_cache_vars[] = {
 
 
 static ngx_str_t  ngx_http_rpcedge_cache_json = ngx_string("application/json");
+
+/* what a store tells the daemon besides the entry, in rpcedge_store_call_t's order */
+static char  *ngx_http_rpcedge_cache_store_headers[] = {
+    "X-Rpcedge-Namespace", "X-Rpcedge-Ttl", "X-Rpcedge-Requires-Final"
+};
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -602,25 +605,23 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     r->headers_out.content_type_lowcase = NULL;
 
     if (rpcedge_cache_hit(ctx->cache, &body)) {
-        h = ngx_list_push(&r->headers_out.headers);
+        h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
+                                         "Content-Encoding",
+                                         (u_char *) "gzip", sizeof("gzip") - 1);
         if (h == NULL) {
             return NGX_ERROR;
         }
 
-        h->hash = 1;
-        ngx_str_set(&h->key, "Content-Encoding");
-        ngx_str_set(&h->value, "gzip");
         r->headers_out.content_encoding = h;
     }
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
+                                     (u_char *) "Accept-Encoding",
+                                     sizeof("Accept-Encoding") - 1)
+        == NULL)
+    {
         return NGX_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Vary");
-    ngx_str_set(&h->value, "Accept-Encoding");
 
     r->headers_out.content_length_n = body.len;
 
@@ -656,8 +657,10 @@ static void
 ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
+    ngx_uint_t                   i;
     ngx_buf_t                   *b;
     ngx_chain_t                 *cl;
+    rpcedge_str_t                values[3];
     ngx_http_request_t          *sr;
     rpcedge_store_call_t         put;
     ngx_http_request_body_t     *rb;
@@ -694,18 +697,22 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     sr->method = NGX_HTTP_PUT;
     ngx_str_set(&sr->method_name, "PUT");
 
-    if (ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
-                                           "X-Rpcedge-Namespace", put.ns)
-        != NGX_OK
-        || ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
-                                              "X-Rpcedge-Ttl", put.ttl)
-           != NGX_OK
-        || ngx_http_rpcedge_cache_push_header(sr, &sr->headers_in.headers,
-                                              "X-Rpcedge-Requires-Final",
-                                              put.requires_final)
-           != NGX_OK)
-    {
-        return;
+    /* the entry's namespace, TTL and finality, those that apply */
+
+    values[0] = put.ns;
+    values[1] = put.ttl;
+    values[2] = put.requires_final;
+
+    for (i = 0; i < 3; i++) {
+        if (values[i].data != NULL
+            && ngx_http_rpcedge_push_header(&sr->headers_in.headers,
+                                            ngx_http_rpcedge_cache_store_headers[i],
+                                            (u_char *) values[i].data,
+                                            values[i].len)
+               == NULL)
+        {
+            return;
+        }
     }
 
     /* the entry stays in ctx->cache until the request's pool goes */
@@ -804,35 +811,10 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
 
 
 static ngx_int_t
-ngx_http_rpcedge_cache_push_header(ngx_http_request_t *r, ngx_list_t *headers,
-    char *key, rpcedge_str_t value)
-{
-    ngx_table_elt_t  *h;
-
-    if (value.data == NULL) {
-        return NGX_OK;
-    }
-
-    h = ngx_list_push(headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = (u_char *) value.data;
-    h->value.len = value.len;
-    h->lowcase_key = h->key.data;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
 ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 {
     off_t                           length;
+    u_char                         *status;
     ngx_uint_t                      i;
     rpcedge_str_t                   coding;
     ngx_list_part_t                *part;
@@ -934,15 +916,15 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     if (conf->status_header) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        status = (u_char *) rpcedge_cache_status(ctx->cache);
+
+        if (ngx_http_rpcedge_push_header(&r->headers_out.headers,
+                                         "X-Rpcedge-Cache", status,
+                                         ngx_strlen(status))
+            == NULL)
+        {
             return NGX_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "X-Rpcedge-Cache");
-        h->value.data = (u_char *) rpcedge_cache_status(ctx->cache);
-        h->value.len = ngx_strlen(h->value.data);
     }
 
     return ngx_http_next_header_filter(r);

@@ -112,8 +112,6 @@ static void ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex,
     ngx_list_t *list, ngx_http_rpcedge_feed_header_pt feed);
 static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits);
-static ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_http_request_t *r,
-    char *key, char *value);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits);
 static ngx_int_t ngx_http_rpcedge_fail(ngx_http_request_t *r,
@@ -531,8 +529,10 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
 #endif
 
     if (edits->content_encoding) {
-        h = ngx_http_rpcedge_push_header(r, "Content-Encoding",
-                                         (char *) edits->content_encoding);
+        h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
+                                         "Content-Encoding",
+                                         (u_char *) edits->content_encoding,
+                                         ngx_strlen(edits->content_encoding));
         if (h == NULL) {
             return NGX_ERROR;
         }
@@ -562,7 +562,9 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
 
         } else
 #endif
-        if (ngx_http_rpcedge_push_header(r, "Vary", "Accept-Encoding")
+        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
+                                         (u_char *) "Accept-Encoding",
+                                         sizeof("Accept-Encoding") - 1)
             == NULL)
         {
             return NGX_ERROR;
@@ -600,12 +602,13 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
 }
 
 
-static ngx_table_elt_t *
-ngx_http_rpcedge_push_header(ngx_http_request_t *r, char *key, char *value)
+ngx_table_elt_t *
+ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key, u_char *value,
+    size_t len)
 {
     ngx_table_elt_t  *h;
 
-    h = ngx_list_push(&r->headers_out.headers);
+    h = ngx_list_push(headers);
     if (h == NULL) {
         return NULL;
     }
@@ -616,8 +619,9 @@ ngx_http_rpcedge_push_header(ngx_http_request_t *r, char *key, char *value)
 #endif
     h->key.data = (u_char *) key;
     h->key.len = ngx_strlen(key);
-    h->value.data = (u_char *) value;
-    h->value.len = ngx_strlen(value);
+    h->value.data = value;
+    h->value.len = len;
+    h->lowcase_key = h->key.data;
 
     return h;
 }

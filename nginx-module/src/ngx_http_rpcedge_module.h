@@ -27,6 +27,10 @@ typedef struct {
 /* the post handler of ngx_http_rpcedge_check_t */
 char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
 
+/* a header (key a static string) at the end of a headers_in or headers_out list */
+ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
+    u_char *value, size_t len);
+
 /* rpcedge_min_length where r is: below it a cache hit goes out plain */
 size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
 
