@@ -129,12 +129,22 @@ def batch_case(corpus=CORPUS):
     raise LookupError("no batch in the corpus")
 
 
-def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, extra=""):
+# the hot tier's size when `hot` is True; a number is its size in bytes
+HOT_BYTES = 1024 * 1024
+
+
+def hot_bytes(hot):
+    return HOT_BYTES if hot is True else int(hot)
+
+
+def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, hot=False, extra=""):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
     in the server."""
     cache = "on" if cache else "off"
     if namespace:
         extra += f"\n        rpcedge_cache_namespace {namespace};"
+    if hot:
+        extra += f"\n        rpcedge_cache_hot rpcedge_hot:{hot_bytes(hot) // 1024}k;"
     return f"""
     upstream ethereum_node {{
         server {LOOPBACK}:{replay_port};
@@ -165,11 +175,13 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, name
 """
 
 
-def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",)):
+def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",), hot=False):
     """The plugin configuration: compression, and the cache unless `cache` is false."""
     if not cache:
         return COMPRESSION_PLUGIN_CONFIG
     settings = {"clusters": list(clusters), "timeout_ms": timeout_ms}
+    if hot:
+        settings["hot_bytes"] = hot_bytes(hot)
     if namespace:
         settings["namespace"] = namespace
     return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'

@@ -220,10 +220,44 @@ def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, fail
             stack.start_daemon(port=stack.daemon.port)
 
 
+def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, stack):
+    proxy = proxies(timeout_ms=1000, hot=True)
+    block, receipt = case("block_by_hash"), case("receipt")
+    assert status(post(proxy.port, block, id_=1)) == "MISS"
+    wait_for_hit(proxy.port, block, time.monotonic())
+    # the daemon's hit is now in the hot tier (with Envoy, in each worker that asked: ask enough
+    # times, on as many connections, that both of its two workers have)
+    for id_ in range(32):
+        assert status(post(proxy.port, block, id_=id_)) == "HIT"
+    pid = stack.daemon.process.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    wait_until_stopped(pid)
+    try:
+        asked = stack.node_requests()
+        for id_ in range(4):
+            hit = post(proxy.port, block, id_=f"hot-{id_}")
+            assert (hit.status, status(hit)) == (200, "HIT")
+            assert gzip.decompress(hit.body) == block.answer(f"hot-{id_}")
+            assert int(hit.header("content-length")) == len(hit.body)
+            # no lookup waits for the stopped daemon (its timeout is 1 s)
+            assert answered_in(hit) < 0.5
+        plain = post(proxy.port, block, id_=5, accept_encoding=None)
+        assert (status(plain), plain.body) == ("HIT", block.answer(5))
+        assert stack.node_requests() == asked, "hot hits never reach the node"
+        # a key the hot tier does not hold still asks the daemon, and fails open
+        other = post(proxy.port, receipt, id_=9)
+        assert (other.status, status(other), other.decoded()) == (200, "ERROR", receipt.answer(9))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.parametrize("directive, message", [
     ("rpcedge_cache_timeout 0;", "\"rpcedge_cache_timeout\" directive must be between 1 and 60000"),
     ("rpcedge_cache_shards 0;", "\"rpcedge_cache_shards\" directive must be between 1 and 1024"),
     ("rpcedge_cache_pass _rpcedge_cache;", "must be the URI of an internal location"),
+    ("rpcedge_cache_hot 16m;", "must be name:size"),
+    ("rpcedge_cache_hot hot:64k;", "rpcedge_cache_hot zone \"hot\" is too small"),
+    ("rpcedge_cache_hot hot:lots;", "is too small or not a size"),
 ])
 def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
     from nginx_harness import check_conf, main_conf

@@ -69,6 +69,7 @@ def test_an_entry_is_stored_compressed_once_and_served_over_tcp_and_the_socket(d
     assert status == 204
     status, headers, stored = daemon.request("GET", f"/v1/entries/{k}")
     assert status == 200 and headers["Content-Type"] == "application/octet-stream"
+    assert "X-Rpcedge-Ttl" not in headers, "no expiry"
     form, got = stored_tail(stored)
     assert got == tail and form == 1, "kept as a DEFLATE stream"
     assert len(stored) < len(tail) / 4
@@ -95,7 +96,8 @@ def test_an_incompressible_tail_is_kept_plain(daemon):
 def test_an_entry_with_a_ttl_expires(daemon):
     k = key("chain id")
     assert put(daemon, k, entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "1"})[0] == 204
-    assert daemon.request("GET", f"/v1/entries/{k}")[0] == 200
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
+    assert (status, headers["X-Rpcedge-Ttl"]) == (200, "1"), "the seconds left, for the proxies' hot tiers"
     time.sleep(2.1)
     status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
     assert (status, headers["X-Rpcedge-Miss"]) == (404, "expired")

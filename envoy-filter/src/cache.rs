@@ -2,13 +2,19 @@
 //! then for the daemon's answer to a `dispatch_http_call`, at most `timeout_ms`; a hit goes out
 //! as a local reply, anything else goes on to the node. The node's plain answer is held as it
 //! passes, and the call that stores it is handed to the root, which makes it: a call made from
-//! the stream's context is cancelled when the stream's context goes away.
+//! the stream's context is cancelled when the stream's context goes away. With `hot_bytes`, the
+//! daemon's hits are also kept in the worker's own hot tier (one Wasm VM per worker, so the
+//! region needs no lock), which answers them again without the call.
+
+use std::cell::RefCell;
 
 use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
-use rpcedge_core::cache::{default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use rpcedge_core::cache::{
+    default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Status, StoreCall,
+};
 use rpcedge_core::{AcceptEncoding, CacheConfig, Coding};
 
 /// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
@@ -21,6 +27,19 @@ pub const STATUS_HEADER: &str = "x-rpcedge-cache";
 pub struct PendingStore {
     pub cluster: String,
     pub call: StoreCall,
+}
+
+/// A worker's hot tier: its region, laid out by the core.
+pub type HotRegion = RefCell<Vec<u8>>;
+
+/// What the request does after its body callback.
+pub enum AfterBody {
+    /// Goes on to the node.
+    Continue,
+    /// Waits here: for more body, or for the daemon's answer.
+    Wait,
+    /// Gets this hit from the hot tier.
+    Answer(HitResponse),
 }
 
 /// One request's way through the cache.
@@ -66,43 +85,67 @@ impl CacheRequest {
         self.awaiting_body
     }
 
-    /// A request body callback; true while the request must wait here (for more body, or for
-    /// the daemon's answer to the lookup made once it is all in).
-    pub fn on_body(&mut self, body_size: usize, end: bool, config: &CacheConfig) -> bool {
+    /// A request body callback: once the body is all in, the hot tier is asked, then the daemon.
+    pub fn on_body(
+        &mut self,
+        body_size: usize,
+        end: bool,
+        config: &CacheConfig,
+        hot: Option<&HotRegion>,
+        min_length: u64,
+        now_s: u64,
+    ) -> AfterBody {
         if !self.awaiting_body {
-            return false;
+            return AfterBody::Continue;
         }
         let settings = CacheSettings::default();
         if !CacheExchange::takes_length(body_size as u64, &settings) {
             // a bypass: let Envoy pass what it holds and the rest
             self.awaiting_body = false;
-            return false;
+            return AfterBody::Continue;
         }
         if !end {
-            return true;
+            return AfterBody::Wait;
         }
         self.awaiting_body = false;
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
         self.exchange = CacheExchange::new(&self.namespace, Some(&body), self.gzip, &settings);
-        let Some(path) = self.exchange.lookup_path() else { return false };
+        let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
+        if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
+            self.hit = true;
+            return AfterBody::Answer(hit);
+        }
         let cluster = self.cluster(config);
         let headers = vec![(":method", "GET"), (":path", path.as_str()), (":authority", cluster)];
         let timeout = Duration::from_millis(config.timeout_ms);
         match hostcalls::dispatch_http_call(cluster, headers, None, vec![], timeout) {
             Ok(token) => {
                 self.lookup = Some(token);
-                true
+                AfterBody::Wait
             }
             Err(status) => {
                 log::warn!("rpcedge cache: cannot call {cluster}: {status:?}");
                 self.exchange.failed();
-                false
+                AfterBody::Continue
             }
         }
     }
 
-    /// The daemon answered the lookup (or failed to in time: no headers): the hit to send.
-    pub fn on_lookup_answer(&mut self, token: u32, body_size: usize, min_length: u64) -> Option<HitResponse> {
+    fn hot_hit(&mut self, hot: &HotRegion, min_length: u64, now_s: u64) -> Option<HitResponse> {
+        let found = HotTier::open(&mut hot.borrow_mut()).is_some_and(|tier| self.exchange.find_hot(&tier, now_s));
+        found.then(|| self.exchange.hot_answer(min_length)).flatten()
+    }
+
+    /// The daemon answered the lookup (or failed to in time: no headers): the hit to send, kept
+    /// in the hot tier too.
+    pub fn on_lookup_answer(
+        &mut self,
+        token: u32,
+        body_size: usize,
+        min_length: u64,
+        hot: Option<&HotRegion>,
+        now_s: u64,
+    ) -> Option<HitResponse> {
         if self.lookup.take() != Some(token) {
             return None;
         }
@@ -117,9 +160,15 @@ impl CacheRequest {
         } else {
             Vec::new()
         };
-        let answer = DaemonAnswer { status, miss: header(&headers, "x-rpcedge-miss"), body: &body };
+        let miss = header(&headers, "x-rpcedge-miss");
+        let answer = DaemonAnswer { status, miss, ttl: header(&headers, "x-rpcedge-ttl"), body: &body };
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
+        if let (true, Some(hot)) = (self.hit, hot) {
+            if let Some(mut tier) = HotTier::open(&mut hot.borrow_mut()) {
+                self.exchange.keep_hot(&mut tier, &body, now_s);
+            }
+        }
         hit
     }
 

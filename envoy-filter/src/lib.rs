@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::cache::Status as CacheStatus;
+use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
 use rpcedge_core::{BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
 
 mod cache;
-use cache::{CacheRequest, PendingStore};
+use cache::{AfterBody, CacheRequest, HotRegion, PendingStore};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -59,6 +59,8 @@ struct Shared {
     tick: Cell<Duration>,
     /// Stores for the root to make at its next tick.
     stores: RefCell<Vec<PendingStore>>,
+    /// The worker's hot tier, when the cache has one.
+    hot: Option<HotRegion>,
 }
 
 impl Shared {
@@ -104,7 +106,9 @@ impl RootContext for Root {
                 return false;
             }
         };
+        let hot_bytes = settings.cache.as_ref().filter(|c| c.enabled).map_or(0, |c| c.hot_bytes as usize);
         self.shared = Some(Rc::new(Shared {
+            hot: (hot_bytes > 0).then(|| RefCell::new(vec![0; hot_bytes])),
             settings: Arc::new(settings),
             metrics,
             waiting: Default::default(),
@@ -189,6 +193,16 @@ impl Filter {
         }
     }
 
+    /// Answers the request with a hit: the filter's own reply, with nothing to compress or count
+    /// as an exchange. False when Envoy refused the reply: the request goes on to the node.
+    fn answer_hit(&mut self, hit: &HitResponse) -> bool {
+        let shared = self.shared();
+        let status_header = shared.settings.cache.as_ref().is_some_and(|c| c.status_header);
+        shared.metrics.cache_status(CacheStatus::Hit);
+        self.stream.borrow_mut().done = true;
+        cache::send_hit(hit, status_header)
+    }
+
     /// The node's answer has ended: its store goes to the root.
     fn store_in_cache(&mut self) {
         let shared = self.shared();
@@ -204,17 +218,10 @@ impl Context for Filter {
     fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
         let shared = self.shared();
         let Some(cache) = self.cache.as_mut() else { return };
-        match cache.on_lookup_answer(token_id, body_size, shared.settings.min_length) {
-            Some(hit) => {
-                let status_header = shared.settings.cache.as_ref().is_some_and(|c| c.status_header);
-                shared.metrics.cache_status(CacheStatus::Hit);
-                // the hit is this filter's own reply: nothing to compress or count as an exchange
-                self.stream.borrow_mut().done = true;
-                if !cache::send_hit(&hit, status_header) {
-                    let _ = hostcalls::resume_http_request();
-                }
-            }
-            None => {
+        let hot = shared.hot.as_ref();
+        match cache.on_lookup_answer(token_id, body_size, shared.settings.min_length, hot, now_ms() / 1000) {
+            Some(hit) if self.answer_hit(&hit) => {}
+            _ => {
                 let _ = hostcalls::resume_http_request();
             }
         }
@@ -257,10 +264,12 @@ impl HttpContext for Filter {
         let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else {
             return Action::Continue;
         };
-        if cache.on_body(body_size, end_of_stream, config) {
-            Action::Pause
-        } else {
-            Action::Continue
+        let (hot, min_length) = (shared.hot.as_ref(), shared.settings.min_length);
+        match cache.on_body(body_size, end_of_stream, config, hot, min_length, now_ms() / 1000) {
+            AfterBody::Continue => Action::Continue,
+            AfterBody::Wait => Action::Pause,
+            AfterBody::Answer(hit) if self.answer_hit(&hit) => Action::Pause,
+            AfterBody::Answer(_) => Action::Continue,
         }
     }
 

@@ -8,7 +8,9 @@
  * to it (rpcedge_cache_pass), waiting at most rpcedge_cache_timeout. A hit
  * is answered from there; otherwise the request goes on to the node, this
  * module's body filter holds the node's plain answer, and once the answer
- * has gone out a second background subrequest stores it. The filter sits
+ * has gone out a second background subrequest stores it. With
+ * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
+ * zone (the core's hot tier), which answers them again without the trip. The filter sits
  * just above postpone, so that it sees the daemon's answers before postpone
  * would hold them, and the node's body before rpcedge compresses it.
  */
@@ -27,9 +29,18 @@
 #define NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER  (32 * 1024 * 1024)
 
 
+/* the hot tier: a region of a shared memory zone, laid out by the core */
+typedef struct {
+    ngx_slab_pool_t            *shpool;
+    u_char                     *region;
+    size_t                      len;
+} ngx_http_rpcedge_cache_hot_t;
+
+
 typedef struct {
     ngx_flag_t                  enable;
     ngx_str_t                   pass;
+    ngx_shm_zone_t             *hot;
     ngx_http_complex_value_t   *ns;
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
@@ -74,6 +85,7 @@ typedef struct {
     ngx_http_rpcedge_cache_ctx_t   *main;
     ngx_uint_t                  status;
     ngx_str_t                   miss;
+    ngx_str_t                   ttl;
     ngx_http_rpcedge_cache_bytes_t  answer;
     unsigned                    lookup:1;
     unsigned                    complete:1;
@@ -87,6 +99,10 @@ static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static rpcedge_str_t ngx_http_rpcedge_cache_request_body(
     ngx_http_request_t *r);
+static ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone);
+static void ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
+    ngx_shm_zone_t *zone, ngx_http_rpcedge_cache_call_t *call);
 static ngx_int_t ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev);
@@ -110,6 +126,10 @@ static ngx_int_t ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
+    void *data);
+static char *ngx_http_rpcedge_cache_hot(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf);
 static void *ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf);
@@ -143,6 +163,13 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, pass),
       &ngx_http_rpcedge_cache_pass_post },
+
+    { ngx_string("rpcedge_cache_hot"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_rpcedge_cache_hot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("rpcedge_cache_namespace"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -403,6 +430,11 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
+    if (conf->hot && ngx_http_rpcedge_cache_find_hot(r, ctx, conf->hot)) {
+        ctx->state = ngx_http_rpcedge_cache_hit;
+        return;
+    }
+
     ctx->shard = rpcedge_cache_shard(ctx->cache, (uint32_t) conf->shards);
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
@@ -430,6 +462,39 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_add_timer(&ctx->timer, conf->timeout);
 
     ctx->state = ngx_http_rpcedge_cache_looking;
+}
+
+
+/* a hit from the hot tier: the entry is copied out under the zone's lock,
+ * and the hit put together after it is released */
+
+static ngx_uint_t
+ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone)
+{
+    ngx_uint_t                     found;
+    ngx_http_rpcedge_cache_hot_t  *hot = zone->data;
+
+    ngx_shmtx_lock(&hot->shpool->mutex);
+    found = rpcedge_cache_hot_find(ctx->cache, hot->region, hot->len,
+                                   ngx_time());
+    ngx_shmtx_unlock(&hot->shpool->mutex);
+
+    return found
+           && rpcedge_cache_hot_hit(ctx->cache, ngx_http_rpcedge_min_length(r));
+}
+
+
+static void
+ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
+    ngx_shm_zone_t *zone, ngx_http_rpcedge_cache_call_t *call)
+{
+    ngx_http_rpcedge_cache_hot_t  *hot = zone->data;
+
+    ngx_shmtx_lock(&hot->shpool->mutex);
+    rpcedge_cache_hot_keep(ctx->cache, hot->region, hot->len,
+                           call->answer.data, call->answer.len, ngx_time());
+    ngx_shmtx_unlock(&hot->shpool->mutex);
 }
 
 
@@ -495,9 +560,10 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
 {
     ngx_http_rpcedge_cache_ctx_t   *ctx = data;
 
-    rpcedge_str_t                   miss;
+    rpcedge_str_t                   miss, ttl;
     ngx_http_request_t             *mr;
     ngx_http_rpcedge_cache_call_t  *call;
+    ngx_http_rpcedge_cache_conf_t  *conf;
 
     /* the client has gone on without us (the timeout), or this is the
      * error page after a failed call */
@@ -519,12 +585,20 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     {
         miss.data = call->miss.data;
         miss.len = call->miss.len;
+        ttl.data = call->ttl.data;
+        ttl.len = call->ttl.len;
 
         if (rpcedge_cache_answered(ctx->cache, (uint16_t) call->status, miss,
-                                   call->answer.data, call->answer.len,
+                                   ttl, call->answer.data, call->answer.len,
                                    ngx_http_rpcedge_min_length(mr)))
         {
             ctx->state = ngx_http_rpcedge_cache_hit;
+
+            conf = ngx_http_get_module_loc_conf(mr,
+                                                ngx_http_rpcedge_cache_module);
+            if (conf->hot) {
+                ngx_http_rpcedge_cache_keep_hot(ctx, conf->hot, call);
+            }
 
         } else {
             ctx->state = ngx_http_rpcedge_cache_pass_on;
@@ -850,13 +924,24 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
                 i = 0;
             }
 
-            if (h[i].hash
-                && h[i].key.len == sizeof("X-Rpcedge-Miss") - 1
+            if (h[i].hash == 0) {
+                continue;
+            }
+
+            if (h[i].key.len == sizeof("X-Rpcedge-Miss") - 1
                 && ngx_strncasecmp(h[i].key.data, (u_char *) "X-Rpcedge-Miss",
                                    sizeof("X-Rpcedge-Miss") - 1)
                    == 0)
             {
                 call->miss = h[i].value;
+
+            } else if (h[i].key.len == sizeof("X-Rpcedge-Ttl") - 1
+                       && ngx_strncasecmp(h[i].key.data,
+                                          (u_char *) "X-Rpcedge-Ttl",
+                                          sizeof("X-Rpcedge-Ttl") - 1)
+                          == 0)
+            {
+                call->ttl = h[i].value;
             }
         }
 
@@ -1153,6 +1238,117 @@ ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post, void *data)
 }
 
 
+/* rpcedge_cache_hot name:size | off; one zone may serve many locations */
+
+static char *
+ngx_http_rpcedge_cache_hot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rpcedge_cache_conf_t *rccf = conf;
+
+    u_char                        *p;
+    ssize_t                        size;
+    ngx_str_t                     *value, name, s;
+    ngx_http_rpcedge_cache_hot_t  *hot;
+
+    if (rccf->hot != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        rccf->hot = NULL;
+        return NGX_CONF_OK;
+    }
+
+    p = (u_char *) ngx_strchr(value[1].data, ':');
+
+    if (p == NULL || p == value[1].data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be name:size, such as rpcedge_hot:16m, "
+                           "or off", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    name.data = value[1].data;
+    name.len = p - value[1].data;
+
+    s.data = p + 1;
+    s.len = value[1].data + value[1].len - s.data;
+
+    size = ngx_parse_size(&s);
+
+    /* the core's smallest region, and the slab pool's own pages */
+
+    if (size == NGX_ERROR
+        || (size_t) size < rpcedge_cache_hot_min_region() + 8 * ngx_pagesize)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "rpcedge_cache_hot zone \"%V\" is too small or not "
+                           "a size: \"%V\" (at least %uzk)", &name, &s,
+                           (rpcedge_cache_hot_min_region() + 8 * ngx_pagesize)
+                           / 1024);
+        return NGX_CONF_ERROR;
+    }
+
+    rccf->hot = ngx_shared_memory_add(cf, &name, size,
+                                      &ngx_http_rpcedge_cache_module);
+    if (rccf->hot == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (rccf->hot->data == NULL) {
+        hot = ngx_pcalloc(cf->pool, sizeof(ngx_http_rpcedge_cache_hot_t));
+        if (hot == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        rccf->hot->init = ngx_http_rpcedge_cache_init_hot;
+        rccf->hot->data = hot;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_rpcedge_cache_hot_t  *ohot = data;
+
+    size_t                         len;
+    ngx_http_rpcedge_cache_hot_t  *hot;
+
+    hot = shm_zone->data;
+
+    /* a reload: the zone and its entries carry over */
+
+    if (ohot) {
+        *hot = *ohot;
+        return NGX_OK;
+    }
+
+    hot->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    /* all the pool's free pages, in one piece, as the region */
+
+    len = hot->shpool->pfree * ngx_pagesize;
+
+    hot->region = ngx_slab_alloc(hot->shpool, len);
+
+    if (hot->region == NULL || !rpcedge_cache_hot_init(hot->region, len)) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "rpcedge_cache_hot zone \"%V\" has no room for the "
+                      "hot tier", &shm_zone->shm.name);
+        return NGX_ERROR;
+    }
+
+    hot->len = len;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf)
 {
@@ -1189,6 +1385,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
      */
 
     conf->enable = NGX_CONF_UNSET;
+    conf->hot = NGX_CONF_UNSET_PTR;
     conf->ns = NGX_CONF_UNSET_PTR;
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
@@ -1206,6 +1403,7 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
+    ngx_conf_merge_ptr_value(conf->hot, prev->hot, NULL);
     ngx_conf_merge_ptr_value(conf->ns, prev->ns, NULL);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);

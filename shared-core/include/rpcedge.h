@@ -10,6 +10,16 @@
 #include <stdlib.h>
 
 /**
+ * The longest an entry stays here, whatever its own expiry.
+ */
+#define MAX_AGE_S 60
+
+/**
+ * The smallest region a hot tier takes.
+ */
+#define MIN_REGION (64 * 1024)
+
+/**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
  */
 #define RPCEDGE_PLAN_PASS 0
@@ -484,13 +494,14 @@ int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *p
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
 
 /**
- * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` header (NULL `data`: none)
- * and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+ * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
+ * headers (NULL `data`: none) and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it
+ * (and to keep with `rpcedge_cache_hot_keep`); 0: ask the node.
  *
  * # Safety
  * `cache` is NULL or live; the strings point to readable bytes of their lengths.
  */
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, const uint8_t *body, size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl, const uint8_t *body, size_t body_len, uint64_t min_length);
 
 /**
  * The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
@@ -500,6 +511,47 @@ int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_
  * `cache` is NULL or live; `body` is NULL or writable.
  */
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+
+/**
+ * Lays out `len` bytes at `region` as a hot tier (see `cache::hot`), unless they hold one of
+ * the same size already. 1: done; 0: the region is too small (`rpcedge_cache_hot_min_region`).
+ *
+ * # Safety
+ * `region` points to `len` writable bytes that nothing else uses during the call.
+ */
+int32_t rpcedge_cache_hot_init(uint8_t *region, size_t len);
+
+/**
+ * The smallest region `rpcedge_cache_hot_init` takes.
+ */
+size_t rpcedge_cache_hot_min_region(void);
+
+/**
+ * Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
+ * copied out, so that the host can release its lock before `rpcedge_cache_hot_hit`.
+ *
+ * # Safety
+ * `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
+ * holds it alone during the call (nginx: the zone's lock).
+ */
+int32_t rpcedge_cache_hot_find(rpcedge_cache_t *cache, uint8_t *region, size_t len, uint64_t now_s);
+
+/**
+ * The hit for the entry `rpcedge_cache_hot_find` found. 1: send it as `rpcedge_cache_hit` gives
+ * it; 0: ask the daemon after all.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+int32_t rpcedge_cache_hot_hit(rpcedge_cache_t *cache, uint64_t min_length);
+
+/**
+ * After the daemon's hit: keeps its entry (the body of its answer) in the hot tier at `region`.
+ *
+ * # Safety
+ * As `rpcedge_cache_hot_find`; `entry` points to `entry_len` readable bytes.
+ */
+void rpcedge_cache_hot_keep(rpcedge_cache_t *cache, uint8_t *region, size_t len, const uint8_t *entry, size_t entry_len, uint64_t now_s);
 
 /**
  * The lookup failed (no answer within the timeout, no daemon): ask the node.

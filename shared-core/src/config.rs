@@ -49,6 +49,8 @@ pub struct CacheConfig {
     pub timeout_ms: u64,
     /// Whether answers carry `X-Rpcedge-Cache`.
     pub status_header: bool,
+    /// Bytes of each worker's hot tier (the daemon's recent hits, in the worker's memory); 0: none.
+    pub hot_bytes: u64,
 }
 
 impl Default for CacheConfig {
@@ -59,6 +61,7 @@ impl Default for CacheConfig {
             namespace: None,
             timeout_ms: 50,
             status_header: true,
+            hot_bytes: 0,
         }
     }
 }
@@ -67,6 +70,11 @@ impl CacheConfig {
     fn check(&self) -> Result<(), ConfigError> {
         check_field("cache_timeout_ms", self.timeout_ms)?;
         check_field("cache_shards", self.clusters.len() as u64)?;
+        check_field("cache_hot_bytes", self.hot_bytes)?;
+        if self.hot_bytes != 0 && self.hot_bytes < crate::cache::HOT_MIN_REGION as u64 {
+            let message = format!("0 (none) or at least {}", crate::cache::HOT_MIN_REGION);
+            return Err(ConfigError::new("cache_hot_bytes", message));
+        }
         if self.clusters.iter().any(String::is_empty) {
             return Err(ConfigError::new("cache_shards", "a cluster name is empty".into()));
         }
@@ -101,7 +109,7 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 8] = [
+pub const FIELDS: [Field; 9] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
@@ -110,6 +118,7 @@ pub const FIELDS: [Field; 8] = [
     Field { name: "offload_min_length", range: 0..=256 * MIB },
     Field { name: "cache_timeout_ms", range: 1..=60_000 },
     Field { name: "cache_shards", range: 1..=1024 },
+    Field { name: "cache_hot_bytes", range: 0..=1024 * MIB },
 ];
 
 /// A configuration value that is out of range or malformed, naming the field.
@@ -316,6 +325,8 @@ mod tests {
             (&br#"{"cache": {"timeout_ms": 0}}"#[..], "cache_timeout_ms"),
             (br#"{"cache": {"clusters": []}}"#, "cache_shards"),
             (br#"{"cache": {"clusters": [""]}}"#, "cache_shards"),
+            (br#"{"cache": {"hot_bytes": 1000}}"#, "cache_hot_bytes"),
+            (br#"{"cache": {"hot_bytes": 2000000000}}"#, "cache_hot_bytes"),
         ] {
             assert_eq!(Config::from_json(json).unwrap_err().field, field);
         }

@@ -102,8 +102,8 @@ rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, const uint8_t *body,
-                               size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
+                               const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,
                                     rpcedge_str_t content_encoding);
@@ -290,10 +290,10 @@ end
 -- it is gzip, or nil when the node must answer (no entry, or a bad one).
 function Cache:hit(entry, min_length)
     if entry == nil then
-        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), nil, 0, min_length or 1024)
+        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), rstr(nil), nil, 0, min_length or 1024)
         return nil
     end
-    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), entry, #entry, min_length or 1024) == 0 then
+    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), rstr(nil), entry, #entry, min_length or 1024) == 0 then
         return nil
     end
     local body = ffi_new("rpcedge_str_t")

@@ -1,7 +1,7 @@
 //! The HTTP/1.1 API the proxies call.
 //!
-//! - `GET /v1/entries/{key}`: 200 with the stored entry, or 404 with `X-Rpcedge-Miss:
-//!   absent|expired|bad`;
+//! - `GET /v1/entries/{key}`: 200 with the stored entry (and `X-Rpcedge-Ttl`, the seconds left,
+//!   when it expires), or 404 with `X-Rpcedge-Miss: absent|expired|bad`;
 //! - `PUT /v1/entries/{key}`: the entry as a host encodes it (`rpcedge_core::cache::encode`), with
 //!   `X-Rpcedge-Namespace`, and `X-Rpcedge-Ttl` (seconds) or `X-Rpcedge-Requires-Final` (a block
 //!   number) as the core's capture says: 204 stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
@@ -84,9 +84,13 @@ fn now_s() -> u64 {
 
 fn get(state: &State, key: &[u8]) -> Response<Body> {
     let miss = match state.store.get(key, now_s()) {
-        Ok(Lookup::Hit(entry)) => {
+        Ok(Lookup::Hit(entry, left_s)) => {
             let mut response = Response::new(Full::new(Bytes::from(entry)));
             response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            if let Some(left_s) = left_s {
+                // so that a proxy's hot tier keeps it no longer than this
+                response.headers_mut().insert("x-rpcedge-ttl", HeaderValue::from(left_s));
+            }
             return response;
         }
         Ok(Lookup::Absent) => "absent",

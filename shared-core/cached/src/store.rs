@@ -61,7 +61,8 @@ pub struct Counters {
 }
 
 pub enum Lookup {
-    Hit(Vec<u8>),
+    /// The entry, and the seconds it has left (`None`: no expiry).
+    Hit(Vec<u8>, Option<u64>),
     Absent,
     Expired,
     /// A value that failed its checksum; it has been deleted.
@@ -113,7 +114,8 @@ impl Store {
                 return Ok(Lookup::Expired);
             }
             self.counters.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Lookup::Hit(entry.to_vec()));
+            let left_s = (expires_s != 0).then(|| expires_s - now_s);
+            return Ok(Lookup::Hit(entry.to_vec(), left_s));
         }
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
         Ok(Lookup::Absent)

@@ -5,6 +5,7 @@
 
 use std::ffi::CStr;
 
+use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
@@ -48,6 +49,8 @@ pub struct DaemonAnswer<'a> {
     pub status: u16,
     /// Its `X-Rpcedge-Miss` header.
     pub miss: Option<&'a [u8]>,
+    /// Its `X-Rpcedge-Ttl` header: the seconds a hit has left (none: no expiry).
+    pub ttl: Option<&'a [u8]>,
     pub body: &'a [u8],
 }
 
@@ -86,6 +89,10 @@ pub struct CacheExchange {
     gzip: bool,
     status: Status,
     capture: bool,
+    /// A daemon's hit, to keep in the hot tier for this many seconds.
+    hot_ttl_s: Option<u64>,
+    /// The entry the hot tier holds for this request.
+    hot_entry: Option<Vec<u8>>,
 }
 
 impl CacheExchange {
@@ -100,7 +107,15 @@ impl CacheExchange {
     pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, settings: &CacheSettings) -> CacheExchange {
         let request = body.ok_or(Bypass::TooLarge).and_then(|body| lookup(namespace, body, settings));
         let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
-        CacheExchange { request, namespace: namespace.to_string(), gzip, status, capture: false }
+        CacheExchange {
+            request,
+            namespace: namespace.to_string(),
+            gzip,
+            status,
+            capture: false,
+            hot_ttl_s: None,
+            hot_entry: None,
+        }
     }
 
     /// The lookup to make, `GET` this path, or `None`: straight to the node.
@@ -125,6 +140,8 @@ impl CacheExchange {
             200 => match hit(request, answer.body, self.gzip, min_length) {
                 Ok(hit) => {
                     self.status = Status::Hit;
+                    let ttl = answer.ttl.and_then(|ttl| std::str::from_utf8(ttl).ok()?.trim().parse().ok());
+                    self.hot_ttl_s = Some(ttl.unwrap_or(MAX_AGE_S));
                     Some(hit)
                 }
                 Err(_) => {
@@ -140,6 +157,29 @@ impl CacheExchange {
                 self.status = Status::Error;
                 None
             }
+        }
+    }
+
+    /// Before the daemon is asked: whether the hot tier holds this request's entry, which is
+    /// copied out so that a host that locks the tier can let go of it before `hot_answer`.
+    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64) -> bool {
+        let Ok(request) = &self.request else { return false };
+        self.hot_entry = hot.find(&request.key, now_s).map(<[u8]>::to_vec);
+        self.hot_entry.is_some()
+    }
+
+    /// The hit for the entry `find_hot` found, or `None` to ask the daemon after all.
+    pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
+        let request = self.request.as_ref().ok()?;
+        let hit = hit(request, &self.hot_entry.take()?, self.gzip, min_length).ok()?;
+        self.status = Status::Hit;
+        Some(hit)
+    }
+
+    /// After the daemon's hit: keeps its entry (the body of its answer) in the hot tier.
+    pub fn keep_hot(&mut self, hot: &mut HotTier, entry: &[u8], now_s: u64) {
+        if let (Ok(request), Some(ttl_s)) = (&self.request, self.hot_ttl_s.take()) {
+            hot.keep(&request.key, entry, now_s, ttl_s);
         }
     }
 

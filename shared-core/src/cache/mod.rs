@@ -5,6 +5,7 @@
 
 mod entry;
 mod flow;
+mod hot;
 mod rules;
 mod shard;
 
@@ -17,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 pub use entry::{encode, BadEntry, Entry, Envelope, Hit};
 pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
+pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, BlockRef, Rule, TABLE};
 pub use shard::shard;
 

@@ -356,7 +356,7 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let mut first = CacheExchange::new("h/mainnet", Some(asked.as_bytes()), true, &s);
     let path = first.lookup_path().unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
-    assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), body: b"" }, 0), None);
+    assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
     assert_eq!(first.status(), Status::Miss);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
     assert!(first.response_head(200, Some(answer.len() as u64), None, &s));
@@ -368,10 +368,44 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let mut second = CacheExchange::new("h/mainnet", Some(again.as_bytes()), false, &s);
     assert_eq!(second.lookup_path(), Some(path));
     let stored = daemon_keeps(&call);
-    let hit = second.answered(&DaemonAnswer { status: 200, miss: None, body: &stored }, 0).unwrap();
+    let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
     assert_eq!(second.status(), Status::Hit);
     assert_eq!(String::from_utf8(hit.body.clone()).unwrap(), answer.replace("\"id\":7", "\"id\":\"second\""));
     assert!(!hit.gzip && !hit.headers().iter().any(|(name, _)| *name == "content-encoding"));
+}
+
+#[test]
+fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
+    let s = settings();
+    let asked = request("eth_chainId", "[]");
+    let mut first = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let answer = r#"{"jsonrpc":"2.0","id":7,"result":"0x1"}"#;
+    assert!(first.response_head(200, None, None, &s));
+    let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
+    let mut region = vec![0; crate::cache::HOT_MIN_REGION];
+    let mut hot = HotTier::open(&mut region).unwrap();
+
+    let mut miss = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    assert!(!miss.find_hot(&hot, 100));
+    miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0);
+    miss.keep_hot(&mut hot, &stored, 100);
+    assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
+
+    let mut daemon_hit = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), body: &stored };
+    assert!(daemon_hit.answered(&ttl, 0).is_some());
+    daemon_hit.keep_hot(&mut hot, &stored, 100);
+
+    let again = asked.replace("\"id\":7", "\"id\":8");
+    let mut hot_hit = CacheExchange::new("n", Some(again.as_bytes()), false, &s);
+    assert!(hot_hit.find_hot(&hot, 104));
+    assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
+    let hit = hot_hit.hot_answer(0).unwrap();
+    assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
+    let mut late = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    assert!(!late.find_hot(&hot, 105), "the daemon said 5 s were left");
+    let mut elsewhere = CacheExchange::new("other", Some(asked.as_bytes()), false, &s);
+    assert!(!elsewhere.find_hot(&hot, 101), "another namespace");
 }
 
 #[test]
@@ -383,10 +417,10 @@ fn the_statuses_a_host_reports() {
         assert_eq!(exchange.answered(&answer, 0), None);
         exchange.status()
     };
-    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"expired"), body: b"" }), Status::Expired);
-    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), body: b"" }), Status::Miss);
-    assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, body: b"" }), Status::Error);
-    assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, body: b"garbage" }), Status::Error, "a bad entry");
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"expired"), ttl: None, body: b"" }), Status::Expired);
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, body: b"" }), Status::Miss);
+    assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, body: b"" }), Status::Error);
+    assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, body: b"garbage" }), Status::Error, "a bad entry");
     let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);

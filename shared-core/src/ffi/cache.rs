@@ -5,7 +5,9 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeStr};
-use crate::cache::{default_namespace, CacheExchange, Entry, CacheSettings, DaemonAnswer, HitResponse, Status, StoreCall};
+use crate::cache::{
+    default_namespace, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall,
+};
 use crate::negotiate::{AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
@@ -110,8 +112,9 @@ pub unsafe extern "C" fn rpcedge_cache_shard(cache: *const RpcedgeCache, shards:
     guard(0, || cache.as_ref().map_or(0, |c| c.exchange.shard(shards)))
 }
 
-/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` header (NULL `data`: none)
-/// and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
+/// headers (NULL `data`: none) and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it
+/// (and to keep with `rpcedge_cache_hot_keep`); 0: ask the node.
 ///
 /// # Safety
 /// `cache` is NULL or live; the strings point to readable bytes of their lengths.
@@ -120,13 +123,14 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
     cache: *mut RpcedgeCache,
     status: u16,
     miss: RpcedgeStr,
+    ttl: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     min_length: u64,
 ) -> i32 {
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let answer = DaemonAnswer { status, miss: string(&miss), body: bytes(body, body_len) };
+        let answer = DaemonAnswer { status, miss: string(&miss), ttl: string(&ttl), body: bytes(body, body_len) };
         cache.hit = cache.exchange.answered(&answer, min_length);
         cache.hit.is_some().into()
     })
@@ -145,6 +149,74 @@ pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, body: *mu
         put(body, c_str(&hit.body));
         hit.gzip.into()
     })
+}
+
+/// Lays out `len` bytes at `region` as a hot tier (see `cache::hot`), unless they hold one of
+/// the same size already. 1: done; 0: the region is too small (`rpcedge_cache_hot_min_region`).
+///
+/// # Safety
+/// `region` points to `len` writable bytes that nothing else uses during the call.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hot_init(region: *mut u8, len: usize) -> i32 {
+    guard(0, || hot_tier(region, len).is_some().into())
+}
+
+/// The smallest region `rpcedge_cache_hot_init` takes.
+#[no_mangle]
+pub extern "C" fn rpcedge_cache_hot_min_region() -> usize {
+    crate::cache::HOT_MIN_REGION
+}
+
+/// Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
+/// copied out, so that the host can release its lock before `rpcedge_cache_hot_hit`.
+///
+/// # Safety
+/// `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
+/// holds it alone during the call (nginx: the zone's lock).
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hot_find(cache: *mut RpcedgeCache, region: *mut u8, len: usize, now_s: u64) -> i32 {
+    guard(0, || {
+        let (Some(cache), Some(hot)) = (cache.as_mut(), hot_tier(region, len)) else { return 0 };
+        cache.exchange.find_hot(&hot, now_s).into()
+    })
+}
+
+/// The hit for the entry `rpcedge_cache_hot_find` found. 1: send it as `rpcedge_cache_hit` gives
+/// it; 0: ask the daemon after all.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hot_hit(cache: *mut RpcedgeCache, min_length: u64) -> i32 {
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        cache.hit = cache.exchange.hot_answer(min_length);
+        cache.hit.is_some().into()
+    })
+}
+
+/// After the daemon's hit: keeps its entry (the body of its answer) in the hot tier at `region`.
+///
+/// # Safety
+/// As `rpcedge_cache_hot_find`; `entry` points to `entry_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hot_keep(
+    cache: *mut RpcedgeCache,
+    region: *mut u8,
+    len: usize,
+    entry: *const u8,
+    entry_len: usize,
+    now_s: u64,
+) {
+    guard((), || {
+        if let (Some(cache), Some(mut hot)) = (cache.as_mut(), hot_tier(region, len)) {
+            cache.exchange.keep_hot(&mut hot, bytes(entry, entry_len), now_s);
+        }
+    });
+}
+
+unsafe fn hot_tier<'a>(region: *mut u8, len: usize) -> Option<HotTier<'a>> {
+    (!region.is_null()).then(|| HotTier::open(std::slice::from_raw_parts_mut(region, len))).flatten()
 }
 
 /// The lookup failed (no answer within the timeout, no daemon): ask the node.

@@ -344,7 +344,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
         assert!(rpcedge_cache_shard(miss, 3) < 3);
-        assert_eq!(rpcedge_cache_answered(miss, 404, rstr(b"absent"), ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(miss, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(miss)), c"MISS");
         assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, NONE_STR), 1);
         let mut call = garbage();
@@ -360,12 +360,29 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let hit = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, again.as_ptr(), again.len(), rstr(b"gzip"));
-        assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
+        assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(hit)), c"HIT");
+
+        // the daemon's hit kept in a hot tier answers the next request without the daemon
+        let mut region = vec![0u8; rpcedge_cache_hot_min_region()];
+        let (hot, hot_len) = (region.as_mut_ptr(), region.len());
+        assert_eq!(rpcedge_cache_hot_init(hot, hot_len - 1), 0, "too small");
+        assert_eq!(rpcedge_cache_hot_init(hot, hot_len), 1);
+        rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
+        let third = request.replace(r#""id":1"#, r#""id":3"#);
+        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, third.as_ptr(), third.len(), NONE_STR);
+        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
+        assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
+        assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
+        assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
+        assert_eq!(CStr::from_ptr(rpcedge_cache_status(from_hot)), c"HIT");
+        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + crate::cache::HOT_MAX_AGE_S), 0, "aged out");
+        rpcedge_cache_free(from_hot);
+        assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0), 0);
     }
 }
 
@@ -407,7 +424,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, NONE_STR, ptr::null(), 0, 0), 0);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
