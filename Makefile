@@ -22,7 +22,7 @@ export RPCEDGE_CORPUS := $(CORPUS)
 
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := negotiate exchange c_abi
+FUZZ_TARGETS := negotiate exchange c_abi transcode
 
 .PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run bench clean
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod exchange;
 pub mod ffi;
 pub mod negotiate;
+pub mod transcode;
 
 pub use config::{CacheConfig, Config, ConfigError, Settings};
 pub use exchange::{

@@ -1,0 +1,246 @@
+//! A small JSON scanner for the transcoders: it walks the input once, hands out strings as
+//! borrowed slices (unescaped only when they carry escapes, which hex never needs), and skips
+//! what a schema does not name without building anything. serde_json would build a tree, or
+//! need a type per schema; the transcoders want neither.
+
+use std::borrow::Cow;
+
+use super::TranscodeError;
+
+/// Nesting deeper than this in a skipped value is refused rather than followed.
+const MAX_DEPTH: usize = 512;
+
+pub struct Scanner<'a> {
+    input: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(input: &'a [u8]) -> Self {
+        Scanner { input, at: 0 }
+    }
+
+    pub fn error(&self, what: &'static str) -> TranscodeError {
+        TranscodeError::Json { what, at: self.at }
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.input.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte that is not whitespace, not consumed.
+    pub fn peek(&mut self) -> Option<u8> {
+        self.skip_whitespace();
+        self.input.get(self.at).copied()
+    }
+
+    pub fn expect(&mut self, byte: u8, what: &'static str) -> Result<(), TranscodeError> {
+        if self.peek() != Some(byte) {
+            return Err(self.error(what));
+        }
+        self.at += 1;
+        Ok(())
+    }
+
+    /// Only whitespace is left.
+    pub fn end(&mut self) -> Result<(), TranscodeError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(self.error("more after the value")),
+        }
+    }
+
+    /// A string's contents, unescaped.
+    pub fn string(&mut self) -> Result<Cow<'a, [u8]>, TranscodeError> {
+        self.expect(b'"', "a string")?;
+        let start = self.at;
+        let end = match memchr::memchr2(b'"', b'\\', &self.input[start..]) {
+            Some(offset) => start + offset,
+            None => return Err(self.error("an unterminated string")),
+        };
+        if self.input[end] == b'"' {
+            self.at = end + 1;
+            return Ok(Cow::Borrowed(&self.input[start..end]));
+        }
+        self.at = start;
+        self.escaped_string().map(Cow::Owned)
+    }
+
+    fn escaped_string(&mut self) -> Result<Vec<u8>, TranscodeError> {
+        let mut out = Vec::new();
+        loop {
+            let Some(&byte) = self.input.get(self.at) else { return Err(self.error("an unterminated string")) };
+            self.at += 1;
+            match byte {
+                b'"' => return Ok(out),
+                b'\\' => {
+                    let Some(&escape) = self.input.get(self.at) else { return Err(self.error("a broken escape")) };
+                    self.at += 1;
+                    match escape {
+                        b'"' | b'\\' | b'/' => out.push(escape),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => self.unicode_escape(&mut out)?,
+                        _ => return Err(self.error("a broken escape")),
+                    }
+                }
+                0..=0x1f => return Err(self.error("a control character in a string")),
+                _ => out.push(byte),
+            }
+        }
+    }
+
+    fn unicode_escape(&mut self, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+        let first = self.utf16_unit()?;
+        let code = if (0xd800..0xdc00).contains(&first) {
+            if self.input.get(self.at..self.at + 2) != Some(b"\\u") {
+                return Err(self.error("a lone surrogate"));
+            }
+            self.at += 2;
+            let second = self.utf16_unit()?;
+            if !(0xdc00..0xe000).contains(&second) {
+                return Err(self.error("a lone surrogate"));
+            }
+            0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
+        } else {
+            first
+        };
+        let c = char::from_u32(code).ok_or(self.error("a lone surrogate"))?;
+        out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+        Ok(())
+    }
+
+    /// The four hex digits of a `\u` escape.
+    fn utf16_unit(&mut self) -> Result<u32, TranscodeError> {
+        let digits = self.input.get(self.at..self.at + 4).ok_or(self.error("a broken \\u escape"))?;
+        let text = std::str::from_utf8(digits).map_err(|_| self.error("a broken \\u escape"))?;
+        let value = u32::from_str_radix(text, 16).map_err(|_| self.error("a broken \\u escape"))?;
+        self.at += 4;
+        Ok(value)
+    }
+
+    /// Walks an object's members: `member` gets each key and must consume its value.
+    pub fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &[u8]) -> Result<(), TranscodeError>,
+    ) -> Result<(), TranscodeError> {
+        self.expect(b'{', "an object")?;
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':', "a colon")?;
+            member(self, &key)?;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(self.error("a comma or the object's end")),
+            }
+        }
+    }
+
+    /// Walks an array: `item` must consume each element.
+    pub fn array(&mut self, mut item: impl FnMut(&mut Self) -> Result<(), TranscodeError>) -> Result<(), TranscodeError> {
+        self.expect(b'[', "an array")?;
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            item(self)?;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(self.error("a comma or the array's end")),
+            }
+        }
+    }
+
+    /// Skips one value of any kind, checking its syntax, and returns its text.
+    pub fn value(&mut self) -> Result<&'a [u8], TranscodeError> {
+        self.skip_whitespace();
+        let start = self.at;
+        // the containers open around this point: true for an object
+        let mut open: Vec<bool> = Vec::new();
+        loop {
+            match self.peek().ok_or(self.error("a value"))? {
+                b'"' => {
+                    self.string()?;
+                }
+                kind @ (b'{' | b'[') => {
+                    if open.len() == MAX_DEPTH {
+                        return Err(self.error("nesting too deep"));
+                    }
+                    self.at += 1;
+                    let object = kind == b'{';
+                    if self.peek() == Some(if object { b'}' } else { b']' }) {
+                        self.at += 1;
+                    } else {
+                        open.push(object);
+                        if object {
+                            self.member_key()?;
+                        }
+                        continue;
+                    }
+                }
+                _ => self.scalar()?,
+            }
+            // a value is complete: close the containers it ends, or go on to the next element
+            loop {
+                let Some(&object) = open.last() else { return Ok(&self.input[start..self.at]) };
+                match self.peek() {
+                    Some(b',') => {
+                        self.at += 1;
+                        if object {
+                            self.member_key()?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if object => {
+                        self.at += 1;
+                        open.pop();
+                    }
+                    Some(b']') if !object => {
+                        self.at += 1;
+                        open.pop();
+                    }
+                    _ => return Err(self.error("a comma or a container's end")),
+                }
+            }
+        }
+    }
+
+    fn member_key(&mut self) -> Result<(), TranscodeError> {
+        self.string()?;
+        self.expect(b':', "a colon")
+    }
+
+    fn scalar(&mut self) -> Result<(), TranscodeError> {
+        let rest = &self.input[self.at..];
+        for word in [&b"true"[..], b"false", b"null"] {
+            if rest.starts_with(word) {
+                self.at += word.len();
+                return Ok(());
+            }
+        }
+        let len = rest.iter().take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')).count();
+        if len == 0 || std::str::from_utf8(&rest[..len]).ok().and_then(|n| n.parse::<f64>().ok()).is_none() {
+            return Err(self.error("a value"));
+        }
+        self.at += len;
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! JSON <-> SSZ for the responses that have a schema: execution witnesses and raw-bytes
+//! JSON-RPC results (Beacon-API objects come next). Each transcoder is driven by its schema and
+//! walks its input once: JSON strings are borrowed, hex is decoded with SIMD (faster-hex) straight
+//! into the output, and list offsets are written once the lengths are known. ssz_rs defines the
+//! same types in the tests, as the oracle; it is far too slow for the request path.
+
+mod json;
+mod raw;
+mod ssz;
+mod witness;
+
+use std::borrow::Cow;
+use std::fmt;
+
+use json::Scanner;
+pub use witness::{Field as WitnessField, WitnessForm, FIELDS as WITNESS_FIELDS};
+
+/// What a JSON-RPC method's result is, for the transcoders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// An execution witness (`witness`).
+    Witness,
+    /// One 0x-hex string: its bytes.
+    RawBytes,
+    /// A list of 0x-hex strings: `List[ByteList]`.
+    RawBytesList,
+}
+
+/// The JSON-RPC methods whose results have a schema.
+pub const METHODS: [(&str, Schema); 8] = [
+    ("debug_executionWitness", Schema::Witness),
+    ("debug_getRawBlock", Schema::RawBytes),
+    ("debug_getRawHeader", Schema::RawBytes),
+    ("debug_getRawTransaction", Schema::RawBytes),
+    ("eth_getRawTransactionByHash", Schema::RawBytes),
+    ("eth_getRawTransactionByBlockHashAndIndex", Schema::RawBytes),
+    ("eth_getRawTransactionByBlockNumberAndIndex", Schema::RawBytes),
+    ("debug_getRawReceipts", Schema::RawBytesList),
+];
+
+/// The schema of `method`'s result, if it has one.
+pub fn method_schema(method: &str) -> Option<Schema> {
+    METHODS.iter().find(|(name, _)| *name == method).map(|(_, schema)| *schema)
+}
+
+/// Why a body cannot be transcoded: it then goes out as it came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TranscodeError {
+    /// Not the JSON the schema expects, at this byte.
+    Json { what: &'static str, at: usize },
+    /// A string that is not 0x-prefixed hex of whole bytes.
+    Hex,
+    /// Not the SSZ the schema expects.
+    Ssz(&'static str),
+    /// Over one of the schema's limits.
+    Limit(&'static str),
+    /// A JSON-RPC response with an error or no result: it stays JSON.
+    NoResult,
+}
+
+impl fmt::Display for TranscodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TranscodeError::Json { what, at } => write!(f, "expected {what} at byte {at}"),
+            TranscodeError::Hex => f.write_str("a string that is not 0x-prefixed hex of whole bytes"),
+            TranscodeError::Ssz(what) => write!(f, "malformed SSZ: {what}"),
+            TranscodeError::Limit(what) => write!(f, "over a limit: {what}"),
+            TranscodeError::NoResult => f.write_str("an error or no result"),
+        }
+    }
+}
+
+impl std::error::Error for TranscodeError {}
+
+/// A JSON-RPC result as SSZ, with what the envelope said besides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SszResult<'a> {
+    /// The id's raw JSON text (`null` when there was none).
+    pub id: &'a [u8],
+    /// The `jsonrpc` member's value.
+    pub version: Cow<'a, [u8]>,
+    pub ssz: Vec<u8>,
+}
+
+/// A JSON-RPC response `body` whose result has `schema`, with its result as SSZ.
+pub fn jsonrpc_to_ssz(body: &[u8], schema: Schema, form: WitnessForm) -> Result<SszResult<'_>, TranscodeError> {
+    let mut json = Scanner::new(body);
+    let (mut id, mut version, mut ssz) = (None, None, None);
+    json.object(|json, key| {
+        match key {
+            b"id" => id = Some(json.value()?),
+            b"jsonrpc" => version = Some(json.string()?),
+            b"result" if ssz.is_none() => {
+                let mut out = Vec::new();
+                result_to_ssz(json, schema, form, &mut out)?;
+                ssz = Some(out);
+            }
+            b"result" => return Err(json.error("one result")),
+            b"error" => return Err(TranscodeError::NoResult),
+            _ => {
+                json.value()?;
+            }
+        }
+        Ok(())
+    })?;
+    json.end()?;
+    Ok(SszResult {
+        id: id.unwrap_or(b"null"),
+        version: version.unwrap_or(Cow::Borrowed(b"2.0")),
+        ssz: ssz.ok_or(TranscodeError::NoResult)?,
+    })
+}
+
+fn result_to_ssz(json: &mut Scanner, schema: Schema, form: WitnessForm, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    match schema {
+        Schema::Witness => witness::to_ssz(json, form, out),
+        Schema::RawBytes => raw::bytes_to_ssz(json, out),
+        Schema::RawBytesList => raw::list_to_ssz(json, out),
+    }
+}
+
+/// A result with `schema` as SSZ (`result_to_ssz`'s inverse): its JSON, appended to `out`.
+pub fn ssz_to_json(ssz: &[u8], schema: Schema, form: WitnessForm, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    match schema {
+        Schema::Witness => witness::to_json(ssz, form, out),
+        Schema::RawBytes => raw::bytes_to_json(ssz, out),
+        Schema::RawBytesList => raw::list_to_json(ssz, out),
+    }
+}
+
+/// A JSON-RPC response around a result that came as SSZ: `{"jsonrpc":<version>,"id":<id>,
+/// "result":<JSON>}`, with the id's raw JSON text (refused unless it is one JSON value).
+pub fn jsonrpc_from_ssz(
+    ssz: &[u8],
+    schema: Schema,
+    form: WitnessForm,
+    id: &[u8],
+    version: &[u8],
+) -> Result<Vec<u8>, TranscodeError> {
+    let mut id_check = Scanner::new(id);
+    id_check.value()?;
+    id_check.end()?;
+    let mut out = Vec::with_capacity(ssz.len() * 2 + 64);
+    out.extend_from_slice(b"{\"jsonrpc\":");
+    serde_json::to_writer(&mut out, &String::from_utf8_lossy(version)).expect("a string serialises");
+    out.extend_from_slice(b",\"id\":");
+    out.extend_from_slice(id);
+    out.extend_from_slice(b",\"result\":");
+    ssz_to_json(ssz, schema, form, &mut out)?;
+    out.push(b'}');
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn witness_ssz(json: &str, form: WitnessForm) -> Result<Vec<u8>, TranscodeError> {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{json}}}"#);
+    jsonrpc_to_ssz(body.as_bytes(), Schema::Witness, form).map(|result| result.ssz)
+}
+
+fn le(n: u32) -> [u8; 4] {
+    n.to_le_bytes()
+}
+
+#[test]
+fn a_witness_is_four_lists_of_byte_lists_in_ssz_order() {
+    let ssz = witness_ssz(r#"{"state":["0xaabb","0xcc"],"codes":[],"keys":["0x01"],"headers":["0xf9"]}"#, WitnessForm::Lossless)
+        .unwrap();
+    // container offsets, then state (2 offsets, 3 bytes), codes (none), headers, keys
+    let mut expected = [le(16), le(16 + 11), le(27), le(27 + 5)].concat();
+    expected.extend([le(8), le(10)].concat());
+    expected.extend([0xaa, 0xbb, 0xcc]);
+    expected.extend([le(4).as_slice(), &[0xf9]].concat());
+    expected.extend([le(4).as_slice(), &[0x01]].concat());
+    assert_eq!(ssz, expected);
+    let mut json = Vec::new();
+    ssz_to_json(&ssz, Schema::Witness, WitnessForm::Lossless, &mut json).unwrap();
+    assert_eq!(json, br#"{"state":["0xaabb","0xcc"],"codes":[],"keys":["0x01"],"headers":["0xf9"]}"#);
+}
+
+#[test]
+fn the_eip_8025_form_has_three_fields_and_no_keys() {
+    let ssz = witness_ssz(r#"{"state":["0xaa"],"codes":["0x60"],"keys":["0x01"],"headers":[]}"#, WitnessForm::Eip8025)
+        .unwrap();
+    assert_eq!(&ssz[..12], [le(12), le(12 + 5), le(12 + 10)].concat());
+    assert_eq!(ssz.len(), 22);
+    let mut json = Vec::new();
+    ssz_to_json(&ssz, Schema::Witness, WitnessForm::Eip8025, &mut json).unwrap();
+    assert_eq!(json, br#"{"state":["0xaa"],"codes":["0x60"],"headers":[]}"#);
+}
+
+#[test]
+fn the_map_shape_key_order_case_whitespace_escapes_and_unknown_fields_give_the_same_ssz() {
+    let list = witness_ssz(r#"{"state":["0xaabb","0xcc"],"codes":["0x60"],"keys":["0x01"]}"#, WitnessForm::Lossless);
+    for variant in [
+        r#"{"state":{"0x11":"0xaabb","0x22":"0xcc"},"codes":{"0x33":"0x60"},"keys":{"0x44":"0x01"}}"#,
+        r#" { "keys" : [ "0x01" ] , "codes":["0x60"], "state":["0xAAbB","0xCC"] } "#,
+        r#"{"state":["\u0030xaabb","0x\u0063c"],"codes":["0x60"],"keys":["0x01"],"headers":[]}"#,
+        r#"{"extra":{"a":[1,{"b":"}"}],"c":null},"state":["0xaabb","0xcc"],"codes":["0x60"],"more":[true,-1.5e3],"keys":["0x01"]}"#,
+    ] {
+        assert_eq!(witness_ssz(variant, WitnessForm::Lossless), list, "{variant}");
+    }
+}
+
+#[test]
+fn what_is_not_a_witness_is_refused() {
+    for (json, error) in [
+        (r#"{"state":["0xabc"]}"#, TranscodeError::Hex),
+        (r#"{"state":["abcd"]}"#, TranscodeError::Hex),
+        (r#"{"state":["0xzz"]}"#, TranscodeError::Hex),
+        // the offsets count from the envelope's start: the result begins at byte 33
+        (r#"{"state":[12]}"#, TranscodeError::Json { what: "a string", at: 33 + 10 }),
+        (r#"{"state":[],"state":[]}"#, TranscodeError::Json { what: "a field named twice", at: 33 + 20 }),
+    ] {
+        assert_eq!(witness_ssz(json, WitnessForm::Lossless), Err(error), "{json}");
+    }
+    let long_key = format!(r#"{{"keys":["0x{}"]}}"#, "00".repeat(33));
+    assert_eq!(witness_ssz(&long_key, WitnessForm::Lossless), Err(TranscodeError::Limit("an element longer than its limit")));
+    let headers = format!(r#"{{"headers":[{}]}}"#, vec![r#""0x""#; 257].join(","));
+    assert_eq!(witness_ssz(&headers, WitnessForm::Lossless), Err(TranscodeError::Limit("more elements than the list's limit")));
+    for broken in [r#"{"state":["0x00"]"#, r#"{"state":["0x00"}"#, r#"{"state":["0x00]}"#, "[]", ""] {
+        assert!(matches!(witness_ssz(broken, WitnessForm::Lossless), Err(TranscodeError::Json { .. })), "{broken}");
+    }
+}
+
+#[test]
+fn the_envelope_gives_id_and_version_and_an_error_stays_json() {
+    let body = br#"{"result":"0x0102","id":{"n":[1,2]},"jsonrpc":"2.0"}"#;
+    let result = jsonrpc_to_ssz(body, Schema::RawBytes, WitnessForm::Lossless).unwrap();
+    assert_eq!((result.id, result.version.as_ref(), result.ssz.as_slice()), (&br#"{"n":[1,2]}"#[..], &b"2.0"[..], &[1, 2][..]));
+    let back = jsonrpc_from_ssz(&result.ssz, Schema::RawBytes, WitnessForm::Lossless, result.id, &result.version).unwrap();
+    assert_eq!(back, br#"{"jsonrpc":"2.0","id":{"n":[1,2]},"result":"0x0102"}"#);
+    let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#;
+    assert_eq!(jsonrpc_to_ssz(error, Schema::RawBytes, WitnessForm::Lossless), Err(TranscodeError::NoResult));
+    let none = br#"{"jsonrpc":"2.0","id":1}"#;
+    assert_eq!(jsonrpc_to_ssz(none, Schema::RawBytes, WitnessForm::Lossless), Err(TranscodeError::NoResult));
+    assert!(jsonrpc_from_ssz(&[1], Schema::RawBytes, WitnessForm::Lossless, b"1, \"x\":2", b"2.0").is_err(), "an id that is not one value");
+    let odd = jsonrpc_from_ssz(&[1], Schema::RawBytes, WitnessForm::Lossless, b"1", b"2.0\",\"x").unwrap();
+    assert_eq!(odd, br#"{"jsonrpc":"2.0\",\"x","id":1,"result":"0x01"}"#, "the version is escaped");
+}
+
+#[test]
+fn raw_bytes_and_lists_of_them() {
+    let body = br#"{"jsonrpc":"2.0","id":1,"result":["0x01","0x","0x0203"]}"#;
+    let result = jsonrpc_to_ssz(body, Schema::RawBytesList, WitnessForm::Lossless).unwrap();
+    assert_eq!(result.ssz, [le(12).as_slice(), &le(13), &le(13), &[1, 2, 3]].concat());
+    let mut json = Vec::new();
+    ssz_to_json(&result.ssz, Schema::RawBytesList, WitnessForm::Lossless, &mut json).unwrap();
+    assert_eq!(json, br#"["0x01","0x","0x0203"]"#);
+    assert_eq!(method_schema("debug_getRawReceipts"), Some(Schema::RawBytesList));
+    assert_eq!(method_schema("debug_getRawBlock"), Some(Schema::RawBytes));
+    assert_eq!(method_schema("eth_getBlockByNumber"), None);
+}
+
+#[test]
+fn malformed_ssz_is_refused() {
+    let mut out = Vec::new();
+    for (ssz, form) in [
+        (vec![], WitnessForm::Lossless),
+        ([le(12), le(16), le(16), le(16)].concat(), WitnessForm::Lossless),
+        ([le(16), le(20), le(16), le(16)].concat(), WitnessForm::Lossless),
+        ([le(12), le(12), le(99)].concat(), WitnessForm::Eip8025),
+        ([le(12), le(12), le(12), le(3)].concat(), WitnessForm::Eip8025),
+    ] {
+        assert!(ssz_to_json(&ssz, Schema::Witness, form, &mut out).is_err(), "{ssz:?}");
+    }
+    assert!(ssz_to_json(&[le(8).as_slice(), &le(4)].concat(), Schema::RawBytesList, WitnessForm::Lossless, &mut out).is_err());
+}
+
+fn hex_list(items: &[Vec<u8>]) -> String {
+    let items: Vec<String> = items.iter().map(|item| format!("\"0x{}\"", faster_hex::hex_string(item))).collect();
+    format!("[{}]", items.join(","))
+}
+
+proptest! {
+    #[test]
+    fn any_witness_goes_to_ssz_and_back(
+        state in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..20),
+        codes in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..5),
+        keys in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..33), 0..10),
+        headers in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..3),
+    ) {
+        let json = format!(
+            r#"{{"state":{},"codes":{},"keys":{},"headers":{}}}"#,
+            hex_list(&state), hex_list(&codes), hex_list(&keys), hex_list(&headers),
+        );
+        let ssz = witness_ssz(&json, WitnessForm::Lossless).unwrap();
+        let mut back = Vec::new();
+        ssz_to_json(&ssz, Schema::Witness, WitnessForm::Lossless, &mut back).unwrap();
+        prop_assert_eq!(String::from_utf8(back).unwrap(), json);
+    }
+
+    #[test]
+    fn any_bytes_as_ssz_give_json_or_an_error(ssz in prop::collection::vec(any::<u8>(), 0..200)) {
+        for form in [WitnessForm::Lossless, WitnessForm::Eip8025] {
+            let mut out = Vec::new();
+            if ssz_to_json(&ssz, Schema::Witness, form, &mut out).is_ok() {
+                let again = witness_ssz(std::str::from_utf8(&out).unwrap(), form).unwrap();
+                prop_assert_eq!(&again, &ssz);
+            }
+        }
+    }
+}

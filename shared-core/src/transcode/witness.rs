@@ -1,0 +1,120 @@
+//! Execution witnesses (`debug_executionWitness`) as SSZ.
+//!
+//! The JSON comes in today's list shape `{state, codes, keys, headers}` (lists of 0x-hex, RLP
+//! headers) or the older map shape `{state: {hash: node}, codes: {hash: code}, keys: {hash: key}}`,
+//! whose map keys are the keccak-256 of their values: the values are kept, the hashes can be
+//! computed again. JSON out is always the list shape.
+//!
+//! The limits are those of `SszExecutionWitness` in execution-specs'
+//! `src/ethereum/forks/amsterdam/stateless_ssz.py` as of spencer-tb/execution-specs@fb195ce (the
+//! `SszList` form: ethereum/execution-specs@3f042e0b makes `state` and `codes` progressive lists,
+//! which serialize the same but have other roots and no item limits). EIP-8025's own copy
+//! differs in its limits; this table is the one place to change them.
+
+use super::json::Scanner;
+use super::ssz::{offset, read_byte_lists, read_offset, write_hex_array, ByteLists, OFFSET};
+use super::TranscodeError;
+
+/// Which container a witness is sent as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WitnessForm {
+    /// rpcedge's default: the EIP-8025 container's three fields, then `keys`, so that nothing of
+    /// the JSON is lost.
+    Lossless,
+    /// EIP-8025's `SszExecutionWitness` as it is: `state`, `codes`, `headers` (no `keys`).
+    Eip8025,
+}
+
+/// A field of the witness container: its name and its `List[ByteList[max_bytes], max_items]`.
+pub struct Field {
+    pub name: &'static str,
+    pub max_items: usize,
+    pub max_bytes: usize,
+}
+
+/// The container's fields in SSZ order; EIP-8025's container is the first three.
+pub const FIELDS: [Field; 4] = [
+    Field { name: "state", max_items: 1 << 22, max_bytes: 1 << 10 },
+    Field { name: "codes", max_items: 1 << 18, max_bytes: 1 << 16 },
+    Field { name: "headers", max_items: 256, max_bytes: 1 << 10 },
+    // storage slots and addresses: the preimages of the keys the state's trie is walked by
+    Field { name: "keys", max_items: 1 << 22, max_bytes: 32 },
+];
+
+/// The order the list shape's JSON names the fields in.
+const JSON_ORDER: [usize; 4] = [0, 1, 3, 2];
+
+impl WitnessForm {
+    fn fields(self) -> usize {
+        match self {
+            WitnessForm::Lossless => 4,
+            WitnessForm::Eip8025 => 3,
+        }
+    }
+}
+
+/// The witness object at `json` (either shape) as the SSZ container of `form`, onto `out`.
+pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    let mut lists: [ByteLists; 4] = Default::default();
+    let mut seen = [false; 4];
+    json.object(|json, key| {
+        let Some(index) = FIELDS.iter().position(|field| field.name.as_bytes() == key) else {
+            json.value()?;
+            return Ok(());
+        };
+        if std::mem::replace(&mut seen[index], true) {
+            return Err(json.error("a field named twice"));
+        }
+        let (field, list) = (&FIELDS[index], &mut lists[index]);
+        match json.peek() {
+            Some(b'{') => json.object(|json, _hash| list.push_hex(json, field.max_items, field.max_bytes)),
+            // some nodes send `null` for an empty field
+            Some(b'n') if json.value()? == b"null" => Ok(()),
+            _ => json.array(|json| list.push_hex(json, field.max_items, field.max_bytes)),
+        }
+    })?;
+    let lists = &lists[..form.fields()];
+    let fixed = lists.len() * OFFSET;
+    out.reserve(fixed + lists.iter().map(ByteLists::len).sum::<usize>());
+    let mut at = fixed as u64;
+    for list in lists {
+        out.extend_from_slice(&offset(at)?.to_le_bytes());
+        at += list.len() as u64;
+    }
+    offset(at)?;
+    for list in lists {
+        list.write(out)?;
+    }
+    Ok(())
+}
+
+/// The SSZ container of `form` as the list shape's JSON object, onto `out`.
+pub fn to_json(ssz: &[u8], form: WitnessForm, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    let fields = form.fields();
+    let fixed = fields * OFFSET;
+    let mut bounds = Vec::with_capacity(fields + 1);
+    for i in 0..fields {
+        bounds.push(read_offset(ssz, i * OFFSET)?);
+    }
+    bounds.push(ssz.len());
+    if bounds[0] != fixed || bounds.windows(2).any(|pair| pair[0] > pair[1]) {
+        return Err(TranscodeError::Ssz("the witness's offsets"));
+    }
+    let mut lists = Vec::with_capacity(fields);
+    for (i, field) in FIELDS[..fields].iter().enumerate() {
+        lists.push(read_byte_lists(&ssz[bounds[i]..bounds[i + 1]], field.max_items, field.max_bytes)?);
+    }
+    out.reserve(ssz.len() * 2 + 64);
+    out.push(b'{');
+    for (n, &index) in JSON_ORDER.iter().filter(|&&index| index < fields).enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(FIELDS[index].name.as_bytes());
+        out.extend_from_slice(b"\":");
+        write_hex_array(&lists[index], out);
+    }
+    out.push(b'}');
+    Ok(())
+}
