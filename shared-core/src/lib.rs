@@ -13,4 +13,4 @@ pub use config::{CacheConfig, Config, ConfigError, Settings};
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody,
 };
-pub use negotiate::{AcceptEncoding, Coding};
+pub use negotiate::{Accept, AcceptEncoding, Coding, MediaType};

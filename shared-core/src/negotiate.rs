@@ -1,10 +1,13 @@
-//! Accept-Encoding negotiation as RFC 9110 §12.5.3 specifies it.
+//! Accept-Encoding negotiation as RFC 9110 §12.5.3 specifies it, and Accept negotiation between
+//! JSON and SSZ as the Beacon-API specifies it.
 //!
 //! Header lines are fed one by one (repeated headers are one comma-separated list); an element
 //! that does not parse is ignored as a whole, so a bad header never matters more than a missing
 //! one.
 
 use std::ffi::CStr;
+
+use crate::transcode::WitnessForm;
 
 /// A content coding rpcedge can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,6 +95,95 @@ impl AcceptEncoding {
     }
 }
 
+/// What a response body is sent as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MediaType {
+    /// `application/json`, the default.
+    Json,
+    /// `application/octet-stream`, with the witness container a client asked for.
+    Ssz(WitnessForm),
+}
+
+impl MediaType {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            MediaType::Json => "application/json",
+            MediaType::Ssz(_) => "application/octet-stream",
+        }
+    }
+}
+
+/// An Accept field, weighed as Lodestar (a Beacon-API server) weighs it: an entry is
+/// `type/subtype`, then optionally `q` as its first parameter (0 < q <= 1; an entry whose first
+/// parameter is anything else, or a bad q, is skipped; later parameters are not read), the
+/// highest q wins and a tie goes to the later entry. `*/*` and
+/// `application/*` take JSON, the default. rpcedge's one extension, a `witness=eip8025`
+/// parameter on `application/octet-stream`, asks for EIP-8025's three-field witness container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Accept {
+    present: bool,
+    best: Option<(Weight, MediaType)>,
+}
+
+impl Accept {
+    /// Folds in one Accept field line.
+    pub fn add(&mut self, value: &[u8]) {
+        self.present = true;
+        for element in value.split(|&b| b == b',') {
+            if let Some((weight, media)) = parse_media_range(element) {
+                if self.best.map_or(true, |(best, _)| weight >= best) {
+                    self.best = Some((weight, media));
+                }
+            }
+        }
+    }
+
+    /// Parses a single field value.
+    pub fn parse(value: &[u8]) -> Self {
+        let mut accept = Accept::default();
+        accept.add(value);
+        accept
+    }
+
+    /// What to send: JSON when the client sent no Accept; `None` when it accepts nothing rpcedge
+    /// can send (a 406 where the Beacon-API says so).
+    pub fn choose(&self) -> Option<MediaType> {
+        if !self.present {
+            return Some(MediaType::Json);
+        }
+        self.best.map(|(_, media)| media)
+    }
+}
+
+/// `type/subtype [; witness=eip8025] [; q=qvalue]`, in Lodestar's terms; `None` to skip it.
+fn parse_media_range(element: &[u8]) -> Option<(Weight, MediaType)> {
+    let mut parts = element.split(|&b| b == b';');
+    let range = parts.next()?.trim_ascii();
+    let mut form = WitnessForm::Lossless;
+    let mut weight = None;
+    for param in parts {
+        let (name, value) = split_once(param.trim_ascii(), b'=')?;
+        let (name, value) = (name.trim_ascii(), value.trim_ascii());
+        if name.eq_ignore_ascii_case(b"witness") && value.eq_ignore_ascii_case(b"eip8025") {
+            form = WitnessForm::Eip8025;
+        } else if weight.is_some() {
+            // Lodestar reads the first parameter only
+        } else if name.eq_ignore_ascii_case(b"q") {
+            weight = Some(parse_qvalue(value).filter(|&q| q > 0)?);
+        } else {
+            return None;
+        }
+    }
+    let media = if range.eq_ignore_ascii_case(b"application/octet-stream") {
+        MediaType::Ssz(form)
+    } else if [&b"application/json"[..], b"*/*", b"application/*"].iter().any(|t| range.eq_ignore_ascii_case(t)) {
+        MediaType::Json
+    } else {
+        return None;
+    };
+    Some((weight.unwrap_or(1000), media))
+}
+
 /// `coding *( OWS ";" OWS "q=" qvalue )`; `None` when anything is off.
 fn parse_element(element: &[u8]) -> Option<(&[u8], Weight)> {
     let mut parts = element.split(|&b| b == b';');
@@ -140,6 +232,43 @@ fn is_tchar(b: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn accept_picks_json_or_ssz_as_lodestar_does() {
+        use super::{Accept, MediaType};
+        use crate::transcode::WitnessForm::{Eip8025, Lossless};
+        let choose = |value: &str| Accept::parse(value.as_bytes()).choose();
+        assert_eq!(Accept::default().choose(), Some(MediaType::Json), "no Accept: JSON");
+        for (value, expected) in [
+            ("application/octet-stream", Some(MediaType::Ssz(Lossless))),
+            ("Application/Octet-Stream", Some(MediaType::Ssz(Lossless))),
+            ("application/json", Some(MediaType::Json)),
+            ("*/*", Some(MediaType::Json)),
+            ("application/octet-stream;q=0.9, application/json;q=1", Some(MediaType::Json)),
+            ("application/octet-stream;q=1, application/json;q=0.9", Some(MediaType::Ssz(Lossless))),
+            ("application/octet-stream;q=0.9, */*;q=0.1", Some(MediaType::Ssz(Lossless))),
+            // a tie goes to the later entry
+            ("application/json, application/octet-stream", Some(MediaType::Ssz(Lossless))),
+            ("application/octet-stream, application/json", Some(MediaType::Json)),
+            // malformed entries are skipped, not fatal
+            ("application/octet-stream;q=2, application/json;q=0.5", Some(MediaType::Json)),
+            ("application/octet-stream;q=0, application/json;q=0.1", Some(MediaType::Json)),
+            ("application/octet-stream;charset=x, application/json;q=0.1", Some(MediaType::Json)),
+            ("application/octet-stream;q=abc", None),
+            ("application/json;q=0.5;charset=utf-8", Some(MediaType::Json)),
+            ("text/html", None),
+            ("", None),
+            ("application/octet-stream; witness=eip8025", Some(MediaType::Ssz(Eip8025))),
+            ("application/octet-stream;q=0.8;witness=EIP8025", Some(MediaType::Ssz(Eip8025))),
+        ] {
+            assert_eq!(choose(value), expected, "{value:?}");
+        }
+        let mut lines = Accept::default();
+        lines.add(b"application/octet-stream;q=0.5");
+        lines.add(b"application/json;q=0.4");
+        assert_eq!(lines.choose(), Some(MediaType::Ssz(Lossless)), "repeated lines are one list");
+        assert_eq!(MediaType::Ssz(Eip8025).content_type(), "application/octet-stream");
+    }
+
     use super::*;
 
     fn choose(lines: &[&str]) -> Option<Coding> {
