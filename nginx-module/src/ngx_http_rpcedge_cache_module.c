@@ -1352,19 +1352,7 @@ ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf)
 {
-    ngx_http_variable_t  *var, *v;
-
-    for (v = ngx_http_rpcedge_cache_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
+    return ngx_http_rpcedge_add_variables_of(cf, ngx_http_rpcedge_cache_vars);
 }
 
 

@@ -1679,9 +1679,16 @@ ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_rpcedge_add_variables(ngx_conf_t *cf)
 {
+    return ngx_http_rpcedge_add_variables_of(cf, ngx_http_rpcedge_vars);
+}
+
+
+ngx_int_t
+ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf, ngx_http_variable_t *vars)
+{
     ngx_http_variable_t  *var, *v;
 
-    for (v = ngx_http_rpcedge_vars; v->name.len; v++) {
+    for (v = vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
         if (var == NULL) {
             return NGX_ERROR;

@@ -31,6 +31,10 @@ char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
 ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
     u_char *value, size_t len);
 
+/* adds a module's variables (a list ended by ngx_http_null_variable) */
+ngx_int_t ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf,
+    ngx_http_variable_t *vars);
+
 /* rpcedge_min_length where r is: below it a cache hit goes out plain */
 size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
 
