@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 REPLAY_BIN = Path(os.environ.get("RPCEDGE_REPLAY_BIN", REPO / "target" / "release" / "rpcedge-replay"))
 CACHED_BIN = Path(os.environ.get("RPCEDGE_CACHED_BIN", REPO / "target" / "release" / "rpcedge-cached"))
 CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", REPO.parent / "shared" / "corpus" / "rpc"))
+# The execution witnesses the replay answers debug_executionWitness with.
+WITNESSES = CORPUS.parent / "witness" / "ethrex-replay"
 REPLAY_CACHE = os.environ.get("RPCEDGE_REPLAY_CACHE", str(REPO / "target" / "replay-cache"))
 READY_TIMEOUT = float(os.environ.get("RPCEDGE_READY_TIMEOUT", "120"))
 
@@ -144,7 +146,7 @@ def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=No
     if not Path(corpus).is_dir():
         raise StartError(f"corpus {corpus} is missing (set RPCEDGE_CORPUS)")
     port = port or free_port()
-    argv = [REPLAY_BIN, "--corpus", corpus, "--listen", f"{LOOPBACK}:{port}", *args]
+    argv = [REPLAY_BIN, "--corpus", corpus, "--witnesses", WITNESSES, "--listen", f"{LOOPBACK}:{port}", *args]
     if REPLAY_CACHE:
         argv += ["--cache-dir", REPLAY_CACHE]
     process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")

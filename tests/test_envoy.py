@@ -105,6 +105,9 @@ def test_drop_in_filter_entry_validates(tmp_path):
     ('{"levle": 6}', "levle"),
     ('{"cache": {"timeout_ms": 0}}', "cache_timeout_ms"),
     ('{"cache": {"clusters": []}}', "cache_shards"),
+    ('{"transcode": true}', "buffer_limit"),
+    ('{"transcode": true, "buffer_limit": 2097152}', "buffer_limit"),
+    ('{"transcode_max": 4294967296}', "transcode_max"),
 ])
 def test_a_bad_setting_stops_envoy_from_starting(tmp_path, plugin_config, field):
     text = render_config(free_port(), free_port(), free_port(), plugin_config)
@@ -367,11 +370,11 @@ def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, tmp_path):
     # rpcedge keeps the body it buffers: Envoy only needs room for max_buffer and one upstream
     # read, however big the response.
     text = EXAMPLE.read_text()
-    for old, new in (("    per_connection_buffer_limit_bytes: 2097152\n", "    per_connection_buffer_limit_bytes: 262144\n"),
+    for old, new in (("    per_connection_buffer_limit_bytes: 68157440\n", "    per_connection_buffer_limit_bytes: 262144\n"),
                      ("    per_connection_buffer_limit_bytes: 1048576\n", "    per_connection_buffer_limit_bytes: 65536\n")):
         assert text.count(old) == 1
         text = text.replace(old, new)
-    plugin_config = '{"max_buffer": 131072}'
+    plugin_config = '{"max_buffer": 131072, "buffer_limit": 262144}'
     envoy = run_envoy(tmp_path, envoy_upstream.port, plugin_config, text=text, name="envoy-small-limits")
     try:
         for name, oneshot in (("15KiB", True), ("248KiB", False), ("3.6MiB", False)):

@@ -683,6 +683,8 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_level fast;", '"rpcedge_level" directive invalid number'),
     ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
     ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),
+    ("rpcedge_transcode_max 3000m;", '"rpcedge_transcode_max" directive must be between 0 and 2147483648'),
+    ("rpcedge_transcode maybe;", 'invalid value "maybe" in "rpcedge_transcode"'),
 ])
 def test_bad_values_fail_nginx_t_naming_the_directive(tmp_path, directive, message):
     conf = tmp_path / "nginx.conf"

@@ -151,3 +151,16 @@ def test_lua_keeps_cache_entries_in_its_own_storage_and_answers_hits_with_the_cl
         response = wire.request(openresty, f"/cached/{latest.network}", method="POST",
                                 body=json.dumps(latest.request).encode(), headers=headers)
         assert response.header("x-rpcedge-cache") == "BYPASS"
+
+
+def test_a_client_that_asks_for_ssz_gets_the_witness_as_ssz(openresty):
+    from test_transcode import SSZ, call, witness_json, witness_ssz
+
+    block = "0x134ff8"
+    r = wire.request(openresty, "/hoodi", method="POST", body=call("debug_executionWitness", [block], id=4),
+                     headers={"Content-Type": "application/json", "Accept": SSZ})
+    assert r.status == 200 and r.header("content-type") == SSZ
+    assert r.body == witness_ssz(witness_json(block))
+    assert int(r.header("content-length")) == len(r.body)
+    assert (r.header("x-rpcedge-jsonrpc-id"), r.header("x-rpcedge-jsonrpc-version")) == ("4", "2.0")
+    assert "Accept" in r.header("vary")

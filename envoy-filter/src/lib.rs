@@ -28,7 +28,9 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
 use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
-use rpcedge_core::{BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
+use rpcedge_core::{
+    BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings, TranscodeOutcome,
+};
 
 mod cache;
 use cache::{AfterBody, CacheRequest, HotRegion, PendingStore};
@@ -92,7 +94,7 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let json = self.get_plugin_configuration().unwrap_or_default();
-        let settings = match Config::from_json(&json) {
+        let settings = match Config::from_json(&json).and_then(|s| s.check_buffer_limit().map(|()| s)) {
             Ok(settings) => settings,
             Err(e) => {
                 log::error!("invalid plugin configuration: {e}");
@@ -144,7 +146,8 @@ impl RootContext for Root {
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
         let exchange = Exchange::new(Arc::clone(&shared.settings));
-        Some(Box::new(Filter { stream: Rc::new(RefCell::new(Stream::new(context_id, exchange, shared))), cache: None }))
+        let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
+        Some(Box::new(Filter { stream, cache: None, body_wanted: false }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -156,6 +159,8 @@ struct Filter {
     stream: Rc<RefCell<Stream>>,
     /// This request's way through the cache, when the cache is on.
     cache: Option<CacheRequest>,
+    /// The core waits for the request body (to transcode).
+    body_wanted: bool,
 }
 
 impl Filter {
@@ -250,6 +255,7 @@ impl HttpContext for Filter {
                 exchange.request_header(name.as_bytes(), value);
             }
         }
+        self.body_wanted = exchange.wants_request_body() && !end_of_stream;
         let Some(config) = shared.settings.cache.as_ref().filter(|c| c.enabled) else { return Action::Continue };
         let cache = self.cache.insert(CacheRequest::new(config, &headers, end_of_stream));
         if cache.awaits_body() {
@@ -260,6 +266,15 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.body_wanted && Exchange::takes_request_body(body_size) {
+            if !end_of_stream {
+                // Envoy holds it until it is whole
+                return Action::Pause;
+            }
+            let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten();
+            self.stream.borrow_mut().exchange.request_body(&body.unwrap_or_default());
+        }
+        self.body_wanted = false;
         let shared = self.shared();
         let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else {
             return Action::Continue;
@@ -540,11 +555,24 @@ impl Stream {
         self.done = true;
         let (bytes_in, bytes_out) = self.exchange.counts();
         self.shared.metrics.record(mode, bytes_in, bytes_out, self.compress_ns / 1000);
+        self.shared.metrics.transcode(self.exchange.transcode_outcome());
+        if let Some(why) = self.exchange.transcode_refusal() {
+            log::warn!("not transcoded, sent as it came: {why}");
+        }
     }
 }
 
 fn apply_edits(edits: &HeaderEdits) {
     let headers = MapType::HttpResponseHeaders;
+    if let Some(content_type) = edits.content_type {
+        let _ = hostcalls::set_map_value(headers, "content-type", Some(content_type));
+    }
+    if edits.add_vary_accept {
+        let _ = hostcalls::add_map_value(headers, "vary", "Accept");
+    }
+    for (name, value) in &edits.set {
+        let _ = hostcalls::set_map_value_bytes(headers, name, Some(value));
+    }
     if let Some(coding) = edits.content_encoding {
         let _ = hostcalls::set_map_value(headers, "content-encoding", Some(coding.token()));
     }
@@ -590,6 +618,9 @@ struct Metrics {
     stores_taken: u32,
     stores_refused: u32,
     stores_failed: u32,
+    /// Bodies sent as SSZ, and bodies that could not be (sent as they came).
+    transcoded: u32,
+    transcode_refused: u32,
 }
 
 /// The modes an exchange ends in: all but `Pending`, the first.
@@ -612,12 +643,23 @@ impl Metrics {
             stores_taken: counter("cache.stores.taken")?,
             stores_refused: counter("cache.stores.refused")?,
             stores_failed: counter("cache.stores.failed")?,
+            transcoded: counter("transcode.done")?,
+            transcode_refused: counter("transcode.refused")?,
             aborted: counter("responses.aborted")?,
             bytes_in: counter("body_bytes_in")?,
             bytes_out: counter("body_bytes_out")?,
             compress_us: counter("compress_time_us")?,
             compress_duration: hostcalls::define_metric(MetricType::Histogram, "rpcedge.compress_duration_us")?,
         })
+    }
+
+    fn transcode(&self, outcome: TranscodeOutcome) {
+        let counter = match outcome {
+            TranscodeOutcome::None => return,
+            TranscodeOutcome::Transcoded => self.transcoded,
+            TranscodeOutcome::Refused => self.transcode_refused,
+        };
+        let _ = hostcalls::increment_metric(counter, 1);
     }
 
     fn aborted(&self) {

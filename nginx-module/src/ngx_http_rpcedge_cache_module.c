@@ -97,8 +97,6 @@ static ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
-static rpcedge_str_t ngx_http_rpcedge_cache_request_body(
-    ngx_http_request_t *r);
 static ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone);
 static void ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
@@ -419,7 +417,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     }
 #endif
 
-    body = ngx_http_rpcedge_cache_request_body(r);
+    body = ngx_http_rpcedge_request_body(r);
 
     ctx->cache = rpcedge_cache_new(ns, host, path, body.data, body.len,
                                    accept_encoding);
@@ -499,10 +497,10 @@ ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
 
 
 /* the request body in one piece, or NULL data when nginx did not keep it
- * whole in memory (spilled to a file): the core then bypasses the cache */
+ * whole in memory (spilled to a file): the core then does without it */
 
-static rpcedge_str_t
-ngx_http_rpcedge_cache_request_body(ngx_http_request_t *r)
+rpcedge_str_t
+ngx_http_rpcedge_request_body(ngx_http_request_t *r)
 {
     size_t         len;
     u_char        *p;

@@ -1,9 +1,11 @@
 
 /*
- * rpcedge: size-gated and streaming compression of JSON-RPC responses.
+ * rpcedge: size-gated and streaming compression of JSON-RPC responses, and
+ * their transcoding to SSZ for clients that ask for it.
  *
  * Thin glue over rpcedge-core (shared-core/): every decision is the core's.
- * The header filter feeds the request and response heads and gets a plan;
+ * The header filter feeds the request and response heads (and the request
+ * body, when the core asks for it to transcode) and gets a plan;
  * the body filter feeds the body and sends what the core returns, holding
  * the headers while the core buffers. With "aio threads", the core hands
  * large whole-body compressions out as jobs, run in the thread pool.
@@ -43,6 +45,9 @@ typedef struct {
     ngx_atomic_t               offloads;
     /* compressions meant for the thread pool that ran inline (queue full) */
     ngx_atomic_t               inline_fallbacks;
+    /* bodies sent as SSZ, and bodies that could not be (sent as they came) */
+    ngx_atomic_t               transcoded;
+    ngx_atomic_t               transcode_refused;
 } ngx_http_rpcedge_counters_t;
 
 
@@ -54,6 +59,8 @@ typedef struct {
     ngx_int_t                  stream_level;
     ngx_msec_t                 stream_delay;
     size_t                     offload_min_length;
+    ngx_flag_t                 transcode;
+    size_t                     transcode_max;
     ngx_array_t               *types;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
@@ -110,6 +117,8 @@ static ngx_int_t ngx_http_rpcedge_feed_heads(ngx_http_request_t *r,
     rpcedge_exchange_t *ex);
 static void ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex,
     ngx_list_t *list, ngx_http_rpcedge_feed_header_pt feed);
+static ngx_int_t ngx_http_rpcedge_set_header(ngx_http_request_t *r,
+    const rpcedge_header_t *header);
 static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
@@ -177,6 +186,8 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_delay_check =
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_offload_min_length_check =
     { ngx_http_rpcedge_check, "offload_min_length",
       NGX_HTTP_RPCEDGE_SIZE_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_transcode_max_check =
+    { ngx_http_rpcedge_check, "transcode_max", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
@@ -230,6 +241,20 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, offload_min_length),
       &ngx_http_rpcedge_offload_min_length_check },
+
+    { ngx_string("rpcedge_transcode"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, transcode),
+      NULL },
+
+    { ngx_string("rpcedge_transcode_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, transcode_max),
+      &ngx_http_rpcedge_transcode_max_check },
 
     { ngx_string("rpcedge_types"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -446,11 +471,23 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 {
+    rpcedge_str_t  body;
+
     rpcedge_exchange_request_method(ex, r->method_name.data,
                                     r->method_name.len);
 
     ngx_http_rpcedge_feed_list(ex, &r->headers_in.headers,
                                rpcedge_exchange_request_header);
+
+    /* the upstream has had the body; nginx keeps it for retries */
+
+    if (rpcedge_exchange_wants_request_body(ex)) {
+        body = ngx_http_rpcedge_request_body(r);
+
+        if (body.data) {
+            rpcedge_exchange_request_body(ex, body.data, body.len);
+        }
+    }
 
     /* nginx keeps these two apart from the header list */
 
@@ -523,10 +560,35 @@ static ngx_int_t
 ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits)
 {
+    ngx_uint_t                 i;
     ngx_table_elt_t           *h;
 #if (NGX_HTTP_GZIP)
     ngx_http_core_loc_conf_t  *clcf;
 #endif
+
+    if (edits->content_type) {
+        /* static in the core */
+        r->headers_out.content_type.data = (u_char *) edits->content_type;
+        r->headers_out.content_type.len = edits->content_type_len;
+        r->headers_out.content_type_len = edits->content_type_len;
+        r->headers_out.content_type_lowcase = NULL;
+        r->headers_out.charset.len = 0;
+    }
+
+    if (edits->add_vary_accept
+        && ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
+                                        (u_char *) "Accept",
+                                        sizeof("Accept") - 1)
+           == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < edits->set_len; i++) {
+        if (ngx_http_rpcedge_set_header(r, &edits->set[i]) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
 
     if (edits->content_encoding) {
         h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
@@ -597,6 +659,68 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     if (edits->remove_accept_ranges) {
         ngx_http_clear_accept_ranges(r);
     }
+
+    return NGX_OK;
+}
+
+
+/* sets a header the core names, replacing any of that name; the core's
+ * strings live only until its next call, so they are copied */
+
+static ngx_int_t
+ngx_http_rpcedge_set_header(ngx_http_request_t *r,
+    const rpcedge_header_t *header)
+{
+    u_char           *p;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash && h[i].key.len == header->name_len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) header->name,
+                               header->name_len) == 0)
+        {
+            h[i].hash = 0;
+        }
+    }
+
+    p = ngx_pnalloc(r->pool, header->name_len + 1 + header->value_len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+    h->key.data = p;
+    h->key.len = header->name_len;
+    p = ngx_cpymem(p, header->name, header->name_len);
+    *p++ = '\0';
+    h->lowcase_key = h->key.data;
+    h->value.data = p;
+    h->value.len = header->value_len;
+    ngx_memcpy(p, header->value, header->value_len);
 
     return NGX_OK;
 }
@@ -1359,12 +1483,28 @@ static void
 ngx_http_rpcedge_count(ngx_http_rpcedge_ctx_t *ctx)
 {
     uint64_t                      in, out;
+    rpcedge_error_t               why;
     ngx_http_rpcedge_counters_t  *counters;
 
     counters = ngx_http_rpcedge_counters;
 
     if (counters == NULL || ctx->exchange == NULL) {
         return;
+    }
+
+    switch (rpcedge_exchange_transcode(ctx->exchange, &why)) {
+
+    case RPCEDGE_TRANSCODE_DONE:
+        (void) ngx_atomic_fetch_add(&counters->transcoded, 1);
+        break;
+
+    case RPCEDGE_TRANSCODE_REFUSED:
+        (void) ngx_atomic_fetch_add(&counters->transcode_refused, 1);
+
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "rpcedge: not transcoded, sent as it came: %s",
+                      why.message);
+        break;
     }
 
     if (ctx->done) {
@@ -1448,7 +1588,7 @@ ngx_http_rpcedge_status_handler(ngx_http_request_t *r)
     size = sizeof("# TYPE rpcedge_responses_total counter\n") - 1
            + RPCEDGE_MODES * (sizeof("rpcedge_responses_total{mode=\"\"} \n")
                               - 1 + 32 + NGX_ATOMIC_T_LEN)
-           + 5 * (2 * sizeof("# TYPE rpcedge_inline_fallbacks_total counter\n")
+           + 7 * (2 * sizeof("# TYPE rpcedge_transcode_refused_total counter\n")
                   + NGX_ATOMIC_T_LEN);
 
     b = ngx_create_temp_buf(r->pool, size);
@@ -1477,10 +1617,15 @@ ngx_http_rpcedge_status_handler(ngx_http_request_t *r)
                           "# TYPE rpcedge_offloads_total counter\n"
                           "rpcedge_offloads_total %uA\n"
                           "# TYPE rpcedge_inline_fallbacks_total counter\n"
-                          "rpcedge_inline_fallbacks_total %uA\n",
+                          "rpcedge_inline_fallbacks_total %uA\n"
+                          "# TYPE rpcedge_transcoded_total counter\n"
+                          "rpcedge_transcoded_total %uA\n"
+                          "# TYPE rpcedge_transcode_refused_total counter\n"
+                          "rpcedge_transcode_refused_total %uA\n",
                           counters->aborted, counters->bytes_in,
                           counters->bytes_out, counters->offloads,
-                          counters->inline_fallbacks);
+                          counters->inline_fallbacks, counters->transcoded,
+                          counters->transcode_refused);
 
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = b->last - b->pos;
@@ -1725,6 +1870,8 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->stream_level = NGX_CONF_UNSET;
     conf->stream_delay = NGX_CONF_UNSET_MSEC;
     conf->offload_min_length = NGX_CONF_UNSET_SIZE;
+    conf->transcode = NGX_CONF_UNSET;
+    conf->transcode_max = NGX_CONF_UNSET_SIZE;
     conf->types = NGX_CONF_UNSET_PTR;
 
     return conf;
@@ -1761,6 +1908,9 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->offload_min_length,
                               prev->offload_min_length,
                               config.offload_min_length);
+    ngx_conf_merge_value(conf->transcode, prev->transcode, config.transcode);
+    ngx_conf_merge_size_value(conf->transcode_max, prev->transcode_max,
+                              config.transcode_max);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
 
     config.min_length = conf->min_length;
@@ -1769,6 +1919,8 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.stream_level = conf->stream_level;
     config.stream_delay_ms = conf->stream_delay;
     config.offload_min_length = conf->offload_min_length;
+    config.transcode = conf->transcode;
+    config.transcode_max = conf->transcode_max;
 
     if (conf->types) {
         types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));

@@ -12,6 +12,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <rpcedge.h>
+
 
 /* a numeric directive checked against the core's bounds for its field */
 typedef struct {
@@ -34,6 +36,9 @@ ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
 /* adds a module's variables (a list ended by ngx_http_null_variable) */
 ngx_int_t ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf,
     ngx_http_variable_t *vars);
+
+/* the request body in one piece; NULL data when it is not whole in memory */
+rpcedge_str_t ngx_http_rpcedge_request_body(ngx_http_request_t *r);
 
 /* rpcedge_min_length where r is: below it a cache hit goes out plain */
 size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);

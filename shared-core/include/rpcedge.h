@@ -70,6 +70,15 @@
 #define RPCEDGE_MODES 7
 
 /**
+ * `rpcedge_exchange_transcode`'s outcomes (the core's `TranscodeOutcome`).
+ */
+#define RPCEDGE_TRANSCODE_NONE 0
+
+#define RPCEDGE_TRANSCODE_DONE 1
+
+#define RPCEDGE_TRANSCODE_REFUSED 2
+
+/**
  * What happened to the body, for logs and metrics.
  */
 enum Mode
@@ -120,7 +129,7 @@ typedef uint8_t Mode;
 typedef struct rpcedge_cache_t rpcedge_cache_t;
 
 /**
- * Opaque per-request exchange.
+ * Opaque per-request exchange, with the header list its last edits point to.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
 
@@ -162,11 +171,26 @@ typedef struct {
   uint64_t stream_delay_ms;
   uint64_t offload_min_length;
   /**
+   * Non-zero: transcode for clients that ask for SSZ.
+   */
+  uint8_t transcode;
+  uint64_t transcode_max;
+  /**
    * Media type patterns; none at all means the defaults.
    */
   const rpcedge_str_t *types;
   size_t types_len;
 } rpcedge_config_t;
+
+/**
+ * A response header to set: `name` is static, `value` lives as the edits that list it.
+ */
+typedef struct {
+  const uint8_t *name;
+  size_t name_len;
+  const uint8_t *value;
+  size_t value_len;
+} rpcedge_header_t;
 
 /**
  * Header changes to apply before the headers go out. Pointers are valid until the next call on
@@ -185,11 +209,28 @@ typedef struct {
    * One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
    */
   uint8_t etag_op;
+  /**
+   * Append `Vary: Accept-Encoding`.
+   */
   uint8_t add_vary;
   uint8_t remove_accept_ranges;
+  /**
+   * Append `Vary: Accept`.
+   */
+  uint8_t add_vary_accept;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;
+  /**
+   * NULL: leave Content-Type alone; otherwise the new value (static).
+   */
+  const uint8_t *content_type;
+  size_t content_type_len;
+  /**
+   * Headers to set, replacing any of the same name.
+   */
+  const rpcedge_header_t *set;
+  size_t set_len;
 } rpcedge_header_edits_t;
 
 /**
@@ -318,6 +359,23 @@ void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_
 void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
 
 /**
+ * After the request head: 1 when the core needs the request body (give it whole with
+ * `rpcedge_exchange_request_body`), 0 when not.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
+
+/**
+ * The whole request body, when the core wants it; a host that cannot hold it whole skips this.
+ *
+ * # Safety
+ * `exchange` is live; `body` points to `len` readable bytes.
+ */
+void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
+
+/**
  * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
  * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
  * plan is pass and `edits` holds no change: the response goes out as it came.
@@ -426,6 +484,15 @@ const char *rpcedge_mode_name(uint8_t code);
  * `exchange` is NULL or live.
  */
 const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
+
+/**
+ * What became of transcoding: one of `RPCEDGE_TRANSCODE_*`. With `RPCEDGE_TRANSCODE_REFUSED`,
+ * `why` (may be NULL) gets the reason, to log.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `why` is NULL or writable.
+ */
+uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
 
 /**
  * Body bytes fed in and sent out so far.

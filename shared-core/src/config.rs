@@ -30,6 +30,15 @@ pub struct Config {
     /// Where the host can run work off its event loop (nginx with `aio threads`), whole bodies
     /// at least this long are compressed there.
     pub offload_min_length: u64,
+    /// Give clients that ask for SSZ (`Accept: application/octet-stream`) the SSZ of a JSON answer
+    /// that has a schema (the `transcode` module).
+    pub transcode: bool,
+    /// The largest body held whole to transcode; a longer one goes out as it came.
+    pub transcode_max: u64,
+    /// Envoy only: the listener's `per_connection_buffer_limit_bytes`, which counts what the
+    /// filter writes at once ([`Settings::check_buffer_limit`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffer_limit: Option<u64>,
     /// The response cache, for a host configured in JSON (Envoy); absent: off. nginx has its
     /// own directives, checked against the same `FIELDS`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -97,6 +106,11 @@ impl Default for Config {
             // compression holds an event loop for 1-2 ms or more, while the hop to a thread and
             // back costs tens of microseconds; below, inline is cheaper than the hop.
             offload_min_length: 128 * 1024,
+            transcode: false,
+            // Mainnet witnesses are 10-15 MB of JSON and reach hundreds of MB; a mainnet
+            // BeaconState is about 250 MB and needs this raised.
+            transcode_max: 64 * MIB,
+            buffer_limit: None,
             cache: None,
         }
     }
@@ -109,13 +123,14 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 9] = [
+pub const FIELDS: [Field; 10] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
     Field { name: "stream_level", range: 1..=9 },
     Field { name: "stream_delay_ms", range: 0..=60_000 },
     Field { name: "offload_min_length", range: 0..=256 * MIB },
+    Field { name: "transcode_max", range: 0..=2048 * MIB },
     Field { name: "cache_timeout_ms", range: 1..=60_000 },
     Field { name: "cache_shards", range: 1..=1024 },
     Field { name: "cache_hot_bytes", range: 0..=1024 * MIB },
@@ -211,6 +226,7 @@ impl Config {
             u64::from(self.stream_level),
             self.stream_delay_ms,
             self.offload_min_length,
+            self.transcode_max,
         ];
         for (field, value) in FIELDS.iter().zip(values) {
             check_field(field.name, value)?;
@@ -259,6 +275,32 @@ impl std::ops::Deref for Settings {
 }
 
 impl Settings {
+    /// For a host that counts what the filter writes at once against a buffer limit (Envoy):
+    /// the most it writes at once (a one-shot body, or a transcoded or untranscoded whole body)
+    /// must stay below that limit, with room for one upstream read besides. Envoy answers a write
+    /// past it with a local reply from inside the filter's callback, so such a configuration is
+    /// refused rather than left to fail at run time.
+    pub fn check_buffer_limit(&self) -> Result<(), ConfigError> {
+        let (written, what) = if self.transcode && self.transcode_max > self.max_buffer {
+            (self.transcode_max, "transcode_max")
+        } else {
+            (self.max_buffer, "max_buffer")
+        };
+        match self.buffer_limit {
+            None if self.transcode => Err(ConfigError::new(
+                "buffer_limit",
+                "must be given with transcode: set it to the listener's per_connection_buffer_limit_bytes, \
+                 which must exceed transcode_max by one upstream read"
+                    .into(),
+            )),
+            Some(limit) if written >= limit => Err(ConfigError::new(
+                "buffer_limit",
+                format!("{limit} does not exceed {what} ({written}): raise the listener's per_connection_buffer_limit_bytes"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a Content-Type value names a media type to compress.
     pub fn compresses_type(&self, content_type: &[u8]) -> bool {
         let media = content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
@@ -284,6 +326,7 @@ mod tests {
         assert_eq!((s.min_length, s.max_buffer, s.level, s.stream_level), (1024, MIB, 6, 1));
         assert_eq!(s.stream_delay_ms, 100);
         assert_eq!(s.offload_min_length, 128 * 1024);
+        assert_eq!((s.transcode, s.transcode_max), (false, 64 * MIB));
     }
 
     #[test]
@@ -332,6 +375,18 @@ mod tests {
         }
         let err = Config::from_json(br#"{"cache": {"timeout": 5}}"#).unwrap_err();
         assert!(err.message.contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_buffer_limit_must_hold_what_the_filter_writes_at_once() {
+        assert!(Settings::default().check_buffer_limit().is_ok(), "no limit declared, no transcoding");
+        let check = |json: &[u8]| Config::from_json(json).unwrap().check_buffer_limit();
+        assert_eq!(check(br#"{"transcode": true}"#).unwrap_err().field, "buffer_limit");
+        assert!(check(br#"{"transcode": true, "buffer_limit": 69206016}"#).is_ok());
+        let err = check(br#"{"transcode": true, "buffer_limit": 2097152}"#).unwrap_err();
+        assert!(err.message.contains("transcode_max (67108864)"), "{err}");
+        assert!(check(br#"{"buffer_limit": 1048576}"#).unwrap_err().message.contains("max_buffer"));
+        assert!(check(br#"{"buffer_limit": 2097152}"#).is_ok());
     }
 
     #[test]

@@ -15,7 +15,17 @@ use std::sync::Arc;
 
 use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
 use crate::config::Settings;
-use crate::negotiate::{AcceptEncoding, Coding};
+use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
+use crate::transcode::{jsonrpc_request_schema, jsonrpc_to_ssz, Schema, TranscodeError, WitnessForm};
+
+/// The longest request body the core reads (a single JSON-RPC call's); a longer one is not
+/// transcoded.
+const REQUEST_BODY_MAX: usize = 64 * 1024;
+
+/// The response headers that carry a JSON-RPC envelope's members when its result goes out as SSZ:
+/// the id's JSON text (`1`, `"a"`) and the `jsonrpc` version.
+pub const JSONRPC_ID_HEADER: &str = "X-Rpcedge-Jsonrpc-Id";
+pub const JSONRPC_VERSION_HEADER: &str = "X-Rpcedge-Jsonrpc-Version";
 
 /// What the host does with the body, decided at the response head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,8 +118,14 @@ pub struct HeaderEdits {
     /// Set Content-Encoding to this coding.
     pub content_encoding: Option<Coding>,
     pub content_length: LengthEdit,
+    /// Replace Content-Type with this: the body was transcoded.
+    pub content_type: Option<&'static str>,
     /// Append `Vary: Accept-Encoding`.
     pub add_vary: bool,
+    /// Append `Vary: Accept`: the body's encoding (JSON or SSZ) follows the client's Accept.
+    pub add_vary_accept: bool,
+    /// Set these headers (replacing any of the same name).
+    pub set: Vec<(&'static str, Vec<u8>)>,
     /// A compressed body's ETag is always weak or absent.
     pub etag: EtagEdit,
     /// Drop Accept-Ranges: ranges of the original do not apply to the encoded body.
@@ -150,6 +166,29 @@ impl WholeBody {
     }
 }
 
+/// What became of transcoding, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TranscodeOutcome {
+    /// Not asked for, not configured, or not a body with a schema.
+    None = 0,
+    /// The body went out transcoded.
+    Transcoded = 1,
+    /// The body could have been transcoded but went out as it came
+    /// ([`Exchange::transcode_refusal`] says why).
+    Refused = 2,
+}
+
+/// Where transcoding stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Transcoding {
+    None,
+    /// The client asked for SSZ of a result with this schema.
+    Wanted(Schema, WitnessForm),
+    Done,
+    Refused(TranscodeError),
+}
+
 /// Why an exchange ended as failed. Before the headers are out the host may answer with an
 /// error status; after, it must reset the connection rather than end the body cleanly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +226,8 @@ struct ResponseFacts {
     content_range: bool,
     etag: Option<Vec<u8>>,
     varies_already: bool,
+    /// `application/json`: a body the transcoders read.
+    json: bool,
 }
 
 enum Phase {
@@ -196,7 +237,8 @@ enum Phase {
     /// passed on; the held bytes go out at most `stream_delay` after it.
     /// (A body of known length waits for its end, with no deadline: `check_length` holds it to
     /// that length.)
-    Buffering { body: Vec<u8>, last_arrival_ms: u64, flushed_at_ms: Option<u64> },
+    /// `transcode`: held whole (up to `transcode_max`, with no deadline) to transcode.
+    Buffering { body: Vec<u8>, last_arrival_ms: u64, flushed_at_ms: Option<u64>, transcode: bool },
     Streaming { encoder: StreamEncoder, held_since_ms: Option<u64> },
     /// The whole body waits as a job for the host (`Some`), or is out with it (`None`).
     Offloaded(Option<WholeBody>),
@@ -208,9 +250,15 @@ enum Phase {
 pub struct Exchange {
     settings: Arc<Settings>,
     accept: AcceptEncoding,
+    media: Accept,
     head_request: bool,
+    post_request: bool,
+    transcoding: Transcoding,
     response: ResponseFacts,
     coding: Coding,
+    /// The response head allows compressing the body as it came (type, status, the client's
+    /// Accept-Encoding).
+    compressible: bool,
     phase: Phase,
     mode: Mode,
     edits: HeaderEdits,
@@ -227,9 +275,13 @@ impl Exchange {
         Exchange {
             settings,
             accept: AcceptEncoding::default(),
+            media: Accept::default(),
             head_request: false,
+            post_request: false,
+            transcoding: Transcoding::None,
             response: ResponseFacts::default(),
             coding: Coding::Gzip,
+            compressible: false,
             phase: Phase::Head,
             mode: Mode::Pending,
             edits: HeaderEdits::default(),
@@ -249,12 +301,41 @@ impl Exchange {
 
     pub fn request_method(&mut self, method: &[u8]) {
         self.head_request = method.eq_ignore_ascii_case(b"HEAD");
+        self.post_request = method.eq_ignore_ascii_case(b"POST");
     }
 
-    /// Any request header; only Accept-Encoding matters for now.
+    /// Any request header; Accept-Encoding and Accept matter.
     pub fn request_header(&mut self, name: &[u8], value: &[u8]) {
         if name.eq_ignore_ascii_case(b"accept-encoding") {
             self.accept.add(value);
+        } else if name.eq_ignore_ascii_case(b"accept") {
+            self.media.add(value);
+        }
+    }
+
+    /// Whether the core needs the request body (after the request head; at most
+    /// 64 KiB, [`Exchange::takes_request_body`] bytes): a JSON-RPC call whose client asks for SSZ, which only the
+    /// method in the body can say has a schema.
+    pub fn wants_request_body(&self) -> bool {
+        self.settings.transcode && self.post_request && matches!(self.media.choose(), Some(MediaType::Ssz(_)))
+    }
+
+    /// Whether a request body of `length` bytes is one the core reads; a host holding a longer
+    /// one stops and lets the request go on.
+    pub fn takes_request_body(length: usize) -> bool {
+        length <= REQUEST_BODY_MAX
+    }
+
+    /// The whole request body, when [`Exchange::wants_request_body`] said so. A host that cannot
+    /// hold it whole does not call this: the response then goes out as it comes.
+    pub fn request_body(&mut self, body: &[u8]) {
+        if !Self::takes_request_body(body.len()) {
+            return;
+        }
+        if let (true, Some(MediaType::Ssz(form))) = (self.wants_request_body(), self.media.choose()) {
+            if let Some(schema) = jsonrpc_request_schema(body) {
+                self.transcoding = Transcoding::Wanted(schema, form);
+            }
         }
     }
 
@@ -270,6 +351,8 @@ impl Exchange {
             }
         } else if name.eq_ignore_ascii_case(b"content-type") {
             facts.compressible_type = self.settings.compresses_type(value);
+            let media = value.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+            facts.json = media.eq_ignore_ascii_case(b"application/json");
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
         } else if name.eq_ignore_ascii_case(b"cache-control") {
@@ -295,7 +378,6 @@ impl Exchange {
     /// Decides what happens to the body, once all response headers are in.
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         let facts = &self.response;
-        let settings = &*self.settings;
         // Whether this resource's representation depends on Accept-Encoding at all.
         let varies = facts.compressible_type
             && !facts.encoded
@@ -304,33 +386,73 @@ impl Exchange {
             && !matches!(status, 100..=199 | 204 | 206);
         self.edits.add_vary = varies && !facts.varies_already;
         let coding = self.accept.choose();
-        let plan = match (coding, facts.content_length) {
-            _ if !varies || self.head_request || status == 304 || facts.bad_length => {
+        if let Some(coding) = coding {
+            self.coding = coding;
+        }
+        self.compressible = varies && coding.is_some() && !self.head_request && status != 304 && !facts.bad_length;
+        if let Transcoding::Wanted(..) = self.transcoding {
+            self.edits.add_vary_accept = true;
+            match self.transcodable(status) {
+                Some(Ok(())) => {
+                    let capacity = self.response.content_length.unwrap_or(0).min(self.settings.transcode_max);
+                    self.phase = Phase::Buffering {
+                        body: Vec::with_capacity(capacity as usize),
+                        last_arrival_ms: 0,
+                        flushed_at_ms: None,
+                        transcode: true,
+                    };
+                    return BodyPlan::Buffer;
+                }
+                Some(Err(refusal)) => self.transcoding = Transcoding::Refused(refusal),
+                None => self.transcoding = Transcoding::None,
+            }
+        }
+        self.compress_plan()
+    }
+
+    /// Whether the response to a call that wants SSZ is one to transcode: `None` when it is not
+    /// a body with a schema at all (an error status, not JSON), a refusal when it is one that
+    /// cannot be transcoded.
+    fn transcodable(&self, status: u16) -> Option<Result<(), TranscodeError>> {
+        let facts = &self.response;
+        if status != 200 || !facts.json || self.head_request || facts.content_range || facts.bad_length {
+            return None;
+        }
+        Some(if facts.encoded {
+            Err(TranscodeError::Encoded)
+        } else if facts.no_transform {
+            Err(TranscodeError::NoTransform)
+        } else if facts.content_length.is_some_and(|length| length > self.settings.transcode_max) {
+            Err(TranscodeError::Limit("transcode_max"))
+        } else {
+            Ok(())
+        })
+    }
+
+    /// The body plan for compressing the body as it came.
+    fn compress_plan(&mut self) -> BodyPlan {
+        let settings = &*self.settings;
+        let plan = match self.response.content_length {
+            _ if !self.compressible => {
                 self.mode = Mode::Untouched;
                 BodyPlan::Pass
             }
-            (None, _) => {
-                self.mode = Mode::Untouched;
-                BodyPlan::Pass
-            }
-            (Some(_), Some(length)) if length < settings.min_length => {
+            Some(length) if length < settings.min_length => {
                 self.mode = Mode::Small;
                 BodyPlan::Pass
             }
-            (Some(_), Some(length)) if length > settings.max_buffer => BodyPlan::Stream,
-            (Some(_), declared) => {
+            Some(length) if length > settings.max_buffer => BodyPlan::Stream,
+            declared => {
                 let capacity = declared.unwrap_or(settings.min_length).min(settings.max_buffer) as usize;
                 self.phase = Phase::Buffering {
                     body: Vec::with_capacity(capacity),
                     last_arrival_ms: 0,
                     flushed_at_ms: None,
+                    transcode: false,
                 };
                 BodyPlan::Buffer
             }
         };
-        if let Some(coding) = coding {
-            self.coding = coding;
-        }
         match plan {
             BodyPlan::Pass => self.phase = Phase::Pass,
             BodyPlan::Stream => self.start_stream(),
@@ -350,6 +472,22 @@ impl Exchange {
         self.mode
     }
 
+    pub fn transcode_outcome(&self) -> TranscodeOutcome {
+        match self.transcoding {
+            Transcoding::Done => TranscodeOutcome::Transcoded,
+            Transcoding::Refused(_) => TranscodeOutcome::Refused,
+            Transcoding::None | Transcoding::Wanted(..) => TranscodeOutcome::None,
+        }
+    }
+
+    /// Why a body that could have been transcoded went out as it came.
+    pub fn transcode_refusal(&self) -> Option<&TranscodeError> {
+        match &self.transcoding {
+            Transcoding::Refused(refusal) => Some(refusal),
+            _ => None,
+        }
+    }
+
     /// Body bytes fed in and sent out, for the compression ratio.
     pub fn counts(&self) -> (u64, u64) {
         (self.bytes_in, self.bytes_out)
@@ -361,7 +499,9 @@ impl Exchange {
         let delay = self.settings.stream_delay_ms;
         let length_known = self.response.content_length.is_some();
         match &self.phase {
-            Phase::Buffering { body, last_arrival_ms, flushed_at_ms } if !length_known && !body.is_empty() => {
+            Phase::Buffering { body, last_arrival_ms, flushed_at_ms, transcode: false }
+                if !length_known && !body.is_empty() =>
+            {
                 let since = flushed_at_ms.map_or(*last_arrival_ms, |flushed| flushed.min(*last_arrival_ms));
                 Some(since + delay)
             }
@@ -468,12 +608,22 @@ impl Exchange {
                 }
                 Ok((false, flush))
             }
+            Phase::Buffering { body, transcode: true, .. } => {
+                if body.len() + chunk.len() > settings.transcode_max as usize {
+                    self.transcoding = Transcoding::Refused(TranscodeError::Limit("transcode_max"));
+                    let held = std::mem::take(body);
+                    return self.untranscoded(held, chunk, end, flush, now_ms);
+                }
+                body.extend_from_slice(chunk);
+                let sent = end && self.finish_buffered();
+                Ok((sent, sent))
+            }
             Phase::Buffering { body, .. } if length_known => {
                 body.extend_from_slice(chunk);
                 let sent = end && self.finish_buffered();
                 Ok((sent, sent))
             }
-            Phase::Buffering { body, last_arrival_ms, flushed_at_ms } => {
+            Phase::Buffering { body, last_arrival_ms, flushed_at_ms, .. } => {
                 let held = body.len() + chunk.len();
                 let overflow = held > settings.max_buffer as usize;
                 if end && !overflow {
@@ -528,6 +678,33 @@ impl Exchange {
         }
     }
 
+    /// A body held to transcode outgrew `transcode_max`: it goes on as it would have without
+    /// transcoding, starting with what was held.
+    fn untranscoded(&mut self, held: Vec<u8>, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<(bool, bool), Error> {
+        match self.compress_plan() {
+            BodyPlan::Pass => {
+                self.out = [&held[..], chunk].concat();
+                if end {
+                    self.phase = Phase::Done;
+                }
+                Ok((true, true))
+            }
+            BodyPlan::Stream => {
+                self.write_stream(&held, Push::Hold, now_ms)?;
+                let push = if end { Push::Finish } else { Push::Sync };
+                self.write_stream(chunk, push, now_ms)?;
+                Ok((true, true))
+            }
+            BodyPlan::Buffer => {
+                if let Phase::Buffering { body, last_arrival_ms, .. } = &mut self.phase {
+                    *body = held;
+                    *last_arrival_ms = now_ms;
+                }
+                self.step(chunk, end, flush, now_ms)
+            }
+        }
+    }
+
     /// Switches to streaming: the encoded headers are set now, as the length is unknown.
     fn start_stream(&mut self) {
         self.mode = Mode::Stream;
@@ -557,11 +734,30 @@ impl Exchange {
     /// The whole body is in: send it compressed with an exact length, or as it was. False when
     /// its compression waits for the host instead.
     fn finish_buffered(&mut self) -> bool {
-        let Phase::Buffering { body, .. } = std::mem::replace(&mut self.phase, Phase::Done) else {
+        let Phase::Buffering { mut body, transcode, .. } = std::mem::replace(&mut self.phase, Phase::Done) else {
             unreachable!("finish_buffered outside buffering");
         };
+        let mut compress = self.compressible;
+        if transcode {
+            match self.transcode(&body) {
+                Ok(ssz) => {
+                    body = ssz;
+                    let content_type = self.edits.content_type.unwrap_or_default();
+                    compress = self.compressible && self.settings.compresses_type(content_type.as_bytes());
+                }
+                // a JSON-RPC error stays JSON, as it should: nothing was refused
+                Err(TranscodeError::NoResult) => self.transcoding = Transcoding::None,
+                Err(refusal) => self.transcoding = Transcoding::Refused(refusal),
+            }
+        }
         let settings = &*self.settings;
         let length = body.len() as u64;
+        if !compress {
+            self.mode = Mode::Untouched;
+            self.edits.content_length = LengthEdit::Set(length);
+            self.out = body;
+            return true;
+        }
         if length < settings.min_length {
             self.mode = Mode::Small;
             self.edits.content_length = LengthEdit::Set(length);
@@ -599,12 +795,37 @@ impl Exchange {
         self.edits.content_encoding = Some(self.coding);
         self.edits.content_length = length;
         self.edits.remove_accept_ranges = true;
-        self.edits.etag = match &self.response.etag {
-            None => EtagEdit::Keep,
-            Some(etag) if etag.starts_with(b"W/\"") && is_opaque_tag(&etag[2..]) => EtagEdit::Keep,
-            Some(etag) if is_opaque_tag(etag) => EtagEdit::Set([&b"W/"[..], etag].concat()),
-            Some(_) => EtagEdit::Remove,
+        if let Some(etag) = &self.response.etag {
+            self.edits.etag = if etag.starts_with(b"W/\"") && is_opaque_tag(&etag[2..]) {
+                EtagEdit::Keep
+            } else if is_opaque_tag(etag) {
+                EtagEdit::Set([&b"W/"[..], etag].concat())
+            } else {
+                EtagEdit::Remove
+            };
+        }
+    }
+
+    /// The held JSON body as SSZ, with the header edits that say so; the body stays as it came on
+    /// an error.
+    fn transcode(&mut self, body: &[u8]) -> Result<Vec<u8>, TranscodeError> {
+        let Transcoding::Wanted(schema, form) = self.transcoding else {
+            unreachable!("transcoding a body that no one asked for");
         };
+        let result = jsonrpc_to_ssz(body, schema, form)?;
+        self.edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
+            "application/octet-stream; witness=eip8025"
+        } else {
+            "application/octet-stream"
+        });
+        self.edits.set.push((JSONRPC_ID_HEADER, result.id.to_vec()));
+        self.edits.set.push((JSONRPC_VERSION_HEADER, result.version.into_owned()));
+        // Another representation: the original's tag does not name it, nor its ranges.
+        self.response.etag = None;
+        self.edits.etag = EtagEdit::Remove;
+        self.edits.remove_accept_ranges = true;
+        self.transcoding = Transcoding::Done;
+        Ok(result.ssz)
     }
 }
 

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use crate::compress::compress_into;
 use crate::config::{check_field, check_type, Config, ConfigError, Settings};
-use crate::exchange::{BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody};
+use crate::exchange::{
+    BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
+};
 use crate::negotiate::{AcceptEncoding, Coding};
 
 mod cache;
@@ -24,8 +26,8 @@ pub use cache::*;
 /// Opaque validated settings.
 pub struct RpcedgeSettings(Arc<Settings>);
 
-/// Opaque per-request exchange.
-pub struct RpcedgeExchange(Exchange);
+/// Opaque per-request exchange, with the header list its last edits point to.
+pub struct RpcedgeExchange(Exchange, Vec<RpcedgeHeader>);
 
 /// Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
 pub struct RpcedgeJob(WholeBody);
@@ -46,6 +48,9 @@ pub struct RpcedgeConfig {
     pub stream_level: u32,
     pub stream_delay_ms: u64,
     pub offload_min_length: u64,
+    /// Non-zero: transcode for clients that ask for SSZ.
+    pub transcode: u8,
+    pub transcode_max: u64,
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
@@ -78,6 +83,15 @@ pub const RPCEDGE_EDIT_REMOVE: u8 = 2;
 /// What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
 pub const RPCEDGE_FAILURE_RESET: u16 = 0;
 
+/// A response header to set: `name` is static, `value` lives as the edits that list it.
+#[repr(C)]
+pub struct RpcedgeHeader {
+    pub name: *const u8,
+    pub name_len: usize,
+    pub value: *const u8,
+    pub value_len: usize,
+}
+
 /// Header changes to apply before the headers go out. Pointers are valid until the next call on
 /// the exchange.
 #[repr(C)]
@@ -88,11 +102,20 @@ pub struct RpcedgeHeaderEdits {
     pub content_length_op: u8,
     /// One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
     pub etag_op: u8,
+    /// Append `Vary: Accept-Encoding`.
     pub add_vary: u8,
     pub remove_accept_ranges: u8,
+    /// Append `Vary: Accept`.
+    pub add_vary_accept: u8,
     pub content_length: u64,
     pub etag: *const u8,
     pub etag_len: usize,
+    /// NULL: leave Content-Type alone; otherwise the new value (static).
+    pub content_type: *const u8,
+    pub content_type_len: usize,
+    /// Headers to set, replacing any of the same name.
+    pub set: *const RpcedgeHeader,
+    pub set_len: usize,
 }
 
 impl RpcedgeHeaderEdits {
@@ -103,9 +126,14 @@ impl RpcedgeHeaderEdits {
         etag_op: RPCEDGE_EDIT_KEEP,
         add_vary: 0,
         remove_accept_ranges: 0,
+        add_vary_accept: 0,
         content_length: 0,
         etag: ptr::null(),
         etag_len: 0,
+        content_type: ptr::null(),
+        content_type_len: 0,
+        set: ptr::null(),
+        set_len: 0,
     };
 }
 
@@ -240,6 +268,9 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             stream_level: c.stream_level,
             stream_delay_ms: c.stream_delay_ms,
             offload_min_length: c.offload_min_length,
+            transcode: c.transcode != 0,
+            transcode_max: c.transcode_max,
+            buffer_limit: None,
             types,
             cache: None,
         }
@@ -280,6 +311,8 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         stream_level: d.stream_level,
         stream_delay_ms: d.stream_delay_ms,
         offload_min_length: d.offload_min_length,
+        transcode: d.transcode.into(),
+        transcode_max: d.transcode_max,
         types: ptr::null(),
         types_len: 0,
     }
@@ -304,7 +337,7 @@ pub unsafe extern "C" fn rpcedge_exchange_new(settings: *const RpcedgeSettings) 
     guard(ptr::null_mut(), || {
         let Some(settings) = settings.as_ref() else { return ptr::null_mut() };
         let settings = Arc::clone(&settings.0);
-        Box::into_raw(Box::new(RpcedgeExchange(Exchange::new(settings))))
+        Box::into_raw(Box::new(RpcedgeExchange(Exchange::new(settings), Vec::new())))
     })
 }
 
@@ -371,6 +404,25 @@ pub unsafe extern "C" fn rpcedge_exchange_response_content_length(exchange: *mut
     guard((), || with(exchange, |ex| ex.response_content_length(u64::try_from(length).ok())));
 }
 
+/// After the request head: 1 when the core needs the request body (give it whole with
+/// `rpcedge_exchange_request_body`), 0 when not.
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_wants_request_body(exchange: *const RpcedgeExchange) -> u8 {
+    guard(0, || exchange.as_ref().is_some_and(|ex| ex.0.wants_request_body()).into())
+}
+
+/// The whole request body, when the core wants it; a host that cannot hold it whole skips this.
+///
+/// # Safety
+/// `exchange` is live; `body` points to `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_request_body(exchange: *mut RpcedgeExchange, body: *const u8, len: usize) {
+    guard((), || with(exchange, |ex| ex.request_body(bytes(body, len))));
+}
+
 /// Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
 /// and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
 /// plan is pass and `edits` holds no change: the response goes out as it came.
@@ -387,12 +439,19 @@ pub unsafe extern "C" fn rpcedge_exchange_response_head(
     guard(RPCEDGE_PLAN_PASS, || {
         let Some(exchange) = exchange.as_mut() else { return RPCEDGE_PLAN_PASS };
         let plan = exchange.0.response_head(status);
-        put(edits, c_edits(exchange.0.edits()));
+        put(edits, c_edits(exchange.0.edits(), &mut exchange.1));
         plan as u8
     })
 }
 
-fn c_edits(edits: &HeaderEdits) -> RpcedgeHeaderEdits {
+fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEdits {
+    set.clear();
+    set.extend(edits.set.iter().map(|(name, value)| RpcedgeHeader {
+        name: name.as_ptr(),
+        name_len: name.len(),
+        value: value.as_ptr(),
+        value_len: value.len(),
+    }));
     let (content_length_op, content_length) = match edits.content_length {
         LengthEdit::Keep => (RPCEDGE_EDIT_KEEP, 0),
         LengthEdit::Set(n) => (RPCEDGE_EDIT_SET, n),
@@ -412,6 +471,11 @@ fn c_edits(edits: &HeaderEdits) -> RpcedgeHeaderEdits {
         content_length,
         etag: if etag.is_empty() { ptr::null() } else { etag.as_ptr() },
         etag_len: etag.len(),
+        add_vary_accept: edits.add_vary_accept.into(),
+        content_type: edits.content_type.map_or(ptr::null(), str::as_ptr),
+        content_type_len: edits.content_type.map_or(0, str::len),
+        set: if set.is_empty() { ptr::null() } else { set.as_ptr() },
+        set_len: set.len(),
     }
 }
 
@@ -436,7 +500,7 @@ pub unsafe extern "C" fn rpcedge_exchange_feed(
         let exchange = exchange.as_mut().ok_or("no exchange")?;
         let (end, flush) = (flags & RPCEDGE_FEED_END != 0, flags & RPCEDGE_FEED_FLUSH != 0);
         let output = exchange.0.feed(bytes(data, len), end, flush, now_ms).map_err(|e| e.to_string())?;
-        put(out, c_output(&output));
+        put(out, c_output(&output, &mut exchange.1));
         Ok(())
     });
     output_result(result, error)
@@ -535,13 +599,13 @@ pub unsafe extern "C" fn rpcedge_exchange_complete_job(
         let exchange = exchange.as_mut().ok_or("no exchange")?;
         let job = job.ok_or("no job")?;
         let output = exchange.0.complete_whole_body(job).map_err(|e| e.to_string())?;
-        put(out, c_output(&output));
+        put(out, c_output(&output, &mut exchange.1));
         Ok(())
     });
     output_result(result, error)
 }
 
-fn c_output(output: &Output<'_>) -> RpcedgeOutput {
+fn c_output(output: &Output<'_>, set: &mut Vec<RpcedgeHeader>) -> RpcedgeOutput {
     let mut bits = 0;
     for (set, bit) in [
         (output.flush, RPCEDGE_OUT_FLUSH),
@@ -557,7 +621,7 @@ fn c_output(output: &Output<'_>) -> RpcedgeOutput {
         data: output.data.as_ptr(),
         len: output.data.len(),
         flags: bits,
-        edits: output.headers.map_or(RpcedgeHeaderEdits::NONE, c_edits),
+        edits: output.headers.map_or(RpcedgeHeaderEdits::NONE, |edits| c_edits(edits, set)),
     }
 }
 
@@ -608,6 +672,33 @@ pub extern "C" fn rpcedge_mode_name(code: u8) -> *const c_char {
 pub unsafe extern "C" fn rpcedge_exchange_mode(exchange: *const RpcedgeExchange) -> *const c_char {
     let mode = guard(Mode::Failed, || exchange.as_ref().map_or(Mode::Failed, |ex| ex.0.mode()));
     mode.name().as_ptr()
+}
+
+/// `rpcedge_exchange_transcode`'s outcomes (the core's `TranscodeOutcome`).
+pub const RPCEDGE_TRANSCODE_NONE: u8 = 0;
+pub const RPCEDGE_TRANSCODE_DONE: u8 = 1;
+pub const RPCEDGE_TRANSCODE_REFUSED: u8 = 2;
+
+const _: () = assert!(
+    RPCEDGE_TRANSCODE_NONE == TranscodeOutcome::None as u8
+        && RPCEDGE_TRANSCODE_DONE == TranscodeOutcome::Transcoded as u8
+        && RPCEDGE_TRANSCODE_REFUSED == TranscodeOutcome::Refused as u8
+);
+
+/// What became of transcoding: one of `RPCEDGE_TRANSCODE_*`. With `RPCEDGE_TRANSCODE_REFUSED`,
+/// `why` (may be NULL) gets the reason, to log.
+///
+/// # Safety
+/// `exchange` is NULL or live; `why` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_transcode(exchange: *const RpcedgeExchange, why: *mut RpcedgeError) -> u8 {
+    guard(RPCEDGE_TRANSCODE_NONE, || {
+        let Some(exchange) = exchange.as_ref() else { return RPCEDGE_TRANSCODE_NONE };
+        if let Some(refusal) = exchange.0.transcode_refusal() {
+            write_error(why, &ConfigError { field: "transcode".into(), message: refusal.to_string() });
+        }
+        exchange.0.transcode_outcome() as u8
+    })
 }
 
 /// Body bytes fed in and sent out so far.

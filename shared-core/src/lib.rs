@@ -11,6 +11,7 @@ pub mod transcode;
 
 pub use config::{CacheConfig, Config, ConfigError, Settings};
 pub use exchange::{
-    BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, WholeBody,
+    BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
+    JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
 };
 pub use negotiate::{Accept, AcceptEncoding, Coding, MediaType};

@@ -85,7 +85,8 @@ impl Corpus {
             match result {
                 Ok(Loaded { pairs, from_cache }) => {
                     corpus.stats.cached_files += usize::from(from_cache);
-                    corpus.add_file(path, pairs, placeholders.as_ref());
+                    let network = network_of(&path).to_string();
+                    corpus.add_file(path, &network, pairs, placeholders.as_ref());
                 }
                 Err(error) => {
                     eprintln!("rpcedge-replay: skipping {path}: {error}");
@@ -100,6 +101,7 @@ impl Corpus {
     fn add_file(
         &mut self,
         path: String,
+        network: &str,
         pairs: Vec<(RequestKey, Template)>,
         placeholders: Option<&HashMap<String, Vec<bool>>>,
     ) {
@@ -111,10 +113,7 @@ impl Corpus {
                 pairs.len()
             );
         }
-        let network_table = self
-            .by_network
-            .entry(network_of(&path).to_string())
-            .or_default();
+        let network_table = self.by_network.entry(network.to_string()).or_default();
         let mut recordings = Vec::with_capacity(pairs.len());
         for (i, (key, template)) in pairs.into_iter().enumerate() {
             let placeholder = flags
@@ -141,6 +140,39 @@ impl Corpus {
             self.all.entry(key).or_insert(recording);
         }
         self.files.insert(path, recordings);
+    }
+
+    /// Adds each execution witness in `dir` (ethrex-replay's `cache_<network>_<block>.json`:
+    /// `{blocks, witness, network}`) as the answer to `debug_executionWitness` with that block's
+    /// number in hex, on `/<network>` and `/`. Returns how many.
+    pub fn add_witnesses(&mut self, dir: &Path) -> Result<usize, String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with("cache_") && name.ends_with(".json"))
+            .collect();
+        names.sort();
+        for name in &names {
+            let path = dir.join(name);
+            let (network, block) = name["cache_".len()..name.len() - ".json".len()]
+                .rsplit_once('_')
+                .and_then(|(network, block)| Some((network, block.parse::<u64>().ok()?)))
+                .ok_or_else(|| format!("{name}: not cache_<network>_<block>.json"))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = json::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let witness = file.get("witness").ok_or_else(|| format!("{}: no \"witness\"", path.display()))?;
+            let request_text =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["{block:#x}"]}}"#);
+            let request = json::parse(&request_text).expect("well-formed");
+            let mut response_text = br#"{"jsonrpc":"2.0","id":1,"result":"#.to_vec();
+            witness.write_compact(&mut response_text);
+            response_text.push(b'}');
+            let response_text = String::from_utf8(response_text).map_err(|e| e.to_string())?;
+            let response = json::parse(&response_text).expect("compact JSON of a parsed value");
+            let pair = (RequestKey::of(&request), Template::build(&request, &response));
+            self.add_file(format!("witness/{name}"), network, vec![pair], None);
+        }
+        Ok(names.len())
     }
 
     /// The recordings of all networks together.

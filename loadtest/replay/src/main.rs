@@ -54,6 +54,10 @@ struct Cli {
     /// The same for `latest`.
     #[arg(long, value_parser = head::parse_setting)]
     latest: Vec<(String, u64)>,
+    /// Execution witnesses to answer `debug_executionWitness` with (ethrex-replay's
+    /// `cache_<network>_<block>.json`); skipped when the directory does not exist.
+    #[arg(long, default_value = "../shared/corpus/witness/ethrex-replay")]
+    witnesses: PathBuf,
 }
 
 /// Live requests are parsed recursively (up to the parser's nesting bound).
@@ -99,8 +103,13 @@ async fn run(cli: Cli) -> Result<(), String> {
     let corpus_dir = cli.corpus.clone();
     let loader_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let cache = cli.cache_dir.clone().map(Cache::new);
+    let witness_dir = cli.witnesses.clone();
     let corpus = tokio::task::spawn_blocking(move || {
-        Corpus::load(&corpus_dir, loader_threads, cache.as_ref())
+        let mut corpus = Corpus::load(&corpus_dir, loader_threads, cache.as_ref())?;
+        if witness_dir.is_dir() {
+            corpus.add_witnesses(&witness_dir)?;
+        }
+        Ok::<_, String>(corpus)
     })
     .await
     .map_err(|e| format!("loading the corpus failed: {e}"))??;

@@ -48,14 +48,26 @@ typedef struct {
 } rpcedge_error_t;
 
 typedef struct {
+  const uint8_t *name;
+  size_t name_len;
+  const uint8_t *value;
+  size_t value_len;
+} rpcedge_header_t;
+
+typedef struct {
   const char *content_encoding;
   uint8_t content_length_op;
   uint8_t etag_op;
   uint8_t add_vary;
   uint8_t remove_accept_ranges;
+  uint8_t add_vary_accept;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;
+  const uint8_t *content_type;
+  size_t content_type_len;
+  const rpcedge_header_t *set;
+  size_t set_len;
 } rpcedge_header_edits_t;
 
 typedef struct {
@@ -75,12 +87,15 @@ void rpcedge_exchange_request_header(rpcedge_exchange_t *exchange, const uint8_t
 void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len,
                                       const uint8_t *value, size_t value_len);
 void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
+uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
+void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
                                        rpcedge_header_edits_t *edits);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
 const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
+uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
 
 typedef struct rpcedge_cache_t rpcedge_cache_t;
 
@@ -119,6 +134,7 @@ local PLAN_PASS = 0
 local EDIT_SET, EDIT_REMOVE = 1, 2
 local OUT_HEADERS = 1
 local FEED_END = 1
+local TRANSCODE_REFUSED = 2
 
 -- not copied from the node's answer: the framing is this response's own
 local HOP_BY_HOP = {
@@ -155,15 +171,15 @@ local function feed_headers(exchange, feed, headers)
 end
 
 
-local function add_vary()
+local function add_vary(name)
     local vary = ngx.header["Vary"]
     if vary == nil then
-        ngx.header["Vary"] = "Accept-Encoding"
+        ngx.header["Vary"] = name
     elseif type(vary) == "table" then
-        vary[#vary + 1] = "Accept-Encoding"
+        vary[#vary + 1] = name
         ngx.header["Vary"] = vary
     else
-        ngx.header["Vary"] = { vary, "Accept-Encoding" }
+        ngx.header["Vary"] = { vary, name }
     end
 end
 
@@ -179,7 +195,17 @@ local function apply_edits(edits, length)
     end
     ngx.header["Content-Length"] = length
     if edits.add_vary ~= 0 then
-        add_vary()
+        add_vary("Accept-Encoding")
+    end
+    if edits.add_vary_accept ~= 0 then
+        add_vary("Accept")
+    end
+    if edits.content_type ~= nil then
+        ngx.header["Content-Type"] = C_string(edits.content_type, edits.content_type_len)
+    end
+    for i = 0, tonumber(edits.set_len) - 1 do
+        local h = edits.set[i]
+        ngx.header[C_string(h.name, h.name_len)] = C_string(h.value, h.value_len)
     end
     if edits.etag_op == EDIT_SET then
         ngx.header["ETag"] = C_string(edits.etag, edits.etag_len)
@@ -192,8 +218,19 @@ local function apply_edits(edits, length)
 end
 
 
+-- After an answer: log why a body that could have been transcoded went out as it came.
+local function log_refusal(exchange)
+    local why = ffi_new("rpcedge_error_t")
+    if lib.rpcedge_exchange_transcode(exchange, why) == TRANSCODE_REFUSED then
+        ngx.log(ngx.WARN, "rpcedge: not transcoded: ", C_string(why.message))
+    end
+end
+
+
 -- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
--- its status and headers, and its body as the core decides. Returns the mode ("oneshot",
+-- its status and headers, and its body as the core decides: transcoded to SSZ for a client that
+-- asks for it (with `"transcode": true` in the settings; the request body must have been read,
+-- ngx.req.read_body(), and be in memory), then compressed or not. Returns the mode ("oneshot",
 -- "small", "untouched", "stream", "incompressible", or "failed" after answering with the status
 -- the core gives, or closing the connection).
 function _M.respond(settings, res)
@@ -201,6 +238,12 @@ function _M.respond(settings, res)
     local method = ngx.req.get_method()
     lib.rpcedge_exchange_request_method(exchange, method, #method)
     feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
+    if lib.rpcedge_exchange_wants_request_body(exchange) ~= 0 then
+        local request_body = ngx.req.get_body_data()
+        if request_body then
+            lib.rpcedge_exchange_request_body(exchange, request_body, #request_body)
+        end
+    end
 
     local body = res.body or ""
     ngx.status = res.status
@@ -217,6 +260,7 @@ function _M.respond(settings, res)
     if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
         apply_edits(edits, #body)
         ngx.print(body)
+        log_refusal(exchange)
         return C_string(lib.rpcedge_exchange_mode(exchange))
     end
 
@@ -232,6 +276,7 @@ function _M.respond(settings, res)
     -- with the headers held (buffered), they come with the output; streamed, they are in force
     apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
     ngx.print(C_string(out.data, out.len))
+    log_refusal(exchange)
     return C_string(lib.rpcedge_exchange_mode(exchange))
 end
 

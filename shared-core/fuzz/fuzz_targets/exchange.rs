@@ -1,6 +1,7 @@
 //! The exchange fed arbitrary heads, chunkings, flushes and ticks, as a host would: whatever it
 //! decides, the client decodes exactly the body the upstream sent, or the exchange fails only
-//! because the body contradicted its declared length.
+//! because the body contradicted its declared length. With transcoding on and a client that asks
+//! for SSZ of a raw block, it gets exactly that SSZ, or the body as it came.
 #![no_main]
 
 use std::io::Read;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use rpcedge_core::transcode::{jsonrpc_to_ssz, Schema, WitnessForm};
 use rpcedge_core::{BodyPlan, Coding, Config, Exchange, HeaderEdits, LengthEdit};
 
 #[derive(Arbitrary, Debug)]
@@ -16,6 +18,8 @@ struct Case<'a> {
     max_buffer: u16,
     level: u8,
     stream_delay_ms: u8,
+    /// Transcoding on, with this transcode_max, for a client that asks for SSZ.
+    transcode_max: Option<u16>,
     head: bool,
     accept: &'a [u8],
     content_type: u8,
@@ -52,12 +56,20 @@ fuzz_target!(|case: Case| {
         max_buffer,
         level: u32::from(case.level % 12) + 1,
         stream_delay_ms: u64::from(case.stream_delay_ms),
+        transcode: case.transcode_max.is_some(),
+        transcode_max: case.transcode_max.map_or(0, u64::from),
         ..Config::default()
     };
     let settings = Arc::new(config.validate().expect("in range"));
     let mut ex = Exchange::new(settings);
     ex.request_method(if case.head { b"HEAD" } else { b"POST" });
     ex.request_header(b"accept-encoding", case.accept);
+    if case.transcode_max.is_some() {
+        ex.request_header(b"accept", b"application/octet-stream");
+    }
+    if ex.wants_request_body() {
+        ex.request_body(br#"{"jsonrpc":"2.0","id":1,"method":"debug_getRawBlock","params":["0x1"]}"#);
+    }
     ex.response_header(b"content-type", TYPES[usize::from(case.content_type) % TYPES.len()]);
     for (name, value) in &case.extra {
         ex.response_header(NAMES[usize::from(*name) % NAMES.len()], value);
@@ -118,7 +130,11 @@ fuzz_target!(|case: Case| {
             if let LengthEdit::Set(n) = edits.content_length {
                 assert_eq!(n, wire.len() as u64, "exact Content-Length");
             }
-            assert_eq!(decode(edits.content_encoding, &wire), case.body);
+            let expected = match edits.content_type {
+                Some(_) => jsonrpc_to_ssz(case.body, Schema::RawBytes, WitnessForm::Lossless).expect("transcoded").ssz,
+                None => case.body.to_vec(),
+            };
+            assert_eq!(decode(edits.content_encoding, &wire), expected);
         }
         Err(_) => assert_ne!(declared, Some(case.body.len() as u64), "failed on a truthful body"),
     }

@@ -43,6 +43,25 @@ pub fn method_schema(method: &str) -> Option<Schema> {
     METHODS.iter().find(|(name, _)| *name == method).map(|(_, schema)| *schema)
 }
 
+/// The schema of a single JSON-RPC request's result, from the request body: `None` for a batch,
+/// a method without one, or anything that is not one JSON-RPC request object.
+pub fn jsonrpc_request_schema(body: &[u8]) -> Option<Schema> {
+    let mut json = Scanner::new(body);
+    let mut schema = None;
+    json.object(|json, key| {
+        if key == b"method" {
+            let method = json.string()?;
+            schema = std::str::from_utf8(&method).ok().and_then(method_schema);
+        } else {
+            json.value()?;
+        }
+        Ok(())
+    })
+    .ok()?;
+    json.end().ok()?;
+    schema
+}
+
 /// Why a body cannot be transcoded: it then goes out as it came.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TranscodeError {
@@ -56,6 +75,10 @@ pub enum TranscodeError {
     Limit(&'static str),
     /// A JSON-RPC response with an error or no result: it stays JSON.
     NoResult,
+    /// A body with a Content-Encoding.
+    Encoded,
+    /// `Cache-Control: no-transform`.
+    NoTransform,
 }
 
 impl fmt::Display for TranscodeError {
@@ -66,6 +89,8 @@ impl fmt::Display for TranscodeError {
             TranscodeError::Ssz(what) => write!(f, "malformed SSZ: {what}"),
             TranscodeError::Limit(what) => write!(f, "over a limit: {what}"),
             TranscodeError::NoResult => f.write_str("an error or no result"),
+            TranscodeError::Encoded => f.write_str("an encoded body"),
+            TranscodeError::NoTransform => f.write_str("Cache-Control: no-transform"),
         }
     }
 }
@@ -88,8 +113,21 @@ pub fn jsonrpc_to_ssz(body: &[u8], schema: Schema, form: WitnessForm) -> Result<
     let (mut id, mut version, mut ssz) = (None, None, None);
     json.object(|json, key| {
         match key {
-            b"id" => id = Some(json.value()?),
-            b"jsonrpc" => version = Some(json.string()?),
+            b"id" => {
+                let value = json.value()?;
+                // It goes out in a response header: printable ASCII only.
+                if !value.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+                    return Err(json.error("an id that fits in a header"));
+                }
+                id = Some(value)
+            }
+            b"jsonrpc" => {
+                let value = json.string()?;
+                if !value.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+                    return Err(json.error("a version that fits in a header"));
+                }
+                version = Some(value)
+            }
             b"result" if ssz.is_none() => {
                 let mut out = Vec::new();
                 result_to_ssz(json, schema, form, &mut out)?;

@@ -7,7 +7,7 @@ pub mod corpus;
 use std::io::Read;
 use std::sync::Arc;
 
-use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Settings};
+use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Settings, TranscodeOutcome};
 
 /// One upstream body chunk and when it arrived.
 #[derive(Clone, Debug)]
@@ -22,6 +22,7 @@ pub struct Chunk {
 pub struct Wire {
     pub plan: BodyPlan,
     pub mode: Mode,
+    pub transcode: TranscodeOutcome,
     pub edits: HeaderEdits,
     /// The Content-Length the client sees, if any.
     pub content_length: Option<u64>,
@@ -61,6 +62,8 @@ pub struct Exchange1<'a> {
     /// Some(n): a Content-Length header of n.
     pub content_length: Option<u64>,
     pub chunks: Vec<Chunk>,
+    /// The request body, given when the core asks for it.
+    pub request_body: Vec<u8>,
 }
 
 impl<'a> Exchange1<'a> {
@@ -73,6 +76,7 @@ impl<'a> Exchange1<'a> {
             response_headers: vec![("Content-Type", "application/json".into())],
             content_length: known_length.then_some(body.len() as u64),
             chunks: vec![Chunk { data: body.to_vec(), flush: false, at_ms: 0 }],
+            request_body: Vec::new(),
         }
     }
 }
@@ -84,6 +88,9 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
     for (name, value) in &spec.request_headers {
         ex.request_header(name.as_bytes(), value.as_bytes());
     }
+    if ex.wants_request_body() {
+        ex.request_body(&spec.request_body);
+    }
     for (name, value) in &spec.response_headers {
         ex.response_header(name.as_bytes(), value.as_bytes());
     }
@@ -94,6 +101,7 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
     let mut wire = Wire {
         plan,
         mode: ex.mode(),
+        transcode: ex.transcode_outcome(),
         edits: HeaderEdits::default(),
         content_length: spec.content_length,
         body: Vec::new(),
@@ -127,6 +135,7 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
     }
     assert!(headers_out, "headers never released");
     wire.mode = ex.mode();
+    wire.transcode = ex.transcode_outcome();
     Ok(wire)
 }
 

@@ -1,0 +1,144 @@
+"""`make bench`, transcoding's part: what an SSZ client gets beside a JSON client for the same
+execution witnesses, through each proxy.
+
+    .venv/bin/python loadtest/transcode_bench.py [--seconds 5] [--runs 3]
+
+1. Wire bytes: each witness of the replay (hoodi blocks 0x134ff8 and 0x138c2d) as JSON and as
+   SSZ, each identity and gzip (nginx; SSZ gzipped where application/octet-stream is listed in
+   rpcedge_types, which it is not by default).
+2. wrk (1 thread, 8 connections, Accept-Encoding: gzip) through nginx and through Envoy, a JSON
+   client (no Accept) beside an SSZ client (Accept: application/octet-stream) posting the same
+   call; req/s and latency, the median of `--runs` runs. The proxy runs on a CPU of its own
+   (taskset); wrk and the replay node share the others.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+LOADTEST = Path(__file__).resolve().parent
+sys.path.insert(0, str(LOADTEST.parent / "tests"))
+import wire  # noqa: E402
+from bench import split_cpus  # noqa: E402
+from envoy_harness import run_envoy  # noqa: E402
+from harness import LOOPBACK, REPO, free_port, start_replay  # noqa: E402
+from nginx_harness import start_nginx  # noqa: E402
+
+WORK = REPO / "build" / "bench" / "transcode"
+RESULTS = LOADTEST / "results" / "transcode.json"
+SCRIPT = LOADTEST / "wrk" / "transcode.lua"
+BLOCKS = ["0x134ff8", "0x138c2d"]
+SSZ = "application/octet-stream"
+CONNECTIONS = 8
+ENVOY_PLUGIN_CONFIG = '{"transcode": true, "buffer_limit": 68157440}'
+
+SERVER = """
+    server {{
+        listen {LOOPBACK}:{port};
+        rpcedge on;
+        rpcedge_transcode on;
+        location / {{
+            proxy_pass http://{LOOPBACK}:{replay_port};
+            proxy_http_version 1.1;
+        }}
+        location /ssz-gzip/ {{
+            rpcedge_types application/json application/octet-stream;
+            proxy_pass http://{LOOPBACK}:{replay_port}/;
+            proxy_http_version 1.1;
+        }}
+    }}
+"""
+
+
+def call(block):
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "debug_executionWitness", "params": [block]}).encode()
+
+
+def post(port, path, body, accept, accept_encoding):
+    headers = {"Content-Type": "application/json", **({"Accept": accept} if accept else {})}
+    r = wire.request(port, path, method="POST", headers=headers, body=body, accept_encoding=accept_encoding)
+    assert r.status == 200 and r.complete, r.status
+    return r
+
+
+def wire_bytes(port):
+    rows = []
+    for block in BLOCKS:
+        body = call(block)
+        sizes = {
+            "json": len(post(port, "/hoodi", body, None, None).body),
+            "json_gzip": len(post(port, "/hoodi", body, None, "gzip").body),
+            "ssz": len(post(port, "/hoodi", body, SSZ, None).body),
+            "ssz_gzip": len(post(port, "/ssz-gzip/hoodi", body, SSZ, "gzip").body),
+        }
+        rows.append({"block": block, **sizes})
+    return rows
+
+
+def wrk(port, body_file, accept, expected_length, seconds):
+    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}/hoodi",
+            "--", body_file, accept or "-", "gzip", str(expected_length)]
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    result = json.loads(line[len("RESULT "):])
+    if result["broken"]:
+        raise RuntimeError(f"{result['broken']} broken answers: {result}")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    proxy_cpu, _ = split_cpus()
+    pin = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
+    replay = start_replay(WORK)
+    stopping = [replay.process]
+    try:
+        port = free_port()
+        nginx = start_nginx(WORK / "nginx", SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port),
+                            [port], argv_prefix=pin)
+        stopping.append(nginx)
+        envoy = run_envoy(WORK, replay.port, ENVOY_PLUGIN_CONFIG, concurrency=1, argv_prefix=pin)
+        stopping.append(envoy.process)
+        results = {"wire_bytes": wire_bytes(nginx.port), "wrk": []}
+        block = BLOCKS[-1]
+        body_file = WORK / f"witness-{block}.json"
+        body_file.write_bytes(call(block))
+        for proxy, proxy_port in [("nginx", nginx.port), ("envoy", envoy.port)]:
+            for client, accept in [("json", None), ("ssz", SSZ)]:
+                length = len(post(proxy_port, "/hoodi", call(block), accept, "gzip").body)
+                wrk(proxy_port, body_file, accept, length, 2)  # warm-up
+                runs = [wrk(proxy_port, body_file, accept, length, args.seconds) for _ in range(args.runs)]
+                rps = [r["answered"] / r["seconds"] for r in runs]
+                results["wrk"].append({
+                    "proxy": proxy, "client": client, "body_bytes": length,
+                    "req_s": statistics.median(rps),
+                    "p50_ms": statistics.median(r["p50_us"] for r in runs) / 1000,
+                    "p99_ms": statistics.median(r["p99_us"] for r in runs) / 1000,
+                })
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        print("| witness | JSON | JSON gzip | SSZ | SSZ gzip | SSZ/JSON | SSZ gzip/JSON gzip |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in results["wire_bytes"]:
+            print(f"| {r['block']} | {r['json']:,} | {r['json_gzip']:,} | {r['ssz']:,} | {r['ssz_gzip']:,} "
+                  f"| {r['ssz'] / r['json']:.3f} | {r['ssz_gzip'] / r['json_gzip']:.3f} |")
+        print(f"\nwrk, witness {block}, Accept-Encoding: gzip, {CONNECTIONS} connections, median of {args.runs} x {args.seconds} s")
+        print("| proxy | client | body bytes | req/s | p50 ms | p99 ms |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for r in results["wrk"]:
+            print(f"| {r['proxy']} | {r['client']} | {r['body_bytes']:,} | {r['req_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+    finally:
+        for process in reversed(stopping):
+            process.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+//! Transcoding inside an exchange: which responses a client that asks for SSZ gets as SSZ, with
+//! what headers, and what goes out untouched.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{chunked, run, Exchange1};
+use rpcedge_core::transcode::{ssz_to_json, Schema, WitnessForm};
+use rpcedge_core::{
+    BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, JSONRPC_ID_HEADER,
+    JSONRPC_VERSION_HEADER,
+};
+
+fn transcoding(config: Config) -> Arc<Settings> {
+    Arc::new(Config { transcode: true, ..config }.validate().unwrap())
+}
+
+const CALL: &[u8] = br#"{"jsonrpc":"2.0","id":7,"method":"debug_getRawBlock","params":["0x10"]}"#;
+
+/// A raw-block answer of `n` bytes of block.
+fn raw_block(n: usize) -> (Vec<u8>, Vec<u8>) {
+    let block: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    let hex: String = block.iter().map(|b| format!("{b:02x}")).collect();
+    (format!(r#"{{"jsonrpc":"2.0","id":"a-1","result":"0x{hex}"}}"#).into_bytes(), block)
+}
+
+fn ssz_call<'a>(body: &'a [u8], accept: &'a str) -> Exchange1<'a> {
+    let mut spec = Exchange1::json(body, true);
+    spec.request_headers.push(("Accept", accept));
+    spec.request_body = CALL.to_vec();
+    spec
+}
+
+fn header<'a>(edits: &'a rpcedge_core::HeaderEdits, name: &str) -> Option<&'a [u8]> {
+    edits.set.iter().find(|(n, _)| *n == name).map(|(_, v)| &v[..])
+}
+
+fn outcome(settings: &Arc<Settings>, spec: &Exchange1) -> TranscodeOutcome {
+    run(settings, spec).unwrap().transcode
+}
+
+#[test]
+fn a_client_that_asks_for_ssz_gets_the_result_as_ssz_with_the_envelope_in_headers() {
+    let settings = transcoding(Config::default());
+    let (body, block) = raw_block(5000);
+    let spec = ssz_call(&body, "application/octet-stream");
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!(wire.plan, BodyPlan::Buffer);
+    assert_eq!(wire.body, block, "a raw block's SSZ is its bytes");
+    assert_eq!(wire.content_length, Some(block.len() as u64));
+    assert_eq!(wire.edits.content_type, Some("application/octet-stream"));
+    assert_eq!(wire.edits.content_encoding, None, "SSZ is not among the default types to compress");
+    assert_eq!(header(&wire.edits, JSONRPC_ID_HEADER), Some(&br#""a-1""#[..]));
+    assert_eq!(header(&wire.edits, JSONRPC_VERSION_HEADER), Some(&b"2.0"[..]));
+    assert!(wire.edits.add_vary_accept);
+    assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Transcoded);
+
+    // Listed among the types, SSZ is compressed like JSON is, after transcoding.
+    let types = vec!["application/json".into(), "application/octet-stream".into()];
+    let wire = run(&transcoding(Config { types, ..Config::default() }), &spec).unwrap();
+    assert_eq!((wire.mode, wire.edits.content_encoding), (Mode::Oneshot, Some(Coding::Gzip)));
+    assert_eq!(wire.decoded(), block);
+}
+
+#[test]
+fn json_clients_and_unlisted_methods_and_batches_get_json_as_before() {
+    let settings = transcoding(Config::default());
+    let (body, _) = raw_block(5000);
+    let plain = run(&settings, &Exchange1::json(&body, true)).unwrap();
+    assert_eq!((plain.mode, plain.edits.content_type), (Mode::Oneshot, None));
+    for accept in ["application/json", "*/*", "application/octet-stream;q=0.5, application/json"] {
+        let wire = run(&settings, &ssz_call(&body, accept)).unwrap();
+        assert_eq!(wire.body, plain.body, "{accept}");
+        assert_eq!(wire.edits.content_type, None);
+    }
+    for request in [
+        &br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x1",false]}"#[..],
+        br#"[{"jsonrpc":"2.0","id":1,"method":"debug_getRawBlock","params":["0x1"]}]"#,
+        br#"{"jsonrpc":"2.0","id":1,"method":"debug_getRawBlock""#,
+    ] {
+        let mut spec = ssz_call(&body, "application/octet-stream");
+        spec.request_body = request.to_vec();
+        let wire = run(&settings, &spec).unwrap();
+        assert_eq!((wire.body.clone(), wire.edits.content_type), (plain.body.clone(), None));
+        assert!(!wire.edits.add_vary_accept);
+    }
+    // Off unless configured.
+    let wire = run(&Arc::new(Settings::default()), &ssz_call(&body, "application/octet-stream")).unwrap();
+    assert_eq!(wire.body, plain.body);
+}
+
+#[test]
+fn what_cannot_be_transcoded_goes_out_as_it_came_and_is_counted() {
+    let settings = transcoding(Config::default());
+    let plain_of = |body: &[u8]| run(&settings, &Exchange1::json(body, true)).unwrap();
+    for (body, outcome_expected) in [
+        (&br#"{"jsonrpc":"2.0","id":1,"result":"0xabc"}"#[..], TranscodeOutcome::Refused),
+        (br#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#, TranscodeOutcome::Refused),
+        (br#"{"jsonrpc":"2.0","id":1,"result":"0x00"#, TranscodeOutcome::Refused),
+        (br#"{"jsonrpc":"2.0","id":{"x":"\u00e9"},"result":"0x00"}"#, TranscodeOutcome::Transcoded),
+        (br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"header not found"}}"#, TranscodeOutcome::None),
+    ] {
+        let padded: Vec<u8> = body.iter().copied().chain(std::iter::repeat(b' ').take(2000)).collect();
+        let spec = ssz_call(&padded, "application/octet-stream");
+        let wire = run(&settings, &spec).unwrap();
+        assert_eq!(outcome(&settings, &spec), outcome_expected, "{}", String::from_utf8_lossy(body));
+        if outcome_expected != TranscodeOutcome::Transcoded {
+            let plain = plain_of(&padded);
+            assert_eq!(wire.decoded(), padded);
+            assert_eq!((wire.body, wire.edits.content_type), (plain.body, None));
+        }
+    }
+    // An id that cannot go in a header keeps the answer JSON.
+    let body = "{\"jsonrpc\":\"2.0\",\"id\":\"\u{e9}\",\"result\":\"0x00\"}".as_bytes();
+    assert_eq!(outcome(&settings, &ssz_call(body, "application/octet-stream")), TranscodeOutcome::Refused);
+}
+
+#[test]
+fn a_body_over_transcode_max_goes_out_untranscoded_whether_its_length_is_known_or_not() {
+    let settings = transcoding(Config { transcode_max: 4000, ..Config::default() });
+    let (body, _) = raw_block(5000);
+    let known = ssz_call(&body, "application/octet-stream");
+    assert_eq!(outcome(&settings, &known), TranscodeOutcome::Refused);
+    let wire = run(&settings, &known).unwrap();
+    assert_eq!((wire.mode, wire.decoded()), (Mode::Oneshot, body.clone()));
+
+    let mut chunked_spec = ssz_call(&body, "application/octet-stream");
+    chunked_spec.content_length = None;
+    chunked_spec.chunks = chunked(&body, &[1000, 3900, 4500], 1);
+    let wire = run(&settings, &chunked_spec).unwrap();
+    assert_eq!(wire.edits.content_type, None);
+    assert_eq!(wire.decoded(), body);
+
+    // And for a client that takes no gzip, it goes out as it came, byte for byte.
+    chunked_spec.request_headers.retain(|(name, _)| *name != "Accept-Encoding");
+    let wire = run(&settings, &chunked_spec).unwrap();
+    assert_eq!((wire.mode, wire.body.clone(), wire.edits.content_encoding), (Mode::Untouched, body, None));
+}
+
+#[test]
+fn a_transcoded_body_drops_the_json_etag_and_error_statuses_are_left_alone() {
+    let settings = transcoding(Config::default());
+    let (body, _) = raw_block(5000);
+    let mut spec = ssz_call(&body, "application/octet-stream");
+    spec.response_headers.push(("ETag", "\"v1\"".into()));
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!(wire.edits.etag, EtagEdit::Remove);
+    assert!(wire.edits.remove_accept_ranges);
+
+    spec.status = 500;
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!((wire.edits.content_type, wire.mode), (None, Mode::Oneshot));
+    assert_eq!(wire.decoded(), body);
+
+    spec.status = 200;
+    spec.response_headers.push(("Cache-Control", "no-transform".into()));
+    assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Refused);
+    assert_eq!(run(&settings, &spec).unwrap().body, body);
+}
+
+#[test]
+fn a_witness_goes_out_in_the_form_the_client_asked_for() {
+    let settings = transcoding(Config::default());
+    let result = r#"{"state":["0xaabb"],"codes":["0x60"],"keys":["0x01"],"headers":["0xf9"]}"#;
+    let body = format!(r#"{{"jsonrpc":"2.0","id":3,"result":{result}}}"#).into_bytes();
+    let call = br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#;
+    for (accept, form, content_type) in [
+        ("application/octet-stream", WitnessForm::Lossless, "application/octet-stream"),
+        ("application/octet-stream; witness=eip8025", WitnessForm::Eip8025, "application/octet-stream; witness=eip8025"),
+    ] {
+        let mut spec = ssz_call(&body, accept);
+        spec.request_body = call.to_vec();
+        let wire = run(&settings, &spec).unwrap();
+        assert_eq!(wire.edits.content_type, Some(content_type));
+        let mut json = Vec::new();
+        ssz_to_json(&wire.body, Schema::Witness, form, &mut json).unwrap();
+        let expected = if form == WitnessForm::Lossless {
+            result.to_owned()
+        } else {
+            r#"{"state":["0xaabb"],"codes":["0x60"],"headers":["0xf9"]}"#.to_owned()
+        };
+        assert_eq!(String::from_utf8(json).unwrap(), expected);
+    }
+}

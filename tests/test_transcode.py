@@ -1,0 +1,155 @@
+"""Transcoding through both hosts: a client that asks for SSZ gets the SSZ of the node's JSON
+answer, byte-exact against an independent encoder here; JSON clients, batches and whatever cannot
+be transcoded get the node's JSON as before; nginx and Envoy send the same bytes."""
+
+import json
+import struct
+
+import pytest
+
+import wire
+from envoy_harness import run_envoy
+from harness import CORPUS, LOOPBACK, WITNESSES, free_port
+from nginx_harness import start_nginx
+
+SERVER = """
+    server {{
+        listen {LOOPBACK}:{port};
+        rpcedge on;
+        rpcedge_transcode on;
+        location / {{
+            proxy_pass http://{LOOPBACK}:{replay_port};
+            proxy_http_version 1.1;
+        }}
+    }}
+"""
+ENVOY_PLUGIN_CONFIG = '{"min_length": 1024, "max_buffer": 1048576, "transcode": true, "buffer_limit": 68157440}'
+
+WITNESS_BLOCKS = {"0x134ff8": "cache_hoodi_1265656.json", "0x138c2d": "cache_hoodi_1281069.json"}
+SSZ = "application/octet-stream"
+
+
+def byte_lists(items):
+    """SSZ of List[ByteList[...]]: an offset per item, then the items."""
+    offsets, data = b"", b""
+    for item in items:
+        offsets += struct.pack("<I", 4 * len(items) + len(data))
+        data += item
+    return offsets + data
+
+
+def container(fields):
+    """SSZ of a container of variable-size fields."""
+    head, data = b"", b""
+    for field in fields:
+        head += struct.pack("<I", 4 * len(fields) + len(data))
+        data += field
+    return head + data
+
+
+def witness_ssz(witness, eip8025=False):
+    names = ["state", "codes", "headers"] + ([] if eip8025 else ["keys"])
+    return container([byte_lists([bytes.fromhex(h[2:]) for h in witness[name]]) for name in names])
+
+
+def witness_json(block):
+    return json.loads((WITNESSES / WITNESS_BLOCKS[block]).read_text())["witness"]
+
+
+def call(method, params, id=1):
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode()
+
+
+@pytest.fixture(scope="module")
+def hosts(replay, tmp_path_factory):
+    port = free_port()
+    nginx = start_nginx(tmp_path_factory.mktemp("transcode-nginx"),
+                        SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port), [port])
+    envoy = run_envoy(tmp_path_factory.mktemp("transcode-envoy"), replay.port, ENVOY_PLUGIN_CONFIG)
+    yield {"nginx": nginx.port, "envoy": envoy.port}
+    envoy.process.stop()
+    nginx.stop()
+
+
+def post(port, path, body, accept=None, accept_encoding="gzip", headers=None):
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    if accept:
+        headers["Accept"] = accept
+    return wire.request(port, path, method="POST", headers=headers, body=body, accept_encoding=accept_encoding)
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("block", sorted(WITNESS_BLOCKS))
+def test_a_witness_goes_out_as_ssz_with_the_envelope_in_headers(hosts, host, block):
+    r = post(hosts[host], "/hoodi", call("debug_executionWitness", [block], id="w-1"), accept=SSZ)
+    assert r.complete and r.status == 200
+    assert r.header("content-type") == SSZ
+    assert r.header("content-encoding") is None, "SSZ is not gzipped by default"
+    assert int(r.header("content-length")) == len(r.body)
+    assert r.body == witness_ssz(witness_json(block))
+    assert r.header("x-rpcedge-jsonrpc-id") == '"w-1"'
+    assert r.header("x-rpcedge-jsonrpc-version") == "2.0"
+    assert "accept" in [v.strip().lower() for v in r.header("vary").split(",")]
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_the_eip_8025_container_on_request(hosts, host):
+    block = "0x138c2d"
+    r = post(hosts[host], "/", call("debug_executionWitness", [block]), accept=f"{SSZ}; witness=eip8025")
+    assert r.header("content-type") == f"{SSZ}; witness=eip8025"
+    assert r.body == witness_ssz(witness_json(block), eip8025=True)
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_a_chunked_answer_is_transcoded_whole(hosts, host):
+    block = "0x134ff8"
+    r = post(hosts[host], "/hoodi", call("debug_executionWitness", [block]), accept=SSZ,
+             headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "5000"})
+    assert r.complete and r.body == witness_ssz(witness_json(block))
+    assert int(r.header("content-length")) == len(r.body)
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_a_raw_block_is_its_bytes(hosts, host):
+    recorded = (CORPUS / "debug_getRawBlock" / "execution-apis__hive-testchain__get-genesis.io").read_text()
+    result = json.loads(recorded.split("<< ", 1)[1])["result"]
+    r = post(hosts[host], "/hive-testchain", call("debug_getRawBlock", ["0x0"], id=9), accept=SSZ)
+    assert r.body == bytes.fromhex(result[2:])
+    assert r.header("x-rpcedge-jsonrpc-id") == "9"
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_json_clients_batches_and_errors_get_json(hosts, host, replay):
+    port = hosts[host]
+    request = call("debug_executionWitness", ["0x134ff8"])
+    direct = post(replay.port, "/hoodi", request, accept_encoding=None).body
+    for accept in [None, "application/json", "*/*", f"{SSZ};q=0.5, application/json"]:
+        r = post(port, "/hoodi", request, accept=accept)
+        assert r.header("content-type") == "application/json", accept
+        assert r.decoded() == direct
+    batch = b"[" + request + b"]"
+    r = post(port, "/hoodi", batch, accept=SSZ)
+    assert r.header("content-type") == "application/json"
+    assert isinstance(json.loads(r.decoded()), list)
+    # no recording: the node answers a JSON-RPC error, which stays JSON
+    r = post(port, "/hoodi", call("debug_executionWitness", ["0x1"]), accept=SSZ)
+    assert r.header("content-type") == "application/json"
+    assert json.loads(r.decoded())["error"]["code"] == -32601
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_an_answer_that_may_not_be_transformed_goes_out_as_it_came(hosts, host):
+    r = post(hosts[host], "/hoodi", call("debug_executionWitness", ["0x134ff8"]), accept=SSZ,
+             headers={"X-Replay-Header": "Cache-Control: no-transform"})
+    assert r.complete and r.header("content-type") == "application/json"
+    assert json.loads(r.decoded())["result"] == witness_json("0x134ff8")
+
+
+def test_both_hosts_send_the_same_bytes(hosts):
+    for body, accept in [(call("debug_executionWitness", ["0x138c2d"]), SSZ),
+                         (call("debug_executionWitness", ["0x138c2d"]), f"{SSZ}; witness=eip8025"),
+                         (call("debug_getRawBlock", ["0x0"]), SSZ)]:
+        a, b = (post(hosts[h], "/", body, accept=accept) for h in ("nginx", "envoy"))
+        assert a.body == b.body
+        for name in ["content-type", "content-length", "x-rpcedge-jsonrpc-id", "x-rpcedge-jsonrpc-version"]:
+            assert a.header(name) == b.header(name), name
