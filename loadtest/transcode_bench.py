@@ -80,7 +80,7 @@ def wire_bytes(port):
 
 def wrk(port, body_file, accept, expected_length, seconds):
     argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}/hoodi",
-            "--", body_file, accept or "-", "gzip", str(expected_length)]
+            "--", body_file, accept or "-", "gzip", str(expected_length or "-")]
     done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
     line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
     if done.returncode != 0 or line is None:
@@ -114,9 +114,11 @@ def main():
         body_file.write_bytes(call(block))
         for proxy, proxy_port in [("nginx", nginx.port), ("envoy", envoy.port)]:
             for client, accept in [("json", None), ("ssz", SSZ)]:
-                length = len(post(proxy_port, "/hoodi", call(block), accept, "gzip").body)
-                wrk(proxy_port, body_file, accept, length, 2)  # warm-up
-                runs = [wrk(proxy_port, body_file, accept, length, args.seconds) for _ in range(args.runs)]
+                r = post(proxy_port, "/hoodi", call(block), accept, "gzip")
+                length = len(r.body)
+                exact = length if r.header("content-length") else None
+                wrk(proxy_port, body_file, accept, exact, 2)  # warm-up
+                runs = [wrk(proxy_port, body_file, accept, exact, args.seconds) for _ in range(args.runs)]
                 rps = [r["answered"] / r["seconds"] for r in runs]
                 results["wrk"].append({
                     "proxy": proxy, "client": client, "body_bytes": length,

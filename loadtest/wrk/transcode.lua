@@ -4,8 +4,9 @@
 --   wrk -t1 -c8 -d5s -s loadtest/wrk/transcode.lua http://127.0.0.1:18080/hoodi -- call.json application/octet-stream gzip 1810248
 --
 -- Arguments: the file with the request body; the Accept value ("-": none); the Accept-Encoding
--- value ("-": none); the length every answer's body must have. done() prints one RESULT line of
--- JSON: answers, broken ones (status not 200 or another length), body bytes.
+-- value ("-": none); the length every answer's body must have ("-": any, for a streamed body,
+-- whose bytes follow its timing). done() prints one RESULT line of JSON: answers, broken ones
+-- (status not 200, or another length), body bytes.
 
 answered, broken, body_bytes = 0, 0, 0
 expected_length = nil
@@ -33,7 +34,7 @@ end
 function response(status, headers, body)
   answered = answered + 1
   body_bytes = body_bytes + #body
-  if status ~= 200 or #body ~= expected_length then
+  if status ~= 200 or #body == 0 or (expected_length and #body ~= expected_length) then
     broken = broken + 1
   end
 end
