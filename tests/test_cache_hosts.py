@@ -154,6 +154,27 @@ def test_what_the_cache_never_takes_always_reaches_the_node(proxies, stack, name
         time.sleep(0.1)
 
 
+def raw_block_by_number(request, response):
+    params = request.get("params") or [None]
+    return (request["method"] == "debug_getRawBlock" and isinstance(params[0], str) and params[0].startswith("0x")
+            and int(params[0], 16) > 0 and isinstance(response.get("result"), str) and cc.size(response) >= 512)
+
+
+def test_a_client_that_asks_for_ssz_of_a_result_the_cache_holds_goes_to_the_node(proxies, stack):
+    # the cache holds JSON; the SSZ of a result with a transcoding schema comes from the node's answer
+    proxy = proxies()
+    raw = cc.find(raw_block_by_number)
+    post(proxy.port, raw, id_=1)
+    wait_for_hit(proxy.port, raw, time.monotonic())
+    before = stack.node_requests()
+    ssz_client = wire.request(proxy.port, raw.path, "POST",
+                              {"Content-Type": "application/json", "Accept": "application/octet-stream"}, raw.body(2))
+    assert (ssz_client.status, status(ssz_client)) == (200, "BYPASS")
+    assert stack.node_requests() == before + 1
+    json_client = post(proxy.port, raw, id_=3)
+    assert status(json_client) == "HIT"
+
+
 def test_requests_that_are_not_json_rpc_calls_pass_through(proxies, stack):
     proxy = proxies()
     response = wire.request(proxy.port, "/healthz", "GET")

@@ -15,6 +15,7 @@ use proxy_wasm::types::{BufferType, MapType};
 use rpcedge_core::cache::{
     default_namespace, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Status, StoreCall,
 };
+use rpcedge_core::negotiate::asks_for_ssz;
 use rpcedge_core::{AcceptEncoding, CacheConfig, Coding};
 
 /// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
@@ -46,6 +47,8 @@ pub enum AfterBody {
 pub struct CacheRequest {
     namespace: String,
     gzip: bool,
+    /// The client asks for SSZ.
+    ssz: bool,
     /// A bypass until the body is in.
     exchange: CacheExchange,
     /// The request waits in Envoy until its body has come.
@@ -66,13 +69,15 @@ impl CacheRequest {
             None => default_namespace(&text(":authority"), &text(":path")),
         };
         let gzip = header(headers, "accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
+        let ssz = header(headers, "accept").is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
         let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
         let awaiting_body = header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large;
         CacheRequest {
-            exchange: CacheExchange::new(&namespace, None, gzip, &settings),
+            exchange: CacheExchange::new(&namespace, None, gzip, ssz, &settings),
             namespace,
             gzip,
+            ssz,
             awaiting_body,
             lookup: None,
             held: None,
@@ -109,7 +114,7 @@ impl CacheRequest {
         }
         self.awaiting_body = false;
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
-        self.exchange = CacheExchange::new(&self.namespace, Some(&body), self.gzip, &settings);
+        self.exchange = CacheExchange::new(&self.namespace, Some(&body), self.gzip, self.ssz, &settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;

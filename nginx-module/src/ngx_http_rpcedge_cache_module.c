@@ -375,7 +375,8 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
     ngx_str_t                       value;
-    rpcedge_str_t                   body, ns, host, path, accept_encoding;
+    rpcedge_str_t                   body, ns, host, path, accept_encoding,
+                                    accept;
     ngx_http_request_t             *sr;
     ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -389,6 +390,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_memzero(&ns, sizeof(rpcedge_str_t));
     ngx_memzero(&host, sizeof(rpcedge_str_t));
     ngx_memzero(&accept_encoding, sizeof(rpcedge_str_t));
+    ngx_memzero(&accept, sizeof(rpcedge_str_t));
 
     if (conf->ns) {
         if (ngx_http_complex_value(r, conf->ns, &value) != NGX_OK) {
@@ -417,10 +419,17 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     }
 #endif
 
+#if (NGX_HTTP_HEADERS)
+    if (r->headers_in.accept) {
+        accept.data = r->headers_in.accept->value.data;
+        accept.len = r->headers_in.accept->value.len;
+    }
+#endif
+
     body = ngx_http_rpcedge_request_body(r);
 
     ctx->cache = rpcedge_cache_new(ns, host, path, body.data, body.len,
-                                   accept_encoding);
+                                   accept_encoding, accept);
 
     if (ctx->cache == NULL
         || !rpcedge_cache_lookup_path(ctx->cache, &path))

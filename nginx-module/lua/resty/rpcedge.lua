@@ -113,7 +113,7 @@ typedef struct {
 } rpcedge_store_call_t;
 
 rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body,
-                                   size_t body_len, rpcedge_str_t accept_encoding);
+                                   size_t body_len, rpcedge_str_t accept_encoding, rpcedge_str_t accept);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
@@ -307,7 +307,7 @@ function _M.cache(body, namespace)
     local host = ngx.var.http_host or ngx.var.host or ""
     local ae = ngx.var.http_accept_encoding
     local handle = lib.rpcedge_cache_new(rstr(namespace), rstr(host), rstr(ngx.var.request_uri),
-                                         body, body and #body or 0, rstr(ae))
+                                         body, body and #body or 0, rstr(ae), rstr(ngx.var.http_accept))
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)
     end

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 
 use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
+use crate::transcode::jsonrpc_request_schema;
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,9 +104,16 @@ impl CacheExchange {
     }
 
     /// From the request: its namespace, its body (`None` when the host does not hold it whole,
-    /// as when nginx spilled it to a file) and whether the client takes gzip.
-    pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, settings: &CacheSettings) -> CacheExchange {
-        let request = body.ok_or(Bypass::TooLarge).and_then(|body| lookup(namespace, body, settings));
+    /// as when nginx spilled it to a file), whether the client takes gzip and whether it asks for
+    /// SSZ (`Accept`, [`crate::negotiate::asks_for_ssz`]).
+    pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, ssz: bool, settings: &CacheSettings) -> CacheExchange {
+        let request = body.ok_or(Bypass::TooLarge).and_then(|body| {
+            // a hit would be JSON: the node's answer, transcoded, is what such a client gets
+            if ssz && jsonrpc_request_schema(body).is_some() {
+                return Err(Bypass::Ssz);
+            }
+            lookup(namespace, body, settings)
+        });
         let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
         CacheExchange {
             request,

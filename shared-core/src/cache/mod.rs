@@ -69,6 +69,8 @@ pub enum Bypass {
     Method,
     /// At a tag that moves (`latest`, `pending`, `safe`, `finalized`, or none given).
     Moving,
+    /// The client asks for the SSZ of a result with a transcoding schema: the cache holds JSON.
+    Ssz,
 }
 
 impl Bypass {
@@ -79,6 +81,7 @@ impl Bypass {
             Bypass::Malformed => "malformed",
             Bypass::Method => "method",
             Bypass::Moving => "moving",
+            Bypass::Ssz => "ssz",
         }
     }
 }

@@ -353,7 +353,7 @@ fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
 fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let s = settings();
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
-    let mut first = CacheExchange::new("h/mainnet", Some(asked.as_bytes()), true, &s);
+    let mut first = CacheExchange::new("h/mainnet", Some(asked.as_bytes()), true, false, &s);
     let path = first.lookup_path().unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
     assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
@@ -365,7 +365,7 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     assert_eq!(call.headers, vec![("x-rpcedge-namespace", "h/mainnet".to_string())]);
 
     let again = asked.replace("\"id\":7", "\"id\":\"second\"");
-    let mut second = CacheExchange::new("h/mainnet", Some(again.as_bytes()), false, &s);
+    let mut second = CacheExchange::new("h/mainnet", Some(again.as_bytes()), false, false, &s);
     assert_eq!(second.lookup_path(), Some(path));
     let stored = daemon_keeps(&call);
     let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
@@ -378,33 +378,33 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let s = settings();
     let asked = request("eth_chainId", "[]");
-    let mut first = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let mut first = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
     let answer = r#"{"jsonrpc":"2.0","id":7,"result":"0x1"}"#;
     assert!(first.response_head(200, None, None, &s));
     let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
     let mut region = vec![0; crate::cache::HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
 
-    let mut miss = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let mut miss = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
     assert!(!miss.find_hot(&hot, 100));
     miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
     assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
 
-    let mut daemon_hit = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let mut daemon_hit = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
     let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), body: &stored };
     assert!(daemon_hit.answered(&ttl, 0).is_some());
     daemon_hit.keep_hot(&mut hot, &stored, 100);
 
     let again = asked.replace("\"id\":7", "\"id\":8");
-    let mut hot_hit = CacheExchange::new("n", Some(again.as_bytes()), false, &s);
+    let mut hot_hit = CacheExchange::new("n", Some(again.as_bytes()), false, false, &s);
     assert!(hot_hit.find_hot(&hot, 104));
     assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
     let hit = hot_hit.hot_answer(0).unwrap();
     assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
-    let mut late = CacheExchange::new("n", Some(asked.as_bytes()), false, &s);
+    let mut late = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
     assert!(!late.find_hot(&hot, 105), "the daemon said 5 s were left");
-    let mut elsewhere = CacheExchange::new("other", Some(asked.as_bytes()), false, &s);
+    let mut elsewhere = CacheExchange::new("other", Some(asked.as_bytes()), false, false, &s);
     assert!(!elsewhere.find_hot(&hot, 101), "another namespace");
 }
 
@@ -413,7 +413,7 @@ fn the_statuses_a_host_reports() {
     let s = settings();
     let cacheable = request("eth_chainId", "[]");
     let status_after = |answer: DaemonAnswer| {
-        let mut exchange = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+        let mut exchange = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
         assert_eq!(exchange.answered(&answer, 0), None);
         exchange.status()
     };
@@ -421,30 +421,36 @@ fn the_statuses_a_host_reports() {
     assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, body: b"" }), Status::Miss);
     assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, body: b"" }), Status::Error);
     assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, body: b"garbage" }), Status::Error, "a bad entry");
-    let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
     assert!(!failed.response_head(200, None, None, &s), "no store for a daemon that failed the lookup");
     assert!(CacheExchange::takes_length(s.max_request as u64, &s));
     assert!(!CacheExchange::takes_length(s.max_request as u64 + 1, &s));
 
-    for (body, bypass) in [
-        (Some(request("eth_blockNumber", "[]")), Bypass::Method),
-        (Some(format!("[{cacheable}]")), Bypass::Batch),
-        (None, Bypass::TooLarge),
+    for (body, ssz, bypass) in [
+        (Some(request("eth_blockNumber", "[]")), false, Bypass::Method),
+        (Some(format!("[{cacheable}]")), false, Bypass::Batch),
+        (None, false, Bypass::TooLarge),
+        (Some(request("debug_getRawBlock", r#"["0x10"]"#)), true, Bypass::Ssz),
     ] {
-        let mut exchange = CacheExchange::new("n", body.as_deref().map(str::as_bytes), true, &s);
+        let mut exchange = CacheExchange::new("n", body.as_deref().map(str::as_bytes), true, ssz, &s);
         assert_eq!((exchange.lookup_path(), exchange.bypass()), (None, Some(bypass)));
         exchange.failed();
         assert!(!exchange.response_head(200, None, None, &s));
         assert_eq!(exchange.status(), Status::Bypass);
     }
     // an answer over max_entry is not kept, and says so
-    let mut large = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    // SSZ clients of methods without a transcoding schema are served from the cache as before
+    assert!(CacheExchange::new("n", Some(cacheable.as_bytes()), true, true, &s).lookup_path().is_some());
+    assert!(CacheExchange::new("n", Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()), true, false, &s)
+        .lookup_path()
+        .is_some());
+    let mut large = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
     assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), None, &s));
     assert_eq!(large.status(), Status::Bypass);
     // and so is one of no stated length that grows past it
-    let mut growing = CacheExchange::new("n", Some(cacheable.as_bytes()), true, &s);
+    let mut growing = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
     assert!(growing.response_head(200, None, None, &s));
     assert!(growing.keep_holding(s.max_entry as u64, &s));
     assert_eq!(growing.status(), Status::Miss);
@@ -458,11 +464,11 @@ fn only_a_plain_whole_200_is_kept_and_only_what_capture_keeps_is_stored() {
     let s = settings();
     let asked = request("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#));
     let head = |status, coding: Option<&[u8]>| {
-        CacheExchange::new("n", Some(asked.as_bytes()), true, &s).response_head(status, None, coding, &s)
+        CacheExchange::new("n", Some(asked.as_bytes()), true, false, &s).response_head(status, None, coding, &s)
     };
     assert!(head(200, None) && head(200, Some(b"identity")));
     assert!(!head(200, Some(b"gzip")) && !head(500, None) && !head(206, None));
-    let mut exchange = CacheExchange::new("n", Some(asked.as_bytes()), true, &s);
+    let mut exchange = CacheExchange::new("n", Some(asked.as_bytes()), true, false, &s);
     assert!(exchange.response_head(200, None, None, &s));
     assert_eq!(exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":null}"#, &s), Err(Refusal::Null));
     let call = exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":{"blockNumber":"0x20"}}"#, &s).unwrap();

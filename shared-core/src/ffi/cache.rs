@@ -8,7 +8,7 @@ use super::{bytes, guard, put, RpcedgeStr};
 use crate::cache::{
     default_namespace, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall,
 };
-use crate::negotiate::{AcceptEncoding, Coding};
+use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -42,8 +42,9 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
 
 /// A cache exchange for a request in namespace `ns` (a NULL `data`: the default one, from the
 /// request's `host` header and raw `path`) whose body is `body` (NULL: the host does not hold it
-/// whole, so the request bypasses the cache), with the client's Accept-Encoding (a NULL `data`:
-/// none). NULL only on a panic.
+/// whole, so the request bypasses the cache), with the client's Accept-Encoding and Accept (a
+/// NULL `data`: none; a client that asks for the SSZ of a result bypasses the cache, which holds
+/// JSON). NULL only on a panic.
 ///
 /// # Safety
 /// The strings point to readable bytes of their lengths.
@@ -55,6 +56,7 @@ pub unsafe extern "C" fn rpcedge_cache_new(
     body: *const u8,
     body_len: usize,
     accept_encoding: RpcedgeStr,
+    accept: RpcedgeStr,
 ) -> *mut RpcedgeCache {
     guard(ptr::null_mut(), || {
         let namespace = match string(&ns) {
@@ -66,8 +68,9 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         };
         let body = (!body.is_null()).then(|| bytes(body, body_len));
         let gzip = string(&accept_encoding).map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
+        let ssz = string(&accept).is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
-        let exchange = CacheExchange::new(&namespace, body, gzip, &settings);
+        let exchange = CacheExchange::new(&namespace, body, gzip, ssz, &settings);
         let lookup_path = exchange.lookup_path();
         Box::into_raw(Box::new(RpcedgeCache { exchange, settings, lookup_path, hit: None, store: None }))
     })
