@@ -74,6 +74,9 @@ rpcedge is running (logs in {RUN}):
 try:
   curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\
     -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xF42401",true]}}'
+  curl -s -D - -o witness.ssz http://127.0.0.1:{NGINX_PORT}/hoodi -H 'Accept: application/octet-stream' \
+    -H 'Content-Type: application/json' \
+    -d '{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x138c2d"]}}'
 
 Ctrl-C stops everything.""", flush=True)
         while all(p.proc.poll() is None for p in processes):
