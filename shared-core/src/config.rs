@@ -303,7 +303,7 @@ impl Settings {
 
     /// Whether a Content-Type value names a media type to compress.
     pub fn compresses_type(&self, content_type: &[u8]) -> bool {
-        let media = content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        let media = crate::negotiate::media_type(content_type);
         let Some(slash) = media.iter().position(|&b| b == b'/') else {
             return false;
         };

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
 use crate::config::Settings;
-use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
+use crate::negotiate::{media_type, Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::{jsonrpc_request_schema, jsonrpc_to_ssz, Schema, TranscodeError, WitnessForm};
 
 /// The longest request body the core reads (a single JSON-RPC call's); a longer one is not
@@ -313,11 +313,19 @@ impl Exchange {
         }
     }
 
-    /// Whether the core needs the request body (after the request head; at most
-    /// 64 KiB, [`Exchange::takes_request_body`] bytes): a JSON-RPC call whose client asks for SSZ, which only the
-    /// method in the body can say has a schema.
+    /// Whether the core needs the request body (after the request head; see
+    /// [`Exchange::takes_request_body`] for its bound): a JSON-RPC call whose client asks for SSZ,
+    /// which only the method in the body can say has a schema.
     pub fn wants_request_body(&self) -> bool {
-        self.settings.transcode && self.post_request && matches!(self.media.choose(), Some(MediaType::Ssz(_)))
+        self.wanted_form().is_some()
+    }
+
+    /// The SSZ witness form a transcoding call's client asks for; `None` when the call is not one.
+    fn wanted_form(&self) -> Option<WitnessForm> {
+        match self.media.choose() {
+            Some(MediaType::Ssz(form)) if self.settings.transcode && self.post_request => Some(form),
+            _ => None,
+        }
     }
 
     /// Whether a request body of `length` bytes is one the core reads; a host holding a longer
@@ -329,13 +337,9 @@ impl Exchange {
     /// The whole request body, when [`Exchange::wants_request_body`] said so. A host that cannot
     /// hold it whole does not call this: the response then goes out as it comes.
     pub fn request_body(&mut self, body: &[u8]) {
-        if !Self::takes_request_body(body.len()) {
-            return;
-        }
-        if let (true, Some(MediaType::Ssz(form))) = (self.wants_request_body(), self.media.choose()) {
-            if let Some(schema) = jsonrpc_request_schema(body) {
-                self.transcoding = Transcoding::Wanted(schema, form);
-            }
+        let Some(form) = self.wanted_form().filter(|_| Self::takes_request_body(body.len())) else { return };
+        if let Some(schema) = jsonrpc_request_schema(body) {
+            self.transcoding = Transcoding::Wanted(schema, form);
         }
     }
 
@@ -351,8 +355,7 @@ impl Exchange {
             }
         } else if name.eq_ignore_ascii_case(b"content-type") {
             facts.compressible_type = self.settings.compresses_type(value);
-            let media = value.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-            facts.json = media.eq_ignore_ascii_case(b"application/json");
+            facts.json = media_type(value).eq_ignore_ascii_case(b"application/json");
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
         } else if name.eq_ignore_ascii_case(b"cache-control") {

@@ -155,6 +155,11 @@ impl Accept {
     }
 }
 
+/// A Content-Type value's media type, without its parameters.
+pub(crate) fn media_type(content_type: &[u8]) -> &[u8] {
+    content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii()
+}
+
 /// Whether an Accept field value asks for SSZ before JSON.
 pub fn asks_for_ssz(value: &[u8]) -> bool {
     matches!(Accept::parse(value).choose(), Some(MediaType::Ssz(_)))
