@@ -1,13 +1,17 @@
-//! The transcoders on any bytes, as JSON and as SSZ, for every schema: an error or output, never
+//! The transcoders on any bytes, as JSON and as SSZ, for every schema and Beacon-API object: an error or output, never
 //! a panic. Whatever SSZ gives JSON must give the same SSZ back from that JSON, and whatever
 //! JSON gives SSZ must give it again from the JSON the SSZ gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rpcedge_core::transcode::{jsonrpc_from_ssz, jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm};
+use rpcedge_core::transcode::{
+    beacon_data_to_json, beacon_data_to_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_to_ssz, ssz_to_json, BeaconObject, Fork,
+    Schema, WitnessForm,
+};
 
 const SCHEMAS: [Schema; 3] = [Schema::Witness, Schema::RawBytes, Schema::RawBytesList];
 const FORMS: [WitnessForm; 2] = [WitnessForm::Lossless, WitnessForm::Eip8025];
+const OBJECTS: [BeaconObject; 4] = [BeaconObject::Block, BeaconObject::BlindedBlock, BeaconObject::Blobs, BeaconObject::State];
 
 fuzz_target!(|input: &[u8]| {
     for schema in SCHEMAS {
@@ -23,6 +27,20 @@ fuzz_target!(|input: &[u8]| {
                 let body = [&b"{\"result\":"[..], &json, b"}"].concat();
                 let again = jsonrpc_to_ssz(&body, schema, form).expect("our own JSON goes to SSZ");
                 assert_eq!(again.ssz, input);
+            }
+        }
+    }
+    for object in OBJECTS {
+        let _ = beacon_to_ssz(input, object, None);
+        for fork in Fork::all() {
+            if let Ok(ssz) = beacon_data_to_ssz(input, object, fork) {
+                let mut json = Vec::new();
+                beacon_data_to_json(&ssz, object, fork, &mut json).expect("our own SSZ goes back to JSON");
+                assert_eq!(beacon_data_to_ssz(&json, object, fork).expect("our own JSON goes to SSZ"), ssz);
+            }
+            let mut json = Vec::new();
+            if beacon_data_to_json(input, object, fork, &mut json).is_ok() {
+                assert_eq!(beacon_data_to_ssz(&json, object, fork).expect("our own JSON goes to SSZ"), input);
             }
         }
     }

@@ -124,6 +124,35 @@ impl<'a> Scanner<'a> {
         Ok(value)
     }
 
+    /// `true` or `false`.
+    pub fn boolean(&mut self) -> Result<bool, TranscodeError> {
+        self.skip_whitespace();
+        for (word, value) in [(&b"true"[..], true), (b"false", false)] {
+            if self.input[self.at..].starts_with(word) {
+                self.at += word.len();
+                return Ok(value);
+            }
+        }
+        Err(self.error("a boolean"))
+    }
+
+    /// The digits of a non-negative integer, as a decimal string (the Beacon-API's form) or a bare
+    /// number.
+    pub fn decimal(&mut self) -> Result<Cow<'a, [u8]>, TranscodeError> {
+        let digits = if self.peek() == Some(b'"') {
+            self.string()?
+        } else {
+            let start = self.at;
+            let len = self.input[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+            self.at += len;
+            Cow::Borrowed(&self.input[start..start + len])
+        };
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return Err(self.error("a decimal integer"));
+        }
+        Ok(digits)
+    }
+
     /// Walks an object's members: `member` gets each key and must consume its value.
     pub fn object(
         &mut self,

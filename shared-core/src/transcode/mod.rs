@@ -1,9 +1,10 @@
-//! JSON <-> SSZ for the responses that have a schema: execution witnesses and raw-bytes
-//! JSON-RPC results (Beacon-API objects come next). Each transcoder is driven by its schema and
+//! JSON <-> SSZ for the responses that have a schema: execution witnesses, raw-bytes JSON-RPC
+//! results, and Beacon-API objects. Each transcoder is driven by its schema and
 //! walks its input once: JSON strings are borrowed, hex is decoded with SIMD (faster-hex) straight
 //! into the output, and list offsets are written once the lengths are known. ssz_rs defines the
 //! same types in the tests, as the oracle; it is far too slow for the request path.
 
+mod beacon;
 mod json;
 mod raw;
 mod ssz;
@@ -13,6 +14,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use json::Scanner;
+pub use beacon::{beacon_data_to_json, beacon_data_to_ssz, beacon_to_ssz, BeaconObject, BeaconSsz, Fork};
 pub use witness::{Field as WitnessField, WitnessForm, FIELDS as WITNESS_FIELDS};
 
 /// What a JSON-RPC method's result is, for the transcoders.
@@ -75,6 +77,9 @@ pub enum TranscodeError {
     Limit(&'static str),
     /// A JSON-RPC response with an error or no result: it stays JSON.
     NoResult,
+    /// A Beacon-API object of a consensus version rpcedge has no types for, or whose versions
+    /// disagree.
+    Fork,
     /// A body with a Content-Encoding.
     Encoded,
     /// `Cache-Control: no-transform`.
@@ -89,6 +94,7 @@ impl fmt::Display for TranscodeError {
             TranscodeError::Ssz(what) => write!(f, "malformed SSZ: {what}"),
             TranscodeError::Limit(what) => write!(f, "over a limit: {what}"),
             TranscodeError::NoResult => f.write_str("an error or no result"),
+            TranscodeError::Fork => f.write_str("an unknown or conflicting consensus version"),
             TranscodeError::Encoded => f.write_str("an encoded body"),
             TranscodeError::NoTransform => f.write_str("Cache-Control: no-transform"),
         }

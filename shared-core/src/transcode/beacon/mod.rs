@@ -1,0 +1,170 @@
+//! Beacon-API objects as SSZ: the routes that the Beacon-API lets answer in SSZ, each object's
+//! type by consensus version, and the JSON envelope (`version`, `execution_optimistic`,
+//! `finalized`, `data`) around it. The SSZ body is the `data` alone, as the Beacon-API sends it;
+//! the version goes in `Eth-Consensus-Version`.
+
+mod ssz_type;
+mod types;
+
+use super::json::Scanner;
+use super::TranscodeError;
+use ssz_type::Ty;
+
+/// A consensus version (fork) whose types rpcedge knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fork {
+    Deneb,
+    Electra,
+    Fulu,
+}
+
+impl Fork {
+    pub fn all() -> [Fork; 3] {
+        [Fork::Deneb, Fork::Electra, Fork::Fulu]
+    }
+
+    /// The fork a version string names (as `Eth-Consensus-Version` or `version` give it).
+    pub fn from_name(name: &[u8]) -> Option<Fork> {
+        Fork::all().into_iter().find(|fork| fork.name().as_bytes().eq_ignore_ascii_case(name.trim_ascii()))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fork::Deneb => "deneb",
+            Fork::Electra => "electra",
+            Fork::Fulu => "fulu",
+        }
+    }
+}
+
+/// An object that a Beacon-API GET route answers with, in JSON or SSZ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconObject {
+    /// `/eth/v2/beacon/blocks/{block_id}`: a `SignedBeaconBlock`.
+    Block,
+    /// `/eth/v1/beacon/blinded_blocks/{block_id}`: a `SignedBlindedBeaconBlock`.
+    BlindedBlock,
+    /// `/eth/v1/beacon/blobs/{block_id}`: `List[Blob, MAX_BLOB_COMMITMENTS_PER_BLOCK]`.
+    Blobs,
+    /// `/eth/v2/debug/beacon/states/{state_id}`: a `BeaconState`.
+    State,
+}
+
+/// Each route's path before its last segment, the object's id.
+const ROUTES: [(&str, BeaconObject); 4] = [
+    ("/eth/v2/beacon/blocks/", BeaconObject::Block),
+    ("/eth/v1/beacon/blinded_blocks/", BeaconObject::BlindedBlock),
+    ("/eth/v1/beacon/blobs/", BeaconObject::Blobs),
+    ("/eth/v2/debug/beacon/states/", BeaconObject::State),
+];
+
+/// The blobs route's list of blobs.
+const BLOBS: Ty = Ty::List(&types::BLOB, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
+
+impl BeaconObject {
+    /// The object a GET of `path` (with or without its query) answers with.
+    pub fn from_route(path: &[u8]) -> Option<BeaconObject> {
+        let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+        ROUTES.iter().find_map(|(prefix, object)| {
+            let id = path.strip_prefix(prefix.as_bytes())?;
+            (!id.is_empty() && !id.contains(&b'/')).then_some(*object)
+        })
+    }
+
+    /// Whether its type depends on the consensus version.
+    fn versioned(self) -> bool {
+        self != BeaconObject::Blobs
+    }
+
+    fn ty(self, fork: Fork) -> &'static Ty {
+        use types::*;
+        match (self, fork) {
+            (BeaconObject::Block, Fork::Deneb) => &DENEB_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Fork::Electra | Fork::Fulu) => &ELECTRA_SIGNED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Fork::Deneb) => &DENEB_SIGNED_BLINDED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Fork::Electra | Fork::Fulu) => &ELECTRA_SIGNED_BLINDED_BEACON_BLOCK,
+            (BeaconObject::Blobs, _) => &BLOBS,
+            (BeaconObject::State, Fork::Deneb) => &DENEB_BEACON_STATE,
+            (BeaconObject::State, Fork::Electra) => &ELECTRA_BEACON_STATE,
+            (BeaconObject::State, Fork::Fulu) => &FULU_BEACON_STATE,
+        }
+    }
+}
+
+/// A Beacon-API response's data as SSZ, with its consensus version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BeaconSsz {
+    pub ssz: Vec<u8>,
+    /// For `Eth-Consensus-Version`; `None` for an object whose type has no version.
+    pub fork: Option<Fork>,
+}
+
+/// A Beacon-API JSON response `body` carrying `object`, with its data as SSZ. The version is the
+/// JSON's `version`, or `header` (the response's `Eth-Consensus-Version`) where the JSON has none;
+/// the two must agree.
+pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -> Result<BeaconSsz, TranscodeError> {
+    let unknown = TranscodeError::Fork;
+    let mut fork = match header {
+        Some(name) if object.versioned() => Some(Fork::from_name(name).ok_or(unknown.clone())?),
+        _ => None,
+    };
+    let mut json = Scanner::new(body);
+    let (mut ssz, mut deferred) = (None, None);
+    json.object(|json, key| {
+        match key {
+            b"version" if object.versioned() => {
+                let named = Fork::from_name(&json.string()?).ok_or(TranscodeError::Fork)?;
+                if fork.is_some_and(|fork| fork != named) {
+                    return Err(TranscodeError::Fork);
+                }
+                fork = Some(named);
+            }
+            b"data" if ssz.is_some() || deferred.is_some() => return Err(json.error("one data member")),
+            b"data" => match fork {
+                Some(fork) => ssz = Some(data_to_ssz(json, object.ty(fork))?),
+                // no version yet: take the data once it is known
+                None if object.versioned() => deferred = Some(json.value()?),
+                None => ssz = Some(data_to_ssz(json, object.ty(Fork::Deneb))?),
+            },
+            _ => {
+                json.value()?;
+            }
+        }
+        Ok(())
+    })?;
+    json.end()?;
+    let ssz = match (ssz, deferred, fork) {
+        (Some(ssz), ..) => ssz,
+        (None, Some(data), Some(fork)) => {
+            let mut json = Scanner::new(data);
+            data_to_ssz(&mut json, object.ty(fork))?
+        }
+        (None, Some(_), None) => return Err(unknown),
+        (None, None, _) => return Err(TranscodeError::NoResult),
+    };
+    Ok(BeaconSsz { ssz, fork: fork.filter(|_| object.versioned()) })
+}
+
+fn data_to_ssz(json: &mut Scanner, ty: &Ty) -> Result<Vec<u8>, TranscodeError> {
+    let mut out = Vec::new();
+    ssz_type::to_ssz(ty, json, &mut out)?;
+    Ok(out)
+}
+
+/// The SSZ of `object` (of `fork`, for a versioned one) as its Beacon-API JSON, appended to `out`:
+/// the `data` member's value.
+pub fn beacon_data_to_json(ssz: &[u8], object: BeaconObject, fork: Fork, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    out.reserve(ssz.len() * 2 + 64);
+    ssz_type::to_json(object.ty(fork), ssz, out)
+}
+
+/// The Beacon-API JSON `data` of `object` as SSZ (`beacon_data_to_json`'s inverse).
+pub fn beacon_data_to_ssz(json: &[u8], object: BeaconObject, fork: Fork) -> Result<Vec<u8>, TranscodeError> {
+    let mut json = Scanner::new(json);
+    let ssz = data_to_ssz(&mut json, object.ty(fork))?;
+    json.end()?;
+    Ok(ssz)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,378 @@
+//! The Beacon-API transcoder against the consensus-spec-tests' ssz_static vectors in
+//! ../shared/corpus/ssz: each case's value, written as Beacon-API JSON, transcodes to exactly its
+//! serialized bytes and back, and those bytes' hash_tree_root (by the type as described here, so
+//! that a wrong limit shows) equals roots.yaml's. And the real blinded block gives its
+//! `.computed.ssz`.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use yaml_rust2::{Yaml, YamlLoader};
+
+use super::ssz_type::{to_json, to_ssz, Ty};
+use super::types::*;
+use super::*;
+
+fn corpus() -> PathBuf {
+    std::env::var_os("RPCEDGE_CORPUS")
+        .map(|rpc| PathBuf::from(rpc).join(".."))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
+}
+
+/// The spec's name of each type described here, by fork.
+fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
+    let mut types: Vec<(&str, &Ty)> = vec![
+        ("Fork", &FORK),
+        ("Checkpoint", &CHECKPOINT),
+        ("Eth1Data", &ETH1_DATA),
+        ("BeaconBlockHeader", &BEACON_BLOCK_HEADER),
+        ("SignedBeaconBlockHeader", &SIGNED_BEACON_BLOCK_HEADER),
+        ("ProposerSlashing", &PROPOSER_SLASHING),
+        ("AttestationData", &ATTESTATION_DATA),
+        ("DepositData", &DEPOSIT_DATA),
+        ("Deposit", &DEPOSIT),
+        ("VoluntaryExit", &VOLUNTARY_EXIT),
+        ("SignedVoluntaryExit", &SIGNED_VOLUNTARY_EXIT),
+        ("SyncAggregate", &SYNC_AGGREGATE),
+        ("Withdrawal", &WITHDRAWAL),
+        ("BLSToExecutionChange", &BLS_TO_EXECUTION_CHANGE),
+        ("SignedBLSToExecutionChange", &SIGNED_BLS_TO_EXECUTION_CHANGE),
+        ("ExecutionPayload", &EXECUTION_PAYLOAD),
+        ("ExecutionPayloadHeader", &EXECUTION_PAYLOAD_HEADER),
+        ("Validator", &VALIDATOR),
+        ("SyncCommittee", &SYNC_COMMITTEE),
+        ("HistoricalSummary", &HISTORICAL_SUMMARY),
+        ("SignedBeaconBlock", BeaconObject::Block.ty(fork)),
+        ("BeaconState", BeaconObject::State.ty(fork)),
+    ];
+    if fork == Fork::Deneb {
+        types.extend([
+            ("IndexedAttestation", &INDEXED_ATTESTATION),
+            ("AttesterSlashing", &ATTESTER_SLASHING),
+            ("Attestation", &ATTESTATION),
+            ("BeaconBlockBody", &DENEB_BEACON_BLOCK_BODY),
+        ]);
+    } else {
+        types.extend([
+            ("IndexedAttestation", &ELECTRA_INDEXED_ATTESTATION),
+            ("AttesterSlashing", &ELECTRA_ATTESTER_SLASHING),
+            ("Attestation", &ELECTRA_ATTESTATION),
+            ("BeaconBlockBody", &ELECTRA_BEACON_BLOCK_BODY),
+            ("DepositRequest", &DEPOSIT_REQUEST),
+            ("WithdrawalRequest", &WITHDRAWAL_REQUEST),
+            ("ConsolidationRequest", &CONSOLIDATION_REQUEST),
+            ("ExecutionRequests", &EXECUTION_REQUESTS),
+            ("PendingDeposit", &PENDING_DEPOSIT),
+            ("PendingPartialWithdrawal", &PENDING_PARTIAL_WITHDRAWAL),
+            ("PendingConsolidation", &PENDING_CONSOLIDATION),
+        ]);
+    }
+    types
+}
+
+/// A value.yaml value as the Beacon-API writes it: integers as decimal strings.
+fn beacon_json(yaml: &Yaml, out: &mut String) {
+    match yaml {
+        Yaml::Hash(members) => {
+            out.push('{');
+            for (i, (key, value)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(key.as_str().expect("string keys")).unwrap());
+                out.push(':');
+                beacon_json(value, out);
+            }
+            out.push('}');
+        }
+        Yaml::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                beacon_json(item, out);
+            }
+            out.push(']');
+        }
+        Yaml::Integer(n) => out.push_str(&format!("\"{n}\"")),
+        // yaml-rust2 keeps an integer over i64's range as its text
+        Yaml::Real(text) => out.push_str(&format!("\"{text}\"")),
+        Yaml::String(text) => out.push_str(&serde_json::to_string(text).unwrap()),
+        Yaml::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        other => panic!("unexpected YAML {other:?}"),
+    }
+}
+
+fn hash(a: &[u8], b: &[u8]) -> [u8; 32] {
+    Sha256::new().chain_update(a).chain_update(b).finalize().into()
+}
+
+/// The root of `chunks` padded with zero chunks to `limit` (a power of two at least).
+fn merkleize(mut chunks: Vec<[u8; 32]>, limit: usize) -> [u8; 32] {
+    let depth = limit.max(1).next_power_of_two().trailing_zeros();
+    let mut zero = [0u8; 32];
+    for _ in 0..depth {
+        if chunks.len() % 2 == 1 {
+            chunks.push(zero);
+        }
+        chunks = chunks.chunks(2).map(|pair| hash(&pair[0], &pair[1])).collect();
+        zero = hash(&zero, &zero);
+    }
+    chunks.first().copied().unwrap_or(zero)
+}
+
+fn pack(bytes: &[u8]) -> Vec<[u8; 32]> {
+    bytes.chunks(32).map(|chunk| {
+        let mut padded = [0u8; 32];
+        padded[..chunk.len()].copy_from_slice(chunk);
+        padded
+    }).collect()
+}
+
+fn mix_in_length(root: [u8; 32], length: usize) -> [u8; 32] {
+    let mut length_chunk = [0u8; 32];
+    length_chunk[..8].copy_from_slice(&(length as u64).to_le_bytes());
+    hash(&root, &length_chunk)
+}
+
+fn is_basic(ty: &Ty) -> bool {
+    matches!(ty, Ty::Uint(_) | Ty::Bool)
+}
+
+/// The elements of a valid serialized list or vector of `element`.
+fn elements<'a>(element: &Ty, ssz: &'a [u8]) -> Vec<&'a [u8]> {
+    match element.fixed_size() {
+        Some(size) => ssz.chunks_exact(size).collect(),
+        None if ssz.is_empty() => Vec::new(),
+        None => {
+            let offsets: Vec<usize> = (0..read_u32(ssz, 0) / 4).map(|i| read_u32(ssz, i * 4)).chain([ssz.len()]).collect();
+            offsets.windows(2).map(|pair| &ssz[pair[0]..pair[1]]).collect()
+        }
+    }
+}
+
+fn read_u32(ssz: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(ssz[at..at + 4].try_into().unwrap()) as usize
+}
+
+fn hash_tree_root(ty: &Ty, ssz: &[u8]) -> [u8; 32] {
+    match *ty {
+        Ty::Uint(_) | Ty::Bool | Ty::Bytes(_) | Ty::Bitvector(_) => {
+            let limit = ssz.len().div_ceil(32);
+            merkleize(pack(ssz), limit)
+        }
+        Ty::ByteList(max) => mix_in_length(merkleize(pack(ssz), max.div_ceil(32)), ssz.len()),
+        Ty::Bitlist(max) => {
+            let last = *ssz.last().unwrap();
+            let bits = (ssz.len() - 1) * 8 + (7 - last.leading_zeros() as usize);
+            let mut bytes = ssz.to_vec();
+            *bytes.last_mut().unwrap() ^= 1 << (bits % 8);
+            bytes.truncate(bits.div_ceil(8));
+            mix_in_length(merkleize(pack(&bytes), max.div_ceil(256)), bits)
+        }
+        Ty::Vector(element, count) if is_basic(element) => merkleize(pack(ssz), (count * ssz.len() / count.max(1)).div_ceil(32)),
+        Ty::List(element, max) if is_basic(element) => {
+            let size = element.fixed_size().unwrap();
+            mix_in_length(merkleize(pack(ssz), (max * size).div_ceil(32)), ssz.len() / size)
+        }
+        Ty::Vector(element, count) => merkleize(elements(element, ssz).iter().map(|e| hash_tree_root(element, e)).collect(), count),
+        Ty::List(element, max) => {
+            let items = elements(element, ssz);
+            let count = items.len();
+            mix_in_length(merkleize(items.iter().map(|e| hash_tree_root(element, e)).collect(), max), count)
+        }
+        Ty::Container(fields) => {
+            let fixed: usize = fields.iter().map(|field| field.ty.fixed_size().unwrap_or(4)).sum();
+            let mut starts: Vec<usize> = Vec::new();
+            let mut at = 0;
+            for field in fields {
+                if field.ty.fixed_size().is_none() {
+                    starts.push(read_u32(ssz, at));
+                }
+                at += field.ty.fixed_size().unwrap_or(4);
+            }
+            assert!(starts.first().map_or(true, |&first| first == fixed));
+            let (mut at, mut variable) = (0, 0);
+            let roots = fields.iter().map(|field| match field.ty.fixed_size() {
+                Some(size) => {
+                    at += size;
+                    hash_tree_root(&field.ty, &ssz[at - size..at])
+                }
+                None => {
+                    let end = starts.get(variable + 1).copied().unwrap_or(ssz.len());
+                    variable += 1;
+                    at += 4;
+                    hash_tree_root(&field.ty, &ssz[starts[variable - 1]..end])
+                }
+            }).collect();
+            merkleize(roots, fields.len())
+        }
+    }
+}
+
+fn transcode_json(ty: &Ty, json: &str) -> Result<Vec<u8>, TranscodeError> {
+    let mut scanner = Scanner::new(json.as_bytes());
+    let mut ssz = Vec::new();
+    to_ssz(ty, &mut scanner, &mut ssz)?;
+    scanner.end()?;
+    Ok(ssz)
+}
+
+#[test]
+fn every_ssz_static_case_of_the_described_types_transcodes_exactly_both_ways() {
+    let root = corpus().join("ssz/ssz_static/tests/mainnet");
+    let mut cases = 0;
+    for fork in Fork::all() {
+        for (name, ty) in named_types(fork) {
+            let dir = root.join(fork.name()).join("ssz_static").join(name).join("ssz_random");
+            let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            for case in entries.flatten() {
+                let case = case.path();
+                let what = format!("{} {name} {}", fork.name(), case.file_name().unwrap().to_string_lossy());
+                let yaml = std::fs::read_to_string(case.join("value.yaml")).unwrap();
+                let mut json = String::new();
+                beacon_json(&YamlLoader::load_from_str(&yaml).unwrap()[0], &mut json);
+                let snappy = std::fs::read(case.join("serialized.ssz_snappy")).unwrap();
+                let expected = snap::raw::Decoder::new().decompress_vec(&snappy).unwrap();
+
+                let ssz = transcode_json(ty, &json).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(ssz == expected, "{what}: the SSZ differs from the spec's");
+
+                let mut back = Vec::new();
+                to_json(ty, &expected, &mut back).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let back: serde_json::Value = serde_json::from_slice(&back).unwrap();
+                let json_value: serde_json::Value = serde_json::from_str(&json).unwrap();
+                assert!(back == json_value, "{what}: the JSON differs from the value's");
+
+                // the same members in another order (serde_json's map sorts them) give the same bytes
+                let sorted = serde_json::to_string(&json_value).unwrap();
+                assert!(transcode_json(ty, &sorted).unwrap() == expected, "{what}: members in another order");
+
+                let roots = std::fs::read_to_string(case.join("roots.yaml")).unwrap();
+                let want = YamlLoader::load_from_str(&roots).unwrap()[0]["root"].as_str().unwrap().to_string();
+                let got = format!("0x{}", faster_hex::hex_string(&hash_tree_root(ty, &ssz)));
+                assert_eq!(got, want, "{what}: hash_tree_root");
+                cases += 1;
+            }
+        }
+    }
+    eprintln!("{cases} ssz_static cases");
+    assert!(cases > 300, "only {cases} cases: is the corpus there?");
+}
+
+#[test]
+fn the_real_blinded_block_gives_its_computed_ssz() {
+    let dir = corpus().join("ssz/real");
+    let data = std::fs::read(dir.join("signed-blinded-beacon-block-deneb.json")).unwrap();
+    let expected = std::fs::read(dir.join("signed-blinded-beacon-block-deneb.computed.ssz")).unwrap();
+    assert!(beacon_data_to_ssz(&data, BeaconObject::BlindedBlock, Fork::Deneb).unwrap() == expected);
+    let body = [&br#"{"version":"deneb","execution_optimistic":false,"finalized":true,"data":"#[..], &data, b"}"].concat();
+    let result = beacon_to_ssz(&body, BeaconObject::BlindedBlock, None).unwrap();
+    assert_eq!(result, BeaconSsz { ssz: expected.clone(), fork: Some(Fork::Deneb) });
+    let mut json = Vec::new();
+    beacon_data_to_json(&expected, BeaconObject::BlindedBlock, Fork::Deneb, &mut json).unwrap();
+    // the same but for the hex's case: the original has a checksummed address
+    let original: serde_json::Value = serde_json::from_str(&String::from_utf8(data).unwrap().to_lowercase()).unwrap();
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&json).unwrap(), original);
+}
+
+fn checkpoint(json: &str) -> Result<Vec<u8>, TranscodeError> {
+    transcode_json(&CHECKPOINT, json)
+}
+
+#[test]
+fn members_come_in_any_order_with_whitespace_escapes_and_unknown_members() {
+    let root = "0x".to_string() + &"ab".repeat(32);
+    let expected = [&7u64.to_le_bytes()[..], &[0xab; 32]].concat();
+    assert_eq!(checkpoint(&format!(r#"{{"epoch":"7","root":"{root}"}}"#)).unwrap(), expected);
+    assert_eq!(checkpoint(&format!(r#" {{ "root" : "{}" , "extra": {{"a":[1]}}, "epoch" : 7 }} "#, root.to_uppercase().replacen("0X", "0x", 1))).unwrap(), expected);
+    assert_eq!(checkpoint(&format!(r#"{{"\u0065poch":"7","root":"{root}"}}"#)).unwrap(), expected);
+}
+
+#[test]
+fn json_that_does_not_fit_the_type_is_refused() {
+    let root = "0x".to_string() + &"00".repeat(32);
+    for bad in [
+        format!(r#"{{"epoch":"7"}}"#),
+        format!(r#"{{"epoch":"7","root":"{root}","epoch":"8"}}"#),
+        format!(r#"{{"epoch":"18446744073709551616","root":"{root}"}}"#),
+        format!(r#"{{"epoch":"-1","root":"{root}"}}"#),
+        format!(r#"{{"epoch":"","root":"{root}"}}"#),
+        format!(r#"{{"epoch":"7","root":"{}"}}"#, &root[..64]),
+        format!(r#"{{"epoch":"7","root":"{}"}}"#, root.replacen("0x", "", 1)),
+        format!(r#"{{"epoch":true,"root":"{root}"}}"#),
+    ] {
+        assert!(checkpoint(&bad).is_err(), "{bad}");
+    }
+    // bitfields: a bitlist needs its length bit, a bitvector no bits past its length
+    assert!(transcode_json(&Ty::Bitlist(8), r#""0x00""#).is_err());
+    assert!(transcode_json(&Ty::Bitlist(8), r#""0x0001""#).is_ok());
+    assert!(transcode_json(&Ty::Bitlist(8), r#""0x0003""#).is_err());
+    assert!(transcode_json(&Ty::Bitvector(4), r#""0x10""#).is_err());
+    assert!(transcode_json(&Ty::List(&Ty::Uint(8), 2), r#"["1","2","3"]"#).is_err());
+    assert!(transcode_json(&Ty::Vector(&Ty::Uint(8), 2), r#"["1"]"#).is_err());
+    assert!(transcode_json(&Ty::Uint(1), r#""256""#).is_err());
+}
+
+#[test]
+fn uint256_goes_both_ways_at_its_edges() {
+    for n in ["0", "1", "18446744073709551616", "115792089237316195423570985008687907853269984665640564039457584007913129639935"] {
+        let ssz = transcode_json(&Ty::Uint(32), &format!("\"{n}\"")).unwrap();
+        let mut json = Vec::new();
+        to_json(&Ty::Uint(32), &ssz, &mut json).unwrap();
+        assert_eq!(json, format!("\"{n}\"").into_bytes());
+    }
+    assert_eq!(transcode_json(&Ty::Uint(32), r#""18446744073709551616""#).unwrap()[8], 1);
+    assert!(transcode_json(&Ty::Uint(32), r#""115792089237316195423570985008687907853269984665640564039457584007913129639936""#).is_err());
+}
+
+#[test]
+fn ssz_that_does_not_fit_the_type_is_refused() {
+    let mut out = Vec::new();
+    assert!(to_json(&Ty::Bool, &[2], &mut out).is_err());
+    assert!(to_json(&CHECKPOINT, &[0; 39], &mut out).is_err());
+    assert!(to_json(&Ty::List(&Ty::Uint(8), 1), &[0; 16], &mut out).is_err());
+    assert!(to_json(&Ty::List(&Ty::Uint(8), 4), &[0; 16], &mut out).is_ok());
+    assert!(to_json(&Ty::List(&Ty::Uint(8), 4), &[0; 12], &mut out).is_err());
+    // a list of byte lists whose offsets go backwards or past the end
+    let list = Ty::List(&Ty::ByteList(8), 4);
+    assert!(to_json(&list, &[8, 0, 0, 0, 9, 0, 0, 0, 1], &mut out).is_ok());
+    assert!(to_json(&list, &[8, 0, 0, 0, 7, 0, 0, 0, 1], &mut out).is_err());
+    assert!(to_json(&list, &[8, 0, 0, 0, 10, 0, 0, 0, 1], &mut out).is_err());
+    assert!(to_json(&list, &[6, 0, 0, 0, 0, 0], &mut out).is_err());
+}
+
+#[test]
+fn routes_name_their_objects_by_path_alone() {
+    assert_eq!(BeaconObject::from_route(b"/eth/v2/beacon/blocks/head"), Some(BeaconObject::Block));
+    assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blinded_blocks/348241?x=1"), Some(BeaconObject::BlindedBlock));
+    assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blobs/0xab?versioned_hashes=0x01"), Some(BeaconObject::Blobs));
+    assert_eq!(BeaconObject::from_route(b"/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
+    for other in [&b"/eth/v2/beacon/blocks/head/attestations"[..], b"/eth/v2/beacon/blocks/", b"/eth/v1/beacon/blocks/head", b"/"] {
+        assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
+    }
+}
+
+#[test]
+fn the_version_comes_from_the_json_or_the_header_and_they_must_agree() {
+    let blobs_data = format!(r#"["0x{}"]"#, "00".repeat(131072));
+    let blobs = format!(r#"{{"execution_optimistic":false,"finalized":true,"data":{blobs_data}}}"#);
+    let result = beacon_to_ssz(blobs.as_bytes(), BeaconObject::Blobs, None).unwrap();
+    assert_eq!((result.ssz.len(), result.fork), (131072, None));
+
+    let dir = corpus().join("ssz/real");
+    let data = String::from_utf8(std::fs::read(dir.join("signed-blinded-beacon-block-deneb.json")).unwrap()).unwrap();
+    let expected = std::fs::read(dir.join("signed-blinded-beacon-block-deneb.computed.ssz")).unwrap();
+    let data_first = format!(r#"{{"data":{data},"version":"deneb"}}"#);
+    assert_eq!(beacon_to_ssz(data_first.as_bytes(), BeaconObject::BlindedBlock, None).unwrap().ssz, expected);
+    let bare = format!(r#"{{"data":{data}}}"#);
+    assert_eq!(beacon_to_ssz(bare.as_bytes(), BeaconObject::BlindedBlock, Some(b"DENEB")).unwrap().ssz, expected);
+    assert_eq!(beacon_to_ssz(bare.as_bytes(), BeaconObject::BlindedBlock, None), Err(TranscodeError::Fork));
+    assert!(beacon_to_ssz(data_first.as_bytes(), BeaconObject::BlindedBlock, Some(b"electra")).is_err());
+    let version_first = format!(r#"{{"version":"deneb","data":{data}}}"#);
+    assert_eq!(beacon_to_ssz(version_first.as_bytes(), BeaconObject::BlindedBlock, Some(b"electra")), Err(TranscodeError::Fork));
+    let capella = format!(r#"{{"version":"capella","data":{data}}}"#);
+    assert_eq!(beacon_to_ssz(capella.as_bytes(), BeaconObject::BlindedBlock, None), Err(TranscodeError::Fork));
+    assert_eq!(beacon_to_ssz(br#"{"code":404,"message":"not found"}"#, BeaconObject::Block, None), Err(TranscodeError::NoResult));
+}

@@ -1,0 +1,330 @@
+//! The Beacon-API objects' SSZ types, as the consensus specs define them (mainnet preset), for
+//! deneb, electra and fulu. Every container is named as in the specs so that the tests can find
+//! its ssz_static vectors.
+
+use super::ssz_type::{Field, Ty};
+
+const fn field(name: &'static str, ty: Ty) -> Field {
+    Field { name, ty }
+}
+
+const U8: Ty = Ty::Uint(1);
+const U64: Ty = Ty::Uint(8);
+const U256: Ty = Ty::Uint(32);
+const VERSION: Ty = Ty::Bytes(4);
+const ADDRESS: Ty = Ty::Bytes(20);
+const ROOT: Ty = Ty::Bytes(32);
+const PUBKEY: Ty = Ty::Bytes(48);
+const SIGNATURE: Ty = Ty::Bytes(96);
+const LOGS_BLOOM: Ty = Ty::Bytes(256);
+/// `Blob`: `FIELD_ELEMENTS_PER_BLOB * BYTES_PER_FIELD_ELEMENT`.
+pub(super) const BLOB: Ty = Ty::Bytes(4096 * 32);
+
+const MAX_VALIDATORS_PER_COMMITTEE: usize = 2048;
+const MAX_COMMITTEES_PER_SLOT: usize = 64;
+const VALIDATOR_REGISTRY_LIMIT: usize = 1 << 40;
+pub(super) const MAX_BLOB_COMMITMENTS_PER_BLOCK: usize = 4096;
+const SLOTS_PER_HISTORICAL_ROOT: usize = 8192;
+const HISTORICAL_ROOTS_LIMIT: usize = 1 << 24;
+const SYNC_COMMITTEE_SIZE: usize = 512;
+
+pub(super) const FORK: Ty = Ty::Container(&[field("previous_version", VERSION), field("current_version", VERSION), field("epoch", U64)]);
+pub(super) const CHECKPOINT: Ty = Ty::Container(&[field("epoch", U64), field("root", ROOT)]);
+pub(super) const ETH1_DATA: Ty =
+    Ty::Container(&[field("deposit_root", ROOT), field("deposit_count", U64), field("block_hash", ROOT)]);
+pub(super) const BEACON_BLOCK_HEADER: Ty = Ty::Container(&[
+    field("slot", U64),
+    field("proposer_index", U64),
+    field("parent_root", ROOT),
+    field("state_root", ROOT),
+    field("body_root", ROOT),
+]);
+pub(super) const SIGNED_BEACON_BLOCK_HEADER: Ty =
+    Ty::Container(&[field("message", BEACON_BLOCK_HEADER), field("signature", SIGNATURE)]);
+pub(super) const PROPOSER_SLASHING: Ty = Ty::Container(&[
+    field("signed_header_1", SIGNED_BEACON_BLOCK_HEADER),
+    field("signed_header_2", SIGNED_BEACON_BLOCK_HEADER),
+]);
+pub(super) const ATTESTATION_DATA: Ty = Ty::Container(&[
+    field("slot", U64),
+    field("index", U64),
+    field("beacon_block_root", ROOT),
+    field("source", CHECKPOINT),
+    field("target", CHECKPOINT),
+]);
+pub(super) const DEPOSIT_DATA: Ty = Ty::Container(&[
+    field("pubkey", PUBKEY),
+    field("withdrawal_credentials", ROOT),
+    field("amount", U64),
+    field("signature", SIGNATURE),
+]);
+/// The proof's length is `DEPOSIT_CONTRACT_TREE_DEPTH + 1`.
+pub(super) const DEPOSIT: Ty = Ty::Container(&[field("proof", Ty::Vector(&ROOT, 33)), field("data", DEPOSIT_DATA)]);
+pub(super) const VOLUNTARY_EXIT: Ty = Ty::Container(&[field("epoch", U64), field("validator_index", U64)]);
+pub(super) const SIGNED_VOLUNTARY_EXIT: Ty =
+    Ty::Container(&[field("message", VOLUNTARY_EXIT), field("signature", SIGNATURE)]);
+pub(super) const SYNC_AGGREGATE: Ty = Ty::Container(&[
+    field("sync_committee_bits", Ty::Bitvector(SYNC_COMMITTEE_SIZE)),
+    field("sync_committee_signature", SIGNATURE),
+]);
+pub(super) const WITHDRAWAL: Ty =
+    Ty::Container(&[field("index", U64), field("validator_index", U64), field("address", ADDRESS), field("amount", U64)]);
+pub(super) const BLS_TO_EXECUTION_CHANGE: Ty = Ty::Container(&[
+    field("validator_index", U64),
+    field("from_bls_pubkey", PUBKEY),
+    field("to_execution_address", ADDRESS),
+]);
+pub(super) const SIGNED_BLS_TO_EXECUTION_CHANGE: Ty =
+    Ty::Container(&[field("message", BLS_TO_EXECUTION_CHANGE), field("signature", SIGNATURE)]);
+
+/// `ExecutionPayload` (deneb's, unchanged in electra and fulu).
+pub(super) const EXECUTION_PAYLOAD: Ty = Ty::Container(&[
+    field("parent_hash", ROOT),
+    field("fee_recipient", ADDRESS),
+    field("state_root", ROOT),
+    field("receipts_root", ROOT),
+    field("logs_bloom", LOGS_BLOOM),
+    field("prev_randao", ROOT),
+    field("block_number", U64),
+    field("gas_limit", U64),
+    field("gas_used", U64),
+    field("timestamp", U64),
+    field("extra_data", Ty::ByteList(32)),
+    field("base_fee_per_gas", U256),
+    field("block_hash", ROOT),
+    // MAX_TRANSACTIONS_PER_PAYLOAD of MAX_BYTES_PER_TRANSACTION
+    field("transactions", Ty::List(&Ty::ByteList(1 << 30), 1 << 20)),
+    field("withdrawals", Ty::List(&WITHDRAWAL, 16)),
+    field("blob_gas_used", U64),
+    field("excess_blob_gas", U64),
+]);
+pub(super) const EXECUTION_PAYLOAD_HEADER: Ty = Ty::Container(&[
+    field("parent_hash", ROOT),
+    field("fee_recipient", ADDRESS),
+    field("state_root", ROOT),
+    field("receipts_root", ROOT),
+    field("logs_bloom", LOGS_BLOOM),
+    field("prev_randao", ROOT),
+    field("block_number", U64),
+    field("gas_limit", U64),
+    field("gas_used", U64),
+    field("timestamp", U64),
+    field("extra_data", Ty::ByteList(32)),
+    field("base_fee_per_gas", U256),
+    field("block_hash", ROOT),
+    field("transactions_root", ROOT),
+    field("withdrawals_root", ROOT),
+    field("blob_gas_used", U64),
+    field("excess_blob_gas", U64),
+]);
+
+// deneb
+
+pub(super) const INDEXED_ATTESTATION: Ty = Ty::Container(&[
+    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE)),
+    field("data", ATTESTATION_DATA),
+    field("signature", SIGNATURE),
+]);
+pub(super) const ATTESTER_SLASHING: Ty =
+    Ty::Container(&[field("attestation_1", INDEXED_ATTESTATION), field("attestation_2", INDEXED_ATTESTATION)]);
+pub(super) const ATTESTATION: Ty = Ty::Container(&[
+    field("aggregation_bits", Ty::Bitlist(MAX_VALIDATORS_PER_COMMITTEE)),
+    field("data", ATTESTATION_DATA),
+    field("signature", SIGNATURE),
+]);
+
+/// A deneb block body's fields, with the execution payload (or its header, when blinded) as given.
+macro_rules! deneb_body {
+    ($payload:expr) => {
+        Ty::Container(&[
+            field("randao_reveal", SIGNATURE),
+            field("eth1_data", ETH1_DATA),
+            field("graffiti", ROOT),
+            field("proposer_slashings", Ty::List(&PROPOSER_SLASHING, 16)),
+            field("attester_slashings", Ty::List(&ATTESTER_SLASHING, 2)),
+            field("attestations", Ty::List(&ATTESTATION, 128)),
+            field("deposits", Ty::List(&DEPOSIT, 16)),
+            field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
+            field("sync_aggregate", SYNC_AGGREGATE),
+            $payload,
+            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
+            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+        ])
+    };
+}
+
+pub(super) const DENEB_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execution_payload", EXECUTION_PAYLOAD));
+pub(super) const DENEB_BLINDED_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execution_payload_header", EXECUTION_PAYLOAD_HEADER));
+
+// electra (and fulu)
+
+pub(super) const ELECTRA_INDEXED_ATTESTATION: Ty = Ty::Container(&[
+    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT)),
+    field("data", ATTESTATION_DATA),
+    field("signature", SIGNATURE),
+]);
+pub(super) const ELECTRA_ATTESTER_SLASHING: Ty = Ty::Container(&[
+    field("attestation_1", ELECTRA_INDEXED_ATTESTATION),
+    field("attestation_2", ELECTRA_INDEXED_ATTESTATION),
+]);
+pub(super) const ELECTRA_ATTESTATION: Ty = Ty::Container(&[
+    field("aggregation_bits", Ty::Bitlist(MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT)),
+    field("data", ATTESTATION_DATA),
+    field("signature", SIGNATURE),
+    field("committee_bits", Ty::Bitvector(MAX_COMMITTEES_PER_SLOT)),
+]);
+pub(super) const DEPOSIT_REQUEST: Ty = Ty::Container(&[
+    field("pubkey", PUBKEY),
+    field("withdrawal_credentials", ROOT),
+    field("amount", U64),
+    field("signature", SIGNATURE),
+    field("index", U64),
+]);
+pub(super) const WITHDRAWAL_REQUEST: Ty =
+    Ty::Container(&[field("source_address", ADDRESS), field("validator_pubkey", PUBKEY), field("amount", U64)]);
+pub(super) const CONSOLIDATION_REQUEST: Ty =
+    Ty::Container(&[field("source_address", ADDRESS), field("source_pubkey", PUBKEY), field("target_pubkey", PUBKEY)]);
+pub(super) const EXECUTION_REQUESTS: Ty = Ty::Container(&[
+    field("deposits", Ty::List(&DEPOSIT_REQUEST, 8192)),
+    field("withdrawals", Ty::List(&WITHDRAWAL_REQUEST, 16)),
+    field("consolidations", Ty::List(&CONSOLIDATION_REQUEST, 2)),
+]);
+
+macro_rules! electra_body {
+    ($payload:expr) => {
+        Ty::Container(&[
+            field("randao_reveal", SIGNATURE),
+            field("eth1_data", ETH1_DATA),
+            field("graffiti", ROOT),
+            field("proposer_slashings", Ty::List(&PROPOSER_SLASHING, 16)),
+            field("attester_slashings", Ty::List(&ELECTRA_ATTESTER_SLASHING, 1)),
+            field("attestations", Ty::List(&ELECTRA_ATTESTATION, 8)),
+            field("deposits", Ty::List(&DEPOSIT, 16)),
+            field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
+            field("sync_aggregate", SYNC_AGGREGATE),
+            $payload,
+            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
+            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+            field("execution_requests", EXECUTION_REQUESTS),
+        ])
+    };
+}
+
+pub(super) const ELECTRA_BEACON_BLOCK_BODY: Ty = electra_body!(field("execution_payload", EXECUTION_PAYLOAD));
+pub(super) const ELECTRA_BLINDED_BEACON_BLOCK_BODY: Ty =
+    electra_body!(field("execution_payload_header", EXECUTION_PAYLOAD_HEADER));
+
+/// A block around `body`, and the signed block around that.
+macro_rules! signed_block {
+    ($body:expr) => {
+        Ty::Container(&[
+            field(
+                "message",
+                Ty::Container(&[
+                    field("slot", U64),
+                    field("proposer_index", U64),
+                    field("parent_root", ROOT),
+                    field("state_root", ROOT),
+                    field("body", $body),
+                ]),
+            ),
+            field("signature", SIGNATURE),
+        ])
+    };
+}
+
+pub(super) const DENEB_SIGNED_BEACON_BLOCK: Ty = signed_block!(DENEB_BEACON_BLOCK_BODY);
+pub(super) const DENEB_SIGNED_BLINDED_BEACON_BLOCK: Ty = signed_block!(DENEB_BLINDED_BEACON_BLOCK_BODY);
+pub(super) const ELECTRA_SIGNED_BEACON_BLOCK: Ty = signed_block!(ELECTRA_BEACON_BLOCK_BODY);
+pub(super) const ELECTRA_SIGNED_BLINDED_BEACON_BLOCK: Ty = signed_block!(ELECTRA_BLINDED_BEACON_BLOCK_BODY);
+
+// the state
+
+pub(super) const VALIDATOR: Ty = Ty::Container(&[
+    field("pubkey", PUBKEY),
+    field("withdrawal_credentials", ROOT),
+    field("effective_balance", U64),
+    field("slashed", Ty::Bool),
+    field("activation_eligibility_epoch", U64),
+    field("activation_epoch", U64),
+    field("exit_epoch", U64),
+    field("withdrawable_epoch", U64),
+]);
+pub(super) const SYNC_COMMITTEE: Ty =
+    Ty::Container(&[field("pubkeys", Ty::Vector(&PUBKEY, SYNC_COMMITTEE_SIZE)), field("aggregate_pubkey", PUBKEY)]);
+pub(super) const HISTORICAL_SUMMARY: Ty =
+    Ty::Container(&[field("block_summary_root", ROOT), field("state_summary_root", ROOT)]);
+pub(super) const PENDING_DEPOSIT: Ty = Ty::Container(&[
+    field("pubkey", PUBKEY),
+    field("withdrawal_credentials", ROOT),
+    field("amount", U64),
+    field("signature", SIGNATURE),
+    field("slot", U64),
+]);
+pub(super) const PENDING_PARTIAL_WITHDRAWAL: Ty =
+    Ty::Container(&[field("validator_index", U64), field("amount", U64), field("withdrawable_epoch", U64)]);
+pub(super) const PENDING_CONSOLIDATION: Ty = Ty::Container(&[field("source_index", U64), field("target_index", U64)]);
+
+/// The state's fields through deneb's, then what electra appends, then `$later`.
+macro_rules! beacon_state {
+    (deneb) => {
+        beacon_state!(@)
+    };
+    (electra $(, $later:expr)*) => {
+        beacon_state!(@
+            field("deposit_requests_start_index", U64),
+            field("deposit_balance_to_consume", U64),
+            field("exit_balance_to_consume", U64),
+            field("earliest_exit_epoch", U64),
+            field("consolidation_balance_to_consume", U64),
+            field("earliest_consolidation_epoch", U64),
+            // PENDING_DEPOSITS_LIMIT, PENDING_PARTIAL_WITHDRAWALS_LIMIT, PENDING_CONSOLIDATIONS_LIMIT
+            field("pending_deposits", Ty::List(&PENDING_DEPOSIT, 1 << 27)),
+            field("pending_partial_withdrawals", Ty::List(&PENDING_PARTIAL_WITHDRAWAL, 1 << 27)),
+            field("pending_consolidations", Ty::List(&PENDING_CONSOLIDATION, 1 << 18))
+            $(, $later)*
+        )
+    };
+    (@ $($later:expr),*) => {
+        Ty::Container(&[
+            field("genesis_time", U64),
+            field("genesis_validators_root", ROOT),
+            field("slot", U64),
+            field("fork", FORK),
+            field("latest_block_header", BEACON_BLOCK_HEADER),
+            field("block_roots", Ty::Vector(&ROOT, SLOTS_PER_HISTORICAL_ROOT)),
+            field("state_roots", Ty::Vector(&ROOT, SLOTS_PER_HISTORICAL_ROOT)),
+            field("historical_roots", Ty::List(&ROOT, HISTORICAL_ROOTS_LIMIT)),
+            field("eth1_data", ETH1_DATA),
+            // EPOCHS_PER_ETH1_VOTING_PERIOD * SLOTS_PER_EPOCH
+            field("eth1_data_votes", Ty::List(&ETH1_DATA, 64 * 32)),
+            field("eth1_deposit_index", U64),
+            field("validators", Ty::List(&VALIDATOR, VALIDATOR_REGISTRY_LIMIT)),
+            field("balances", Ty::List(&U64, VALIDATOR_REGISTRY_LIMIT)),
+            // EPOCHS_PER_HISTORICAL_VECTOR
+            field("randao_mixes", Ty::Vector(&ROOT, 65536)),
+            // EPOCHS_PER_SLASHINGS_VECTOR
+            field("slashings", Ty::Vector(&U64, 8192)),
+            field("previous_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
+            field("current_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
+            // JUSTIFICATION_BITS_LENGTH
+            field("justification_bits", Ty::Bitvector(4)),
+            field("previous_justified_checkpoint", CHECKPOINT),
+            field("current_justified_checkpoint", CHECKPOINT),
+            field("finalized_checkpoint", CHECKPOINT),
+            field("inactivity_scores", Ty::List(&U64, VALIDATOR_REGISTRY_LIMIT)),
+            field("current_sync_committee", SYNC_COMMITTEE),
+            field("next_sync_committee", SYNC_COMMITTEE),
+            field("latest_execution_payload_header", EXECUTION_PAYLOAD_HEADER),
+            field("next_withdrawal_index", U64),
+            field("next_withdrawal_validator_index", U64),
+            field("historical_summaries", Ty::List(&HISTORICAL_SUMMARY, HISTORICAL_ROOTS_LIMIT)),
+            $($later),*
+        ])
+    };
+}
+
+pub(super) const DENEB_BEACON_STATE: Ty = beacon_state!(deneb);
+pub(super) const ELECTRA_BEACON_STATE: Ty = beacon_state!(electra);
+// (MIN_SEED_LOOKAHEAD + 1) * SLOTS_PER_EPOCH
+pub(super) const FULU_BEACON_STATE: Ty = beacon_state!(electra, field("proposer_lookahead", Ty::Vector(&U64, 2 * 32)));
