@@ -26,6 +26,7 @@ CACHED_BIN = Path(os.environ.get("RPCEDGE_CACHED_BIN", REPO / "target" / "releas
 CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", REPO.parent / "shared" / "corpus" / "rpc"))
 # The execution witnesses the replay answers debug_executionWitness with.
 WITNESSES = CORPUS.parent / "witness" / "ethrex-replay"
+SSZ_EXAMPLES = CORPUS.parent / "ssz"
 REPLAY_CACHE = os.environ.get("RPCEDGE_REPLAY_CACHE", str(REPO / "target" / "replay-cache"))
 READY_TIMEOUT = float(os.environ.get("RPCEDGE_READY_TIMEOUT", "120"))
 
@@ -146,7 +147,7 @@ def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=No
     if not Path(corpus).is_dir():
         raise StartError(f"corpus {corpus} is missing (set RPCEDGE_CORPUS)")
     port = port or free_port()
-    argv = [REPLAY_BIN, "--corpus", corpus, "--witnesses", WITNESSES, "--listen", f"{LOOPBACK}:{port}", *args]
+    argv = [REPLAY_BIN, "--corpus", corpus, "--witnesses", WITNESSES, "--ssz-dir", SSZ_EXAMPLES, "--listen", f"{LOOPBACK}:{port}", *args]
     if REPLAY_CACHE:
         argv += ["--cache-dir", REPLAY_CACHE]
     process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")

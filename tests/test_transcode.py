@@ -1,5 +1,6 @@
 """Transcoding through both hosts: a client that asks for SSZ gets the SSZ of the node's JSON
-answer, byte-exact against an independent encoder here; JSON clients, batches and whatever cannot
+answer, byte-exact against an independent encoder here (for witnesses) or the consensus specs'
+own serialization (Beacon-API objects, which the replay node sends as JSON unless told); JSON clients, batches and whatever cannot
 be transcoded get the node's JSON as before; nginx and Envoy send the same bytes."""
 
 import json
@@ -153,3 +154,63 @@ def test_both_hosts_send_the_same_bytes(hosts):
         assert a.body == b.body
         for name in ["content-type", "content-length", "x-rpcedge-jsonrpc-id", "x-rpcedge-jsonrpc-version"]:
             assert a.header(name) == b.header(name), name
+
+
+# Beacon-API routes the replay node answers (see loadtest/replay/src/beacon.rs), with their version.
+BEACON_ROUTES = [
+    ("/eth/v2/beacon/blocks/deneb:case_0", "deneb"),
+    ("/eth/v2/beacon/blocks/electra:case_1", "electra"),
+    ("/eth/v2/beacon/blocks/fulu:case_2", "fulu"),
+    ("/eth/v1/beacon/blinded_blocks/348241", "deneb"),
+    ("/eth/v1/beacon/blinded_blocks/0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1", "deneb"),
+    ("/eth/v1/beacon/blobs/electra:case_3", None),
+    ("/eth/v2/debug/beacon/states/fulu:case_0", "fulu"),
+]
+
+
+def get(port, path, accept=None, headers=None, accept_encoding="gzip"):
+    headers = dict(headers or {})
+    if accept:
+        headers["Accept"] = accept
+    return wire.request(port, path, headers=headers, accept_encoding=accept_encoding)
+
+
+def node_answer(replay, path, ssz):
+    r = get(replay.port, path, accept=SSZ if ssz else None, headers={"X-Replay-Ssz": "1"}, accept_encoding=None)
+    assert r.status == 200 and r.header("content-type") == (SSZ if ssz else "application/json")
+    return r.body
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("path,version", BEACON_ROUTES)
+def test_a_beacon_api_object_goes_out_as_the_specs_ssz(hosts, host, replay, path, version):
+    r = get(hosts[host], path, accept=f"{SSZ};q=1, application/json;q=0.9")
+    assert r.complete and r.status == 200
+    assert r.header("content-type") == SSZ
+    assert r.body == node_answer(replay, path, ssz=True)
+    assert int(r.header("content-length")) == len(r.body)
+    assert r.header("eth-consensus-version") == version
+    assert "accept" in [v.strip().lower() for v in r.header("vary").split(",")]
+    # a JSON client gets the node's JSON
+    r = get(hosts[host], path, accept="application/json")
+    assert r.header("content-type") == "application/json"
+    assert r.decoded() == node_answer(replay, path, ssz=False)
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_a_chunked_beacon_state_is_transcoded_whole_and_an_ssz_answer_passes(hosts, host, replay):
+    path = "/eth/v2/debug/beacon/states/electra:case_1"
+    r = get(hosts[host], path, accept=SSZ, headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "65536"})
+    assert r.complete and r.body == node_answer(replay, path, ssz=True)
+    assert int(r.header("content-length")) == len(r.body)
+    # the node answers SSZ itself: it goes through as it came
+    r = get(hosts[host], path, accept=SSZ, headers={"X-Replay-Ssz": "1"})
+    assert r.header("content-type") == SSZ and r.body == node_answer(replay, path, ssz=True)
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy"])
+def test_a_beacon_answer_of_an_unknown_fork_goes_out_as_it_came(hosts, host, replay):
+    path = "/eth/v2/beacon/blocks/deneb:case_4"
+    r = get(hosts[host], path, accept=SSZ, headers={"X-Replay-Header": "Eth-Consensus-Version: capella"})
+    assert r.complete and r.header("content-type") == "application/json"
+    assert r.decoded() == node_answer(replay, path, ssz=False)

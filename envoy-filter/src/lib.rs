@@ -251,6 +251,8 @@ impl HttpContext for Filter {
         for (name, value) in &headers {
             if name == ":method" {
                 exchange.request_method(value);
+            } else if name == ":path" {
+                exchange.request_path(value);
             } else {
                 exchange.request_header(name.as_bytes(), value);
             }

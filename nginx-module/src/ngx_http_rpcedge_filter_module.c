@@ -475,6 +475,7 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 
     rpcedge_exchange_request_method(ex, r->method_name.data,
                                     r->method_name.len);
+    rpcedge_exchange_request_path(ex, r->uri.data, r->uri.len);
 
     ngx_http_rpcedge_feed_list(ex, &r->headers_in.headers,
                                rpcedge_exchange_request_header);

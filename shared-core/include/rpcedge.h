@@ -334,6 +334,14 @@ void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
 
 /**
+ * The request's path, with or without its query (nginx's `r->uri`, Envoy's `:path`).
+ *
+ * # Safety
+ * `exchange` is live; `path` points to `len` readable bytes.
+ */
+void rpcedge_exchange_request_path(rpcedge_exchange_t *exchange, const uint8_t *path, size_t len);
+
+/**
  * Feeds one request header line.
  *
  * # Safety

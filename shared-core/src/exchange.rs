@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
 use crate::config::Settings;
 use crate::negotiate::{media_type, Accept, AcceptEncoding, Coding, MediaType};
-use crate::transcode::{jsonrpc_request_schema, jsonrpc_to_ssz, Schema, TranscodeError, WitnessForm};
+use crate::transcode::{beacon_to_ssz, jsonrpc_request_schema, jsonrpc_to_ssz, BeaconObject, Schema, TranscodeError, WitnessForm};
 
 /// The longest request body the core reads (a single JSON-RPC call's); a longer one is not
 /// transcoded.
@@ -26,6 +26,8 @@ const REQUEST_BODY_MAX: usize = 64 * 1024;
 /// the id's JSON text (`1`, `"a"`) and the `jsonrpc` version.
 pub const JSONRPC_ID_HEADER: &str = "X-Rpcedge-Jsonrpc-Id";
 pub const JSONRPC_VERSION_HEADER: &str = "X-Rpcedge-Jsonrpc-Version";
+/// The Beacon-API's header for a response's consensus version.
+pub const CONSENSUS_VERSION_HEADER: &str = "Eth-Consensus-Version";
 
 /// What the host does with the body, decided at the response head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,8 +185,10 @@ pub enum TranscodeOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Transcoding {
     None,
-    /// The client asked for SSZ of a result with this schema.
-    Wanted(Schema, WitnessForm),
+    /// The client asked for SSZ of a JSON-RPC result with this schema.
+    WantedResult(Schema, WitnessForm),
+    /// The client asked for SSZ of this Beacon-API object.
+    WantedObject(BeaconObject),
     Done,
     Refused(TranscodeError),
 }
@@ -228,6 +232,8 @@ struct ResponseFacts {
     varies_already: bool,
     /// `application/json`: a body the transcoders read.
     json: bool,
+    /// `Eth-Consensus-Version`.
+    consensus_version: Option<Vec<u8>>,
 }
 
 enum Phase {
@@ -253,6 +259,9 @@ pub struct Exchange {
     media: Accept,
     head_request: bool,
     post_request: bool,
+    get_request: bool,
+    /// The Beacon-API object the request's path names.
+    beacon_object: Option<BeaconObject>,
     transcoding: Transcoding,
     response: ResponseFacts,
     coding: Coding,
@@ -278,6 +287,8 @@ impl Exchange {
             media: Accept::default(),
             head_request: false,
             post_request: false,
+            get_request: false,
+            beacon_object: None,
             transcoding: Transcoding::None,
             response: ResponseFacts::default(),
             coding: Coding::Gzip,
@@ -302,6 +313,13 @@ impl Exchange {
     pub fn request_method(&mut self, method: &[u8]) {
         self.head_request = method.eq_ignore_ascii_case(b"HEAD");
         self.post_request = method.eq_ignore_ascii_case(b"POST");
+        self.get_request = method.eq_ignore_ascii_case(b"GET");
+    }
+
+    /// The request's path (with or without its query): a Beacon-API route that can answer in SSZ
+    /// matters.
+    pub fn request_path(&mut self, path: &[u8]) {
+        self.beacon_object = BeaconObject::from_route(path);
     }
 
     /// Any request header; Accept-Encoding and Accept matter.
@@ -339,7 +357,7 @@ impl Exchange {
     pub fn request_body(&mut self, body: &[u8]) {
         let Some(form) = self.wanted_form().filter(|_| Self::takes_request_body(body.len())) else { return };
         if let Some(schema) = jsonrpc_request_schema(body) {
-            self.transcoding = Transcoding::Wanted(schema, form);
+            self.transcoding = Transcoding::WantedResult(schema, form);
         }
     }
 
@@ -364,6 +382,8 @@ impl Exchange {
             facts.content_range = true;
         } else if name.eq_ignore_ascii_case(b"etag") {
             facts.etag = Some(value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"eth-consensus-version") {
+            facts.consensus_version = Some(value.to_vec());
         } else if name.eq_ignore_ascii_case(b"vary") {
             facts.varies_already |= list_has(value, b"accept-encoding") || list_has(value, b"*");
         }
@@ -393,7 +413,12 @@ impl Exchange {
             self.coding = coding;
         }
         self.compressible = varies && coding.is_some() && !self.head_request && status != 304 && !facts.bad_length;
-        if let Transcoding::Wanted(..) = self.transcoding {
+        if let (Transcoding::None, Some(object), true) = (&self.transcoding, self.beacon_object, self.get_request) {
+            if self.settings.transcode && matches!(self.media.choose(), Some(MediaType::Ssz(_))) {
+                self.transcoding = Transcoding::WantedObject(object);
+            }
+        }
+        if let Transcoding::WantedResult(..) | Transcoding::WantedObject(_) = self.transcoding {
             self.edits.add_vary_accept = true;
             match self.transcodable(status) {
                 Some(Ok(())) => {
@@ -479,7 +504,7 @@ impl Exchange {
         match self.transcoding {
             Transcoding::Done => TranscodeOutcome::Transcoded,
             Transcoding::Refused(_) => TranscodeOutcome::Refused,
-            Transcoding::None | Transcoding::Wanted(..) => TranscodeOutcome::None,
+            Transcoding::None | Transcoding::WantedResult(..) | Transcoding::WantedObject(_) => TranscodeOutcome::None,
         }
     }
 
@@ -812,23 +837,34 @@ impl Exchange {
     /// The held JSON body as SSZ, with the header edits that say so; the body stays as it came on
     /// an error.
     fn transcode(&mut self, body: &[u8]) -> Result<Vec<u8>, TranscodeError> {
-        let Transcoding::Wanted(schema, form) = self.transcoding else {
-            unreachable!("transcoding a body that no one asked for");
+        let ssz = match self.transcoding {
+            Transcoding::WantedResult(schema, form) => {
+                let result = jsonrpc_to_ssz(body, schema, form)?;
+                self.edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
+                    "application/octet-stream; witness=eip8025"
+                } else {
+                    "application/octet-stream"
+                });
+                self.edits.set.push((JSONRPC_ID_HEADER, result.id.to_vec()));
+                self.edits.set.push((JSONRPC_VERSION_HEADER, result.version.into_owned()));
+                result.ssz
+            }
+            Transcoding::WantedObject(object) => {
+                let result = beacon_to_ssz(body, object, self.response.consensus_version.as_deref())?;
+                self.edits.content_type = Some("application/octet-stream");
+                if let Some(fork) = result.fork {
+                    self.edits.set.push((CONSENSUS_VERSION_HEADER, fork.name().as_bytes().to_vec()));
+                }
+                result.ssz
+            }
+            _ => unreachable!("transcoding a body that no one asked for"),
         };
-        let result = jsonrpc_to_ssz(body, schema, form)?;
-        self.edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
-            "application/octet-stream; witness=eip8025"
-        } else {
-            "application/octet-stream"
-        });
-        self.edits.set.push((JSONRPC_ID_HEADER, result.id.to_vec()));
-        self.edits.set.push((JSONRPC_VERSION_HEADER, result.version.into_owned()));
         // Another representation: the original's tag does not name it, nor its ranges.
         self.response.etag = None;
         self.edits.etag = EtagEdit::Remove;
         self.edits.remove_accept_ranges = true;
         self.transcoding = Transcoding::Done;
-        Ok(result.ssz)
+        Ok(ssz)
     }
 }
 

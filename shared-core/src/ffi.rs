@@ -364,6 +364,15 @@ pub unsafe extern "C" fn rpcedge_exchange_request_method(exchange: *mut RpcedgeE
     guard((), || with(exchange, |ex| ex.request_method(bytes(method, len))));
 }
 
+/// The request's path, with or without its query (nginx's `r->uri`, Envoy's `:path`).
+///
+/// # Safety
+/// `exchange` is live; `path` points to `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_request_path(exchange: *mut RpcedgeExchange, path: *const u8, len: usize) {
+    guard((), || with(exchange, |ex| ex.request_path(bytes(path, len))));
+}
+
 /// Feeds one request header line.
 ///
 /// # Safety

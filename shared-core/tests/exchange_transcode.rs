@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{chunked, run, Exchange1};
-use rpcedge_core::transcode::{ssz_to_json, Schema, WitnessForm};
+use rpcedge_core::transcode::{beacon_data_to_ssz, ssz_to_json, BeaconObject, Fork, Schema, WitnessForm};
 use rpcedge_core::{
-    BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, JSONRPC_ID_HEADER,
+    BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, CONSENSUS_VERSION_HEADER, JSONRPC_ID_HEADER,
     JSONRPC_VERSION_HEADER,
 };
 
@@ -181,5 +181,63 @@ fn a_witness_goes_out_in_the_form_the_client_asked_for() {
             r#"{"state":["0xaabb"],"codes":["0x60"],"headers":["0xf9"]}"#.to_owned()
         };
         assert_eq!(String::from_utf8(json).unwrap(), expected);
+    }
+}
+
+fn blinded_block_json() -> Vec<u8> {
+    let corpus = std::env::var_os("RPCEDGE_CORPUS")
+        .map(|rpc| std::path::PathBuf::from(rpc).join(".."))
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+    std::fs::read(corpus.join("ssz/real/signed-blinded-beacon-block-deneb.json")).unwrap()
+}
+
+/// A GET of a Beacon-API route answered in JSON, with `envelope` around the block's data.
+fn beacon_get<'a>(body: &'a [u8], path: &'a str, accept: &'a str) -> Exchange1<'a> {
+    let mut spec = Exchange1::json(body, true);
+    spec.method = "GET";
+    spec.path = path;
+    spec.request_headers.push(("Accept", accept));
+    spec
+}
+
+#[test]
+fn a_beacon_api_client_that_asks_for_ssz_gets_the_data_as_ssz_with_its_version() {
+    let settings = transcoding(Config::default());
+    let data = blinded_block_json();
+    let ssz = beacon_data_to_ssz(&data, BeaconObject::BlindedBlock, Fork::Deneb).unwrap();
+    let body = [&br#"{"version":"deneb","execution_optimistic":false,"finalized":true,"data":"#[..], &data, b"}"].concat();
+    let spec = beacon_get(&body, "/eth/v1/beacon/blinded_blocks/348241", "application/octet-stream;q=1, application/json;q=0.9");
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!(wire.body, ssz);
+    assert_eq!(wire.edits.content_type, Some("application/octet-stream"));
+    assert_eq!(header(&wire.edits, CONSENSUS_VERSION_HEADER), Some(&b"deneb"[..]));
+    assert_eq!(header(&wire.edits, JSONRPC_ID_HEADER), None);
+    assert!(wire.edits.add_vary_accept);
+    assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Transcoded);
+
+    // The upstream's header gives the version where the JSON does not.
+    let bare = [&br#"{"data":"#[..], &data, b"}"].concat();
+    let mut spec = beacon_get(&bare, "/eth/v1/beacon/blinded_blocks/348241", "application/octet-stream");
+    spec.response_headers.push(("Eth-Consensus-Version", "deneb".into()));
+    assert_eq!(run(&settings, &spec).unwrap().body, ssz);
+
+    // JSON clients, other routes, other methods and a JSON without a version get the JSON as it came.
+    let plain = run(&settings, &Exchange1::json(&body, true)).unwrap();
+    for (method, path, accept, json) in [
+        ("GET", "/eth/v1/beacon/blinded_blocks/348241", "application/json", &body),
+        ("GET", "/eth/v1/beacon/headers/348241", "application/octet-stream", &body),
+        ("POST", "/eth/v1/beacon/blinded_blocks/348241", "application/octet-stream", &body),
+        ("GET", "/eth/v1/beacon/blinded_blocks/348241", "application/octet-stream", &bare),
+    ] {
+        let mut spec = beacon_get(json, path, accept);
+        spec.method = method;
+        let wire = run(&settings, &spec).unwrap();
+        assert_eq!(wire.edits.content_type, None, "{method} {path} {accept}");
+        if json == &body {
+            assert_eq!(wire.body, plain.body, "{method} {path} {accept}");
+        } else {
+            assert_eq!(wire.decoded(), bare);
+            assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Refused);
+        }
     }
 }

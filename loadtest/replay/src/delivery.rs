@@ -39,6 +39,8 @@ pub struct Delivery {
     pub extra_headers: Vec<(HeaderName, HeaderValue)>,
     /// Abort the connection after this many body bytes.
     pub reset_after: Option<u64>,
+    /// Answer a Beacon-API request in SSZ when its Accept asks for it (otherwise always JSON).
+    pub ssz: bool,
 }
 
 impl Delivery {
@@ -56,6 +58,7 @@ impl Delivery {
             status: StatusCode::OK,
             extra_headers: Vec::new(),
             reset_after: None,
+            ssz: false,
         }
     }
 
@@ -87,6 +90,13 @@ impl Delivery {
                 "1" | "true" | "yes" | "on" => true,
                 "0" | "false" | "no" | "off" => false,
                 _ => return Err(format!("X-Replay-Flush: expected 1 or 0, got {flush:?}")),
+            };
+        }
+        if let Some(ssz) = header_text(headers, "x-replay-ssz")? {
+            delivery.ssz = match ssz {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(format!("X-Replay-Ssz: expected 1 or 0, got {ssz:?}")),
             };
         }
         if let Some(status) = header_number(headers, "x-replay-status")? {

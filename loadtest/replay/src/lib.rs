@@ -2,6 +2,7 @@
 //! The library is the corpus loader and the server; the core's golden tests and benchmarks
 //! read recorded bodies through it too.
 
+pub mod beacon;
 pub mod cache;
 pub mod corpus;
 pub mod delivery;

@@ -1,7 +1,7 @@
 //! rpcedge-replay: an Ethereum JSON-RPC "node" that answers with recorded real responses.
 //! See README.md for the command line, the routes and the `X-Replay-*` headers.
 
-use rpcedge_replay::{cache, corpus, delivery, head, server};
+use rpcedge_replay::{beacon, cache, corpus, delivery, head, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,6 +58,13 @@ struct Cli {
     /// `cache_<network>_<block>.json`); skipped when the directory does not exist.
     #[arg(long, default_value = "../shared/corpus/witness/ethrex-replay")]
     witnesses: PathBuf,
+    /// The SSZ examples that the Beacon-API routes answer from (ssz_static cases and real objects).
+    #[arg(long, default_value = "../shared/corpus/ssz")]
+    ssz_dir: PathBuf,
+    /// Answer Beacon-API requests in SSZ when their Accept asks for it; by default always JSON
+    /// (request header X-Replay-Ssz: 1|0).
+    #[arg(long)]
+    ssz: bool,
 }
 
 /// Live requests are parsed recursively (up to the parser's nesting bound).
@@ -140,19 +147,21 @@ async fn run(cli: Cli) -> Result<(), String> {
     let chunk_size = cli
         .chunk_size
         .map(|size| usize::try_from(size).unwrap_or(usize::MAX));
-    let defaults = Delivery::new(
+    let mut defaults = Delivery::new(
         cli.mode,
         chunk_size,
         Duration::from_millis(cli.chunk_delay_ms),
         cli.flush,
     );
+    defaults.ssz = cli.ssz;
     let heads = head::Heads::default();
     for (settings, tag) in [(&cli.finalized, head::Tag::Finalized), (&cli.latest, head::Tag::Latest)] {
         for (network, number) in settings {
             heads.set(network, tag, *number);
         }
     }
-    let state = server::State { corpus, defaults, heads, rpc_requests: Default::default() };
+    let beacon = beacon::BeaconRoutes::new(cli.ssz_dir.clone());
+    let state = server::State { corpus, defaults, heads, beacon, rpc_requests: Default::default() };
     server::serve(listener, Arc::new(state)).await;
     Ok(())
 }

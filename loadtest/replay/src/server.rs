@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::beacon::BeaconRoutes;
 use crate::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
 use crate::head::{Heads, Tag};
@@ -33,6 +34,7 @@ pub struct State {
     pub corpus: Corpus,
     pub defaults: Delivery,
     pub heads: Heads,
+    pub beacon: BeaconRoutes,
     /// JSON-RPC requests answered, so that tests can tell what reached the "node".
     pub rpc_requests: AtomicU64,
 }
@@ -143,9 +145,25 @@ async fn route(
             recording.template.recorded_body(),
             &delivery,
             Some(&recording.origin),
+            &[],
             head,
             abort,
         ));
+    }
+    if BeaconRoutes::handles(path) && read_only {
+        let answer = state.beacon.answer(path).map_err(|reason| Refusal(StatusCode::NOT_FOUND, reason))?;
+        let delivery = delivery_for(state, &request)?;
+        let ssz = delivery.ssz && accepts_ssz(request.headers());
+        let (body, content_type) = if ssz {
+            (answer.ssz.clone(), "application/octet-stream")
+        } else {
+            (answer.json.clone(), "application/json")
+        };
+        let mut own = vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))];
+        if let Some(version) = answer.version.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            own.push((HeaderName::from_static("eth-consensus-version"), version));
+        }
+        return Ok(deliver(vec![body], &delivery, None, &own, method == Method::HEAD, abort));
     }
     if method != Method::POST {
         return Err(method_not_allowed(method));
@@ -161,7 +179,7 @@ async fn route(
     let body = read_body(request).await?;
     state.rpc_requests.fetch_add(1, Ordering::Relaxed);
     let (segments, origin) = answer(table, &state.heads, &network, &body);
-    Ok(deliver(segments, &delivery, origin, false, abort))
+    Ok(deliver(segments, &delivery, origin, &[], false, abort))
 }
 
 /// `/` means every network, `/<network>` that network's recordings only.
@@ -176,6 +194,15 @@ fn recordings_for_path<'c>(corpus: &'c Corpus, path: &str) -> Result<&'c Recordi
             StatusCode::NOT_FOUND,
             format!("no recordings for network {network:?} (known: {known})"),
         )
+    })
+}
+
+/// Whether an Accept header names SSZ (`application/octet-stream`) with a q above 0.
+fn accepts_ssz(headers: &header::HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().filter_map(|value| value.to_str().ok()).flat_map(|value| value.split(',')).any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let refused = |param: &str| param.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()) == Some(0.0);
+        parts.next().is_some_and(|media| media.eq_ignore_ascii_case("application/octet-stream")) && !parts.any(refused)
     })
 }
 
@@ -203,7 +230,7 @@ fn pair_index(query: Option<&str>) -> Result<usize, Refusal> {
 }
 
 fn method_not_allowed(method: &Method) -> Refusal {
-    Refusal(StatusCode::METHOD_NOT_ALLOWED, format!("{method} not allowed here (POST /<network> for JSON-RPC, GET /corpus/<path>, GET /healthz, GET /stats, PUT /head/<network>/<tag>)"))
+    Refusal(StatusCode::METHOD_NOT_ALLOWED, format!("{method} not allowed here (POST /<network> for JSON-RPC, GET /corpus/<path>, GET /eth/... Beacon-API routes, GET /healthz, GET /stats, PUT /head/<network>/<tag>)"))
 }
 
 async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
@@ -252,10 +279,12 @@ fn answer<'t>(
     }
 }
 
+/// `own`: the route's headers, replacing the defaults (requested headers replace them in turn).
 fn deliver(
     segments: Vec<Bytes>,
     delivery: &Delivery,
     origin: Option<&str>,
+    own: &[(HeaderName, HeaderValue)],
     head: bool,
     abort: &AbortSignal,
 ) -> Response<ReplayBody> {
@@ -272,6 +301,9 @@ fn deliver(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    for (name, value) in own {
+        headers.insert(name, value.clone());
+    }
     if has_body && delivery.mode == Mode::Length {
         // Explicit, so that HEAD announces the same length as GET.
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));

@@ -82,6 +82,7 @@ void rpcedge_settings_free(rpcedge_settings_t *settings);
 rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
 void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
+void rpcedge_exchange_request_path(rpcedge_exchange_t *exchange, const uint8_t *path, size_t len);
 void rpcedge_exchange_request_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len,
                                      const uint8_t *value, size_t value_len);
 void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len,
@@ -237,6 +238,8 @@ function _M.respond(settings, res)
     local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
     local method = ngx.req.get_method()
     lib.rpcedge_exchange_request_method(exchange, method, #method)
+    local path = ngx.var.uri
+    lib.rpcedge_exchange_request_path(exchange, path, #path)
     feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
     if lib.rpcedge_exchange_wants_request_body(exchange) ~= 0 then
         local request_body = ngx.req.get_body_data()

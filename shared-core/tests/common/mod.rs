@@ -56,6 +56,7 @@ pub fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
 
 pub struct Exchange1<'a> {
     pub method: &'a str,
+    pub path: &'a str,
     pub request_headers: Vec<(&'a str, &'a str)>,
     pub status: u16,
     pub response_headers: Vec<(&'a str, String)>,
@@ -71,6 +72,7 @@ impl<'a> Exchange1<'a> {
     pub fn json(body: &[u8], known_length: bool) -> Self {
         Exchange1 {
             method: "POST",
+            path: "/",
             request_headers: vec![("Accept-Encoding", "gzip")],
             status: 200,
             response_headers: vec![("Content-Type", "application/json".into())],
@@ -85,6 +87,7 @@ impl<'a> Exchange1<'a> {
 pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
     let mut ex = Exchange::new(Arc::clone(settings));
     ex.request_method(spec.method.as_bytes());
+    ex.request_path(spec.path.as_bytes());
     for (name, value) in &spec.request_headers {
         ex.request_header(name.as_bytes(), value.as_bytes());
     }

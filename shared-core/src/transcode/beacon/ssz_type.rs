@@ -20,14 +20,14 @@ pub enum Ty {
     Bool,
     /// `ByteVector[N]` (`BytesN`).
     Bytes(usize),
-    /// `ByteList[N]`.
-    ByteList(usize),
+    /// `ByteList[N]`. (Limits are u64: the state's lists allow 2^40 elements, past a 32-bit usize.)
+    ByteList(u64),
     /// `Bitvector[N]`.
     Bitvector(usize),
     /// `Bitlist[N]`.
-    Bitlist(usize),
+    Bitlist(u64),
     Vector(&'static Ty, usize),
-    List(&'static Ty, usize),
+    List(&'static Ty, u64),
     Container(&'static [Field]),
 }
 
@@ -113,7 +113,7 @@ fn variable_to_ssz(ty: &Ty, json: &mut Scanner, out: &mut Vec<u8>) -> Result<(),
         Ty::ByteList(max) => {
             let start = out.len();
             decode_hex_into(json, out)?;
-            if out.len() - start > max {
+            if (out.len() - start) as u64 > max {
                 return Err(TranscodeError::Limit("a byte list longer than its limit"));
             }
         }
@@ -123,7 +123,7 @@ fn variable_to_ssz(ty: &Ty, json: &mut Scanner, out: &mut Vec<u8>) -> Result<(),
             check_bitlist(&out[start..], max)?;
         }
         Ty::List(element, max) => sequence_to_ssz(element, json, out, Length::AtMost(max))?,
-        Ty::Vector(element, count) => sequence_to_ssz(element, json, out, Length::Exactly(count))?,
+        Ty::Vector(element, count) => sequence_to_ssz(element, json, out, Length::Exactly(count as u64))?,
         Ty::Container(fields) => container_to_ssz(fields, json, out)?,
         Ty::Uint(_) | Ty::Bool | Ty::Bytes(_) | Ty::Bitvector(_) => unreachable!("a fixed-size type as variable"),
     }
@@ -133,18 +133,19 @@ fn variable_to_ssz(ty: &Ty, json: &mut Scanner, out: &mut Vec<u8>) -> Result<(),
 /// How many elements a list or vector has.
 #[derive(Clone, Copy)]
 enum Length {
-    AtMost(usize),
-    Exactly(usize),
+    AtMost(u64),
+    Exactly(u64),
 }
 
 impl Length {
-    fn bound(self) -> usize {
+    fn bound(self) -> u64 {
         match self {
             Length::AtMost(n) | Length::Exactly(n) => n,
         }
     }
 
     fn fits(self, count: usize) -> bool {
+        let count = count as u64;
         match self {
             Length::AtMost(max) => count <= max,
             Length::Exactly(n) => count == n,
@@ -158,7 +159,7 @@ fn sequence_to_ssz(element: &Ty, json: &mut Scanner, out: &mut Vec<u8>, length: 
     // counts one more element, refused as soon as it is one too many
     let mut next = || {
         count += 1;
-        if count > length.bound() {
+        if count as u64 > length.bound() {
             return Err(TranscodeError::Limit("more elements than the list's limit"));
         }
         Ok(())
@@ -336,13 +337,13 @@ fn check_bitvector(bytes: &[u8], bits: usize) -> Result<(), TranscodeError> {
     }
 }
 
-fn check_bitlist(bytes: &[u8], max: usize) -> Result<(), TranscodeError> {
+fn check_bitlist(bytes: &[u8], max: u64) -> Result<(), TranscodeError> {
     let last = *bytes.last().ok_or(TranscodeError::Ssz("a bitlist with no length bit"))?;
     if last == 0 {
         return Err(TranscodeError::Ssz("a bitlist with no length bit"));
     }
     let bits = (bytes.len() - 1) * 8 + (7 - last.leading_zeros() as usize);
-    if bits > max {
+    if bits as u64 > max {
         return Err(TranscodeError::Limit("a bitlist longer than its limit"));
     }
     Ok(())
@@ -369,7 +370,7 @@ fn value_to_json(ty: &Ty, ssz: &[u8], out: &mut Vec<u8>) -> Result<(), Transcode
         }),
         Ty::Bytes(_) => write_hex(ssz, out),
         Ty::ByteList(max) => {
-            if ssz.len() > max {
+            if ssz.len() as u64 > max {
                 return Err(TranscodeError::Limit("a byte list longer than its limit"));
             }
             write_hex(ssz, out)
@@ -383,7 +384,7 @@ fn value_to_json(ty: &Ty, ssz: &[u8], out: &mut Vec<u8>) -> Result<(), Transcode
             write_hex(ssz, out)
         }
         Ty::List(element, max) => sequence_to_json(element, ssz, out, Length::AtMost(max))?,
-        Ty::Vector(element, count) => sequence_to_json(element, ssz, out, Length::Exactly(count))?,
+        Ty::Vector(element, count) => sequence_to_json(element, ssz, out, Length::Exactly(count as u64))?,
         Ty::Container(fields) => container_to_json(fields, ssz, out)?,
     }
     Ok(())

@@ -2,12 +2,12 @@
 //! ../shared/corpus/ssz: each case's value, written as Beacon-API JSON, transcodes to exactly its
 //! serialized bytes and back, and those bytes' hash_tree_root (by the type as described here, so
 //! that a wrong limit shows) equals roots.yaml's. And the real blinded block gives its
-//! `.computed.ssz`.
+//! `.computed.ssz`. The replay upstream's reader turns a case's value.yaml into Beacon-API JSON.
 
 use std::path::{Path, PathBuf};
 
+use rpcedge_replay::beacon::{ssz_static_case, REAL_BLINDED_BLOCK_ROOT};
 use sha2::{Digest, Sha256};
-use yaml_rust2::{Yaml, YamlLoader};
 
 use super::ssz_type::{to_json, to_ssz, Ty};
 use super::types::*;
@@ -70,46 +70,12 @@ fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
     types
 }
 
-/// A value.yaml value as the Beacon-API writes it: integers as decimal strings.
-fn beacon_json(yaml: &Yaml, out: &mut String) {
-    match yaml {
-        Yaml::Hash(members) => {
-            out.push('{');
-            for (i, (key, value)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::to_string(key.as_str().expect("string keys")).unwrap());
-                out.push(':');
-                beacon_json(value, out);
-            }
-            out.push('}');
-        }
-        Yaml::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                beacon_json(item, out);
-            }
-            out.push(']');
-        }
-        Yaml::Integer(n) => out.push_str(&format!("\"{n}\"")),
-        // yaml-rust2 keeps an integer over i64's range as its text
-        Yaml::Real(text) => out.push_str(&format!("\"{text}\"")),
-        Yaml::String(text) => out.push_str(&serde_json::to_string(text).unwrap()),
-        Yaml::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        other => panic!("unexpected YAML {other:?}"),
-    }
-}
-
 fn hash(a: &[u8], b: &[u8]) -> [u8; 32] {
     Sha256::new().chain_update(a).chain_update(b).finalize().into()
 }
 
 /// The root of `chunks` padded with zero chunks to `limit` (a power of two at least).
-fn merkleize(mut chunks: Vec<[u8; 32]>, limit: usize) -> [u8; 32] {
+fn merkleize(mut chunks: Vec<[u8; 32]>, limit: u64) -> [u8; 32] {
     let depth = limit.max(1).next_power_of_two().trailing_zeros();
     let mut zero = [0u8; 32];
     for _ in 0..depth {
@@ -159,8 +125,7 @@ fn read_u32(ssz: &[u8], at: usize) -> usize {
 fn hash_tree_root(ty: &Ty, ssz: &[u8]) -> [u8; 32] {
     match *ty {
         Ty::Uint(_) | Ty::Bool | Ty::Bytes(_) | Ty::Bitvector(_) => {
-            let limit = ssz.len().div_ceil(32);
-            merkleize(pack(ssz), limit)
+            merkleize(pack(ssz), ssz.len().div_ceil(32) as u64)
         }
         Ty::ByteList(max) => mix_in_length(merkleize(pack(ssz), max.div_ceil(32)), ssz.len()),
         Ty::Bitlist(max) => {
@@ -171,12 +136,12 @@ fn hash_tree_root(ty: &Ty, ssz: &[u8]) -> [u8; 32] {
             bytes.truncate(bits.div_ceil(8));
             mix_in_length(merkleize(pack(&bytes), max.div_ceil(256)), bits)
         }
-        Ty::Vector(element, count) if is_basic(element) => merkleize(pack(ssz), (count * ssz.len() / count.max(1)).div_ceil(32)),
+        Ty::Vector(element, _) if is_basic(element) => merkleize(pack(ssz), ssz.len().div_ceil(32) as u64),
         Ty::List(element, max) if is_basic(element) => {
             let size = element.fixed_size().unwrap();
-            mix_in_length(merkleize(pack(ssz), (max * size).div_ceil(32)), ssz.len() / size)
+            mix_in_length(merkleize(pack(ssz), (max * size as u64).div_ceil(32)), ssz.len() / size)
         }
-        Ty::Vector(element, count) => merkleize(elements(element, ssz).iter().map(|e| hash_tree_root(element, e)).collect(), count),
+        Ty::Vector(element, count) => merkleize(elements(element, ssz).iter().map(|e| hash_tree_root(element, e)).collect(), count as u64),
         Ty::List(element, max) => {
             let items = elements(element, ssz);
             let count = items.len();
@@ -206,7 +171,7 @@ fn hash_tree_root(ty: &Ty, ssz: &[u8]) -> [u8; 32] {
                     hash_tree_root(&field.ty, &ssz[starts[variable - 1]..end])
                 }
             }).collect();
-            merkleize(roots, fields.len())
+            merkleize(roots, fields.len() as u64)
         }
     }
 }
@@ -230,11 +195,7 @@ fn every_ssz_static_case_of_the_described_types_transcodes_exactly_both_ways() {
             for case in entries.flatten() {
                 let case = case.path();
                 let what = format!("{} {name} {}", fork.name(), case.file_name().unwrap().to_string_lossy());
-                let yaml = std::fs::read_to_string(case.join("value.yaml")).unwrap();
-                let mut json = String::new();
-                beacon_json(&YamlLoader::load_from_str(&yaml).unwrap()[0], &mut json);
-                let snappy = std::fs::read(case.join("serialized.ssz_snappy")).unwrap();
-                let expected = snap::raw::Decoder::new().decompress_vec(&snappy).unwrap();
+                let (json, expected) = ssz_static_case(&case).unwrap();
 
                 let ssz = transcode_json(ty, &json).unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert!(ssz == expected, "{what}: the SSZ differs from the spec's");
@@ -250,7 +211,7 @@ fn every_ssz_static_case_of_the_described_types_transcodes_exactly_both_ways() {
                 assert!(transcode_json(ty, &sorted).unwrap() == expected, "{what}: members in another order");
 
                 let roots = std::fs::read_to_string(case.join("roots.yaml")).unwrap();
-                let want = YamlLoader::load_from_str(&roots).unwrap()[0]["root"].as_str().unwrap().to_string();
+                let want = roots.trim().strip_prefix("root: ").unwrap().trim_matches('\'');
                 let got = format!("0x{}", faster_hex::hex_string(&hash_tree_root(ty, &ssz)));
                 assert_eq!(got, want, "{what}: hash_tree_root");
                 cases += 1;
@@ -275,6 +236,11 @@ fn the_real_blinded_block_gives_its_computed_ssz() {
     // the same but for the hex's case: the original has a checksummed address
     let original: serde_json::Value = serde_json::from_str(&String::from_utf8(data).unwrap().to_lowercase()).unwrap();
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&json).unwrap(), original);
+
+    // the root that the replay upstream answers it by
+    let Ty::Container(fields) = BeaconObject::BlindedBlock.ty(Fork::Deneb) else { unreachable!() };
+    let message = &expected[read_u32(&expected, 0)..];
+    assert_eq!(format!("0x{}", faster_hex::hex_string(&hash_tree_root(&fields[0].ty, message))), REAL_BLINDED_BLOCK_ROOT);
 }
 
 fn checkpoint(json: &str) -> Result<Vec<u8>, TranscodeError> {
@@ -294,7 +260,7 @@ fn members_come_in_any_order_with_whitespace_escapes_and_unknown_members() {
 fn json_that_does_not_fit_the_type_is_refused() {
     let root = "0x".to_string() + &"00".repeat(32);
     for bad in [
-        format!(r#"{{"epoch":"7"}}"#),
+        r#"{"epoch":"7"}"#.to_string(),
         format!(r#"{{"epoch":"7","root":"{root}","epoch":"8"}}"#),
         format!(r#"{{"epoch":"18446744073709551616","root":"{root}"}}"#),
         format!(r#"{{"epoch":"-1","root":"{root}"}}"#),

@@ -20,12 +20,12 @@ const LOGS_BLOOM: Ty = Ty::Bytes(256);
 /// `Blob`: `FIELD_ELEMENTS_PER_BLOB * BYTES_PER_FIELD_ELEMENT`.
 pub(super) const BLOB: Ty = Ty::Bytes(4096 * 32);
 
-const MAX_VALIDATORS_PER_COMMITTEE: usize = 2048;
+const MAX_VALIDATORS_PER_COMMITTEE: u64 = 2048;
 const MAX_COMMITTEES_PER_SLOT: usize = 64;
-const VALIDATOR_REGISTRY_LIMIT: usize = 1 << 40;
-pub(super) const MAX_BLOB_COMMITMENTS_PER_BLOCK: usize = 4096;
+const VALIDATOR_REGISTRY_LIMIT: u64 = 1 << 40;
+pub(super) const MAX_BLOB_COMMITMENTS_PER_BLOCK: u64 = 4096;
 const SLOTS_PER_HISTORICAL_ROOT: usize = 8192;
-const HISTORICAL_ROOTS_LIMIT: usize = 1 << 24;
+const HISTORICAL_ROOTS_LIMIT: u64 = 1 << 24;
 const SYNC_COMMITTEE_SIZE: usize = 512;
 
 pub(super) const FORK: Ty = Ty::Container(&[field("previous_version", VERSION), field("current_version", VERSION), field("epoch", U64)]);
@@ -159,7 +159,7 @@ pub(super) const DENEB_BLINDED_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execut
 // electra (and fulu)
 
 pub(super) const ELECTRA_INDEXED_ATTESTATION: Ty = Ty::Container(&[
-    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT)),
+    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT as u64)),
     field("data", ATTESTATION_DATA),
     field("signature", SIGNATURE),
 ]);
@@ -168,7 +168,7 @@ pub(super) const ELECTRA_ATTESTER_SLASHING: Ty = Ty::Container(&[
     field("attestation_2", ELECTRA_INDEXED_ATTESTATION),
 ]);
 pub(super) const ELECTRA_ATTESTATION: Ty = Ty::Container(&[
-    field("aggregation_bits", Ty::Bitlist(MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT)),
+    field("aggregation_bits", Ty::Bitlist(MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT as u64)),
     field("data", ATTESTATION_DATA),
     field("signature", SIGNATURE),
     field("committee_bits", Ty::Bitvector(MAX_COMMITTEES_PER_SLOT)),
