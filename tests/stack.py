@@ -66,7 +66,8 @@ def main():
         processes.append(start_envoy())
         print(f"""
 rpcedge is running (logs in {RUN}):
-  replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...)
+  replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...;
+                                            GET Beacon-API blocks, blobs, states: loadtest/replay/README.md)
   nginx + rpcedge  http://127.0.0.1:{NGINX_PORT}
   Envoy + rpcedge  http://127.0.0.1:{ENVOY_PORT}   (admin http://127.0.0.1:{ENVOY_ADMIN}/stats?filter=rpcedge)
   cache daemon     http://127.0.0.1:{CACHED_PORT}   (GET /v1/stats, /metrics; store in {RUN / "cache"})
@@ -77,6 +78,8 @@ try:
   curl -s -D - -o witness.ssz http://127.0.0.1:{NGINX_PORT}/hoodi -H 'Accept: application/octet-stream' \
     -H 'Content-Type: application/json' \
     -d '{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x138c2d"]}}'
+  curl -s -D - -o block.ssz http://127.0.0.1:{ENVOY_PORT}/eth/v1/beacon/blinded_blocks/348241 \
+    -H 'Accept: application/octet-stream'
 
 Ctrl-C stops everything.""", flush=True)
         while all(p.proc.poll() is None for p in processes):
