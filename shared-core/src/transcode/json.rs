@@ -56,9 +56,14 @@ impl<'a> Scanner<'a> {
     pub fn string(&mut self) -> Result<Cow<'a, [u8]>, TranscodeError> {
         self.expect(b'"', "a string")?;
         let start = self.at;
-        let end = match memchr::memchr2(b'"', b'\\', &self.input[start..]) {
+        // Keys and numbers are short: a plain loop finds their end before memchr would start.
+        let head = &self.input[start..self.input.len().min(start + 32)];
+        let end = match head.iter().position(|&b| b == b'"' || b == b'\\') {
             Some(offset) => start + offset,
-            None => return Err(self.error("an unterminated string")),
+            None => match memchr::memchr2(b'"', b'\\', &self.input[start..]) {
+                Some(offset) => start + offset,
+                None => return Err(self.error("an unterminated string")),
+            },
         };
         if self.input[end] == b'"' {
             self.at = end + 1;
@@ -122,6 +127,19 @@ impl<'a> Scanner<'a> {
         let value = u32::from_str_radix(text, 16).map_err(|_| self.error("a broken \\u escape"))?;
         self.at += 4;
         Ok(value)
+    }
+
+    /// The next `len` bytes inside quotes, when the value is a string that long, unchecked: for a
+    /// caller that checks them as it reads them (hex cannot hold a quote or an escape). `None`,
+    /// with nothing consumed, otherwise.
+    pub fn quoted_exact(&mut self, len: usize) -> Option<&'a [u8]> {
+        self.skip_whitespace();
+        let text = self.input.get(self.at..self.at + len + 2)?;
+        if text[0] != b'"' || text[len + 1] != b'"' {
+            return None;
+        }
+        self.at += len + 2;
+        Some(&text[1..=len])
     }
 
     /// `true` or `false`.

@@ -36,25 +36,61 @@ pub enum Ty {
 pub struct Field {
     pub name: &'static str,
     pub ty: Ty,
+    /// What the field takes in the container's fixed part: its size, or an offset's.
+    fixed_part: usize,
+    variable: bool,
+}
+
+/// The most fields a container may have (the seen-set is a bitmask).
+const MAX_FIELDS: usize = 64;
+
+impl Field {
+    pub const fn new(name: &'static str, ty: Ty) -> Field {
+        let (fixed_part, variable) = match ty.fixed_size() {
+            Some(size) => (size, false),
+            None => (OFFSET, true),
+        };
+        Field { name, ty, fixed_part, variable }
+    }
 }
 
 impl Ty {
     /// The serialized size of a fixed-size type; `None` for a variable-size one.
-    pub fn fixed_size(&self) -> Option<usize> {
+    pub const fn fixed_size(&self) -> Option<usize> {
         match *self {
             Ty::Uint(bytes) | Ty::Bytes(bytes) => Some(bytes),
             Ty::Bool => Some(1),
             Ty::Bitvector(bits) => Some(bits.div_ceil(8)),
             Ty::ByteList(_) | Ty::Bitlist(_) | Ty::List(..) => None,
-            Ty::Vector(element, count) => element.fixed_size().map(|size| size * count),
-            Ty::Container(fields) => fields.iter().map(|field| field.ty.fixed_size()).sum(),
+            Ty::Vector(element, count) => match element.fixed_size() {
+                Some(size) => Some(size * count),
+                None => None,
+            },
+            Ty::Container(fields) => {
+                assert!(fields.len() <= MAX_FIELDS, "a container with more fields than the seen-set holds");
+                let (mut i, mut size) = (0, 0);
+                while i < fields.len() {
+                    if fields[i].variable {
+                        return None;
+                    }
+                    size += fields[i].fixed_part;
+                    i += 1;
+                }
+                Some(size)
+            }
         }
     }
+}
 
-    /// What this type takes in its container's fixed part: itself, or an offset.
-    fn fixed_part(&self) -> usize {
-        self.fixed_size().unwrap_or(OFFSET)
+/// Where each field starts in a container's fixed part.
+fn field_offsets(fields: &[Field]) -> [usize; MAX_FIELDS] {
+    let mut offsets = [0; MAX_FIELDS];
+    let mut at = 0;
+    for (offset, field) in offsets.iter_mut().zip(fields) {
+        *offset = at;
+        at += field.fixed_part;
     }
+    offsets
 }
 
 /// The JSON value at `json`, of type `ty`, as SSZ appended to `out`.
@@ -94,12 +130,12 @@ fn fixed_to_ssz(ty: &Ty, json: &mut Scanner, slot: &mut [u8]) -> Result<(), Tran
             }
         }
         Ty::Container(fields) => {
+            let offsets = field_offsets(fields);
             let mut seen = Members::new(fields);
             json.object(|json, key| {
                 let Some(index) = seen.find(key, json)? else { return Ok(()) };
-                let at = fields[..index].iter().map(|field| field.ty.fixed_part()).sum::<usize>();
-                let field = &fields[index].ty;
-                fixed_to_ssz(field, json, &mut slot[at..at + field.fixed_part()])
+                let (at, field) = (offsets[index], &fields[index]);
+                fixed_to_ssz(&field.ty, json, &mut slot[at..at + field.fixed_part])
             })?;
             seen.all(json)?;
         }
@@ -199,20 +235,21 @@ fn sequence_to_ssz(element: &Ty, json: &mut Scanner, out: &mut Vec<u8>, length: 
 /// A container with variable-size fields: the fixed part in place, the variable parts after it.
 fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     let base = out.len();
-    let fixed: usize = fields.iter().map(|field| field.ty.fixed_part()).sum();
+    let offsets = field_offsets(fields);
+    let fixed: usize = fields.iter().map(|field| field.fixed_part).sum();
     out.resize(base + fixed, 0);
     // each variable part as it came: (field, start, end) in `out`
     let mut parts: Vec<(usize, usize, usize)> = Vec::new();
     let mut seen = Members::new(fields);
     json.object(|json, key| {
         let Some(index) = seen.find(key, json)? else { return Ok(()) };
-        let ty = &fields[index].ty;
-        if ty.fixed_size().is_some() {
-            let at = base + fields[..index].iter().map(|field| field.ty.fixed_part()).sum::<usize>();
-            fixed_to_ssz(ty, json, &mut out[at..at + ty.fixed_part()])
+        let field = &fields[index];
+        if !field.variable {
+            let at = base + offsets[index];
+            fixed_to_ssz(&field.ty, json, &mut out[at..at + field.fixed_part])
         } else {
             let start = out.len();
-            variable_to_ssz(ty, json, out)?;
+            variable_to_ssz(&field.ty, json, out)?;
             parts.push((index, start, out.len()));
             Ok(())
         }
@@ -228,17 +265,10 @@ fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<
             out.extend_from_slice(&tail[start..end]);
         }
     }
-    let mut at = base;
     let mut parts = parts.iter();
-    for field in fields {
-        match field.ty.fixed_size() {
-            Some(size) => at += size,
-            None => {
-                let (_, start, _) = parts.next().expect("every variable field was seen");
-                out[at..at + OFFSET].copy_from_slice(&offset((start - base) as u64)?.to_le_bytes());
-                at += OFFSET;
-            }
-        }
+    for (_, at) in fields.iter().zip(offsets).filter(|(field, _)| field.variable) {
+        let (_, start, _) = parts.next().expect("every variable field was seen");
+        out[base + at..base + at + OFFSET].copy_from_slice(&offset((start - base) as u64)?.to_le_bytes());
     }
     offset((out.len() - base) as u64)?;
     Ok(())
@@ -247,14 +277,14 @@ fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<
 /// Which of a container's fields the JSON has named.
 struct Members {
     fields: &'static [Field],
-    seen: Vec<bool>,
+    seen: u64,
     /// The field after the last one found: JSON usually names them in order.
     next: usize,
 }
 
 impl Members {
     fn new(fields: &'static [Field]) -> Self {
-        Members { fields, seen: vec![false; fields.len()], next: 0 }
+        Members { fields, seen: 0, next: 0 }
     }
 
     /// The field named `key`, or `None` (with its value skipped) for a member the type does not
@@ -268,15 +298,16 @@ impl Members {
             json.value()?;
             return Ok(None);
         };
-        if std::mem::replace(&mut self.seen[index], true) {
+        if self.seen & 1 << index != 0 {
             return Err(json.error("a field named once"));
         }
+        self.seen |= 1 << index;
         self.next = index + 1;
         Ok(Some(index))
     }
 
     fn all(&self, json: &Scanner) -> Result<(), TranscodeError> {
-        if self.seen.iter().all(|&seen| seen) {
+        if self.seen == u64::MAX >> (64 - self.fields.len()) {
             Ok(())
         } else {
             Err(json.error("every field of the container"))
@@ -321,6 +352,11 @@ fn parse_u256(json: &mut Scanner, slot: &mut [u8]) -> Result<(), TranscodeError>
 
 /// A JSON hex string of exactly `slot.len()` bytes, into `slot`.
 fn decode_hex_exact(json: &mut Scanner, slot: &mut [u8]) -> Result<(), TranscodeError> {
+    // the usual case, without looking for the string's end: "0x" and the digits
+    if let Some(text) = json.quoted_exact(2 + slot.len() * 2) {
+        let digits = text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?;
+        return faster_hex::hex_decode(digits, slot).map_err(|_| TranscodeError::Hex);
+    }
     let text = json.string()?;
     let digits = text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?;
     if digits.len() != slot.len() * 2 {
@@ -428,25 +464,26 @@ fn sequence_to_json(element: &Ty, ssz: &[u8], out: &mut Vec<u8>, length: Length)
 }
 
 fn container_to_json(fields: &'static [Field], ssz: &[u8], out: &mut Vec<u8>) -> Result<(), TranscodeError> {
-    let fixed: usize = fields.iter().map(|field| field.ty.fixed_part()).sum();
+    let fixed: usize = fields.iter().map(|field| field.fixed_part).sum();
     if ssz.len() < fixed {
         return Err(TranscodeError::Ssz("a container shorter than its fixed part"));
     }
     // where each variable field starts, checked in order; the first must follow the fixed part
-    let mut starts = Vec::new();
+    let (mut starts, mut variables) = ([0; MAX_FIELDS], 0);
     let mut at = 0;
     for field in fields {
-        if field.ty.fixed_size().is_none() {
+        if field.variable {
             let start = read_offset(ssz, at)?;
-            let previous = starts.last().copied().unwrap_or(fixed);
-            if start < previous || start > ssz.len() || (starts.is_empty() && start != fixed) {
+            let previous = if variables == 0 { fixed } else { starts[variables - 1] };
+            if start < previous || start > ssz.len() || (variables == 0 && start != fixed) {
                 return Err(TranscodeError::Ssz("a container's offsets"));
             }
-            starts.push(start);
+            starts[variables] = start;
+            variables += 1;
         }
-        at += field.ty.fixed_part();
+        at += field.fixed_part;
     }
-    if starts.is_empty() && ssz.len() != fixed {
+    if variables == 0 && ssz.len() != fixed {
         return Err(TranscodeError::Ssz("a fixed-size container of another length"));
     }
     out.push(b'{');
@@ -458,18 +495,14 @@ fn container_to_json(fields: &'static [Field], ssz: &[u8], out: &mut Vec<u8>) ->
         out.push(b'"');
         out.extend_from_slice(field.name.as_bytes());
         out.extend_from_slice(b"\":");
-        match field.ty.fixed_size() {
-            Some(size) => {
-                value_to_json(&field.ty, &ssz[at..at + size], out)?;
-                at += size;
-            }
-            None => {
-                let end = starts.get(variable + 1).copied().unwrap_or(ssz.len());
-                to_json(&field.ty, &ssz[starts[variable]..end], out)?;
-                variable += 1;
-                at += OFFSET;
-            }
+        if field.variable {
+            let end = if variable + 1 < variables { starts[variable + 1] } else { ssz.len() };
+            to_json(&field.ty, &ssz[starts[variable]..end], out)?;
+            variable += 1;
+        } else {
+            value_to_json(&field.ty, &ssz[at..at + field.fixed_part], out)?;
         }
+        at += field.fixed_part;
     }
     out.push(b'}');
     Ok(())

@@ -5,7 +5,7 @@
 use super::ssz_type::{Field, Ty};
 
 const fn field(name: &'static str, ty: Ty) -> Field {
-    Field { name, ty }
+    Field::new(name, ty)
 }
 
 const U8: Ty = Ty::Uint(1);
