@@ -1,18 +1,20 @@
 """`make bench`, transcoding's part: what an SSZ client gets beside a JSON client for the same
-execution witnesses, through each proxy.
+execution witnesses and Beacon-API blocks, through each proxy.
 
     .venv/bin/python loadtest/transcode_bench.py [--seconds 5] [--runs 3]
 
-1. Wire bytes: each witness of the replay (hoodi blocks 0x134ff8 and 0x138c2d) as JSON and as
-   SSZ, each identity and gzip (nginx; SSZ gzipped where application/octet-stream is listed in
-   rpcedge_types, which it is not by default).
+1. Wire bytes: each witness of the replay (hoodi blocks 0x134ff8 and 0x138c2d) and each Beacon-API
+   block below as JSON and as SSZ, each identity and gzip (nginx; SSZ gzipped where
+   application/octet-stream is listed in rpcedge_types, which it is not by default).
 2. wrk (1 thread, 8 connections, Accept-Encoding: gzip) through nginx and through Envoy, a JSON
-   client (no Accept) beside an SSZ client (Accept: application/octet-stream) posting the same
-   call; req/s and latency, the median of `--runs` runs. The proxy runs on a CPU of its own
+   client (no Accept) beside an SSZ client (Accept: application/octet-stream) making the same
+   request (the larger witness's call; a GET of the deneb block); req/s and latency, the median of
+   `--runs` runs. The proxy runs on a CPU of its own
    (taskset); wrk and the replay node share the others.
 """
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -31,6 +33,8 @@ WORK = REPO / "build" / "bench" / "transcode"
 RESULTS = LOADTEST / "results" / "transcode.json"
 SCRIPT = LOADTEST / "wrk" / "transcode.lua"
 BLOCKS = ["0x134ff8", "0x138c2d"]
+# the replay's Beacon-API blocks: the largest deneb ssz_static case, and the real blinded block
+BEACON_BLOCKS = ["/eth/v2/beacon/blocks/deneb:case_2", "/eth/v1/beacon/blinded_blocks/348241"]
 SSZ = "application/octet-stream"
 CONNECTIONS = 8
 ENVOY_PLUGIN_CONFIG = '{"transcode": true, "buffer_limit": 68157440}'
@@ -64,8 +68,22 @@ def post(port, path, body, accept, accept_encoding):
     return r
 
 
+def get(port, path, accept, accept_encoding):
+    r = wire.request(port, path, headers={"Accept": accept} if accept else {}, accept_encoding=accept_encoding)
+    assert r.status == 200 and r.complete, r.status
+    return r
+
+
 def wire_bytes(port):
     rows = []
+    for path in BEACON_BLOCKS:
+        rows.append({
+            "object": path,
+            "json": len(get(port, path, None, None).body),
+            "json_gzip": len(get(port, path, None, "gzip").body),
+            "ssz": len(get(port, path, SSZ, None).body),
+            "ssz_gzip": len(get(port, "/ssz-gzip" + path, SSZ, "gzip").body),
+        })
     for block in BLOCKS:
         body = call(block)
         sizes = {
@@ -74,13 +92,13 @@ def wire_bytes(port):
             "ssz": len(post(port, "/hoodi", body, SSZ, None).body),
             "ssz_gzip": len(post(port, "/ssz-gzip/hoodi", body, SSZ, "gzip").body),
         }
-        rows.append({"block": block, **sizes})
+        rows.append({"object": f"witness {block}", **sizes})
     return rows
 
 
-def wrk(port, body_file, accept, expected_length, seconds):
-    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}/hoodi",
-            "--", body_file, accept or "-", "gzip", str(expected_length or "-")]
+def wrk(port, path, body_file, accept, expected_length, seconds):
+    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}{path}",
+            "--", body_file or "-", accept or "-", "gzip", str(expected_length or "-")]
     done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
     line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
     if done.returncode != 0 or line is None:
@@ -112,31 +130,32 @@ def main():
         block = BLOCKS[-1]
         body_file = WORK / f"witness-{block}.json"
         body_file.write_bytes(call(block))
+        requests = [(f"witness {block}", "/hoodi", body_file), ("block deneb:case_2", BEACON_BLOCKS[0], None)]
         for proxy, proxy_port in [("nginx", nginx.port), ("envoy", envoy.port)]:
-            for client, accept in [("json", None), ("ssz", SSZ)]:
-                r = post(proxy_port, "/hoodi", call(block), accept, "gzip")
+            for (what, path, body), (client, accept) in itertools.product(requests, [("json", None), ("ssz", SSZ)]):
+                r = post(proxy_port, path, call(block), accept, "gzip") if body else get(proxy_port, path, accept, "gzip")
                 length = len(r.body)
                 exact = length if r.header("content-length") else None
-                wrk(proxy_port, body_file, accept, exact, 2)  # warm-up
-                runs = [wrk(proxy_port, body_file, accept, exact, args.seconds) for _ in range(args.runs)]
+                wrk(proxy_port, path, body, accept, exact, 2)  # warm-up
+                runs = [wrk(proxy_port, path, body, accept, exact, args.seconds) for _ in range(args.runs)]
                 rps = [r["answered"] / r["seconds"] for r in runs]
                 results["wrk"].append({
-                    "proxy": proxy, "client": client, "body_bytes": length,
+                    "request": what, "proxy": proxy, "client": client, "body_bytes": length,
                     "req_s": statistics.median(rps),
                     "p50_ms": statistics.median(r["p50_us"] for r in runs) / 1000,
                     "p99_ms": statistics.median(r["p99_us"] for r in runs) / 1000,
                 })
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-        print("| witness | JSON | JSON gzip | SSZ | SSZ gzip | SSZ/JSON | SSZ gzip/JSON gzip |")
+        print("| object | JSON | JSON gzip | SSZ | SSZ gzip | SSZ/JSON | SSZ gzip/JSON gzip |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in results["wire_bytes"]:
-            print(f"| {r['block']} | {r['json']:,} | {r['json_gzip']:,} | {r['ssz']:,} | {r['ssz_gzip']:,} "
+            print(f"| {r['object']} | {r['json']:,} | {r['json_gzip']:,} | {r['ssz']:,} | {r['ssz_gzip']:,} "
                   f"| {r['ssz'] / r['json']:.3f} | {r['ssz_gzip'] / r['json_gzip']:.3f} |")
-        print(f"\nwrk, witness {block}, Accept-Encoding: gzip, {CONNECTIONS} connections, median of {args.runs} x {args.seconds} s")
-        print("| proxy | client | body bytes | req/s | p50 ms | p99 ms |")
-        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        print(f"\nwrk, Accept-Encoding: gzip, {CONNECTIONS} connections, median of {args.runs} x {args.seconds} s")
+        print("| request | proxy | client | body bytes | req/s | p50 ms | p99 ms |")
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
         for r in results["wrk"]:
-            print(f"| {r['proxy']} | {r['client']} | {r['body_bytes']:,} | {r['req_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+            print(f"| {r['request']} | {r['proxy']} | {r['client']} | {r['body_bytes']:,} | {r['req_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
     finally:
         for process in reversed(stopping):
             process.stop()

@@ -1,9 +1,9 @@
--- wrk script for loadtest/transcode_bench.py: posts one JSON-RPC call over and over, as a JSON or
--- an SSZ client, and checks every answer.
+-- wrk script for loadtest/transcode_bench.py: posts one JSON-RPC call (or GETs the URL, for a
+-- Beacon-API route) over and over, as a JSON or an SSZ client, and checks every answer.
 --
 --   wrk -t1 -c8 -d5s -s loadtest/wrk/transcode.lua http://127.0.0.1:18080/hoodi -- call.json application/octet-stream gzip 1810248
 --
--- Arguments: the file with the request body; the Accept value ("-": none); the Accept-Encoding
+-- Arguments: the file with the request body ("-": a GET); the Accept value ("-": none); the Accept-Encoding
 -- value ("-": none); the length every answer's body must have ("-": any, for a streamed body,
 -- whose bytes follow its timing). done() prints one RESULT line of JSON: answers, broken ones
 -- (status not 200, or another length), body bytes.
@@ -17,14 +17,19 @@ function setup(thread)
 end
 
 function init(args)
-  local file = assert(io.open(args[1], "rb"))
-  local body = file:read("*a")
-  file:close()
-  local headers = {["Content-Type"] = "application/json"}
+  local headers = {}
   if args[2] ~= "-" then headers["Accept"] = args[2] end
   if args[3] ~= "-" then headers["Accept-Encoding"] = args[3] end
   expected_length = tonumber(args[4])
-  request_bytes = wrk.format("POST", nil, headers, body)
+  if args[1] == "-" then
+    request_bytes = wrk.format("GET", nil, headers)
+  else
+    local file = assert(io.open(args[1], "rb"))
+    local body = file:read("*a")
+    file:close()
+    headers["Content-Type"] = "application/json"
+    request_bytes = wrk.format("POST", nil, headers, body)
+  end
 end
 
 function request()

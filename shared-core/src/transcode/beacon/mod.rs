@@ -62,11 +62,13 @@ const ROUTES: [(&str, BeaconObject); 4] = [
 const BLOBS: Ty = Ty::List(&types::BLOB, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
 
 impl BeaconObject {
-    /// The object a GET of `path` (with or without its query) answers with.
+    /// The object a GET of `path` (with or without its query) answers with. The route may follow
+    /// a prefix that the proxy strips (`location /beacon/ { proxy_pass http://node/; }`).
     pub fn from_route(path: &[u8]) -> Option<BeaconObject> {
         let path = path.split(|&b| b == b'?').next().unwrap_or_default();
-        ROUTES.iter().find_map(|(prefix, object)| {
-            let id = path.strip_prefix(prefix.as_bytes())?;
+        ROUTES.iter().find_map(|(route, object)| {
+            let at = memchr::memmem::rfind(path, route.as_bytes())?;
+            let id = &path[at + route.len()..];
             (!id.is_empty() && !id.contains(&b'/')).then_some(*object)
         })
     }

@@ -315,6 +315,7 @@ fn routes_name_their_objects_by_path_alone() {
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blinded_blocks/348241?x=1"), Some(BeaconObject::BlindedBlock));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blobs/0xab?versioned_hashes=0x01"), Some(BeaconObject::Blobs));
     assert_eq!(BeaconObject::from_route(b"/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
+    assert_eq!(BeaconObject::from_route(b"/beacon/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
     for other in [&b"/eth/v2/beacon/blocks/head/attestations"[..], b"/eth/v2/beacon/blocks/", b"/eth/v1/beacon/blocks/head", b"/"] {
         assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
     }
