@@ -77,54 +77,75 @@ pub(super) const BLS_TO_EXECUTION_CHANGE: Ty = Ty::Container(&[
 pub(super) const SIGNED_BLS_TO_EXECUTION_CHANGE: Ty =
     Ty::Container(&[field("message", BLS_TO_EXECUTION_CHANGE), field("signature", SIGNATURE)]);
 
-/// `ExecutionPayload` (deneb's, unchanged in electra and fulu).
-pub(super) const EXECUTION_PAYLOAD: Ty = Ty::Container(&[
-    field("parent_hash", ROOT),
-    field("fee_recipient", ADDRESS),
-    field("state_root", ROOT),
-    field("receipts_root", ROOT),
-    field("logs_bloom", LOGS_BLOOM),
-    field("prev_randao", ROOT),
-    field("block_number", U64),
-    field("gas_limit", U64),
-    field("gas_used", U64),
-    field("timestamp", U64),
-    field("extra_data", Ty::ByteList(32)),
-    field("base_fee_per_gas", U256),
-    field("block_hash", ROOT),
+/// An execution payload's fields (deneb's, unchanged in electra and fulu), with its lists (or,
+/// in the header, their roots) as given.
+macro_rules! execution_payload {
+    ($($lists:expr),*) => {
+        Ty::Container(&[
+            field("parent_hash", ROOT),
+            field("fee_recipient", ADDRESS),
+            field("state_root", ROOT),
+            field("receipts_root", ROOT),
+            field("logs_bloom", LOGS_BLOOM),
+            field("prev_randao", ROOT),
+            field("block_number", U64),
+            field("gas_limit", U64),
+            field("gas_used", U64),
+            field("timestamp", U64),
+            field("extra_data", Ty::ByteList(32)),
+            field("base_fee_per_gas", U256),
+            field("block_hash", ROOT),
+            $($lists,)*
+            field("blob_gas_used", U64),
+            field("excess_blob_gas", U64),
+        ])
+    };
+}
+
+pub(super) const EXECUTION_PAYLOAD: Ty = execution_payload!(
     // MAX_TRANSACTIONS_PER_PAYLOAD of MAX_BYTES_PER_TRANSACTION
     field("transactions", Ty::List(&Ty::ByteList(1 << 30), 1 << 20)),
-    field("withdrawals", Ty::List(&WITHDRAWAL, 16)),
-    field("blob_gas_used", U64),
-    field("excess_blob_gas", U64),
-]);
-pub(super) const EXECUTION_PAYLOAD_HEADER: Ty = Ty::Container(&[
-    field("parent_hash", ROOT),
-    field("fee_recipient", ADDRESS),
-    field("state_root", ROOT),
-    field("receipts_root", ROOT),
-    field("logs_bloom", LOGS_BLOOM),
-    field("prev_randao", ROOT),
-    field("block_number", U64),
-    field("gas_limit", U64),
-    field("gas_used", U64),
-    field("timestamp", U64),
-    field("extra_data", Ty::ByteList(32)),
-    field("base_fee_per_gas", U256),
-    field("block_hash", ROOT),
-    field("transactions_root", ROOT),
-    field("withdrawals_root", ROOT),
-    field("blob_gas_used", U64),
-    field("excess_blob_gas", U64),
-]);
+    field("withdrawals", Ty::List(&WITHDRAWAL, 16))
+);
+pub(super) const EXECUTION_PAYLOAD_HEADER: Ty =
+    execution_payload!(field("transactions_root", ROOT), field("withdrawals_root", ROOT));
+
+/// An `IndexedAttestation` of up to `max` validators.
+macro_rules! indexed_attestation {
+    ($max:expr) => {
+        Ty::Container(&[
+            field("attesting_indices", Ty::List(&U64, $max)),
+            field("data", ATTESTATION_DATA),
+            field("signature", SIGNATURE),
+        ])
+    };
+}
+
+/// A block body's fields: deneb's, with the fork's attester slashings and attestations, the
+/// execution payload (or its header, when blinded), then what later forks append.
+macro_rules! block_body {
+    ($attester_slashings:expr, $attestations:expr, $payload:expr $(, $later:expr)*) => {
+        Ty::Container(&[
+            field("randao_reveal", SIGNATURE),
+            field("eth1_data", ETH1_DATA),
+            field("graffiti", ROOT),
+            field("proposer_slashings", Ty::List(&PROPOSER_SLASHING, 16)),
+            field("attester_slashings", $attester_slashings),
+            field("attestations", $attestations),
+            field("deposits", Ty::List(&DEPOSIT, 16)),
+            field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
+            field("sync_aggregate", SYNC_AGGREGATE),
+            $payload,
+            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
+            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+            $($later),*
+        ])
+    };
+}
 
 // deneb
 
-pub(super) const INDEXED_ATTESTATION: Ty = Ty::Container(&[
-    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE)),
-    field("data", ATTESTATION_DATA),
-    field("signature", SIGNATURE),
-]);
+pub(super) const INDEXED_ATTESTATION: Ty = indexed_attestation!(MAX_VALIDATORS_PER_COMMITTEE);
 pub(super) const ATTESTER_SLASHING: Ty =
     Ty::Container(&[field("attestation_1", INDEXED_ATTESTATION), field("attestation_2", INDEXED_ATTESTATION)]);
 pub(super) const ATTESTATION: Ty = Ty::Container(&[
@@ -133,23 +154,9 @@ pub(super) const ATTESTATION: Ty = Ty::Container(&[
     field("signature", SIGNATURE),
 ]);
 
-/// A deneb block body's fields, with the execution payload (or its header, when blinded) as given.
 macro_rules! deneb_body {
     ($payload:expr) => {
-        Ty::Container(&[
-            field("randao_reveal", SIGNATURE),
-            field("eth1_data", ETH1_DATA),
-            field("graffiti", ROOT),
-            field("proposer_slashings", Ty::List(&PROPOSER_SLASHING, 16)),
-            field("attester_slashings", Ty::List(&ATTESTER_SLASHING, 2)),
-            field("attestations", Ty::List(&ATTESTATION, 128)),
-            field("deposits", Ty::List(&DEPOSIT, 16)),
-            field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
-            field("sync_aggregate", SYNC_AGGREGATE),
-            $payload,
-            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
-            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
-        ])
+        block_body!(Ty::List(&ATTESTER_SLASHING, 2), Ty::List(&ATTESTATION, 128), $payload)
     };
 }
 
@@ -158,11 +165,8 @@ pub(super) const DENEB_BLINDED_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execut
 
 // electra (and fulu)
 
-pub(super) const ELECTRA_INDEXED_ATTESTATION: Ty = Ty::Container(&[
-    field("attesting_indices", Ty::List(&U64, MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT as u64)),
-    field("data", ATTESTATION_DATA),
-    field("signature", SIGNATURE),
-]);
+pub(super) const ELECTRA_INDEXED_ATTESTATION: Ty =
+    indexed_attestation!(MAX_VALIDATORS_PER_COMMITTEE * MAX_COMMITTEES_PER_SLOT as u64);
 pub(super) const ELECTRA_ATTESTER_SLASHING: Ty = Ty::Container(&[
     field("attestation_1", ELECTRA_INDEXED_ATTESTATION),
     field("attestation_2", ELECTRA_INDEXED_ATTESTATION),
@@ -192,21 +196,12 @@ pub(super) const EXECUTION_REQUESTS: Ty = Ty::Container(&[
 
 macro_rules! electra_body {
     ($payload:expr) => {
-        Ty::Container(&[
-            field("randao_reveal", SIGNATURE),
-            field("eth1_data", ETH1_DATA),
-            field("graffiti", ROOT),
-            field("proposer_slashings", Ty::List(&PROPOSER_SLASHING, 16)),
-            field("attester_slashings", Ty::List(&ELECTRA_ATTESTER_SLASHING, 1)),
-            field("attestations", Ty::List(&ELECTRA_ATTESTATION, 8)),
-            field("deposits", Ty::List(&DEPOSIT, 16)),
-            field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
-            field("sync_aggregate", SYNC_AGGREGATE),
+        block_body!(
+            Ty::List(&ELECTRA_ATTESTER_SLASHING, 1),
+            Ty::List(&ELECTRA_ATTESTATION, 8),
             $payload,
-            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
-            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
-            field("execution_requests", EXECUTION_REQUESTS),
-        ])
+            field("execution_requests", EXECUTION_REQUESTS)
+        )
     };
 }
 
