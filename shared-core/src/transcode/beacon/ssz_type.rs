@@ -441,8 +441,9 @@ fn sequence_to_json(element: &Ty, ssz: &[u8], out: &mut Vec<u8>, length: Length)
             }
         }
         None => {
-            let count = if ssz.is_empty() { 0 } else { read_offset(ssz, 0)? / OFFSET };
-            if !length.fits(count) || (count > 0 && read_offset(ssz, 0)? % OFFSET != 0) {
+            let first = if ssz.is_empty() { 0 } else { read_offset(ssz, 0)? };
+            let count = first / OFFSET;
+            if !length.fits(count) || first % OFFSET != 0 || (!ssz.is_empty() && count == 0) {
                 return Err(TranscodeError::Ssz("a list or vector's length"));
             }
             let mut start = count * OFFSET;

@@ -307,6 +307,9 @@ fn ssz_that_does_not_fit_the_type_is_refused() {
     assert!(to_json(&list, &[8, 0, 0, 0, 7, 0, 0, 0, 1], &mut out).is_err());
     assert!(to_json(&list, &[8, 0, 0, 0, 10, 0, 0, 0, 1], &mut out).is_err());
     assert!(to_json(&list, &[6, 0, 0, 0, 0, 0], &mut out).is_err());
+    // a first offset that names no element, or is not a whole offset, leaves bytes unread
+    assert!(to_json(&list, &[0, 0, 0, 0, 1], &mut out).is_err());
+    assert!(to_json(&list, &[2, 0, 0, 0, 1], &mut out).is_err());
 }
 
 #[test]
