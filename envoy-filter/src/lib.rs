@@ -20,6 +20,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::rc::{Rc, Weak};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -187,6 +188,15 @@ impl Filter {
         Rc::clone(&self.stream.borrow().shared)
     }
 
+    /// Asks the node for SSZ where the core says so (`Exchange::upstream_accept`), without
+    /// Accept-Encoding: an encoded answer could not be rendered.
+    fn ask_upstream(&self, accept: Option<&CStr>) {
+        if let Some(accept) = accept.and_then(|accept| accept.to_str().ok()) {
+            self.set_http_request_header("accept", Some(accept));
+            self.set_http_request_header("accept-encoding", None);
+        }
+    }
+
     /// The node's body so far: the part of Envoy's body buffer after the output this filter
     /// still holds there (see `Stream::on_body`).
     fn hold_for_cache(&mut self, body_size: usize) {
@@ -258,9 +268,16 @@ impl HttpContext for Filter {
             }
         }
         self.body_wanted = exchange.wants_request_body() && !end_of_stream;
-        let Some(config) = shared.settings.cache.as_ref().filter(|c| c.enabled) else { return Action::Continue };
-        let cache = self.cache.insert(CacheRequest::new(config, &headers, end_of_stream));
-        if cache.awaits_body() {
+        // Asking the node for SSZ may wait for the body's method: the headers wait with it.
+        let ask_after_body = self.body_wanted && shared.settings.transcode_upstream_ssz;
+        if !self.body_wanted {
+            let accept = exchange.upstream_accept();
+            self.ask_upstream(accept);
+        }
+        let cache = shared.settings.cache.as_ref().filter(|c| c.enabled).map(|config| {
+            self.cache.insert(CacheRequest::new(config, &headers, end_of_stream)).awaits_body()
+        });
+        if ask_after_body || cache == Some(true) {
             Action::Pause
         } else {
             Action::Continue
@@ -274,7 +291,10 @@ impl HttpContext for Filter {
                 return Action::Pause;
             }
             let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten();
-            self.stream.borrow_mut().exchange.request_body(&body.unwrap_or_default());
+            let exchange = &mut self.stream.borrow_mut().exchange;
+            exchange.request_body(&body.unwrap_or_default());
+            let accept = exchange.upstream_accept();
+            self.ask_upstream(accept);
         }
         self.body_wanted = false;
         let shared = self.shared();

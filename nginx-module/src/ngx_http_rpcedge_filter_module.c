@@ -6,6 +6,8 @@
  * Thin glue over rpcedge-core (shared-core/): every decision is the core's.
  * The header filter feeds the request and response heads (and the request
  * body, when the core asks for it to transcode) and gets a plan;
+ * with rpcedge_transcode_upstream_ssz, a precontent handler feeds the
+ * request first, to ask the node for SSZ where the core says so;
  * the body filter feeds the body and sends what the core returns, holding
  * the headers while the core buffers. With "aio threads", the core hands
  * large whole-body compressions out as jobs, run in the thread pool.
@@ -61,6 +63,7 @@ typedef struct {
     size_t                     offload_min_length;
     ngx_flag_t                 transcode;
     size_t                     transcode_max;
+    ngx_flag_t                 transcode_upstream_ssz;
     ngx_array_t               *types;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
@@ -99,6 +102,8 @@ typedef struct {
 #endif
 
     unsigned                   headers_sent:1;
+    /* the exchange was made before the response, from the request */
+    unsigned                   asked:1;
     /* the last buffer came in (it may still wait in ctx->in) */
     unsigned                   last_in:1;
     unsigned                   done:1;
@@ -113,8 +118,16 @@ typedef void (*ngx_http_rpcedge_feed_header_pt)(rpcedge_exchange_t *ex,
     const uint8_t *name, size_t name_len, const uint8_t *value,
     size_t value_len);
 
-static ngx_int_t ngx_http_rpcedge_feed_heads(ngx_http_request_t *r,
+static ngx_http_rpcedge_ctx_t *ngx_http_rpcedge_create_ctx(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_rpcedge_new_exchange(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, ngx_http_rpcedge_conf_t *conf);
+static void ngx_http_rpcedge_feed_response(ngx_http_request_t *r,
     rpcedge_exchange_t *ex);
+static ngx_int_t ngx_http_rpcedge_ask_handler(ngx_http_request_t *r);
+static void ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_rpcedge_ask_node(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_feed_list(rpcedge_exchange_t *ex,
     ngx_list_t *list, ngx_http_rpcedge_feed_header_pt feed);
 static ngx_int_t ngx_http_rpcedge_set_header(ngx_http_request_t *r,
@@ -256,6 +269,13 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       offsetof(ngx_http_rpcedge_conf_t, transcode_max),
       &ngx_http_rpcedge_transcode_max_check },
 
+    { ngx_string("rpcedge_transcode_upstream_ssz"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, transcode_upstream_ssz),
+      NULL },
+
     { ngx_string("rpcedge_types"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_rpcedge_types,
@@ -330,15 +350,10 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_int_t
 ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                 plan;
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_cleanup_t        *hcln;
-    rpcedge_header_edits_t     edits;
-    ngx_http_rpcedge_ctx_t    *ctx;
-    ngx_http_rpcedge_conf_t   *conf;
-#if (NGX_THREADS)
-    ngx_http_core_loc_conf_t  *clcf;
-#endif
+    ngx_uint_t                plan;
+    rpcedge_header_edits_t    edits;
+    ngx_http_rpcedge_ctx_t   *ctx;
+    ngx_http_rpcedge_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
 
@@ -364,31 +379,14 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
 
     if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_ctx_t));
+        ctx = ngx_http_rpcedge_create_ctx(r);
         if (ctx == NULL) {
             return NGX_ERROR;
         }
 
-        cln = ngx_pool_cleanup_add(r->pool, 0);
-        if (cln == NULL) {
-            return NGX_ERROR;
-        }
-
-        cln->handler = ngx_http_rpcedge_cleanup;
-        cln->data = ctx;
-
-        /* runs on terminate too, while the pool may outlive the request */
-
-        hcln = ngx_http_cleanup_add(r, 0);
-        if (hcln == NULL) {
-            return NGX_ERROR;
-        }
-
-        hcln->handler = ngx_http_rpcedge_stop_timer;
-        hcln->data = ctx;
-
-        ctx->request = r;
-        ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_filter_module);
+    } else if (ctx->asked) {
+        /* made by the precontent handler, with the request as it came */
+        ctx->asked = 0;
 
     } else {
         if (r->filter_finalize) {
@@ -412,22 +410,13 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 
     ctx->last_out = &ctx->out;
 
-    ctx->exchange = rpcedge_exchange_new(conf->settings);
-    if (ctx->exchange == NULL) {
+    if (ctx->exchange == NULL
+        && ngx_http_rpcedge_new_exchange(r, ctx, conf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-#if (NGX_THREADS)
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-    if (clcf->aio == NGX_HTTP_AIO_THREADS) {
-        rpcedge_exchange_offload(ctx->exchange);
-    }
-#endif
-
-    if (ngx_http_rpcedge_feed_heads(r, ctx->exchange) != NGX_OK) {
-        return NGX_ERROR;
-    }
+    ngx_http_rpcedge_feed_response(r, ctx->exchange);
 
     plan = rpcedge_exchange_response_head(ctx->exchange,
                                           (uint16_t) r->headers_out.status,
@@ -468,10 +457,69 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 }
 
 
-static ngx_int_t
-ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
+static ngx_http_rpcedge_ctx_t *
+ngx_http_rpcedge_create_ctx(ngx_http_request_t *r)
 {
-    rpcedge_str_t  body;
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_cleanup_t      *hcln;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_rpcedge_cleanup;
+    cln->data = ctx;
+
+    /* runs on terminate too, while the pool may outlive the request */
+
+    hcln = ngx_http_cleanup_add(r, 0);
+    if (hcln == NULL) {
+        return NULL;
+    }
+
+    hcln->handler = ngx_http_rpcedge_stop_timer;
+    hcln->data = ctx;
+
+    ctx->request = r;
+    ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_filter_module);
+
+    return ctx;
+}
+
+
+/* the exchange, fed the request's head (and body, when the core wants it) */
+
+static ngx_int_t
+ngx_http_rpcedge_new_exchange(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx, ngx_http_rpcedge_conf_t *conf)
+{
+    rpcedge_str_t              body;
+    rpcedge_exchange_t        *ex;
+#if (NGX_THREADS)
+    ngx_http_core_loc_conf_t  *clcf;
+#endif
+
+    ex = rpcedge_exchange_new(conf->settings);
+    if (ex == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->exchange = ex;
+
+#if (NGX_THREADS)
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->aio == NGX_HTTP_AIO_THREADS) {
+        rpcedge_exchange_offload(ex);
+    }
+#endif
 
     rpcedge_exchange_request_method(ex, r->method_name.data,
                                     r->method_name.len);
@@ -480,7 +528,7 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
     ngx_http_rpcedge_feed_list(ex, &r->headers_in.headers,
                                rpcedge_exchange_request_header);
 
-    /* the upstream has had the body; nginx keeps it for retries */
+    /* the upstream has had the body (or it is still to be read) */
 
     if (rpcedge_exchange_wants_request_body(ex)) {
         body = ngx_http_rpcedge_request_body(r);
@@ -490,6 +538,13 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
         }
     }
 
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_feed_response(ngx_http_request_t *r, rpcedge_exchange_t *ex)
+{
     /* nginx keeps these two apart from the header list */
 
     rpcedge_exchange_response_content_length(ex,
@@ -504,8 +559,169 @@ ngx_http_rpcedge_feed_heads(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 
     ngx_http_rpcedge_feed_list(ex, &r->headers_out.headers,
                                rpcedge_exchange_response_header);
+}
 
-    return NGX_OK;
+
+/*
+ * rpcedge_transcode_upstream_ssz: before the request goes to the node, the
+ * exchange is made from it (its body read first when the core wants it) and
+ * the core may ask for SSZ in place of the client's JSON
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_ask_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc;
+    ngx_http_rpcedge_ctx_t   *ctx;
+    ngx_http_rpcedge_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
+
+    if (r != r->main || !conf->enable || !conf->transcode_upstream_ssz) {
+        return NGX_DECLINED;
+    }
+
+    /* the phases run again once the body is in */
+
+    if (ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module)) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_rpcedge_create_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->asked = 1;
+
+    if (ngx_http_rpcedge_new_exchange(r, ctx, conf) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!rpcedge_exchange_wants_request_body(ctx->exchange)) {
+        return ngx_http_rpcedge_ask_node(r, ctx);
+    }
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_rpcedge_ask_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    ngx_http_finalize_request(r, NGX_DONE);
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r)
+{
+    rpcedge_str_t            body;
+    ngx_http_rpcedge_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
+
+    body = ngx_http_rpcedge_request_body(r);
+
+    if (body.data) {
+        rpcedge_exchange_request_body(ctx->exchange, body.data, body.len);
+    }
+
+    if (ngx_http_rpcedge_ask_node(r, ctx) != NGX_DECLINED) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * Accept as the core gives it, and no Accept-Encoding (an encoded answer
+ * could not be rendered): nginx lists cannot drop an element, so the
+ * request's header list is copied without the two
+ */
+
+static ngx_int_t
+ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
+{
+    ngx_uint_t        i;
+    ngx_list_t        headers;
+    const char       *accept;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *copy;
+
+    accept = rpcedge_exchange_upstream_accept(ctx->exchange);
+
+    if (accept == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_list_init(&headers, r->pool, 20, sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if ((h[i].key.len == sizeof("Accept") - 1
+             && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
+                                sizeof("Accept") - 1) == 0)
+            || (h[i].key.len == sizeof("Accept-Encoding") - 1
+                && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept-Encoding",
+                                   sizeof("Accept-Encoding") - 1) == 0))
+        {
+            continue;
+        }
+
+        copy = ngx_list_push(&headers);
+        if (copy == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        *copy = h[i];
+    }
+
+    /* hashed as nginx hashes a request header: proxy_set_header still wins */
+
+    copy = ngx_http_rpcedge_push_header(&headers, "accept", (u_char *) accept,
+                                        ngx_strlen(accept));
+    if (copy == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_set(&copy->key, "Accept");
+    copy->hash = ngx_hash_key(copy->lowcase_key, copy->key.len);
+
+    r->headers_in.headers = headers;
+
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+    r->headers_in.accept_encoding = NULL;
+#endif
+#if (NGX_HTTP_HEADERS)
+    r->headers_in.accept = copy;
+#endif
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge asks the node: Accept: %s", accept);
+
+    return NGX_DECLINED;
 }
 
 
@@ -1873,6 +2089,7 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->offload_min_length = NGX_CONF_UNSET_SIZE;
     conf->transcode = NGX_CONF_UNSET;
     conf->transcode_max = NGX_CONF_UNSET_SIZE;
+    conf->transcode_upstream_ssz = NGX_CONF_UNSET;
     conf->types = NGX_CONF_UNSET_PTR;
 
     return conf;
@@ -1912,6 +2129,9 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->transcode, prev->transcode, config.transcode);
     ngx_conf_merge_size_value(conf->transcode_max, prev->transcode_max,
                               config.transcode_max);
+    ngx_conf_merge_value(conf->transcode_upstream_ssz,
+                         prev->transcode_upstream_ssz,
+                         config.transcode_upstream_ssz);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
 
     config.min_length = conf->min_length;
@@ -1922,6 +2142,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.offload_min_length = conf->offload_min_length;
     config.transcode = conf->transcode;
     config.transcode_max = conf->transcode_max;
+    config.transcode_upstream_ssz = conf->transcode_upstream_ssz;
 
     if (conf->types) {
         types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));
@@ -1975,7 +2196,20 @@ ngx_http_rpcedge_settings_cleanup(void *data)
 static ngx_int_t
 ngx_http_rpcedge_filter_init(ngx_conf_t *cf)
 {
-    ngx_shm_zone_t  *shm_zone;
+    ngx_shm_zone_t             *shm_zone;
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    /* registered before the cache's handler, so it runs after: see config */
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_rpcedge_ask_handler;
 
     /* the smallest zone nginx gives a slab pool */
 

@@ -176,6 +176,10 @@ typedef struct {
   uint8_t transcode;
   uint64_t transcode_max;
   /**
+   * Non-zero: ask the node for SSZ and render JSON clients' answers here.
+   */
+  uint8_t transcode_upstream_ssz;
+  /**
    * Media type patterns; none at all means the defaults.
    */
   const rpcedge_str_t *types;
@@ -382,6 +386,16 @@ uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
  * `exchange` is live; `body` points to `len` readable bytes.
  */
 void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
+
+/**
+ * After the request head (and its body, when the core wanted it), before the request goes on:
+ * the Accept to send the node in place of the client's, NUL-terminated and static, or NULL to
+ * leave the request alone. With one, the host also drops Accept-Encoding towards the node.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+const char *rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
 
 /**
  * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass

@@ -6,6 +6,8 @@
 
 use std::fmt;
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,9 @@ pub struct Config {
     pub transcode: bool,
     /// The largest body held whole to transcode; a longer one goes out as it came.
     pub transcode_max: u64,
+    /// Ask the node for SSZ where a JSON client's answer has a schema, and render its JSON here:
+    /// half the bytes between node and proxy, and less work for the node.
+    pub transcode_upstream_ssz: bool,
     /// Envoy only: the listener's `per_connection_buffer_limit_bytes`, which counts what the
     /// filter writes at once ([`Settings::check_buffer_limit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,6 +115,7 @@ impl Default for Config {
             // Mainnet witnesses are 10-15 MB of JSON and reach hundreds of MB; a mainnet
             // BeaconState is about 250 MB and needs this raised.
             transcode_max: 64 * MIB,
+            transcode_upstream_ssz: false,
             buffer_limit: None,
             cache: None,
         }
@@ -251,7 +257,7 @@ impl Config {
             check_type(pattern)?;
             types.push(pattern.to_ascii_lowercase());
         }
-        Ok(Settings { config: Config { types, ..self } })
+        Ok(Settings { config: Config { types, ..self }, node: Arc::default() })
     }
 }
 
@@ -259,6 +265,35 @@ impl Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     config: Config,
+    /// What the exchanges of this configuration learn about its node, shared by them.
+    node: Arc<Node>,
+}
+
+/// What rpcedge learns about a node from its answers: not configured, so not compared.
+#[derive(Debug, Default)]
+pub struct Node {
+    /// The node's SSZ answers on Beacon-API routes carry `Eth-Execution-Optimistic` and
+    /// `Eth-Consensus-Finalized`, as its JSON envelope's members.
+    beacon_metadata: AtomicBool,
+}
+
+impl PartialEq for Node {
+    fn eq(&self, _: &Node) -> bool {
+        true
+    }
+}
+
+impl Eq for Node {}
+
+impl Node {
+    pub fn sends_beacon_metadata(&self) -> bool {
+        self.beacon_metadata.load(Ordering::Relaxed)
+    }
+
+    /// One of the node's SSZ answers on a Beacon-API route did or did not carry them.
+    pub fn saw_beacon_metadata(&self, carried: bool) {
+        self.beacon_metadata.store(carried, Ordering::Relaxed);
+    }
 }
 
 impl Default for Settings {
@@ -275,21 +310,27 @@ impl std::ops::Deref for Settings {
 }
 
 impl Settings {
+    /// What this configuration's exchanges have learned about the node.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
     /// For a host that counts what the filter writes at once against a buffer limit (Envoy):
     /// the most it writes at once (a one-shot body, or a transcoded or untranscoded whole body)
     /// must stay below that limit, with room for one upstream read besides. Envoy answers a write
     /// past it with a local reply from inside the filter's callback, so such a configuration is
     /// refused rather than left to fail at run time.
     pub fn check_buffer_limit(&self) -> Result<(), ConfigError> {
-        let (written, what) = if self.transcode && self.transcode_max > self.max_buffer {
+        let transcodes = self.transcode || self.transcode_upstream_ssz;
+        let (written, what) = if transcodes && self.transcode_max > self.max_buffer {
             (self.transcode_max, "transcode_max")
         } else {
             (self.max_buffer, "max_buffer")
         };
         match self.buffer_limit {
-            None if self.transcode => Err(ConfigError::new(
+            None if transcodes => Err(ConfigError::new(
                 "buffer_limit",
-                "must be given with transcode: set it to the listener's per_connection_buffer_limit_bytes, \
+                "must be given with transcode or transcode_upstream_ssz: set it to the listener's per_connection_buffer_limit_bytes, \
                  which must exceed transcode_max by one upstream read"
                     .into(),
             )),

@@ -16,7 +16,10 @@ use std::sync::Arc;
 use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
 use crate::config::Settings;
 use crate::negotiate::{media_type, Accept, AcceptEncoding, Coding, MediaType};
-use crate::transcode::{beacon_to_ssz, jsonrpc_request_schema, jsonrpc_to_ssz, BeaconObject, Schema, TranscodeError, WitnessForm};
+use crate::transcode::{
+    beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, BeaconEnvelope, BeaconObject,
+    Fork, JsonRpcCall, Schema, TranscodeError, WitnessForm,
+};
 
 /// The longest request body the core reads (a single JSON-RPC call's); a longer one is not
 /// transcoded.
@@ -28,6 +31,13 @@ pub const JSONRPC_ID_HEADER: &str = "X-Rpcedge-Jsonrpc-Id";
 pub const JSONRPC_VERSION_HEADER: &str = "X-Rpcedge-Jsonrpc-Version";
 /// The Beacon-API's header for a response's consensus version.
 pub const CONSENSUS_VERSION_HEADER: &str = "Eth-Consensus-Version";
+/// The headers in which a node's SSZ answer says what the JSON envelope's `execution_optimistic`
+/// and `finalized` say (Lodestar's names; rpcedge sends them on the SSZ it transcodes).
+pub const EXECUTION_OPTIMISTIC_HEADER: &str = "Eth-Execution-Optimistic";
+pub const FINALIZED_HEADER: &str = "Eth-Consensus-Finalized";
+/// The Accept a host sends the node in place of a JSON client's, to ask for SSZ
+/// ([`Exchange::upstream_accept`]); a node without SSZ still answers JSON.
+const UPSTREAM_SSZ_ACCEPT: &CStr = c"application/octet-stream;q=1, application/json;q=0.9";
 
 /// What the host does with the body, decided at the response head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +199,10 @@ enum Transcoding {
     WantedResult(Schema, WitnessForm),
     /// The client asked for SSZ of this Beacon-API object.
     WantedObject(BeaconObject),
+    /// A JSON client's call that the node was asked to answer in SSZ, to render as JSON here.
+    AskedResult(JsonRpcCall),
+    /// A JSON client's Beacon-API object that the node was asked to send as SSZ.
+    AskedObject(BeaconObject),
     Done,
     Refused(TranscodeError),
 }
@@ -234,6 +248,11 @@ struct ResponseFacts {
     json: bool,
     /// `Eth-Consensus-Version`.
     consensus_version: Option<Vec<u8>>,
+    /// `application/octet-stream`, in this witness form (its `witness` parameter).
+    ssz: Option<WitnessForm>,
+    /// `Eth-Execution-Optimistic` and `Eth-Consensus-Finalized`.
+    execution_optimistic: Option<bool>,
+    finalized: Option<bool>,
 }
 
 enum Phase {
@@ -262,12 +281,16 @@ pub struct Exchange {
     get_request: bool,
     /// The Beacon-API object the request's path names.
     beacon_object: Option<BeaconObject>,
+    /// The JSON-RPC call in the request body, kept to ask the node for SSZ.
+    call: Option<JsonRpcCall>,
     transcoding: Transcoding,
     response: ResponseFacts,
     coding: Coding,
     /// The response head allows compressing the body as it came (type, status, the client's
     /// Accept-Encoding).
     compressible: bool,
+    /// It allows compressing a body of a type to compress: all of the above but the type.
+    compressible_as_type: bool,
     phase: Phase,
     mode: Mode,
     edits: HeaderEdits,
@@ -289,10 +312,12 @@ impl Exchange {
             post_request: false,
             get_request: false,
             beacon_object: None,
+            call: None,
             transcoding: Transcoding::None,
             response: ResponseFacts::default(),
             coding: Coding::Gzip,
             compressible: false,
+            compressible_as_type: false,
             phase: Phase::Head,
             mode: Mode::Pending,
             edits: HeaderEdits::default(),
@@ -335,7 +360,12 @@ impl Exchange {
     /// [`Exchange::takes_request_body`] for its bound): a JSON-RPC call whose client asks for SSZ,
     /// which only the method in the body can say has a schema.
     pub fn wants_request_body(&self) -> bool {
-        self.wanted_form().is_some()
+        self.wanted_form().is_some() || self.may_ask_for_ssz()
+    }
+
+    /// Whether the node may be asked for SSZ in place of the JSON that the client chooses.
+    fn may_ask_for_ssz(&self) -> bool {
+        self.settings.transcode_upstream_ssz && matches!(self.media.choose(), Some(MediaType::Json))
     }
 
     /// The SSZ witness form a transcoding call's client asks for; `None` when the call is not one.
@@ -355,10 +385,34 @@ impl Exchange {
     /// The whole request body, when [`Exchange::wants_request_body`] said so. A host that cannot
     /// hold it whole does not call this: the response then goes out as it comes.
     pub fn request_body(&mut self, body: &[u8]) {
-        let Some(form) = self.wanted_form().filter(|_| Self::takes_request_body(body.len())) else { return };
-        if let Some(schema) = jsonrpc_request_schema(body) {
-            self.transcoding = Transcoding::WantedResult(schema, form);
+        if !self.wants_request_body() || !Self::takes_request_body(body.len()) {
+            return;
         }
+        let Some(call) = jsonrpc_request(body) else { return };
+        match self.wanted_form() {
+            Some(form) => self.transcoding = Transcoding::WantedResult(call.schema, form),
+            None => self.call = Some(call),
+        }
+    }
+
+    /// After the request head (and its body, where [`Exchange::wants_request_body`] said so):
+    /// the Accept to send the node in place of the client's, when it is to be asked for SSZ.
+    /// The host then also drops Accept-Encoding towards the node: an encoded answer could not be
+    /// rendered. A JSON-RPC call with a schema is always asked; a Beacon-API object only once the
+    /// node's SSZ answers have shown that they carry what the JSON envelope needs besides the
+    /// data (otherwise the JSON client gets the node's JSON as before), and never a state, which
+    /// is too large to hold whole.
+    pub fn upstream_accept(&mut self) -> Option<&'static CStr> {
+        if self.transcoding == Transcoding::None && self.may_ask_for_ssz() {
+            if let Some(call) = self.call.take().filter(|_| self.post_request) {
+                self.transcoding = Transcoding::AskedResult(call);
+            } else if let Some(object) = self.beacon_object.filter(|&object| {
+                self.get_request && object != BeaconObject::State && self.settings.node().sends_beacon_metadata()
+            }) {
+                self.transcoding = Transcoding::AskedObject(object);
+            }
+        }
+        matches!(self.transcoding, Transcoding::AskedResult(_) | Transcoding::AskedObject(_)).then_some(UPSTREAM_SSZ_ACCEPT)
     }
 
     /// Any response header. A host may instead pass the length with
@@ -374,6 +428,9 @@ impl Exchange {
         } else if name.eq_ignore_ascii_case(b"content-type") {
             facts.compressible_type = self.settings.compresses_type(value);
             facts.json = media_type(value).eq_ignore_ascii_case(b"application/json");
+            facts.ssz = media_type(value)
+                .eq_ignore_ascii_case(b"application/octet-stream")
+                .then(|| crate::negotiate::witness_form(value));
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
         } else if name.eq_ignore_ascii_case(b"cache-control") {
@@ -384,6 +441,10 @@ impl Exchange {
             facts.etag = Some(value.to_vec());
         } else if name.eq_ignore_ascii_case(b"eth-consensus-version") {
             facts.consensus_version = Some(value.to_vec());
+        } else if name.eq_ignore_ascii_case(EXECUTION_OPTIMISTIC_HEADER.as_bytes()) {
+            facts.execution_optimistic = parse_flag(value);
+        } else if name.eq_ignore_ascii_case(FINALIZED_HEADER.as_bytes()) {
+            facts.finalized = parse_flag(value);
         } else if name.eq_ignore_ascii_case(b"vary") {
             facts.varies_already |= list_has(value, b"accept-encoding") || list_has(value, b"*");
         }
@@ -402,23 +463,30 @@ impl Exchange {
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         let facts = &self.response;
         // Whether this resource's representation depends on Accept-Encoding at all.
-        let varies = facts.compressible_type
-            && !facts.encoded
-            && !facts.no_transform
-            && !facts.content_range
-            && !matches!(status, 100..=199 | 204 | 206);
+        let transformable =
+            !facts.encoded && !facts.no_transform && !facts.content_range && !matches!(status, 100..=199 | 204 | 206);
+        let varies = facts.compressible_type && transformable;
         self.edits.add_vary = varies && !facts.varies_already;
         let coding = self.accept.choose();
         if let Some(coding) = coding {
             self.coding = coding;
         }
-        self.compressible = varies && coding.is_some() && !self.head_request && status != 304 && !facts.bad_length;
+        self.compressible_as_type =
+            transformable && coding.is_some() && !self.head_request && status != 304 && !facts.bad_length;
+        self.compressible = self.compressible_as_type && facts.compressible_type;
+        if let (Some(_), 200, Some(_)) = (self.beacon_object, status, facts.ssz) {
+            self.settings.node().saw_beacon_metadata(facts.execution_optimistic.is_some() && facts.finalized.is_some());
+        }
         if let (Transcoding::None, Some(object), true) = (&self.transcoding, self.beacon_object, self.get_request) {
             if self.settings.transcode && matches!(self.media.choose(), Some(MediaType::Ssz(_))) {
                 self.transcoding = Transcoding::WantedObject(object);
             }
         }
-        if let Transcoding::WantedResult(..) | Transcoding::WantedObject(_) = self.transcoding {
+        if let Transcoding::WantedResult(..)
+        | Transcoding::WantedObject(_)
+        | Transcoding::AskedResult(_)
+        | Transcoding::AskedObject(_) = self.transcoding
+        {
             self.edits.add_vary_accept = true;
             match self.transcodable(status) {
                 Some(Ok(())) => {
@@ -443,12 +511,16 @@ impl Exchange {
     /// cannot be transcoded.
     fn transcodable(&self, status: u16) -> Option<Result<(), TranscodeError>> {
         let facts = &self.response;
-        if status != 200 || !facts.json || self.head_request || facts.content_range || facts.bad_length {
+        // the node was asked for SSZ: a JSON answer goes out as it came
+        let rendering = matches!(self.transcoding, Transcoding::AskedResult(_) | Transcoding::AskedObject(_));
+        let readable = if rendering { facts.ssz.is_some() } else { facts.json };
+        if status != 200 || !readable || self.head_request || facts.content_range || facts.bad_length {
             return None;
         }
         Some(if facts.encoded {
             Err(TranscodeError::Encoded)
-        } else if facts.no_transform {
+        } else if facts.no_transform && !rendering {
+            // (rendering undoes what rpcedge itself asked of the node)
             Err(TranscodeError::NoTransform)
         } else if facts.content_length.is_some_and(|length| length > self.settings.transcode_max) {
             Err(TranscodeError::Limit("transcode_max"))
@@ -504,7 +576,11 @@ impl Exchange {
         match self.transcoding {
             Transcoding::Done => TranscodeOutcome::Transcoded,
             Transcoding::Refused(_) => TranscodeOutcome::Refused,
-            Transcoding::None | Transcoding::WantedResult(..) | Transcoding::WantedObject(_) => TranscodeOutcome::None,
+            Transcoding::None
+            | Transcoding::WantedResult(..)
+            | Transcoding::WantedObject(_)
+            | Transcoding::AskedResult(_)
+            | Transcoding::AskedObject(_) => TranscodeOutcome::None,
         }
     }
 
@@ -768,10 +844,12 @@ impl Exchange {
         let mut compress = self.compressible;
         if transcode {
             match self.transcode(&body) {
-                Ok(ssz) => {
-                    body = ssz;
+                Ok(transcoded) => {
+                    body = transcoded;
                     let content_type = self.edits.content_type.unwrap_or_default();
-                    compress = self.compressible && self.settings.compresses_type(content_type.as_bytes());
+                    let compressible_type = self.settings.compresses_type(content_type.as_bytes());
+                    compress = self.compressible_as_type && compressible_type;
+                    self.edits.add_vary |= compressible_type && !self.response.varies_already;
                 }
                 // a JSON-RPC error stays JSON, as it should: nothing was refused
                 Err(TranscodeError::NoResult) => self.transcoding = Transcoding::None,
@@ -834,11 +912,11 @@ impl Exchange {
         }
     }
 
-    /// The held JSON body as SSZ, with the header edits that say so; the body stays as it came on
-    /// an error.
+    /// The held JSON body as SSZ (or the node's SSZ as JSON), with the header edits that say so;
+    /// the body stays as it came on an error.
     fn transcode(&mut self, body: &[u8]) -> Result<Vec<u8>, TranscodeError> {
-        let ssz = match self.transcoding {
-            Transcoding::WantedResult(schema, form) => {
+        let transcoded = match &self.transcoding {
+            &Transcoding::WantedResult(schema, form) => {
                 let result = jsonrpc_to_ssz(body, schema, form)?;
                 self.edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
                     "application/octet-stream; witness=eip8025"
@@ -849,13 +927,41 @@ impl Exchange {
                 self.edits.set.push((JSONRPC_VERSION_HEADER, result.version.into_owned()));
                 result.ssz
             }
-            Transcoding::WantedObject(object) => {
+            &Transcoding::WantedObject(object) => {
                 let result = beacon_to_ssz(body, object, self.response.consensus_version.as_deref())?;
                 self.edits.content_type = Some("application/octet-stream");
                 if let Some(fork) = result.fork {
                     self.edits.set.push((CONSENSUS_VERSION_HEADER, fork.name().as_bytes().to_vec()));
                 }
+                let flag = |value: bool| value.to_string().into_bytes();
+                self.edits.set.push((EXECUTION_OPTIMISTIC_HEADER, flag(result.execution_optimistic)));
+                if let Some(finalized) = result.finalized {
+                    self.edits.set.push((FINALIZED_HEADER, flag(finalized)));
+                }
                 result.ssz
+            }
+            Transcoding::AskedResult(call) => {
+                let form = self.response.ssz.unwrap_or(WitnessForm::Lossless);
+                let json = jsonrpc_from_ssz(body, call.schema, form, &call.id, &call.version)?;
+                self.edits.content_type = Some("application/json");
+                json
+            }
+            &Transcoding::AskedObject(object) => {
+                let facts = &self.response;
+                let fork = match &facts.consensus_version {
+                    Some(name) => Some(Fork::from_name(name).ok_or(TranscodeError::Fork)?),
+                    None => None,
+                };
+                // The node's answers carried these before, so it was asked; if this one does not,
+                // the Beacon-API's cautious reading: maybe optimistic, finality unknown.
+                let envelope = BeaconEnvelope {
+                    fork,
+                    execution_optimistic: facts.execution_optimistic.unwrap_or(true),
+                    finalized: facts.finalized,
+                };
+                let json = beacon_from_ssz(body, object, envelope)?;
+                self.edits.content_type = Some("application/json");
+                json
             }
             _ => unreachable!("transcoding a body that no one asked for"),
         };
@@ -864,7 +970,18 @@ impl Exchange {
         self.edits.etag = EtagEdit::Remove;
         self.edits.remove_accept_ranges = true;
         self.transcoding = Transcoding::Done;
-        Ok(ssz)
+        Ok(transcoded)
+    }
+}
+
+/// A `true` or `false` header value.
+fn parse_flag(value: &[u8]) -> Option<bool> {
+    if value.eq_ignore_ascii_case(b"true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case(b"false") {
+        Some(false)
+    } else {
+        None
     }
 }
 

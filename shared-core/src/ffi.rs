@@ -51,6 +51,8 @@ pub struct RpcedgeConfig {
     /// Non-zero: transcode for clients that ask for SSZ.
     pub transcode: u8,
     pub transcode_max: u64,
+    /// Non-zero: ask the node for SSZ and render JSON clients' answers here.
+    pub transcode_upstream_ssz: u8,
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
@@ -270,6 +272,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             offload_min_length: c.offload_min_length,
             transcode: c.transcode != 0,
             transcode_max: c.transcode_max,
+            transcode_upstream_ssz: c.transcode_upstream_ssz != 0,
             buffer_limit: None,
             types,
             cache: None,
@@ -313,6 +316,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         offload_min_length: d.offload_min_length,
         transcode: d.transcode.into(),
         transcode_max: d.transcode_max,
+        transcode_upstream_ssz: d.transcode_upstream_ssz.into(),
         types: ptr::null(),
         types_len: 0,
     }
@@ -430,6 +434,19 @@ pub unsafe extern "C" fn rpcedge_exchange_wants_request_body(exchange: *const Rp
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_request_body(exchange: *mut RpcedgeExchange, body: *const u8, len: usize) {
     guard((), || with(exchange, |ex| ex.request_body(bytes(body, len))));
+}
+
+/// After the request head (and its body, when the core wanted it), before the request goes on:
+/// the Accept to send the node in place of the client's, NUL-terminated and static, or NULL to
+/// leave the request alone. With one, the host also drops Accept-Encoding towards the node.
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_upstream_accept(exchange: *mut RpcedgeExchange) -> *const c_char {
+    guard(ptr::null(), || {
+        exchange.as_mut().and_then(|ex| ex.0.upstream_accept()).map_or(ptr::null(), |accept| accept.as_ptr())
+    })
 }
 
 /// Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass

@@ -12,6 +12,6 @@ pub mod transcode;
 pub use config::{CacheConfig, Config, ConfigError, Settings};
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
-    CONSENSUS_VERSION_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
+    CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
 };
 pub use negotiate::{Accept, AcceptEncoding, Coding, MediaType};

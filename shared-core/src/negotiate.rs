@@ -160,6 +160,14 @@ pub(crate) fn media_type(content_type: &[u8]) -> &[u8] {
     content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii()
 }
 
+/// The witness form an SSZ Content-Type names (its `witness` parameter).
+pub(crate) fn witness_form(content_type: &[u8]) -> WitnessForm {
+    match parse_media_range(content_type) {
+        Some((_, MediaType::Ssz(form))) => form,
+        _ => WitnessForm::Lossless,
+    }
+}
+
 /// Whether an Accept field value asks for SSZ before JSON.
 pub fn asks_for_ssz(value: &[u8]) -> bool {
     matches!(Accept::parse(value).choose(), Some(MediaType::Ssz(_)))

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use common::{chunked, run, Exchange1};
 use rpcedge_core::transcode::{beacon_data_to_ssz, ssz_to_json, BeaconObject, Fork, Schema, WitnessForm};
 use rpcedge_core::{
-    BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, CONSENSUS_VERSION_HEADER, JSONRPC_ID_HEADER,
-    JSONRPC_VERSION_HEADER,
+    BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, CONSENSUS_VERSION_HEADER,
+    EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
 };
 
 fn transcoding(config: Config) -> Arc<Settings> {
@@ -211,6 +211,8 @@ fn a_beacon_api_client_that_asks_for_ssz_gets_the_data_as_ssz_with_its_version()
     assert_eq!(wire.body, ssz);
     assert_eq!(wire.edits.content_type, Some("application/octet-stream"));
     assert_eq!(header(&wire.edits, CONSENSUS_VERSION_HEADER), Some(&b"deneb"[..]));
+    assert_eq!(header(&wire.edits, EXECUTION_OPTIMISTIC_HEADER), Some(&b"false"[..]));
+    assert_eq!(header(&wire.edits, FINALIZED_HEADER), Some(&b"true"[..]));
     assert_eq!(header(&wire.edits, JSONRPC_ID_HEADER), None);
     assert!(wire.edits.add_vary_accept);
     assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Transcoded);
@@ -240,4 +242,111 @@ fn a_beacon_api_client_that_asks_for_ssz_gets_the_data_as_ssz_with_its_version()
             assert_eq!(outcome(&settings, &spec), TranscodeOutcome::Refused);
         }
     }
+}
+
+fn asking_the_node(config: Config) -> Arc<Settings> {
+    Arc::new(Config { transcode_upstream_ssz: true, ..config }.validate().unwrap())
+}
+
+const UPSTREAM_ACCEPT: &str = "application/octet-stream;q=1, application/json;q=0.9";
+
+/// A JSON client's call, answered by the node in SSZ (`ssz`) or JSON.
+fn json_call<'a>(body: &'a [u8], ssz: bool) -> Exchange1<'a> {
+    let mut spec = Exchange1::json(body, true);
+    spec.request_body = CALL.to_vec();
+    if ssz {
+        spec.response_headers = vec![("Content-Type", "application/octet-stream".into())];
+    }
+    spec
+}
+
+#[test]
+fn a_json_clients_call_with_a_schema_is_asked_of_the_node_in_ssz_and_rendered_as_json() {
+    let settings = asking_the_node(Config::default());
+    let (_, block) = raw_block(5000);
+    let wire = run(&settings, &json_call(&block, true)).unwrap();
+    assert_eq!(wire.upstream_accept.as_deref(), Some(UPSTREAM_ACCEPT));
+    let hex: String = block.iter().map(|b| format!("{b:02x}")).collect();
+    let expected = format!(r#"{{"jsonrpc":"2.0","id":7,"result":"0x{hex}"}}"#);
+    assert_eq!(wire.edits.content_type, Some("application/json"));
+    assert_eq!((wire.mode, wire.edits.content_encoding), (Mode::Oneshot, Some(Coding::Gzip)), "rendered JSON is compressed");
+    assert!(wire.edits.add_vary && wire.edits.add_vary_accept);
+    assert_eq!(String::from_utf8(wire.decoded()).unwrap(), expected, "the request's id and version around the result");
+    assert_eq!(run(&settings, &json_call(&block, true)).unwrap().transcode, TranscodeOutcome::Transcoded);
+
+    // A node without SSZ answers JSON: it goes out as before.
+    let (json, _) = raw_block(5000);
+    let plain = run(&Arc::new(Settings::default()), &Exchange1::json(&json, true)).unwrap();
+    let wire = run(&settings, &json_call(&json, false)).unwrap();
+    assert_eq!((wire.body, wire.edits.content_type), (plain.body, None));
+
+    // Clients that ask for SSZ, calls without a schema, batches and GETs leave the request alone.
+    let mut ssz_client = json_call(&block, true);
+    ssz_client.request_headers.push(("Accept", "application/octet-stream"));
+    assert_eq!(run(&settings, &ssz_client).unwrap().upstream_accept, None);
+    for request in [
+        &br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x1",false]}"#[..],
+        br#"[{"jsonrpc":"2.0","id":1,"method":"debug_getRawBlock","params":["0x1"]}]"#,
+    ] {
+        let mut spec = json_call(&json, false);
+        spec.request_body = request.to_vec();
+        assert_eq!(run(&settings, &spec).unwrap().upstream_accept, None);
+    }
+    let mut get = json_call(&json, false);
+    get.method = "GET";
+    assert_eq!(run(&settings, &get).unwrap().upstream_accept, None);
+
+    // SSZ that does not fit the schema cannot be rendered: it goes out as it came, counted.
+    let mut witness = json_call(b"\x01\x02", true);
+    witness.request_body = br#"{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x1"]}"#.to_vec();
+    let wire = run(&settings, &witness).unwrap();
+    assert_eq!((wire.body, wire.transcode), (b"\x01\x02".to_vec(), TranscodeOutcome::Refused));
+}
+
+#[test]
+fn a_json_clients_beacon_object_is_asked_in_ssz_only_once_the_node_has_shown_it_sends_the_envelope() {
+    let settings = asking_the_node(Config::default());
+    let data = blinded_block_json();
+    let ssz = beacon_data_to_ssz(&data, BeaconObject::BlindedBlock, Fork::Deneb).unwrap();
+    let path = "/eth/v1/beacon/blinded_blocks/348241";
+    let node_ssz = |metadata: bool| {
+        let mut spec = beacon_get(&ssz, path, "application/json");
+        spec.response_headers = vec![
+            ("Content-Type", "application/octet-stream".into()),
+            ("Eth-Consensus-Version", "deneb".into()),
+        ];
+        if metadata {
+            spec.response_headers.push(("Eth-Execution-Optimistic", "false".into()));
+            spec.response_headers.push(("Eth-Consensus-Finalized", "true".into()));
+        }
+        spec
+    };
+    let mut ssz_client = node_ssz(true);
+    ssz_client.request_headers.push(("Accept", "application/octet-stream"));
+    ssz_client.request_headers.retain(|(_, value)| *value != "application/json");
+
+    // Nothing known of the node yet: a JSON client's request goes as it came.
+    assert_eq!(run(&settings, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
+    // An SSZ client's answer shows the node sends the envelope's members as headers.
+    let wire = run(&settings, &ssz_client).unwrap();
+    assert_eq!((wire.upstream_accept, wire.body.len()), (None, ssz.len()));
+
+    let wire = run(&settings, &node_ssz(true)).unwrap();
+    assert_eq!(wire.upstream_accept.as_deref(), Some(UPSTREAM_ACCEPT));
+    assert_eq!(wire.edits.content_type, Some("application/json"));
+    let json: serde_json::Value = serde_json::from_slice(&wire.decoded()).unwrap();
+    assert_eq!((&json["version"], &json["execution_optimistic"], &json["finalized"]), (&"deneb".into(), &false.into(), &true.into()));
+    let data_again = serde_json::to_vec(&json["data"]).unwrap();
+    assert_eq!(beacon_data_to_ssz(&data_again, BeaconObject::BlindedBlock, Fork::Deneb).unwrap(), ssz);
+
+    // States are never asked for; nor is anything on other routes.
+    for other in ["/eth/v2/debug/beacon/states/head", "/eth/v1/beacon/headers/head"] {
+        assert_eq!(run(&settings, &beacon_get(&data, other, "application/json")).unwrap().upstream_accept, None);
+    }
+
+    // An answer without them: the cautious reading, and the node is not asked again.
+    let wire = run(&settings, &node_ssz(false)).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&wire.decoded()).unwrap();
+    assert_eq!((&json["execution_optimistic"], json.get("finalized")), (&true.into(), None));
+    assert_eq!(run(&settings, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
 }

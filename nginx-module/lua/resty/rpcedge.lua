@@ -90,6 +90,7 @@ void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_
 void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
 uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
+const char *rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
                                        rpcedge_header_edits_t *edits);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
@@ -228,13 +229,15 @@ local function log_refusal(exchange)
 end
 
 
--- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
--- its status and headers, and its body as the core decides: transcoded to SSZ for a client that
--- asks for it (with `"transcode": true` in the settings; the request body must have been read,
--- ngx.req.read_body(), and be in memory), then compressed or not. Returns the mode ("oneshot",
--- "small", "untouched", "stream", "incompressible", or "failed" after answering with the status
--- the core gives, or closing the connection).
-function _M.respond(settings, res)
+local Exchange = {}
+Exchange.__index = Exchange
+
+
+-- Starts the core's exchange for the current request, from its method, path, headers and (when
+-- the core wants it: with "transcode" or "transcode_upstream_ssz" in the settings, the request
+-- body must have been read, ngx.req.read_body(), and be in memory) its body. Call it before the
+-- subrequest: `upstream_accept` may then change what the node is asked for.
+function _M.exchange(settings)
     local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
     local method = ngx.req.get_method()
     lib.rpcedge_exchange_request_method(exchange, method, #method)
@@ -247,6 +250,31 @@ function _M.respond(settings, res)
             lib.rpcedge_exchange_request_body(exchange, request_body, #request_body)
         end
     end
+    return setmetatable({ handle = exchange }, Exchange)
+end
+
+
+-- With "transcode_upstream_ssz": sets the request's Accept to ask the node for SSZ (and drops
+-- Accept-Encoding, as an encoded answer could not be rendered) where the core says so, for the
+-- subrequest that follows to inherit. Returns whether it did.
+function Exchange:ask_upstream()
+    local accept = lib.rpcedge_exchange_upstream_accept(self.handle)
+    if accept == nil then
+        return false
+    end
+    ngx.req.set_header("Accept", C_string(accept))
+    ngx.req.clear_header("Accept-Encoding")
+    return true
+end
+
+
+-- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
+-- its status and headers, and its body as the core decides: transcoded to SSZ for a client that
+-- asks for it, or rendered as JSON from the SSZ the node was asked for, then compressed or not.
+-- Returns the mode ("oneshot", "small", "untouched", "stream", "incompressible", or "failed"
+-- after answering with the status the core gives, or closing the connection).
+function Exchange:respond(res)
+    local exchange = self.handle
 
     local body = res.body or ""
     ngx.status = res.status
@@ -281,6 +309,12 @@ function _M.respond(settings, res)
     ngx.print(C_string(out.data, out.len))
     log_refusal(exchange)
     return C_string(lib.rpcedge_exchange_mode(exchange))
+end
+
+
+-- The exchange and the answer in one call, for a subrequest made without `ask_upstream`.
+function _M.respond(settings, res)
+    return _M.exchange(settings):respond(res)
 end
 
 

@@ -1,7 +1,8 @@
 //! The exchange fed arbitrary heads, chunkings, flushes and ticks, as a host would: whatever it
 //! decides, the client decodes exactly the body the upstream sent, or the exchange fails only
 //! because the body contradicted its declared length. With transcoding on and a client that asks
-//! for SSZ of a raw block, it gets exactly that SSZ, or the body as it came.
+//! for SSZ of a raw block, it gets exactly that SSZ, or the body as it came; asking the node for
+//! SSZ for a JSON client, the client gets the JSON of the SSZ that came, or that SSZ as it came.
 #![no_main]
 
 use std::io::Read;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rpcedge_core::transcode::{jsonrpc_to_ssz, Schema, WitnessForm};
+use rpcedge_core::transcode::{jsonrpc_from_ssz, jsonrpc_to_ssz, Schema, WitnessForm};
 use rpcedge_core::{BodyPlan, Coding, Config, Exchange, HeaderEdits, LengthEdit};
 
 #[derive(Arbitrary, Debug)]
@@ -20,6 +21,8 @@ struct Case<'a> {
     stream_delay_ms: u8,
     /// Transcoding on, with this transcode_max, for a client that asks for SSZ.
     transcode_max: Option<u16>,
+    /// With transcoding on: the node is asked for SSZ for a JSON client instead.
+    upstream_ssz: bool,
     head: bool,
     accept: &'a [u8],
     content_type: u8,
@@ -58,19 +61,24 @@ fuzz_target!(|case: Case| {
         stream_delay_ms: u64::from(case.stream_delay_ms),
         transcode: case.transcode_max.is_some(),
         transcode_max: case.transcode_max.map_or(0, u64::from),
+        transcode_upstream_ssz: case.transcode_max.is_some() && case.upstream_ssz,
         ..Config::default()
     };
     let settings = Arc::new(config.validate().expect("in range"));
     let mut ex = Exchange::new(settings);
     ex.request_method(if case.head { b"HEAD" } else { b"POST" });
     ex.request_header(b"accept-encoding", case.accept);
-    if case.transcode_max.is_some() {
+    let upstream_ssz = case.transcode_max.is_some() && case.upstream_ssz;
+    if case.transcode_max.is_some() && !upstream_ssz {
         ex.request_header(b"accept", b"application/octet-stream");
     }
     if ex.wants_request_body() {
         ex.request_body(br#"{"jsonrpc":"2.0","id":1,"method":"debug_getRawBlock","params":["0x1"]}"#);
     }
-    ex.response_header(b"content-type", TYPES[usize::from(case.content_type) % TYPES.len()]);
+    let asked = ex.upstream_accept().is_some();
+    assert_eq!(asked, upstream_ssz && !case.head, "a JSON client's raw block is asked for in SSZ");
+    let content_type = if asked { b"application/octet-stream" } else { TYPES[usize::from(case.content_type) % TYPES.len()] };
+    ex.response_header(b"content-type", content_type);
     for (name, value) in &case.extra {
         ex.response_header(NAMES[usize::from(*name) % NAMES.len()], value);
     }
@@ -131,6 +139,9 @@ fuzz_target!(|case: Case| {
                 assert_eq!(n, wire.len() as u64, "exact Content-Length");
             }
             let expected = match edits.content_type {
+                Some(_) if asked => {
+                    jsonrpc_from_ssz(case.body, Schema::RawBytes, WitnessForm::Lossless, b"1", b"2.0").expect("rendered")
+                }
                 Some(_) => jsonrpc_to_ssz(case.body, Schema::RawBytes, WitnessForm::Lossless).expect("transcoded").ssz,
                 None => case.body.to_vec(),
             };

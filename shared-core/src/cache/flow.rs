@@ -7,7 +7,7 @@ use std::ffi::CStr;
 
 use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
-use crate::transcode::jsonrpc_request_schema;
+use crate::transcode::jsonrpc_request;
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ impl CacheExchange {
     pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, ssz: bool, settings: &CacheSettings) -> CacheExchange {
         let request = body.ok_or(Bypass::TooLarge).and_then(|body| {
             // a hit would be JSON: the node's answer, transcoded, is what such a client gets
-            if ssz && jsonrpc_request_schema(body).is_some() {
+            if ssz && jsonrpc_request(body).is_some() {
                 return Err(Bypass::Ssz);
             }
             lookup(namespace, body, settings)

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use json::Scanner;
-pub use beacon::{beacon_data_to_json, beacon_data_to_ssz, beacon_to_ssz, BeaconObject, BeaconSsz, Fork};
+pub use beacon::{beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, BeaconEnvelope, BeaconObject, BeaconSsz, Fork};
 pub use witness::{Field as WitnessField, WitnessForm, FIELDS as WITNESS_FIELDS};
 
 /// What a JSON-RPC method's result is, for the transcoders.
@@ -45,23 +45,39 @@ pub fn method_schema(method: &str) -> Option<Schema> {
     METHODS.iter().find(|(name, _)| *name == method).map(|(_, schema)| *schema)
 }
 
-/// The schema of a single JSON-RPC request's result, from the request body: `None` for a batch,
-/// a method without one, or anything that is not one JSON-RPC request object.
-pub fn jsonrpc_request_schema(body: &[u8]) -> Option<Schema> {
+/// A single JSON-RPC call whose result has a schema: what its response's envelope repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonRpcCall {
+    pub schema: Schema,
+    /// The id's raw JSON text (`null` when there was none).
+    pub id: Vec<u8>,
+    /// The `jsonrpc` member's value.
+    pub version: Vec<u8>,
+}
+
+/// The call in a request body whose result has a schema: `None` for a batch, a method without
+/// one, or anything that is not one JSON-RPC request object.
+pub fn jsonrpc_request(body: &[u8]) -> Option<JsonRpcCall> {
     let mut json = Scanner::new(body);
-    let mut schema = None;
+    let (mut schema, mut id, mut version) = (None, None, None);
     json.object(|json, key| {
-        if key == b"method" {
-            let method = json.string()?;
-            schema = std::str::from_utf8(&method).ok().and_then(method_schema);
-        } else {
-            json.value()?;
+        match key {
+            b"method" => schema = std::str::from_utf8(&json.string()?).ok().and_then(method_schema),
+            b"id" => id = Some(json.value()?.to_vec()),
+            b"jsonrpc" => version = Some(json.string()?.into_owned()),
+            _ => {
+                json.value()?;
+            }
         }
         Ok(())
     })
     .ok()?;
     json.end().ok()?;
-    schema
+    Some(JsonRpcCall {
+        schema: schema?,
+        id: id.unwrap_or_else(|| b"null".to_vec()),
+        version: version.unwrap_or_else(|| b"2.0".to_vec()),
+    })
 }
 
 /// Why a body cannot be transcoded: it then goes out as it came.

@@ -31,6 +31,8 @@ pub struct Wire {
     pub sends: Vec<(u64, usize)>,
     /// The time the headers left.
     pub headers_at_ms: u64,
+    /// The Accept the node was sent in place of the client's.
+    pub upstream_accept: Option<String>,
 }
 
 impl Wire {
@@ -94,6 +96,7 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
     if ex.wants_request_body() {
         ex.request_body(&spec.request_body);
     }
+    let upstream_accept = ex.upstream_accept().map(|accept| accept.to_str().unwrap().to_owned());
     for (name, value) in &spec.response_headers {
         ex.response_header(name.as_bytes(), value.as_bytes());
     }
@@ -110,6 +113,7 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
         body: Vec::new(),
         sends: Vec::new(),
         headers_at_ms: 0,
+        upstream_accept,
     };
     let mut headers_out = plan != BodyPlan::Buffer;
     if headers_out {

@@ -99,6 +99,10 @@ pub struct BeaconSsz {
     pub ssz: Vec<u8>,
     /// For `Eth-Consensus-Version`; `None` for an object whose type has no version.
     pub fork: Option<Fork>,
+    /// The envelope's `execution_optimistic` (absent: false, as the Beacon-API says).
+    pub execution_optimistic: bool,
+    /// The envelope's `finalized`, where it has one.
+    pub finalized: Option<bool>,
 }
 
 /// A Beacon-API JSON response `body` carrying `object`, with its data as SSZ. The version is the
@@ -112,8 +116,11 @@ pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -
     };
     let mut json = Scanner::new(body);
     let (mut ssz, mut deferred) = (None, None);
+    let (mut execution_optimistic, mut finalized) = (false, None);
     json.object(|json, key| {
         match key {
+            b"execution_optimistic" => execution_optimistic = json.boolean()?,
+            b"finalized" => finalized = Some(json.boolean()?),
             b"version" if object.versioned() => {
                 let named = Fork::from_name(&json.string()?).ok_or(TranscodeError::Fork)?;
                 if fork.is_some_and(|fork| fork != named) {
@@ -144,7 +151,7 @@ pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -
         (None, Some(_), None) => return Err(unknown),
         (None, None, _) => return Err(TranscodeError::NoResult),
     };
-    Ok(BeaconSsz { ssz, fork: fork.filter(|_| object.versioned()) })
+    Ok(BeaconSsz { ssz, fork: fork.filter(|_| object.versioned()), execution_optimistic, finalized })
 }
 
 fn data_to_ssz(json: &mut Scanner, ty: &Ty) -> Result<Vec<u8>, TranscodeError> {
@@ -158,6 +165,44 @@ fn data_to_ssz(json: &mut Scanner, ty: &Ty) -> Result<Vec<u8>, TranscodeError> {
 pub fn beacon_data_to_json(ssz: &[u8], object: BeaconObject, fork: Fork, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     out.reserve(ssz.len() * 2 + 64);
     ssz_type::to_json(object.ty(fork), ssz, out)
+}
+
+/// What a Beacon-API JSON envelope says beside its `data`; an SSZ answer says it in headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeaconEnvelope {
+    /// `version` (`Eth-Consensus-Version`); needed for a versioned object.
+    pub fork: Option<Fork>,
+    pub execution_optimistic: bool,
+    /// `None`: left out, which the Beacon-API reads as "not known without more calls".
+    pub finalized: Option<bool>,
+}
+
+/// A Beacon-API SSZ answer carrying `object` as its JSON response, in `envelope`.
+pub fn beacon_from_ssz(ssz: &[u8], object: BeaconObject, envelope: BeaconEnvelope) -> Result<Vec<u8>, TranscodeError> {
+    let fork = match envelope.fork {
+        Some(fork) => fork,
+        None if object.versioned() => return Err(TranscodeError::Fork),
+        // the type does not depend on it
+        None => Fork::Deneb,
+    };
+    let mut out = Vec::with_capacity(ssz.len() * 2 + 128);
+    out.push(b'{');
+    if object.versioned() {
+        out.extend_from_slice(b"\"version\":\"");
+        out.extend_from_slice(fork.name().as_bytes());
+        out.extend_from_slice(b"\",");
+    }
+    let flag = |value: bool| if value { &b"true"[..] } else { b"false" };
+    out.extend_from_slice(b"\"execution_optimistic\":");
+    out.extend_from_slice(flag(envelope.execution_optimistic));
+    if let Some(finalized) = envelope.finalized {
+        out.extend_from_slice(b",\"finalized\":");
+        out.extend_from_slice(flag(finalized));
+    }
+    out.extend_from_slice(b",\"data\":");
+    ssz_type::to_json(object.ty(fork), ssz, &mut out)?;
+    out.push(b'}');
+    Ok(out)
 }
 
 /// The Beacon-API JSON `data` of `object` as SSZ (`beacon_data_to_json`'s inverse).

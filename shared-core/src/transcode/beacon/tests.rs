@@ -230,7 +230,15 @@ fn the_real_blinded_block_gives_its_computed_ssz() {
     assert!(beacon_data_to_ssz(&data, BeaconObject::BlindedBlock, Fork::Deneb).unwrap() == expected);
     let body = [&br#"{"version":"deneb","execution_optimistic":false,"finalized":true,"data":"#[..], &data, b"}"].concat();
     let result = beacon_to_ssz(&body, BeaconObject::BlindedBlock, None).unwrap();
-    assert_eq!(result, BeaconSsz { ssz: expected.clone(), fork: Some(Fork::Deneb) });
+    let envelope = BeaconSsz { ssz: expected.clone(), fork: Some(Fork::Deneb), execution_optimistic: false, finalized: Some(true) };
+    assert_eq!(result, envelope);
+    // and back, in the same envelope
+    let envelope = BeaconEnvelope { fork: Some(Fork::Deneb), execution_optimistic: false, finalized: Some(true) };
+    let rendered = beacon_from_ssz(&expected, BeaconObject::BlindedBlock, envelope).unwrap();
+    let lowered: serde_json::Value = serde_json::from_str(&String::from_utf8(body.clone()).unwrap().to_lowercase()).unwrap();
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&rendered).unwrap(), lowered);
+    let unversioned = BeaconEnvelope { fork: None, ..envelope };
+    assert_eq!(beacon_from_ssz(&expected, BeaconObject::BlindedBlock, unversioned), Err(TranscodeError::Fork));
     let mut json = Vec::new();
     beacon_data_to_json(&expected, BeaconObject::BlindedBlock, Fork::Deneb, &mut json).unwrap();
     // the same but for the hex's case: the original has a checksummed address
