@@ -52,6 +52,34 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// A string of 0x-prefixed hex digit pairs and nothing else, decoded onto `out` as its end is
+    /// looked for; false, with nothing read, for any other string (odd digits, escapes, no
+    /// prefix), which the caller then reads with [`Scanner::string`].
+    pub fn hex_string(&mut self, out: &mut Vec<u8>) -> bool {
+        self.skip_whitespace();
+        let Some(text) = self.input[self.at..].strip_prefix(b"\"0x") else { return false };
+        let start = out.len();
+        let taken = super::hex::decode_run(text, out);
+        if text.get(taken) != Some(&b'"') {
+            out.truncate(start);
+            return false;
+        }
+        self.at += 3 + taken + 1;
+        true
+    }
+
+    /// Whether the next string is `"name"` exactly: then it is read.
+    fn quoted_is(&mut self, name: &[u8]) -> bool {
+        let end = self.at + 1 + name.len();
+        let matches = self.input.get(self.at) == Some(&b'"')
+            && self.input.get(self.at + 1..end) == Some(name)
+            && self.input.get(end) == Some(&b'"');
+        if matches {
+            self.at = end + 1;
+        }
+        matches
+    }
+
     /// A string's contents, unescaped.
     pub fn string(&mut self) -> Result<Cow<'a, [u8]>, TranscodeError> {
         self.expect(b'"', "a string")?;
@@ -174,6 +202,17 @@ impl<'a> Scanner<'a> {
     /// Walks an object's members: `member` gets each key and must consume its value.
     pub fn object(
         &mut self,
+        member: impl FnMut(&mut Self, &[u8]) -> Result<(), TranscodeError>,
+    ) -> Result<(), TranscodeError> {
+        self.object_expecting(|| None, member)
+    }
+
+    /// Walks an object as [`Scanner::object`] does, trying first the key that `expected` names:
+    /// a schema's fields usually come in its order, and a key that matches costs a comparison
+    /// instead of a search for its end.
+    pub fn object_expecting(
+        &mut self,
+        expected: impl Fn() -> Option<&'static [u8]>,
         mut member: impl FnMut(&mut Self, &[u8]) -> Result<(), TranscodeError>,
     ) -> Result<(), TranscodeError> {
         self.expect(b'{', "an object")?;
@@ -182,7 +221,11 @@ impl<'a> Scanner<'a> {
             return Ok(());
         }
         loop {
-            let key = self.string()?;
+            self.skip_whitespace();
+            let key = match expected().filter(|name| self.quoted_is(name)) {
+                Some(name) => Cow::Borrowed(name),
+                None => self.string()?,
+            };
             self.expect(b':', "a colon")?;
             member(self, &key)?;
             match self.peek() {

@@ -5,6 +5,7 @@
 //! same types in the tests, as the oracle; it is far too slow for the request path.
 
 mod beacon;
+mod hex;
 mod json;
 mod raw;
 mod ssz;

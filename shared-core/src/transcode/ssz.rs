@@ -1,6 +1,7 @@
 //! The SSZ pieces the transcoders write and read: 0x-hex strings to bytes and back (SIMD, by
 //! faster-hex), and lists of byte lists with their offset tables.
 
+use super::hex::decode_hex;
 use super::json::Scanner;
 use super::TranscodeError;
 
@@ -53,6 +54,10 @@ pub fn offset(value: u64) -> Result<u32, TranscodeError> {
 
 /// Decodes a JSON string of 0x-prefixed hex (either case) onto `out`.
 pub fn decode_hex_into(json: &mut Scanner, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    // the usual case: the digits decoded as the string's end is looked for, in one pass
+    if json.hex_string(out) {
+        return Ok(());
+    }
     let text = json.string()?;
     let digits = text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?;
     if digits.len() % 2 != 0 {
@@ -60,7 +65,7 @@ pub fn decode_hex_into(json: &mut Scanner, out: &mut Vec<u8>) -> Result<(), Tran
     }
     let start = out.len();
     out.resize(start + digits.len() / 2, 0);
-    faster_hex::hex_decode(digits, &mut out[start..]).map_err(|_| TranscodeError::Hex)
+    decode_hex(digits, &mut out[start..])
 }
 
 /// Appends `bytes` as a JSON string of 0x-prefixed lower-case hex.

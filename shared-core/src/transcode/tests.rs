@@ -150,3 +150,57 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn hex_decodes_as_faster_hex_does_and_refuses_every_byte_that_is_not_a_digit() {
+    let bytes: Vec<u8> = (0..300u32).map(|i| (i * 97 + 13) as u8).collect();
+    for len in 0..=bytes.len() {
+        let lower = faster_hex::hex_string(&bytes[..len]);
+        let mixed: String = lower.chars().enumerate().map(|(i, c)| if i % 3 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        for digits in [lower, mixed] {
+            let mut out = vec![0; len];
+            hex::decode_hex(digits.as_bytes(), &mut out).unwrap();
+            assert_eq!(out, bytes[..len], "{digits}");
+        }
+    }
+    // each position of strings decoded by SIMD, the scalar rest, and faster-hex, with every byte value
+    for len in [32, 7, 200] {
+        let digits = faster_hex::hex_string(&bytes[..len]).into_bytes();
+        for at in 0..digits.len() {
+            for value in 0..=255u8 {
+                let mut digits = digits.clone();
+                digits[at] = value;
+                let (mut ours, mut theirs) = (vec![0; len], vec![0; len]);
+                let result = hex::decode_hex(&digits, &mut ours);
+                assert_eq!(result.is_ok(), value.is_ascii_hexdigit(), "{value:#x} at {at}");
+                if result.is_ok() {
+                    faster_hex::hex_decode(&digits, &mut theirs).unwrap();
+                    assert_eq!(ours, theirs);
+                }
+            }
+        }
+    }
+    assert!(hex::decode_hex(b"abc", &mut [0; 2]).is_err(), "an odd length");
+}
+
+#[test]
+fn a_hex_string_is_decoded_as_its_end_is_looked_for_and_anything_else_is_left_to_the_slow_path() {
+    let bytes: Vec<u8> = (0..100u32).map(|i| (i * 31 + 7) as u8).collect();
+    for len in 0..bytes.len() {
+        let text = format!(r#""0x{}" ,1"#, faster_hex::hex_string(&bytes[..len]).to_uppercase());
+        let (mut json, mut out) = (json::Scanner::new(text.as_bytes()), vec![9]);
+        assert!(json.hex_string(&mut out));
+        assert_eq!(out[1..], bytes[..len]);
+        assert_eq!(json.peek(), Some(b','), "read up to the string's end");
+    }
+    for other in [&br#""0x123""#[..], br#""0x12\u0033""#, br#""12""#, br#""0x12g4""#, br#""0x12"#, b"12"] {
+        let (mut json, mut out) = (json::Scanner::new(other), vec![9]);
+        assert!(!json.hex_string(&mut out), "{}", String::from_utf8_lossy(other));
+        assert_eq!(out, [9]);
+    }
+    // the slow path reads the escaped digits
+    let mut out = Vec::new();
+    ssz::decode_hex_into(&mut json::Scanner::new(br#""0x12\u0033""#), &mut out).unwrap_err();
+    ssz::decode_hex_into(&mut json::Scanner::new(br#""0x12\u00334""#), &mut out).unwrap();
+    assert_eq!(out, [0x12, 0x34]);
+}

@@ -8,7 +8,10 @@
 //! the JSON named them out of schema order). SSZ -> JSON checks every offset and limit before
 //! it writes.
 
+use std::cell::Cell;
+
 use super::super::json::Scanner;
+use super::super::hex::decode_hex;
 use super::super::ssz::{decode_hex_into, offset, read_offset, write_hex, OFFSET};
 use super::super::TranscodeError;
 
@@ -131,8 +134,8 @@ fn fixed_to_ssz(ty: &Ty, json: &mut Scanner, slot: &mut [u8]) -> Result<(), Tran
         }
         Ty::Container(fields) => {
             let offsets = field_offsets(fields);
-            let mut seen = Members::new(fields);
-            json.object(|json, key| {
+            let seen = Members::new(fields);
+            json.object_expecting(|| seen.expected(), |json, key| {
                 let Some(index) = seen.find(key, json)? else { return Ok(()) };
                 let (at, field) = (offsets[index], &fields[index]);
                 fixed_to_ssz(&field.ty, json, &mut slot[at..at + field.fixed_part])
@@ -240,8 +243,8 @@ fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<
     out.resize(base + fixed, 0);
     // each variable part as it came: (field, start, end) in `out`
     let mut parts: Vec<(usize, usize, usize)> = Vec::new();
-    let mut seen = Members::new(fields);
-    json.object(|json, key| {
+    let seen = Members::new(fields);
+    json.object_expecting(|| seen.expected(), |json, key| {
         let Some(index) = seen.find(key, json)? else { return Ok(()) };
         let field = &fields[index];
         if !field.variable {
@@ -274,40 +277,47 @@ fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<
     Ok(())
 }
 
-/// Which of a container's fields the JSON has named.
+/// Which of a container's fields the JSON has named (in cells: the object walk asks which key
+/// to expect while its members are found).
 struct Members {
     fields: &'static [Field],
-    seen: u64,
+    seen: Cell<u64>,
     /// The field after the last one found: JSON usually names them in order.
-    next: usize,
+    next: Cell<usize>,
 }
 
 impl Members {
     fn new(fields: &'static [Field]) -> Self {
-        Members { fields, seen: 0, next: 0 }
+        Members { fields, seen: Cell::new(0), next: Cell::new(0) }
+    }
+
+    /// The key to try first.
+    fn expected(&self) -> Option<&'static [u8]> {
+        self.fields.get(self.next.get()).map(|field| field.name.as_bytes())
     }
 
     /// The field named `key`, or `None` (with its value skipped) for a member the type does not
     /// have.
-    fn find(&mut self, key: &[u8], json: &mut Scanner) -> Result<Option<usize>, TranscodeError> {
-        let index = match self.fields.get(self.next) {
-            Some(field) if field.name.as_bytes() == key => Some(self.next),
+    fn find(&self, key: &[u8], json: &mut Scanner) -> Result<Option<usize>, TranscodeError> {
+        let next = self.next.get();
+        let index = match self.fields.get(next) {
+            Some(field) if field.name.as_bytes() == key => Some(next),
             _ => self.fields.iter().position(|field| field.name.as_bytes() == key),
         };
         let Some(index) = index else {
             json.value()?;
             return Ok(None);
         };
-        if self.seen & 1 << index != 0 {
+        if self.seen.get() & 1 << index != 0 {
             return Err(json.error("a field named once"));
         }
-        self.seen |= 1 << index;
-        self.next = index + 1;
+        self.seen.set(self.seen.get() | 1 << index);
+        self.next.set(index + 1);
         Ok(Some(index))
     }
 
     fn all(&self, json: &Scanner) -> Result<(), TranscodeError> {
-        if self.seen == u64::MAX >> (64 - self.fields.len()) {
+        if self.seen.get() == u64::MAX >> (64 - self.fields.len()) {
             Ok(())
         } else {
             Err(json.error("every field of the container"))
@@ -354,15 +364,14 @@ fn parse_u256(json: &mut Scanner, slot: &mut [u8]) -> Result<(), TranscodeError>
 fn decode_hex_exact(json: &mut Scanner, slot: &mut [u8]) -> Result<(), TranscodeError> {
     // the usual case, without looking for the string's end: "0x" and the digits
     if let Some(text) = json.quoted_exact(2 + slot.len() * 2) {
-        let digits = text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?;
-        return faster_hex::hex_decode(digits, slot).map_err(|_| TranscodeError::Hex);
+        return decode_hex(text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?, slot);
     }
     let text = json.string()?;
     let digits = text.strip_prefix(b"0x").ok_or(TranscodeError::Hex)?;
     if digits.len() != slot.len() * 2 {
         return Err(TranscodeError::Limit("bytes of another length than their type's"));
     }
-    faster_hex::hex_decode(digits, slot).map_err(|_| TranscodeError::Hex)
+    decode_hex(digits, slot)
 }
 
 fn check_bitvector(bytes: &[u8], bits: usize) -> Result<(), TranscodeError> {

@@ -1,0 +1,123 @@
+//! Hex digits to bytes, checked in the same pass (SSE2 on x86_64, a table elsewhere): for the
+//! short strings of Beacon-API objects (roots, keys, signatures), and for reading a JSON string
+//! of hex while looking for its end, where faster-hex's separate check and decode passes, after
+//! a search for the end, would read it three times.
+
+use super::TranscodeError;
+
+/// Hex digits (either case, no prefix) to the bytes of `out`, twice as few.
+pub fn decode_hex(digits: &[u8], out: &mut [u8]) -> Result<(), TranscodeError> {
+    // faster-hex's separate wide passes win from a few hundred bytes on
+    if out.len() <= SHORT_HEX {
+        decode_short_hex(digits, out)
+    } else {
+        faster_hex::hex_decode(digits, out).map_err(|_| TranscodeError::Hex)
+    }
+}
+
+/// The longest bytes that `decode_short_hex` decodes.
+const SHORT_HEX: usize = 128;
+
+/// Hex digits (either case) to bytes, checked in the same pass: for the short strings of
+/// Beacon-API objects (roots, keys, signatures), where faster-hex's separate check and decode
+/// passes cost more than the digits. `digits` is twice as long as `out`.
+fn decode_short_hex(digits: &[u8], out: &mut [u8]) -> Result<(), TranscodeError> {
+    if digits.len() != out.len() * 2 {
+        return Err(TranscodeError::Hex);
+    }
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    while done + 16 <= out.len() {
+        // SAFETY: SSE2 is part of x86_64; the 32 digits and 16 bytes are in bounds.
+        let valid = unsafe { sse2::decode16(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
+        if !valid {
+            return Err(TranscodeError::Hex);
+        }
+        done += 16;
+    }
+    let mut bad = 0;
+    for (byte, pair) in out[done..].iter_mut().zip(digits[done * 2..].chunks_exact(2)) {
+        let (high, low) = (NIBBLE[usize::from(pair[0])], NIBBLE[usize::from(pair[1])]);
+        bad |= high | low;
+        *byte = high << 4 | low;
+    }
+    if bad & 0xf0 != 0 {
+        return Err(TranscodeError::Hex);
+    }
+    Ok(())
+}
+
+/// Each byte's value as a hex digit; 0xff for a byte that is not one.
+const NIBBLE: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    /// 16 hex digits' values, and whether every one is a digit.
+    #[inline(always)]
+    unsafe fn nibbles(chars: __m128i) -> (__m128i, i32) {
+        // x in [0, k] unsigned: min(x, k) == x
+        let within = |x: __m128i, k: i8| _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(k)), x);
+        let digit = _mm_sub_epi8(chars, _mm_set1_epi8(b'0' as i8));
+        let letter = _mm_sub_epi8(_mm_or_si128(chars, _mm_set1_epi8(0x20)), _mm_set1_epi8(b'a' as i8));
+        let (is_digit, is_letter) = (within(digit, 9), within(letter, 5));
+        let value = _mm_or_si128(
+            _mm_and_si128(is_digit, digit),
+            _mm_and_si128(is_letter, _mm_add_epi8(letter, _mm_set1_epi8(10))),
+        );
+        // each pair of values as one byte in a 16-bit lane: high << 4 | low
+        let high = _mm_and_si128(_mm_slli_epi16(value, 4), _mm_set1_epi16(0xf0));
+        let bytes = _mm_or_si128(high, _mm_srli_epi16(value, 8));
+        (bytes, _mm_movemask_epi8(_mm_or_si128(is_digit, is_letter)))
+    }
+
+    /// Decodes 32 digits at `digits` into 16 bytes at `out`; false if any is not a digit.
+    #[inline]
+    pub unsafe fn decode16(digits: *const u8, out: *mut u8) -> bool {
+        let (first, valid_first) = nibbles(_mm_loadu_si128(digits.cast()));
+        let (second, valid_second) = nibbles(_mm_loadu_si128(digits.add(16).cast()));
+        _mm_storeu_si128(out.cast(), _mm_packus_epi16(first, second));
+        valid_first & valid_second == 0xffff
+    }
+}
+
+
+/// Decodes the longest run of whole digit pairs at the start of `text` onto `out`; returns how
+/// many digits it took.
+pub fn decode_run(text: &[u8], out: &mut Vec<u8>) -> usize {
+    let mut taken = 0;
+    #[cfg(target_arch = "x86_64")]
+    while taken + 32 <= text.len() {
+        let mut bytes = [0; 16];
+        // SAFETY: SSE2 is part of x86_64; the 32 digits and 16 bytes are in bounds.
+        if !unsafe { sse2::decode16(text[taken..].as_ptr(), bytes.as_mut_ptr()) } {
+            break;
+        }
+        out.extend_from_slice(&bytes);
+        taken += 32;
+    }
+    for pair in text[taken..].chunks_exact(2) {
+        let (high, low) = (NIBBLE[usize::from(pair[0])], NIBBLE[usize::from(pair[1])]);
+        if (high | low) & 0xf0 != 0 {
+            break;
+        }
+        out.push(high << 4 | low);
+        taken += 2;
+    }
+    taken
+}
