@@ -44,6 +44,11 @@ impl<'a> Scanner<'a> {
         Ok(())
     }
 
+    /// The bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.input.len() - self.at
+    }
+
     /// Only whitespace is left.
     pub fn end(&mut self) -> Result<(), TranscodeError> {
         match self.peek() {

@@ -155,7 +155,8 @@ pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -
 }
 
 fn data_to_ssz(json: &mut Scanner, ty: &Ty) -> Result<Vec<u8>, TranscodeError> {
-    let mut out = Vec::new();
+    // hex is most of it, and halves: room enough to write without growing, in most cases
+    let mut out = Vec::with_capacity(json.remaining() / 2);
     ssz_type::to_ssz(ty, json, &mut out)?;
     Ok(out)
 }

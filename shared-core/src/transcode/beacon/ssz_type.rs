@@ -300,8 +300,10 @@ impl Members {
     /// have.
     fn find(&self, key: &[u8], json: &mut Scanner) -> Result<Option<usize>, TranscodeError> {
         let next = self.next.get();
+        // the expected key, matched in place, is the field's own name
+        let named = |field: &Field| std::ptr::eq(field.name.as_bytes(), key) || field.name.as_bytes() == key;
         let index = match self.fields.get(next) {
-            Some(field) if field.name.as_bytes() == key => Some(next),
+            Some(field) if named(field) => Some(next),
             _ => self.fields.iter().position(|field| field.name.as_bytes() == key),
         };
         let Some(index) = index else {
