@@ -27,6 +27,17 @@ fn decode_short_hex(digits: &[u8], out: &mut [u8]) -> Result<(), TranscodeError>
     }
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        while done + 32 <= out.len() {
+            // SAFETY: AVX2 was detected; the 64 digits and 32 bytes are in bounds.
+            let valid = unsafe { avx2::decode32(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
+            if !valid {
+                return Err(TranscodeError::Hex);
+            }
+            done += 32;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     while done + 16 <= out.len() {
         // SAFETY: SSE2 is part of x86_64; the 32 digits and 16 bytes are in bounds.
         let valid = unsafe { sse2::decode16(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
@@ -96,6 +107,36 @@ mod sse2 {
     }
 }
 
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Decodes 64 digits at `digits` into 32 bytes at `out`; false if any is not a digit. The
+    /// same steps as `sse2::decode16`, twice as wide.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn decode32(digits: *const u8, out: *mut u8) -> bool {
+        let nibbles = |chars: __m256i| {
+            let within = |x: __m256i, k: i8| _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8(k)), x);
+            let digit = _mm256_sub_epi8(chars, _mm256_set1_epi8(b'0' as i8));
+            let letter = _mm256_sub_epi8(_mm256_or_si256(chars, _mm256_set1_epi8(0x20)), _mm256_set1_epi8(b'a' as i8));
+            let (is_digit, is_letter) = (within(digit, 9), within(letter, 5));
+            let value = _mm256_or_si256(
+                _mm256_and_si256(is_digit, digit),
+                _mm256_and_si256(is_letter, _mm256_add_epi8(letter, _mm256_set1_epi8(10))),
+            );
+            let high = _mm256_and_si256(_mm256_slli_epi16(value, 4), _mm256_set1_epi16(0xf0));
+            let bytes = _mm256_or_si256(high, _mm256_srli_epi16(value, 8));
+            (bytes, _mm256_movemask_epi8(_mm256_or_si256(is_digit, is_letter)))
+        };
+        let (first, valid_first) = nibbles(_mm256_loadu_si256(digits.cast()));
+        let (second, valid_second) = nibbles(_mm256_loadu_si256(digits.add(32).cast()));
+        // packus works within each 128-bit lane: put the four quarters back in order
+        let packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(first, second), 0b11_01_10_00);
+        _mm256_storeu_si256(out.cast(), packed);
+        valid_first & valid_second == -1
+    }
+}
 
 /// Decodes the longest run of whole digit pairs at the start of `text` onto `out`; returns how
 /// many digits it took.

@@ -163,8 +163,8 @@ fn hex_decodes_as_faster_hex_does_and_refuses_every_byte_that_is_not_a_digit() {
             assert_eq!(out, bytes[..len], "{digits}");
         }
     }
-    // each position of strings decoded by SIMD, the scalar rest, and faster-hex, with every byte value
-    for len in [32, 7, 200] {
+    // each position of strings decoded by AVX2, SSE2, the scalar rest and faster-hex, with every byte value
+    for len in [32, 7, 48, 200] {
         let digits = faster_hex::hex_string(&bytes[..len]).into_bytes();
         for at in 0..digits.len() {
             for value in 0..=255u8 {
