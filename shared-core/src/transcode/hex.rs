@@ -1,7 +1,7 @@
-//! Hex digits to bytes, checked in the same pass (SSE2 on x86_64, a table elsewhere): for the
-//! short strings of Beacon-API objects (roots, keys, signatures), and for reading a JSON string
-//! of hex while looking for its end, where faster-hex's separate check and decode passes, after
-//! a search for the end, would read it three times.
+//! Hex digits to bytes, checked in the same pass (SSE2 on x86_64, AVX2 where the CPU has it, a
+//! table elsewhere): for the short strings of Beacon-API objects (roots, keys, signatures), and
+//! for reading a JSON string of hex while looking for its end, where faster-hex's separate check
+//! and decode passes, after a search for the end, would read it three times.
 
 use super::TranscodeError;
 
