@@ -207,6 +207,18 @@ enum Transcoding {
     Refused(TranscodeError),
 }
 
+impl Transcoding {
+    /// The node was asked for SSZ, to render as JSON here.
+    fn asked(&self) -> bool {
+        matches!(self, Transcoding::AskedResult(_) | Transcoding::AskedObject(_))
+    }
+
+    /// A body is to be transcoded, one way or the other, once it is in.
+    fn pending(&self) -> bool {
+        self.asked() || matches!(self, Transcoding::WantedResult(..) | Transcoding::WantedObject(_))
+    }
+}
+
 /// Why an exchange ended as failed. Before the headers are out the host may answer with an
 /// error status; after, it must reset the connection rather than end the body cleanly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,7 +424,7 @@ impl Exchange {
                 self.transcoding = Transcoding::AskedObject(object);
             }
         }
-        matches!(self.transcoding, Transcoding::AskedResult(_) | Transcoding::AskedObject(_)).then_some(UPSTREAM_SSZ_ACCEPT)
+        self.transcoding.asked().then_some(UPSTREAM_SSZ_ACCEPT)
     }
 
     /// Any response header. A host may instead pass the length with
@@ -427,10 +439,10 @@ impl Exchange {
             }
         } else if name.eq_ignore_ascii_case(b"content-type") {
             facts.compressible_type = self.settings.compresses_type(value);
-            facts.json = media_type(value).eq_ignore_ascii_case(b"application/json");
-            facts.ssz = media_type(value)
-                .eq_ignore_ascii_case(b"application/octet-stream")
-                .then(|| crate::negotiate::witness_form(value));
+            let media = media_type(value);
+            facts.json = media.eq_ignore_ascii_case(b"application/json");
+            facts.ssz =
+                media.eq_ignore_ascii_case(b"application/octet-stream").then(|| crate::negotiate::witness_form(value));
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
         } else if name.eq_ignore_ascii_case(b"cache-control") {
@@ -482,11 +494,7 @@ impl Exchange {
                 self.transcoding = Transcoding::WantedObject(object);
             }
         }
-        if let Transcoding::WantedResult(..)
-        | Transcoding::WantedObject(_)
-        | Transcoding::AskedResult(_)
-        | Transcoding::AskedObject(_) = self.transcoding
-        {
+        if self.transcoding.pending() {
             self.edits.add_vary_accept = true;
             match self.transcodable(status) {
                 Some(Ok(())) => {
@@ -512,7 +520,7 @@ impl Exchange {
     fn transcodable(&self, status: u16) -> Option<Result<(), TranscodeError>> {
         let facts = &self.response;
         // the node was asked for SSZ: a JSON answer goes out as it came
-        let rendering = matches!(self.transcoding, Transcoding::AskedResult(_) | Transcoding::AskedObject(_));
+        let rendering = self.transcoding.asked();
         let readable = if rendering { facts.ssz.is_some() } else { facts.json };
         if status != 200 || !readable || self.head_request || facts.content_range || facts.bad_length {
             return None;
@@ -576,11 +584,7 @@ impl Exchange {
         match self.transcoding {
             Transcoding::Done => TranscodeOutcome::Transcoded,
             Transcoding::Refused(_) => TranscodeOutcome::Refused,
-            Transcoding::None
-            | Transcoding::WantedResult(..)
-            | Transcoding::WantedObject(_)
-            | Transcoding::AskedResult(_)
-            | Transcoding::AskedObject(_) => TranscodeOutcome::None,
+            _ => TranscodeOutcome::None,
         }
     }
 

@@ -75,14 +75,12 @@ impl<'a> Scanner<'a> {
 
     /// Whether the next string is `"name"` exactly: then it is read.
     fn quoted_is(&mut self, name: &[u8]) -> bool {
-        let end = self.at + 1 + name.len();
-        let matches = self.input.get(self.at) == Some(&b'"')
-            && self.input.get(self.at + 1..end) == Some(name)
-            && self.input.get(end) == Some(&b'"');
-        if matches {
-            self.at = end + 1;
+        let start = self.at;
+        if self.quoted_exact(name.len()) == Some(name) {
+            return true;
         }
-        matches
+        self.at = start;
+        false
     }
 
     /// A string's contents, unescaped.
