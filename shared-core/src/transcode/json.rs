@@ -202,6 +202,33 @@ impl<'a> Scanner<'a> {
         Ok(digits)
     }
 
+    /// A u64, quoted or bare, read in one pass: the Beacon-API's slots, indices and amounts.
+    /// `None`, with nothing consumed, for anything else (escapes, a sign, more than u64 holds),
+    /// which [`Scanner::decimal`] then reads.
+    pub fn decimal_u64(&mut self) -> Option<u64> {
+        self.skip_whitespace();
+        let rest = &self.input[self.at..];
+        let quoted = rest.first() == Some(&b'"');
+        let digits = &rest[usize::from(quoted)..];
+        let (mut value, mut len) = (0u64, 0);
+        // eight digits at a time while that cannot overflow
+        while len < 16 {
+            let Some(value8) = digits.get(len..len + 8).and_then(eight_digits) else { break };
+            value = value * 100_000_000 + value8;
+            len += 8;
+        }
+        while let Some(digit) = digits.get(len).map(|byte| byte.wrapping_sub(b'0')).filter(|&digit| digit <= 9) {
+            // 19 digits cannot overflow; the 20th may
+            value = if len < 19 { value * 10 + u64::from(digit) } else { value.checked_mul(10)?.checked_add(u64::from(digit))? };
+            len += 1;
+        }
+        if len == 0 || (quoted && digits.get(len) != Some(&b'"')) {
+            return None;
+        }
+        self.at += len + 2 * usize::from(quoted);
+        Some(value)
+    }
+
     /// Walks an object's members: `member` gets each key and must consume its value.
     pub fn object(
         &mut self,
@@ -335,5 +362,54 @@ impl<'a> Scanner<'a> {
         }
         self.at += len;
         Ok(())
+    }
+}
+
+/// Eight ASCII decimal digits as their value, in a few word operations; `None` if any byte is not
+/// a digit.
+fn eight_digits(text: &[u8]) -> Option<u64> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let word = u64::from_le_bytes(text.try_into().ok()?);
+    // each byte in 0x30..=0x39: its high nibble is 3, and adding 6 leaves it 3
+    if word & (0xf0 * ONES) != 0x30 * ONES || word.wrapping_add(0x06 * ONES) & (0xf0 * ONES) != 0x30 * ONES {
+        return None;
+    }
+    // the first digit is the lowest byte: combine neighbours into pairs, pairs into fours, fours
+    // into eight
+    let word = word - 0x30 * ONES;
+    let pairs = (word * 10 + (word >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let fours = (pairs * 100 + (pairs >> 16)) & 0x0000_ffff_0000_ffff;
+    Some((fours * 10_000 + (fours >> 32)) & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_u64_reads_what_str_parse_reads() {
+        let cases = ["0", "7", "12345678", "123456789", "1234567812345678", "12345678123456789", "18446744073709551615", "09876543210", "00000000000000000000"];
+        for text in cases {
+            for input in [format!("\"{text}\","), format!("{text},")] {
+                let mut json = Scanner::new(input.as_bytes());
+                assert_eq!(json.decimal_u64(), Some(text.parse().unwrap()), "{input}");
+                assert_eq!(json.peek(), Some(b','), "{input}: the number and its quotes read");
+            }
+        }
+        for text in ["\"18446744073709551616\"", "\"99999999999999999999\"", "\"1234567a\"", "\"\"", "\"12", "-1", "\"1\\u0030\""] {
+            let mut json = Scanner::new(text.as_bytes());
+            assert_eq!(json.decimal_u64(), None, "{text}");
+            assert_eq!(json.remaining(), text.len(), "{text}: nothing consumed");
+        }
+    }
+
+    #[test]
+    fn eight_digits_is_every_eight_digit_number() {
+        for n in (0..100_000_000u64).step_by(9_973).chain([99_999_999]) {
+            assert_eq!(eight_digits(format!("{n:08}").as_bytes()), Some(n));
+        }
+        for bad in [*b"1234567/", *b"1234567:", *b"/2345678", *b"12 45678", *b"\x00\x00\x00\x00\x00\x00\x00\x00"] {
+            assert_eq!(eight_digits(&bad), None, "{bad:?}");
+        }
     }
 }

@@ -85,17 +85,6 @@ impl Ty {
     }
 }
 
-/// Where each field starts in a container's fixed part.
-fn field_offsets(fields: &[Field]) -> [usize; MAX_FIELDS] {
-    let mut offsets = [0; MAX_FIELDS];
-    let mut at = 0;
-    for (offset, field) in offsets.iter_mut().zip(fields) {
-        *offset = at;
-        at += field.fixed_part;
-    }
-    offsets
-}
-
 /// The JSON value at `json`, of type `ty`, as SSZ appended to `out`.
 pub fn to_ssz(ty: &Ty, json: &mut Scanner, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     match ty.fixed_size() {
@@ -133,11 +122,9 @@ fn fixed_to_ssz(ty: &Ty, json: &mut Scanner, slot: &mut [u8]) -> Result<(), Tran
             }
         }
         Ty::Container(fields) => {
-            let offsets = field_offsets(fields);
             let seen = Members::new(fields);
             json.object_expecting(|| seen.expected(), |json, key| {
-                let Some(index) = seen.find(key, json)? else { return Ok(()) };
-                let (at, field) = (offsets[index], &fields[index]);
+                let Some((field, at)) = seen.find(key, json)? else { return Ok(()) };
                 fixed_to_ssz(&field.ty, json, &mut slot[at..at + field.fixed_part])
             })?;
             seen.all(json)?;
@@ -238,22 +225,19 @@ fn sequence_to_ssz(element: &Ty, json: &mut Scanner, out: &mut Vec<u8>, length: 
 /// A container with variable-size fields: the fixed part in place, the variable parts after it.
 fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     let base = out.len();
-    let offsets = field_offsets(fields);
     let fixed: usize = fields.iter().map(|field| field.fixed_part).sum();
     out.resize(base + fixed, 0);
-    // each variable part as it came: (field, start, end) in `out`
+    // each variable part as it came: (where its offset goes, start, end) in `out`
     let mut parts: Vec<(usize, usize, usize)> = Vec::new();
     let seen = Members::new(fields);
     json.object_expecting(|| seen.expected(), |json, key| {
-        let Some(index) = seen.find(key, json)? else { return Ok(()) };
-        let field = &fields[index];
+        let Some((field, at)) = seen.find(key, json)? else { return Ok(()) };
         if !field.variable {
-            let at = base + offsets[index];
-            fixed_to_ssz(&field.ty, json, &mut out[at..at + field.fixed_part])
+            fixed_to_ssz(&field.ty, json, &mut out[base + at..base + at + field.fixed_part])
         } else {
             let start = out.len();
             variable_to_ssz(&field.ty, json, out)?;
-            parts.push((index, start, out.len()));
+            parts.push((at, start, out.len()));
             Ok(())
         }
     })?;
@@ -268,9 +252,7 @@ fn container_to_ssz(fields: &'static [Field], json: &mut Scanner, out: &mut Vec<
             out.extend_from_slice(&tail[start..end]);
         }
     }
-    let mut parts = parts.iter();
-    for (_, at) in fields.iter().zip(offsets).filter(|(field, _)| field.variable) {
-        let (_, start, _) = parts.next().expect("every variable field was seen");
+    for &(at, start, _) in &parts {
         out[base + at..base + at + OFFSET].copy_from_slice(&offset((start - base) as u64)?.to_le_bytes());
     }
     offset((out.len() - base) as u64)?;
@@ -284,11 +266,13 @@ struct Members {
     seen: Cell<u64>,
     /// The field after the last one found: JSON usually names them in order.
     next: Cell<usize>,
+    /// Where the `next` field starts in the container's fixed part.
+    next_at: Cell<usize>,
 }
 
 impl Members {
     fn new(fields: &'static [Field]) -> Self {
-        Members { fields, seen: Cell::new(0), next: Cell::new(0) }
+        Members { fields, seen: Cell::new(0), next: Cell::new(0), next_at: Cell::new(0) }
     }
 
     /// The key to try first.
@@ -296,26 +280,30 @@ impl Members {
         self.fields.get(self.next.get()).map(|field| field.name.as_bytes())
     }
 
-    /// The field named `key`, or `None` (with its value skipped) for a member the type does not
-    /// have.
-    fn find(&self, key: &[u8], json: &mut Scanner) -> Result<Option<usize>, TranscodeError> {
+    /// The field named `key`, and where it starts in the fixed part; or `None` (with its value
+    /// skipped) for a member the type does not have.
+    fn find(&self, key: &[u8], json: &mut Scanner) -> Result<Option<(&'static Field, usize)>, TranscodeError> {
         let next = self.next.get();
         // the expected key, matched in place, is the field's own name
         let named = |field: &Field| std::ptr::eq(field.name.as_bytes(), key) || field.name.as_bytes() == key;
-        let index = match self.fields.get(next) {
-            Some(field) if named(field) => Some(next),
-            _ => self.fields.iter().position(|field| field.name.as_bytes() == key),
-        };
-        let Some(index) = index else {
-            json.value()?;
-            return Ok(None);
+        let (index, at) = match self.fields.get(next) {
+            Some(field) if named(field) => (next, self.next_at.get()),
+            _ => match self.fields.iter().position(|field| field.name.as_bytes() == key) {
+                Some(index) => (index, self.fields[..index].iter().map(|field| field.fixed_part).sum()),
+                None => {
+                    json.value()?;
+                    return Ok(None);
+                }
+            },
         };
         if self.seen.get() & 1 << index != 0 {
             return Err(json.error("a field named once"));
         }
+        let field = &self.fields[index];
         self.seen.set(self.seen.get() | 1 << index);
         self.next.set(index + 1);
-        Ok(Some(index))
+        self.next_at.set(at + field.fixed_part);
+        Ok(Some((field, at)))
     }
 
     fn all(&self, json: &Scanner) -> Result<(), TranscodeError> {
@@ -329,6 +317,9 @@ impl Members {
 
 /// A decimal integer, quoted or bare.
 fn parse_u64(json: &mut Scanner) -> Result<u64, TranscodeError> {
+    if let Some(value) = json.decimal_u64() {
+        return Ok(value);
+    }
     let digits = json.decimal()?;
     if digits.len() > 20 {
         return Err(TranscodeError::Limit("a uint64 over its range"));
