@@ -5,7 +5,9 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-CORPUS ?= $(abspath ../shared/corpus/rpc)
+# The recorded pairs: the full shared corpus beside the repository where it is there, else the
+# sample that ships inside it (corpus-sample/, made by tools/corpus_sample.py).
+CORPUS ?= $(abspath $(or $(wildcard ../shared/corpus/rpc),corpus-sample/rpc))
 VENV := .venv
 STAMPS := build/stamps
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)

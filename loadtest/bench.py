@@ -27,7 +27,7 @@ sys.path.insert(0, str(LOADTEST))
 import report  # noqa: E402
 import scenarios  # noqa: E402
 import variants  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, StartError, start_replay  # noqa: E402
+from harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay  # noqa: E402
 
 RESULTS = LOADTEST / "results"
 WORK = REPO / "build" / "bench"
@@ -150,7 +150,7 @@ def main():
           f"{args.warmup} s warm-up + {args.duration} s each; proxy on CPU {proxy_cpu}, "
           f"wrk and upstream on {other_cpus}; load average before: {session.load_average}", flush=True)
 
-    print("starting the replay upstream ...", flush=True)
+    print(f"starting the replay upstream over {corpus_description()} ...", flush=True)
     replay = start_replay(WORK)
     steal_before, total_before = report.cpu_ticks()
     rows, problems, descriptions, reruns = [], {}, {}, 0

@@ -145,7 +145,7 @@ def main():
     WORK.mkdir(parents=True)
 
     calls = cc.find_all(waits_for_finality, limit=48)
-    print(f"cache bench: {len(calls)} calls ({', '.join(sorted({c.method for c in calls}))}), "
+    print(f"cache bench: {len(calls)} calls from {cc.CORPUS} ({', '.join(sorted({c.method for c in calls}))}), "
           f"{args.runs} x {args.seconds} s per cell, proxy on CPU {proxy_cpu}", flush=True)
     rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
     mix = write_list(WORK / "mix.tsv", rows)

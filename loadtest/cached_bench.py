@@ -25,7 +25,7 @@ from pathlib import Path
 LOADTEST = Path(__file__).resolve().parent
 sys.path.insert(0, str(LOADTEST.parent / "tests"))
 import replay_corpus as rc  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, start_cached  # noqa: E402
+from harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached  # noqa: E402
 
 WORK = REPO / "build" / "bench" / "cached"
 RESULTS = LOADTEST / "results" / "cached.json"
@@ -95,7 +95,7 @@ def main():
     entries = workload()
     ENTRIES.write_bytes(b"".join(b"%010d" % len(entry) + entry for entry in entries))
     entry_mean = sum(map(len, entries)) / len(entries)
-    print(f"{len(entries)} entries, {entry_mean / 1024:.1f} KiB each on average",
+    print(f"{len(entries)} entries from {corpus_description()}, {entry_mean / 1024:.1f} KiB each on average",
           flush=True)
     rows = {"off": [], "on": []}
     for attempt in range(args.runs):

@@ -26,7 +26,7 @@ sys.path.insert(0, str(LOADTEST.parent / "tests"))
 import wire  # noqa: E402
 from bench import split_cpus  # noqa: E402
 from envoy_harness import run_envoy  # noqa: E402
-from harness import LOOPBACK, REPO, free_port, start_replay  # noqa: E402
+from harness import LOOPBACK, REPO, corpus_description, free_port, start_replay  # noqa: E402
 from nginx_harness import start_nginx  # noqa: E402
 
 WORK = REPO / "build" / "bench" / "transcode"
@@ -117,6 +117,7 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     proxy_cpu, _ = split_cpus()
     pin = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
+    print(f"replay upstream over {corpus_description()}", flush=True)
     replay = start_replay(WORK)
     stopping = [replay.process]
     try:

@@ -3,7 +3,11 @@
 import pytest
 
 from harness import (CORPUS, LOOPBACK, READY_TIMEOUT, REPLAY_BIN, REPLAY_CACHE, REPO, Process,  # noqa: F401
-                     Replay, StartError, free_port, port_accepts, start_replay)
+                     Replay, StartError, corpus_description, free_port, port_accepts, start_replay)
+
+
+def pytest_report_header():
+    return f"corpus: {corpus_description()}"
 
 
 @pytest.fixture(scope="session")

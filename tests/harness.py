@@ -5,7 +5,7 @@ Environment:
   RPCEDGE_REPLAY_BIN    the replay binary (default: <repo>/target/release/rpcedge-replay; build it
                         with `cargo build --release -p rpcedge-replay`; nothing here builds)
   RPCEDGE_CACHED_BIN    the cache daemon (default: <repo>/target/release/rpcedge-cached)
-  RPCEDGE_CORPUS        the recorded pairs (default: <repo>/../shared/corpus/rpc)
+  RPCEDGE_CORPUS        the recorded pairs (default: the rpc/ folder of CORPUS_ROOT below)
   RPCEDGE_REPLAY_CACHE  the replay's --cache-dir (default: <repo>/target/replay-cache; empty: none)
   RPCEDGE_READY_TIMEOUT seconds to wait for a started process (default: 120)
 """
@@ -23,7 +23,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 REPLAY_BIN = Path(os.environ.get("RPCEDGE_REPLAY_BIN", REPO / "target" / "release" / "rpcedge-replay"))
 CACHED_BIN = Path(os.environ.get("RPCEDGE_CACHED_BIN", REPO / "target" / "release" / "rpcedge-cached"))
-CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", REPO.parent / "shared" / "corpus" / "rpc"))
+# The full shared corpus where it is beside the repository (tests and benchmarks), else the sample
+# that ships inside it (tools/corpus_sample.py), so that a clone on its own still runs.
+SHARED_CORPUS = REPO.parent / "shared" / "corpus"
+SAMPLE_CORPUS = REPO / "corpus-sample"
+CORPUS_ROOT = SHARED_CORPUS if SHARED_CORPUS.is_dir() else SAMPLE_CORPUS
+CORPUS = Path(os.environ.get("RPCEDGE_CORPUS", CORPUS_ROOT / "rpc"))
 # The execution witnesses the replay answers debug_executionWitness with.
 WITNESSES = CORPUS.parent / "witness" / "ethrex-replay"
 SSZ_EXAMPLES = CORPUS.parent / "ssz"
@@ -31,6 +36,12 @@ REPLAY_CACHE = os.environ.get("RPCEDGE_REPLAY_CACHE", str(REPO / "target" / "rep
 READY_TIMEOUT = float(os.environ.get("RPCEDGE_READY_TIMEOUT", "120"))
 
 LOOPBACK = "127.0.0.1"
+
+
+def corpus_description(corpus=CORPUS):
+    """Which corpus a run uses, for its report."""
+    kind = "the sample in the repository" if Path(corpus).resolve().parent == SAMPLE_CORPUS.resolve() else "the full corpus"
+    return f"{corpus} ({kind})"
 
 
 def free_port():
@@ -139,15 +150,17 @@ class Replay(LoopbackService):
         self.corpus = Path(corpus)
 
 
-def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=None):
+def start_replay(log_dir, corpus=CORPUS, args=(), name="rpcedge-replay", port=None, root=None):
     """Starts the replay upstream on a free port and waits until it serves (it listens only once
-    its corpus is loaded). Stop it with `.process.stop()`."""
+    its corpus is loaded); witnesses and SSZ examples from the corpus `root` if given. Stop it
+    with `.process.stop()`."""
     if not REPLAY_BIN.exists():
         raise StartError(f"{REPLAY_BIN} is missing: run `cargo build --release -p rpcedge-replay`")
     if not Path(corpus).is_dir():
         raise StartError(f"corpus {corpus} is missing (set RPCEDGE_CORPUS)")
     port = port or free_port()
-    argv = [REPLAY_BIN, "--corpus", corpus, "--witnesses", WITNESSES, "--ssz-dir", SSZ_EXAMPLES, "--listen", f"{LOOPBACK}:{port}", *args]
+    witnesses, ssz = (root / "witness" / "ethrex-replay", root / "ssz") if root else (WITNESSES, SSZ_EXAMPLES)
+    argv = [REPLAY_BIN, "--corpus", corpus, "--witnesses", witnesses, "--ssz-dir", ssz, "--listen", f"{LOOPBACK}:{port}", *args]
     if REPLAY_CACHE:
         argv += ["--cache-dir", REPLAY_CACHE]
     process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 
-from harness import LOOPBACK, REPO, Process, StartError, start_cached, start_replay
+from harness import LOOPBACK, REPO, Process, StartError, corpus_description, start_cached, start_replay
 from nginx_harness import NGINX_BIN, shipped_conf
 
 RUN = REPO / "run"
@@ -57,7 +57,7 @@ def main():
     # SIGTERM (as from `kill`) stops the stack like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
-        print("loading the corpus into the replay upstream ...", flush=True)
+        print(f"loading {corpus_description()} into the replay upstream ...", flush=True)
         finalized = [arg for network in NETWORKS for arg in ("--finalized", f"{network}={FINALIZED}")]
         replay = start_replay(RUN, port=REPLAY_PORT, args=finalized)
         processes.append(replay.process)
@@ -77,7 +77,7 @@ try:
     -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xF42401",true]}}'
   curl -s -D - -o witness.ssz http://127.0.0.1:{NGINX_PORT}/hoodi -H 'Accept: application/octet-stream' \
     -H 'Content-Type: application/json' \
-    -d '{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x138c2d"]}}'
+    -d '{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x134ff8"]}}'
   curl -s -D - -o block.ssz http://127.0.0.1:{ENVOY_PORT}/eth/v1/beacon/blinded_blocks/348241 \
     -H 'Accept: application/octet-stream'
 

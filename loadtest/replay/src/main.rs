@@ -23,9 +23,10 @@ struct Cli {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:18545")]
     listen: SocketAddr,
-    /// Corpus directory (the `rpc/` folder of the shared corpus, or your own recordings).
-    #[arg(long, default_value = "../shared/corpus/rpc")]
-    corpus: PathBuf,
+    /// Corpus directory (the `rpc/` folder of a corpus, or your own recordings) [default:
+    /// ../shared/corpus/rpc where it exists, else the repository's sample, corpus-sample/rpc].
+    #[arg(long)]
+    corpus: Option<PathBuf>,
     /// Keep the parsed recordings here, so that the next start skips decompressing and
     /// parsing (entries follow the recordings' size and mtime; delete the directory freely).
     #[arg(long)]
@@ -55,16 +56,30 @@ struct Cli {
     #[arg(long, value_parser = head::parse_setting)]
     latest: Vec<(String, u64)>,
     /// Execution witnesses to answer `debug_executionWitness` with (ethrex-replay's
-    /// `cache_<network>_<block>.json`); skipped when the directory does not exist.
-    #[arg(long, default_value = "../shared/corpus/witness/ethrex-replay")]
-    witnesses: PathBuf,
-    /// The SSZ examples that the Beacon-API routes answer from (ssz_static cases and real objects).
-    #[arg(long, default_value = "../shared/corpus/ssz")]
-    ssz_dir: PathBuf,
+    /// `cache_<network>_<block>.json`); skipped when the directory does not exist [default:
+    /// witness/ethrex-replay of the corpus that --corpus defaults to].
+    #[arg(long)]
+    witnesses: Option<PathBuf>,
+    /// The SSZ examples that the Beacon-API routes answer from (ssz_static cases and real
+    /// objects) [default: ssz/ of the corpus that --corpus defaults to].
+    #[arg(long)]
+    ssz_dir: Option<PathBuf>,
     /// Answer Beacon-API requests in SSZ when their Accept asks for it; by default always JSON
     /// (request header X-Replay-Ssz: 1|0).
     #[arg(long)]
     ssz: bool,
+}
+
+/// The shared corpus beside the repository where it is there (tests and benchmarks), else the
+/// sample that ships inside it (a clone on its own, the Docker image), relative to the current
+/// directory as run from the repository's root.
+fn default_corpus_root() -> PathBuf {
+    let shared = PathBuf::from("../shared/corpus");
+    if shared.is_dir() {
+        shared
+    } else {
+        PathBuf::from("corpus-sample")
+    }
 }
 
 /// Live requests are parsed recursively (up to the parser's nesting bound).
@@ -106,11 +121,15 @@ async fn run(cli: Cli) -> Result<(), String> {
         .bind(cli.listen)
         .map_err(|e| format!("cannot bind {}: {e}", cli.listen))?;
 
+    let root = default_corpus_root();
+    let corpus_path = cli.corpus.unwrap_or_else(|| root.join("rpc"));
+    let witness_dir = cli.witnesses.unwrap_or_else(|| root.join("witness/ethrex-replay"));
+    let ssz_dir = cli.ssz_dir.unwrap_or_else(|| root.join("ssz"));
+
     let started = Instant::now();
-    let corpus_dir = cli.corpus.clone();
+    let corpus_dir = corpus_path.clone();
     let loader_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let cache = cli.cache_dir.clone().map(Cache::new);
-    let witness_dir = cli.witnesses.clone();
     let corpus = tokio::task::spawn_blocking(move || {
         let mut corpus = Corpus::load(&corpus_dir, loader_threads, cache.as_ref())?;
         if witness_dir.is_dir() {
@@ -140,7 +159,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         stats.pairs,
         stats.placeholders,
         stats.duplicate_keys,
-        cli.corpus.display(),
+        corpus_path.display(),
         load_time.as_secs_f64(),
     );
 
@@ -160,7 +179,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             heads.set(network, tag, *number);
         }
     }
-    let beacon = beacon::BeaconRoutes::new(cli.ssz_dir.clone());
+    let beacon = beacon::BeaconRoutes::new(ssz_dir);
     let state = server::State { corpus, defaults, heads, beacon, rpc_requests: Default::default() };
     server::serve(listener, Arc::new(state)).await;
     Ok(())

@@ -1,0 +1,107 @@
+"""Makes corpus-sample/, the part of the shared corpus that ships in the repository, so that a
+clone with nothing beside it can `make run` (the replay node serves it) and the Docker stack has
+a node to put behind the proxies. The choice is a rule over the shared corpus's index, not a list,
+and the same corpus always gives the same sample:
+
+  rpc/      per method and network, the smallest recording with a real (not placeholder) answer;
+            per load-test size bucket (loadtest/scenarios.py), the smallest recordings with an
+            answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; and the
+            recordings that the README's examples ask for. index.jsonl keeps their rows.
+  witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
+  ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; the real
+            deneb blinded block. (A random BeaconState case is 8.6 MB: states are not sampled.)
+  licenses/ the sources' licences, as in the shared corpus.
+
+    python3 tools/corpus_sample.py [--corpus ../shared/corpus] [--out corpus-sample]
+
+It refuses to write a sample over 8 MiB.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "loadtest"))
+from scenarios import SIZE_BUCKETS  # noqa: E402
+
+MiB = 1024 * 1024
+LIMIT = 8 * MiB
+PER_BUCKET = 6  # recordings per load-test size bucket, each a file of at most:
+BUCKET_FILE_MAX = 512 * 1024  # (the big answers come as bzip2 tarballs, which fit)
+BIG_TRACES = 4  # tarballs holding a trace answer over 1 MiB
+# Recordings that the README and `make run`'s banner ask for.
+EXAMPLES = ["eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"]
+WITNESS = "witness/ethrex-replay/cache_hoodi_1265656.json"
+FORKS = ["deneb", "electra", "fulu"]
+SSZ_STATIC = "ssz/ssz_static/tests/mainnet/{fork}/ssz_static/{type}/ssz_random"
+
+
+def real_pairs(row):
+    return [pair for pair in row["pairs"] if not pair["placeholder_response"]]
+
+
+def rpc_choice(rows):
+    rows = [row for row in rows if real_pairs(row)]
+    by_size = sorted(rows, key=lambda row: (row["file_bytes"], row["path"]))
+    chosen = {}
+    for row in by_size:
+        chosen.setdefault((row["method"], row["network"]), row)
+    picked = {row["path"] for row in chosen.values()}
+    for smallest, largest in SIZE_BUCKETS.values():
+        in_bucket = [row for row in by_size if row["file_bytes"] <= BUCKET_FILE_MAX
+                     and any(smallest <= pair["resp_bytes"] < largest for pair in real_pairs(row))]
+        picked.update(row["path"] for row in in_bucket[:PER_BUCKET])
+    big_traces = [row for row in by_size if row["format"].endswith("tar.bz2") and "trace" in row["method"].lower()
+                  and max(pair["resp_bytes"] for pair in real_pairs(row)) > MiB]
+    picked.update(row["path"] for row in big_traces[:BIG_TRACES])
+    picked.update(EXAMPLES)
+    return [row for row in rows if row["path"] in picked]
+
+
+def smallest_case(directory):
+    cases = sorted(directory.iterdir(), key=lambda case: (sum(f.stat().st_size for f in case.iterdir()), case.name))
+    return cases[0]
+
+
+def files_to_copy(corpus):
+    rows = [json.loads(line) for line in (corpus / "rpc/index.jsonl").read_text().splitlines()]
+    chosen = rpc_choice(rows)
+    files = [Path("rpc") / row["path"] for row in chosen]
+    files.append(Path(WITNESS))
+    cases = [smallest_case(corpus / SSZ_STATIC.format(fork=fork, type="SignedBeaconBlock")) for fork in FORKS]
+    cases.append(corpus / SSZ_STATIC.format(fork="deneb", type="BlobSidecar") / "case_0")
+    for case in cases:
+        files.extend(path.relative_to(corpus) for path in sorted(case.iterdir()))
+    files.extend(path.relative_to(corpus) for path in sorted((corpus / "ssz/real").iterdir()))
+    files.extend(path.relative_to(corpus) for path in sorted((corpus / "licenses").iterdir()))
+    return chosen, files
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
+    parser.add_argument("--out", type=Path, default=REPO / "corpus-sample")
+    args = parser.parse_args()
+    chosen, files = files_to_copy(args.corpus)
+    index = "".join(json.dumps(row) + "\n" for row in chosen)
+    total = sum((args.corpus / f).stat().st_size for f in files) + len(index)
+    if total > LIMIT:
+        sys.exit(f"the sample would be {total} bytes, over {LIMIT}")
+    # only the sampled parts are replaced: the sample's README and licence notes stay
+    for part in ["rpc", "witness", "ssz", "licenses"]:
+        shutil.rmtree(args.out / part, ignore_errors=True)
+    for f in files:
+        (args.out / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(args.corpus / f, args.out / f)
+    (args.out / "rpc/index.jsonl").write_text(index)
+    methods = {row["method"] for row in chosen}
+    networks = {row["network"] for row in chosen}
+    print(f"{args.out}: {len(chosen)} recordings ({len(methods)} methods, {len(networks)} networks), "
+          f"{len(files) - len(chosen)} other files, {total} bytes")
+
+
+if __name__ == "__main__":
+    main()
