@@ -25,27 +25,7 @@ fn decode_short_hex(digits: &[u8], out: &mut [u8]) -> Result<(), TranscodeError>
     if digits.len() != out.len() * 2 {
         return Err(TranscodeError::Hex);
     }
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        while done + 32 <= out.len() {
-            // SAFETY: AVX2 was detected; the 64 digits and 32 bytes are in bounds.
-            let valid = unsafe { avx2::decode32(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
-            if !valid {
-                return Err(TranscodeError::Hex);
-            }
-            done += 32;
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    while done + 16 <= out.len() {
-        // SAFETY: SSE2 is part of x86_64; the 32 digits and 16 bytes are in bounds.
-        let valid = unsafe { sse2::decode16(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
-        if !valid {
-            return Err(TranscodeError::Hex);
-        }
-        done += 16;
-    }
+    let done = decode_vector_blocks(digits, out)?;
     let mut bad = 0;
     for (byte, pair) in out[done..].iter_mut().zip(digits[done * 2..].chunks_exact(2)) {
         let (high, low) = (NIBBLE[usize::from(pair[0])], NIBBLE[usize::from(pair[1])]);
@@ -56,6 +36,39 @@ fn decode_short_hex(digits: &[u8], out: &mut [u8]) -> Result<(), TranscodeError>
         return Err(TranscodeError::Hex);
     }
     Ok(())
+}
+
+/// Decodes the whole 32- and 16-byte blocks at the start of `out` with the vector units; how many
+/// bytes that was (the rest is the caller's).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn decode_vector_blocks(digits: &[u8], out: &mut [u8]) -> Result<usize, TranscodeError> {
+    let mut done = 0;
+    if std::is_x86_feature_detected!("avx2") {
+        while done + 32 <= out.len() {
+            // SAFETY: AVX2 was detected; the 64 digits and 32 bytes are in bounds.
+            let valid = unsafe { avx2::decode32(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
+            if !valid {
+                return Err(TranscodeError::Hex);
+            }
+            done += 32;
+        }
+    }
+    while done + 16 <= out.len() {
+        // SAFETY: SSE2 is part of x86_64; the 32 digits and 16 bytes are in bounds.
+        let valid = unsafe { sse2::decode16(digits[done * 2..].as_ptr(), out[done..].as_mut_ptr()) };
+        if !valid {
+            return Err(TranscodeError::Hex);
+        }
+        done += 16;
+    }
+    Ok(done)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn decode_vector_blocks(_digits: &[u8], _out: &mut [u8]) -> Result<usize, TranscodeError> {
+    Ok(0)
 }
 
 /// Each byte's value as a hex digit; 0xff for a byte that is not one.
