@@ -15,10 +15,11 @@ CARGO := cargo
 
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module, and libclang for
-# RocksDB's bindings (the cache daemon).
+# RocksDB's bindings (the cache daemon), and Docker's engine, Compose and debootstrap for the
+# reference stack (docker/).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
-	clang lld llvm wasi-libc valgrind libclang1-14
+	clang lld llvm wasi-libc valgrind libclang1-14 docker.io docker-compose debootstrap
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
@@ -26,12 +27,13 @@ export RPCEDGE_CORPUS := $(CORPUS)
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate exchange c_abi transcode
 
-.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run bench clean
+.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run docker bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops)"
 	@echo "make test   install what is needed, build, run every test"
 	@echo "make bench  install what is needed, run the benchmarks"
+	@echo "make docker the reference stack's images from this build (docker/README.md)"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -113,6 +115,12 @@ asan: build $(STAMPS)/fuzz
 
 run: build
 	cd tests && ../$(VENV)/bin/python stack.py
+
+# The reference stack's images, from this build's artefacts; starts a Docker engine and makes the
+# base image where needed.
+docker: build
+	bash docker/engine.sh
+	$(VENV)/bin/python docker/build.py
 
 bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked

@@ -4,7 +4,8 @@ a node to put behind the proxies. The choice is a rule over the shared corpus's 
 and the same corpus always gives the same sample:
 
   rpc/      per method and network, the smallest recording with a real (not placeholder) answer;
-            per load-test size bucket (loadtest/scenarios.py), the smallest recordings with an
+            per method of the load test's mix, the smallest recordings it can use; per load-test
+            size bucket (loadtest/scenarios.py), the smallest recordings with an
             answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; and the
             recordings that the README's examples ask for. index.jsonl keeps their rows.
   witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
@@ -25,10 +26,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "loadtest"))
-from scenarios import SIZE_BUCKETS  # noqa: E402
+from scenarios import MIX_LARGEST, MIX_PER_MILLE, SIZE_BUCKETS  # noqa: E402
 
 MiB = 1024 * 1024
 LIMIT = 8 * MiB
+PER_MIX_METHOD = 3  # recordings per method of the load test's mix
 PER_BUCKET = 6  # recordings per load-test size bucket, each a file of at most:
 BUCKET_FILE_MAX = 512 * 1024  # (the big answers come as bzip2 tarballs, which fit)
 BIG_TRACES = 4  # tarballs holding a trace answer over 1 MiB
@@ -50,6 +52,10 @@ def rpc_choice(rows):
     for row in by_size:
         chosen.setdefault((row["method"], row["network"]), row)
     picked = {row["path"] for row in chosen.values()}
+    for method in MIX_PER_MILLE:
+        usable = [row for row in by_size if row["method"] == method and any(
+            not (pair["error"] or pair["batch"]) and pair["resp_bytes"] <= MIX_LARGEST for pair in real_pairs(row))]
+        picked.update(row["path"] for row in usable[:PER_MIX_METHOD])
     for smallest, largest in SIZE_BUCKETS.values():
         in_bucket = [row for row in by_size if row["file_bytes"] <= BUCKET_FILE_MAX
                      and any(smallest <= pair["resp_bytes"] < largest for pair in real_pairs(row))]

@@ -9,14 +9,17 @@
 -- A response counts as broken when its status is not 200, when it carries no X-Replay-Recording
 -- naming a request of the list, when an identity body does not have the recorded length, when a
 -- gzip body lacks the gzip magic or its trailer (ISIZE) disagrees with the recorded length, when a
--- br body is empty, or when it has any other Content-Encoding. done() prints one RESULT line of
--- JSON for loadtest/bench.py; wrk's own summary is printed above it.
+-- br body is empty, or when it has any other Content-Encoding. A cache hit (X-Rpcedge-Cache: HIT)
+-- has no recording (the node did not answer): it counts as `cached`, and its length (or gzip
+-- trailer) must be one of the list's. done() prints one RESULT line of JSON for
+-- loadtest/bench.py; wrk's own summary is printed above it.
 
 requests = {}
 expected = {}  -- recording -> length of its answer
+lengths = {}  -- length of an answer of the list -> true
 next_request = 0
 -- counters, globals so that done() can read each thread's with thread:get()
-answered, bad_status, unknown, bad_length, bad_gzip, bad_br, bad_coding, encoded, body_bytes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+answered, bad_status, unknown, bad_length, bad_gzip, bad_br, bad_coding, encoded, cached, body_bytes = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 local threads = {}
 
@@ -29,6 +32,7 @@ function init(args)
   for line in io.lines(list) do
     local network, recording, length, body = line:match("^([^\t]+)\t([^\t]+)\t(%d+)\t(.+)$")
     expected[recording] = tonumber(length)
+    lengths[tonumber(length)] = true
     local headers = {["Content-Type"] = "application/json", ["Accept-Encoding"] = accept_encoding}
     table.insert(requests, wrk.format("POST", "/" .. network, headers, body))
   end
@@ -46,6 +50,13 @@ local function gzip_isize(body)
   return a + b * 256 + c * 65536 + d * 16777216
 end
 
+-- Whether a decoded length (or a gzip trailer's, modulo 2^32) is the recorded answer's; for a
+-- cache hit (no recording), any answer's of the list.
+local function fits(n, length)
+  if length then return n == length % 4294967296 end
+  return lengths[n] == true
+end
+
 function response(status, headers, body)
   answered = answered + 1
   body_bytes = body_bytes + #body
@@ -53,19 +64,29 @@ function response(status, headers, body)
     bad_status = bad_status + 1
     return
   end
-  local recording, coding
+  local recording, coding, cache
   for name, value in pairs(headers) do
     local lower = name:lower()
-    if lower == "x-replay-recording" then recording = value elseif lower == "content-encoding" then coding = value end
+    if lower == "x-replay-recording" then
+      recording = value
+    elseif lower == "content-encoding" then
+      coding = value
+    elseif lower == "x-rpcedge-cache" then
+      cache = value
+    end
   end
   local length = recording and expected[recording]
-  if not length then
+  if not length and cache == "HIT" then
+    cached = cached + 1
+  elseif not length then
     unknown = unknown + 1
-  elseif coding == nil then
-    if #body ~= length then bad_length = bad_length + 1 end
+    return
+  end
+  if coding == nil then
+    if not fits(#body, length) then bad_length = bad_length + 1 end
   elseif coding == "gzip" then
     encoded = encoded + 1
-    if #body < 18 or body:sub(1, 2) ~= "\31\139" or gzip_isize(body) ~= length % 4294967296 then
+    if #body < 18 or body:sub(1, 2) ~= "\31\139" or not fits(gzip_isize(body), length) then
       bad_gzip = bad_gzip + 1
     end
   elseif coding == "br" then
@@ -78,7 +99,7 @@ end
 
 function done(summary, latency, requests)
   local totals = {}
-  for _, name in ipairs({"answered", "bad_status", "unknown", "bad_length", "bad_gzip", "bad_br", "bad_coding", "encoded", "body_bytes"}) do
+  for _, name in ipairs({"answered", "bad_status", "unknown", "bad_length", "bad_gzip", "bad_br", "bad_coding", "encoded", "cached", "body_bytes"}) do
     local sum = 0
     for _, thread in ipairs(threads) do sum = sum + thread:get(name) end
     table.insert(totals, string.format('"%s":%.0f', name, sum))

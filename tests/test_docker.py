@@ -1,0 +1,186 @@
+"""The Docker reference stack (docker/), built from this build and brought up as an operator
+would, then used from the host through its published ports: gzip with an exact length through
+each proxy, small answers untouched, cache hits, Prometheus' scrapes, and a bounded load run with
+no errors; then torn down (containers, networks, volumes; the images stay for the next run).
+
+It starts a Docker engine and makes the base image itself where needed (docker/engine.sh); it skips
+only where no engine can be started at all."""
+
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import cache_cases as cc
+import replay_corpus as rc
+import wire
+from harness import REPO, SAMPLE_CORPUS, port_accepts
+
+COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-p", "rpcedge-test"]
+NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS = 18080, 18081, 19901, 19090
+PROXIES = {"nginx": NGINX, "envoy": ENVOY}
+UP_WITHIN = 60  # seconds from `up` to every service healthy, once the images exist
+BLOCK = "eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"  # 126 KiB: compressed
+SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # 40 B: untouched
+
+
+def run(argv, timeout=1800, **kwargs):
+    return subprocess.run(argv, cwd=REPO, timeout=timeout, text=True, capture_output=True, **kwargs)
+
+
+def checked(argv, timeout=1800, **kwargs):
+    result = run(argv, timeout, **kwargs)
+    assert result.returncode == 0, f"{' '.join(map(str, argv))}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def stack():
+    if shutil.which("dockerd") is None and shutil.which("docker") is None:
+        pytest.skip("no Docker engine here: install Debian's docker.io (make deps does)")
+    engine = run(["bash", "docker/engine.sh"])
+    if engine.returncode != 0 and "dockerd is missing" in engine.stderr:
+        pytest.skip(f"no Docker engine can be started: {engine.stderr.strip()}")
+    assert engine.returncode == 0, engine.stdout + engine.stderr
+    started = time.monotonic()
+    build = checked([sys.executable, "docker/build.py"])
+    print(f"\nimages built in {time.monotonic() - started:.0f} s:\n{build.stdout}")
+    busy = [port for port in (NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS) if port_accepts(port)]
+    assert not busy, f"ports {busy} are taken (is `make run` or another stack up?)"
+    run(COMPOSE + ["down", "-v"])
+    started = time.monotonic()
+    try:
+        checked(COMPOSE + ["up", "-d"], timeout=300)
+        wait_healthy(started + 2 * UP_WITHIN)
+        up_after = time.monotonic() - started
+        print(f"stack up and healthy {up_after:.1f} s after `up`")
+        assert up_after <= UP_WITHIN
+        yield
+    finally:
+        logs = run(COMPOSE + ["logs", "--tail", "20"])
+        down = run(COMPOSE + ["down", "-v"], timeout=300)
+        assert down.returncode == 0, down.stderr
+        assert not run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rpcedge-test"]).stdout.strip()
+        if sys.exc_info()[0] is not None:
+            print(logs.stdout[-5000:])
+
+
+def wait_healthy(deadline):
+    while True:
+        ids = checked(COMPOSE + ["ps", "-q"]).stdout.split()
+        states = checked(["docker", "inspect", "--format", "{{.Name}} {{.State.Health.Status}}", *ids]).stdout.splitlines()
+        if len(ids) == 5 and all(line.endswith(" healthy") for line in states):
+            return
+        assert time.monotonic() < deadline, f"not healthy: {states}"
+        time.sleep(0.5)
+
+
+def post(port, path, accept_encoding="gzip"):
+    """The recorded request of `path` (a recording of the sample) to its network's route."""
+    request, _ = rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0]
+    return wire.request(port, f"/{rc.network_of(path)}", method="POST", body=rc.compact(request),
+                        headers={"Content-Type": "application/json"}, accept_encoding=accept_encoding)
+
+
+def recorded(path):
+    return rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0][1]
+
+
+def image_file_digest(image, path):
+    out = checked(["docker", "run", "--rm", "--entrypoint", "sha256sum", image, path]).stdout
+    return out.split()[0]
+
+
+def test_the_images_carry_this_build(stack):
+    """No stale module: what runs in the stack is what `make build` made here."""
+    for image, inside, built in [
+        ("rpcedge/nginx", "/usr/lib/nginx/modules/ngx_http_rpcedge_filter_module.so",
+         REPO / "build/nginx/objs/ngx_http_rpcedge_filter_module.so"),
+        ("rpcedge/envoy", "/usr/lib/rpcedge/rpcedge_envoy_filter.wasm",
+         REPO / "target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm"),
+    ]:
+        assert image_file_digest(image, inside) == hashlib.sha256(built.read_bytes()).hexdigest(), image
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_a_large_answer_is_gzip_with_its_exact_length(stack, proxy):
+    response = recorded(BLOCK)
+    r = post(PROXIES[proxy], BLOCK)
+    assert r.status == 200 and r.header("content-encoding") == "gzip"
+    assert int(r.header("content-length")) == len(r.body)
+    assert json.loads(gzip.decompress(r.body)) == response
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_a_small_answer_goes_out_untouched(stack, proxy):
+    response = recorded(SMALL)
+    r = post(PROXIES[proxy], SMALL)
+    assert r.status == 200 and r.header("content-encoding") is None
+    assert r.body == rc.compact(response)
+
+
+def cacheable_call(proxy):
+    """A final block's call with a result to keep, of the sample, one per proxy (the block of the
+    other tests is cached by then)."""
+    cases = [case for case in cc.find_all(cc.immutable, corpus=SAMPLE_CORPUS / "rpc")
+             if case.request["params"] != json.loads(post_body(BLOCK))["params"]]
+    return cases[list(PROXIES).index(proxy)]
+
+
+def post_body(path):
+    return rc.compact(rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0][0])
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_a_cacheable_answer_is_a_hit_the_second_time(stack, proxy):
+    case = cacheable_call(proxy)
+
+    def ask():
+        return wire.request(PROXIES[proxy], case.path, method="POST", body=case.body(7),
+                            headers={"Content-Type": "application/json"}, accept_encoding="gzip")
+
+    first = ask()
+    assert first.header("x-rpcedge-cache") == "MISS" and first.header("x-replay-recording")
+    deadline = time.monotonic() + 10  # the store lands after the answer
+    while (again := ask()).header("x-rpcedge-cache") != "HIT":
+        assert time.monotonic() < deadline, again.header("x-rpcedge-cache")
+        time.sleep(0.2)
+    assert again.decoded() == case.answer(7)
+    assert again.header("x-replay-recording") is None, "the node was not asked"
+
+
+def prometheus_query(query):
+    url = f"http://127.0.0.1:{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)["data"]["result"]
+
+
+def test_prometheus_scraped_the_rpcedge_counters(stack):
+    # the requests above are counted; the next scrape (every 5 s) carries them
+    wanted = {"rpcedge-envoy": 'rpcedge_responses_oneshot{job="rpcedge-envoy"} > 0',
+              "rpcedge-nginx": '{job="rpcedge-nginx", __name__=~"rpcedge_.*"} > 0',
+              "rpcedge-cached": 'rpcedge_cached_hits_total{job="rpcedge-cached"} > 0'}
+    deadline = time.monotonic() + 30
+    missing = dict(wanted)
+    while missing:
+        missing = {job: query for job, query in missing.items() if not prometheus_query(query)}
+        assert time.monotonic() < deadline, f"not scraped: {missing}"
+        time.sleep(1)
+
+
+def test_the_load_container_runs_through_each_proxy_without_errors(stack):
+    load = run(COMPOSE + ["run", "--rm", "-e", "RPCEDGE_LOAD_DURATION=3s", "load"], timeout=120)
+    print(load.stdout)
+    assert load.returncode == 0, load.stdout + load.stderr
+    results = [json.loads(line.removeprefix("RESULT ")) for line in load.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2
+    for result in results:
+        assert result["requests"] > 0 and not any(result["errors"].values())
+        assert not any(count for name, count in result["checks"].items() if name.startswith("bad_") or name == "unknown")
