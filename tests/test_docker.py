@@ -82,15 +82,16 @@ def wait_healthy(deadline):
         time.sleep(0.5)
 
 
-def post(port, path, accept_encoding="gzip"):
+def post(port, path):
     """The recorded request of `path` (a recording of the sample) to its network's route."""
-    request, _ = rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0]
+    request, _ = recorded(path)
     return wire.request(port, f"/{rc.network_of(path)}", method="POST", body=rc.compact(request),
-                        headers={"Content-Type": "application/json"}, accept_encoding=accept_encoding)
+                        headers={"Content-Type": "application/json"}, accept_encoding="gzip")
 
 
 def recorded(path):
-    return rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0][1]
+    """The first (request, response) of a recording of the sample."""
+    return rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0]
 
 
 def image_file_digest(image, path):
@@ -111,7 +112,7 @@ def test_the_images_carry_this_build(stack):
 
 @pytest.mark.parametrize("proxy", PROXIES)
 def test_a_large_answer_is_gzip_with_its_exact_length(stack, proxy):
-    response = recorded(BLOCK)
+    _, response = recorded(BLOCK)
     r = post(PROXIES[proxy], BLOCK)
     assert r.status == 200 and r.header("content-encoding") == "gzip"
     assert int(r.header("content-length")) == len(r.body)
@@ -120,7 +121,7 @@ def test_a_large_answer_is_gzip_with_its_exact_length(stack, proxy):
 
 @pytest.mark.parametrize("proxy", PROXIES)
 def test_a_small_answer_goes_out_untouched(stack, proxy):
-    response = recorded(SMALL)
+    _, response = recorded(SMALL)
     r = post(PROXIES[proxy], SMALL)
     assert r.status == 200 and r.header("content-encoding") is None
     assert r.body == rc.compact(response)
@@ -130,12 +131,8 @@ def cacheable_call(proxy):
     """A final block's call with a result to keep, of the sample, one per proxy (the block of the
     other tests is cached by then)."""
     cases = [case for case in cc.find_all(cc.immutable, corpus=SAMPLE_CORPUS / "rpc")
-             if case.request["params"] != json.loads(post_body(BLOCK))["params"]]
+             if case.request["params"] != recorded(BLOCK)[0]["params"]]
     return cases[list(PROXIES).index(proxy)]
-
-
-def post_body(path):
-    return rc.compact(rc.read_pairs(SAMPLE_CORPUS / "rpc" / path)[0][0])
 
 
 @pytest.mark.parametrize("proxy", PROXIES)
