@@ -44,11 +44,36 @@ def corpus_description(corpus=CORPUS):
     return f"{corpus} ({kind})"
 
 
+def _ports_below_the_ephemeral_range():
+    """Candidate ports that the kernel never picks for an outgoing connection or a bind to port 0,
+    in an order that differs between processes (two test runs on one machine rarely collide)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first, last = max(20000, low - 12000), low
+    if last - first < 1000:
+        first, last = 20000, 30000
+    start = first + os.getpid() * 7919 % (last - first)
+    return iter(list(range(start, last)) + list(range(first, start)))
+
+
+_candidate_ports = _ports_below_the_ephemeral_range()
+
+
 def free_port():
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that was free a moment ago and that this process has not handed out
+    before. A bind to port 0 may return the same port twice in a row (it did, and Envoy's listener
+    and admin then collided), and a port from the ephemeral range may be taken meanwhile by any
+    outgoing connection; ports below that range, each handed out once, avoid both."""
+    for port in _candidate_ports:
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port left below the ephemeral range")
 
 
 def port_accepts(port, host=LOOPBACK):
