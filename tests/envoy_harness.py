@@ -19,12 +19,12 @@ SNIPPET = REPO / "configs" / "envoy" / "rpcedge-filter.yaml"
 # The plugin configuration of the example, which tests replace: by default with its compression
 # settings alone, the cache off (CACHE_PLUGIN_CONFIG turns it on).
 EXAMPLE_PLUGIN_CONFIG = (
-    '{"min_length": 1024, "max_buffer": 1048576, "level": 6, "stream_level": 1, "stream_delay_ms": 100,\n'
+    '{"min_length": 1024, "max_buffer": 1048576, "level": "auto", "stream_level": 1, "stream_delay_ms": 100,\n'
     '                     "transcode": true, "transcode_max": 67108864, "buffer_limit": 68157440,\n'
     '                     "cache": {"clusters": ["rpcedge_cached"], "timeout_ms": 50, "hot_bytes": 33554432}}'
 )
 COMPRESSION_PLUGIN_CONFIG = (
-    '{"min_length": 1024, "max_buffer": 1048576, "level": 6, "stream_level": 1, "stream_delay_ms": 100}'
+    '{"min_length": 1024, "max_buffer": 1048576, "level": "auto", "stream_level": 1, "stream_delay_ms": 100}'
 )
 # Where the example's rpcedge entry in http_filters starts, and where the entry after it starts.
 RPCEDGE_ENTRY = "          - name: rpcedge\n"

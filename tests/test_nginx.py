@@ -82,6 +82,11 @@ SERVER = """
             proxy_pass http://replay/;
         }}
 
+        location /level5/ {{
+            rpcedge_level 5;
+            proxy_pass http://replay/;
+        }}
+
         location /off/ {{
             rpcedge off;
             proxy_pass http://replay/;
@@ -558,11 +563,22 @@ def test_q_values(nginx, replay, accept, coding):
 
 
 def test_level_directive_changes_the_bytes(nginx, replay):
-    path = BUCKETS["256 KiB-1 MiB"]
-    six = get(nginx, f"/corpus/{path}")
+    path = BUCKETS["16-256 KiB"]
+    five = get(nginx, f"/level5/corpus/{path}")
     one = get(nginx, f"/level1/corpus/{path}")
-    assert gzip.decompress(six.body) == gzip.decompress(one.body) == recorded(replay, path)
-    assert len(one.body) > len(six.body)
+    assert gzip.decompress(five.body) == gzip.decompress(one.body) == recorded(replay, path)
+    assert len(one.body) > len(five.body)
+
+
+@pytest.mark.parametrize("bucket,level", [("1-16 KiB", 5), ("16-256 KiB", 5), ("256 KiB-1 MiB", 1)])
+def test_level_auto_by_default_picks_the_level_by_size(nginx, replay, bucket, level):
+    # compress::auto_level: level 5 below 256 KiB, level 1 above
+    path = BUCKETS[bucket]
+    auto = get(nginx, f"/corpus/{path}")
+    fixed = get(nginx, f"/level{level}/corpus/{path}")
+    assert auto.header("content-encoding") == "gzip"
+    assert auto.body == fixed.body
+    assert gzip.decompress(auto.body) == recorded(replay, path)
 
 
 # --- HTTP/2 ------------------------------------------------------------------------------------
@@ -680,7 +696,8 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_stream_level 0;", '"rpcedge_stream_level" directive must be between 1 and 9, got 0'),
     ("rpcedge_max_buffer 300m;", '"rpcedge_max_buffer" directive must be between 0 and 268435456'),
     ("rpcedge_stream_delay 2m;", '"rpcedge_stream_delay" directive must be between 0 and 60000'),
-    ("rpcedge_level fast;", '"rpcedge_level" directive invalid number'),
+    ("rpcedge_level fast;", '"rpcedge_level" directive must be auto or a number from 1 to 12, got "fast"'),
+    ("rpcedge_level 0;", '"rpcedge_level" directive must be between 1 and 12, got 0'),
     ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
     ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),
     ("rpcedge_transcode_max 3000m;", '"rpcedge_transcode_max" directive must be between 0 and 2147483648'),

@@ -175,6 +175,9 @@ static ngx_int_t ngx_http_rpcedge_status_handler(ngx_http_request_t *r);
 static char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
+static char *ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err);
 static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
@@ -188,8 +191,6 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_min_length_check =
     { ngx_http_rpcedge_check, "min_length", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_max_buffer_check =
     { ngx_http_rpcedge_check, "max_buffer", NGX_HTTP_RPCEDGE_SIZE_SLOT };
-static ngx_http_rpcedge_check_t  ngx_http_rpcedge_level_check =
-    { ngx_http_rpcedge_check, "level", NGX_HTTP_RPCEDGE_NUM_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_level_check =
     { ngx_http_rpcedge_check, "stream_level",
       NGX_HTTP_RPCEDGE_NUM_SLOT };
@@ -229,10 +230,10 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
 
     { ngx_string("rpcedge_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
+      ngx_http_rpcedge_level,
       NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_rpcedge_conf_t, level),
-      &ngx_http_rpcedge_level_check },
+      0,
+      NULL },
 
     { ngx_string("rpcedge_stream_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -1958,8 +1959,6 @@ ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_http_rpcedge_check_t  *check = post;
 
-    u_char           *msg;
-    size_t            len;
     uint64_t          value;
     rpcedge_error_t   err;
 
@@ -1981,16 +1980,53 @@ ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
         return NGX_CONF_OK;
     }
 
-    /* nginx prints it after the directive's name */
+    return ngx_http_rpcedge_conf_error(cf, &err);
+}
 
-    len = ngx_strlen(err.message) + 1;
+
+/* "auto" or a number: the core parses it, as it does the JSON of the other hosts */
+
+static char *
+ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_rpcedge_conf_t  *rcf = conf;
+
+    uint32_t          level;
+    ngx_str_t        *value;
+    rpcedge_error_t   err;
+
+    if (rcf->level != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (rpcedge_parse_level(value[1].data, value[1].len, &level, &err) != 0) {
+        return ngx_http_rpcedge_conf_error(cf, &err);
+    }
+
+    rcf->level = level;
+
+    return NGX_CONF_OK;
+}
+
+
+/* the core's message, which nginx prints after the directive's name */
+
+static char *
+ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err)
+{
+    u_char  *msg;
+    size_t   len;
+
+    len = ngx_strlen(err->message) + 1;
 
     msg = ngx_pnalloc(cf->pool, len);
     if (msg == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_cpystrn(msg, (u_char *) err.message, len);
+    ngx_cpystrn(msg, (u_char *) err->message, len);
 
     return (char *) msg;
 }

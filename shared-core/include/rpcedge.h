@@ -166,6 +166,9 @@ typedef struct {
 typedef struct {
   uint64_t min_length;
   uint64_t max_buffer;
+  /**
+   * 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
+   */
   uint32_t level;
   uint32_t stream_level;
   uint64_t stream_delay_ms;
@@ -287,6 +290,15 @@ int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *
  * `pattern` points to `len` readable bytes; `err` is NULL or writable.
  */
 int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
+
+/**
+ * Parses a `level` value (`auto` or 1 to 12) into `out` in `RpcedgeConfig`'s form (0: auto);
+ * 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+ */
+int32_t rpcedge_parse_level(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
 
 /**
  * Validates a configuration; NULL with `err` filled in when a value is out of range.
@@ -534,9 +546,10 @@ void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes
 uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
 
 /**
- * Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes). Returns
- * the compressed size, or 0 when the result would not be smaller than the input (or `coding`
- * or `level` are not valid, or `out` is NULL): then send the original.
+ * Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes), at `level`
+ * 1 to 12 or, for 0, the level `auto` picks for `len`. Returns the compressed size, or 0 when
+ * the result would not be smaller than the input (or `coding` or `level` are not valid, or `out`
+ * is NULL): then send the original.
  *
  * # Safety
  * `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.

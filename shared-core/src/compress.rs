@@ -11,6 +11,20 @@ use libdeflater::{CompressionLvl, Compressor};
 
 use crate::negotiate::Coding;
 
+/// The libdeflate level of `level auto` for a body of `length` bytes, chosen by measurement on
+/// the corpus (`benches/level.rs`; BENCHMARKS.md has the table). Level 5, libdeflate's first
+/// with lazy matching, saves the most bytes per extra microsecond over level 1 on bodies up to
+/// a few hundred KiB (7-14 % fewer bytes there, for 1.2-2x the time of level 1; levels 2-4 save
+/// 1-4 % for nearly as much time, 6 and up little more for much more). Above 256 KiB the time is
+/// what a proxy runs out of first: level 1, several milliseconds per body less.
+pub fn auto_level(length: usize) -> u32 {
+    if length < 256 * 1024 {
+        5
+    } else {
+        1
+    }
+}
+
 /// Compresses `input` whole. Returns `None` when the result would not be smaller than the input,
 /// so the caller sends the original.
 pub fn compress_whole(coding: Coding, level: u32, input: &[u8]) -> Option<Vec<u8>> {

@@ -21,8 +21,8 @@ pub struct Config {
     pub min_length: u64,
     /// The most a response is buffered for one-shot compression before it streams.
     pub max_buffer: u64,
-    /// libdeflate level for one-shot compression.
-    pub level: u32,
+    /// One-shot compression: `auto` (by the body's size) or a fixed libdeflate level.
+    pub level: Level,
     /// zlib level for streaming compression.
     pub stream_level: u32,
     /// A chunked body that pauses this long stops being buffered and streams.
@@ -96,12 +96,82 @@ impl CacheConfig {
     }
 }
 
+/// The one-shot compression level, as an operator writes it: `auto` or 1 to 12.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "LevelValue", into = "LevelValue")]
+pub enum Level {
+    /// By the body's size ([`crate::compress::auto_level`]): chosen by measurement on the corpus.
+    Auto,
+    /// One libdeflate level for every body.
+    Fixed(u32),
+}
+
+/// [`Level`] in JSON: `"auto"` or a number.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum LevelValue {
+    Number(u64),
+    Name(String),
+}
+
+impl TryFrom<LevelValue> for Level {
+    type Error = ConfigError;
+    fn try_from(value: LevelValue) -> Result<Level, ConfigError> {
+        match value {
+            LevelValue::Number(level) => check_field("level", level).map(|()| Level::Fixed(level as u32)),
+            LevelValue::Name(name) => Level::parse(&name),
+        }
+    }
+}
+
+impl From<Level> for LevelValue {
+    fn from(level: Level) -> LevelValue {
+        match level {
+            Level::Auto => LevelValue::Name("auto".into()),
+            Level::Fixed(level) => LevelValue::Number(level.into()),
+        }
+    }
+}
+
+impl Level {
+    /// Parses a directive's value: `auto`, or a number in the level's range.
+    pub fn parse(value: &str) -> Result<Level, ConfigError> {
+        if value.eq_ignore_ascii_case("auto") {
+            return Ok(Level::Auto);
+        }
+        match value.parse::<u64>() {
+            Ok(level) => check_field("level", level).map(|()| Level::Fixed(level as u32)),
+            Err(_) => Err(ConfigError::new("level", format!("must be auto or a number from 1 to 12, got \"{value}\""))),
+        }
+    }
+
+    /// The C form ([`crate::ffi::RpcedgeConfig`]): 0 for `auto`.
+    pub fn from_raw(raw: u32) -> Level {
+        if raw == 0 { Level::Auto } else { Level::Fixed(raw) }
+    }
+
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Level::Auto => 0,
+            Level::Fixed(level) => level,
+        }
+    }
+
+    /// The libdeflate level for a body of `length` bytes.
+    pub fn for_length(self, length: usize) -> u32 {
+        match self {
+            Level::Auto => crate::compress::auto_level(length),
+            Level::Fixed(level) => level,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             min_length: 1024,
             max_buffer: MIB,
-            level: 6,
+            level: Level::Auto,
             stream_level: 1,
             stream_delay_ms: 100,
             types: ["application/json", "application/json-rpc", "application/javascript", "text/*"]
@@ -225,17 +295,19 @@ impl Config {
 
     /// Checks every bound and turns the config into the [`Settings`] an exchange runs with.
     pub fn validate(self) -> Result<Settings, ConfigError> {
+        if let Level::Fixed(level) = self.level {
+            check_field("level", level.into())?;
+        }
         let values = [
-            self.min_length,
-            self.max_buffer,
-            u64::from(self.level),
-            u64::from(self.stream_level),
-            self.stream_delay_ms,
-            self.offload_min_length,
-            self.transcode_max,
+            ("min_length", self.min_length),
+            ("max_buffer", self.max_buffer),
+            ("stream_level", u64::from(self.stream_level)),
+            ("stream_delay_ms", self.stream_delay_ms),
+            ("offload_min_length", self.offload_min_length),
+            ("transcode_max", self.transcode_max),
         ];
-        for (field, value) in FIELDS.iter().zip(values) {
-            check_field(field.name, value)?;
+        for (name, value) in values {
+            check_field(name, value)?;
         }
         if self.min_length > self.max_buffer {
             return Err(ConfigError::new(
@@ -364,7 +436,7 @@ mod tests {
     #[test]
     fn defaults_are_the_documented_ones() {
         let s = Settings::default();
-        assert_eq!((s.min_length, s.max_buffer, s.level, s.stream_level), (1024, MIB, 6, 1));
+        assert_eq!((s.min_length, s.max_buffer, s.level, s.stream_level), (1024, MIB, Level::Auto, 1));
         assert_eq!(s.stream_delay_ms, 100);
         assert_eq!(s.offload_min_length, 128 * 1024);
         assert_eq!((s.transcode, s.transcode_max), (false, 64 * MIB));
@@ -372,7 +444,7 @@ mod tests {
 
     #[test]
     fn out_of_range_values_name_the_field_and_range() {
-        let err = Config { level: 13, ..Config::default() }.validate().unwrap_err();
+        let err = Config { level: Level::Fixed(13), ..Config::default() }.validate().unwrap_err();
         assert_eq!(err.field, "level");
         assert_eq!(err.to_string(), "level: must be between 1 and 12, got 13");
         let err = Config { stream_level: 0, ..Config::default() }.validate().unwrap_err();
@@ -387,12 +459,19 @@ mod tests {
         let err = Config::from_json(br#"{"levle": 3}"#).unwrap_err();
         assert!(err.message.contains("levle"), "{err}");
         let err = Config::from_json(br#"{"level": "six"}"#).unwrap_err();
-        assert!(err.message.contains("invalid type"), "{err}");
+        assert!(err.message.contains(r#"level: must be auto or a number from 1 to 12, got "six""#), "{err}");
+        let err = Config::from_json(br#"{"level": 13}"#).unwrap_err();
+        assert!(err.message.contains("level: must be between 1 and 12, got 13"), "{err}");
+        assert!(Config::from_json(br#"{"level": true}"#).is_err());
         let err = Config::from_json(br#"{"types": ["json"]}"#).unwrap_err();
         assert_eq!(err.field, "types");
         assert_eq!(Config::from_json(b" ").unwrap(), Settings::default());
         let s = Config::from_json(br#"{"level": 9, "types": ["Application/JSON"]}"#).unwrap();
-        assert_eq!(s.level, 9);
+        assert_eq!(s.level, Level::Fixed(9));
+        assert_eq!(Config::from_json(br#"{"level": "auto"}"#).unwrap().level, Level::Auto);
+        let json = serde_json::to_string(&Config { level: Level::Fixed(3), ..Config::default() }).unwrap();
+        assert!(json.contains(r#""level":3"#), "{json}");
+        assert!(serde_json::to_string(&Config::default()).unwrap().contains(r#""level":"auto""#));
         assert!(s.compresses_type(b"application/json; charset=utf-8"));
     }
 

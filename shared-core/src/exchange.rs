@@ -874,7 +874,8 @@ impl Exchange {
             self.out = body;
             return true;
         }
-        let mut job = WholeBody { coding: self.coding, level: settings.level, body, compressed: None };
+        let level = settings.level.for_length(body.len());
+        let mut job = WholeBody { coding: self.coding, level, body, compressed: None };
         if self.offload && length >= settings.offload_min_length {
             self.phase = Phase::Offloaded(Some(job));
             return false;

@@ -11,7 +11,7 @@ use std::slice;
 use std::sync::Arc;
 
 use crate::compress::compress_into;
-use crate::config::{check_field, check_type, Config, ConfigError, Settings};
+use crate::config::{check_field, check_type, Config, ConfigError, Level, Settings};
 use crate::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
@@ -44,6 +44,7 @@ pub struct RpcedgeStr {
 pub struct RpcedgeConfig {
     pub min_length: u64,
     pub max_buffer: u64,
+    /// 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
     pub level: u32,
     pub stream_level: u32,
     pub stream_delay_ms: u64,
@@ -245,6 +246,28 @@ pub unsafe extern "C" fn rpcedge_check_type(pattern: *const u8, len: usize, err:
     result.map_or_else(|e| { write_error(err, &e); -1 }, |()| 0)
 }
 
+/// Parses a `level` value (`auto` or 1 to 12) into `out` in `RpcedgeConfig`'s form (0: auto);
+/// 0 when valid, -1 with `err` filled in.
+///
+/// # Safety
+/// `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_parse_level(value: *const u8, len: usize, out: *mut u32, err: *mut RpcedgeError) -> i32 {
+    let result = guard(Err(panicked()), || Level::parse(&String::from_utf8_lossy(bytes(value, len))));
+    match result {
+        Ok(level) => {
+            if !out.is_null() {
+                *out = level.to_raw();
+            }
+            0
+        }
+        Err(e) => {
+            write_error(err, &e);
+            -1
+        }
+    }
+}
+
 /// Validates a configuration; NULL with `err` filled in when a value is out of range.
 ///
 /// # Safety
@@ -266,7 +289,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
         Config {
             min_length: c.min_length,
             max_buffer: c.max_buffer,
-            level: c.level,
+            level: Level::from_raw(c.level),
             stream_level: c.stream_level,
             stream_delay_ms: c.stream_delay_ms,
             offload_min_length: c.offload_min_length,
@@ -310,7 +333,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
     RpcedgeConfig {
         min_length: d.min_length,
         max_buffer: d.max_buffer,
-        level: d.level,
+        level: d.level.to_raw(),
         stream_level: d.stream_level,
         stream_delay_ms: d.stream_delay_ms,
         offload_min_length: d.offload_min_length,
@@ -748,9 +771,10 @@ pub unsafe extern "C" fn rpcedge_negotiate(value: *const u8, len: usize) -> u8 {
     guard(0, || AcceptEncoding::parse(bytes(value, len)).choose().map_or(0, |c| c as u8))
 }
 
-/// Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes). Returns
-/// the compressed size, or 0 when the result would not be smaller than the input (or `coding`
-/// or `level` are not valid, or `out` is NULL): then send the original.
+/// Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes), at `level`
+/// 1 to 12 or, for 0, the level `auto` picks for `len`. Returns the compressed size, or 0 when
+/// the result would not be smaller than the input (or `coding` or `level` are not valid, or `out`
+/// is NULL): then send the original.
 ///
 /// # Safety
 /// `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
@@ -762,10 +786,11 @@ pub unsafe extern "C" fn rpcedge_compress(coding: u8, level: u32, data: *const u
             2 => Coding::Deflate,
             _ => return 0,
         };
-        if check_field("level", level.into()).is_err() {
+        if level != 0 && check_field("level", level.into()).is_err() {
             return 0;
         }
         let input = bytes(data, len);
+        let level = Level::from_raw(level).for_length(input.len());
         // Never more than the input less one byte: a result that is not smaller is refused.
         let room = out_cap.min(input.len().saturating_sub(1));
         if room == 0 || out.is_null() {

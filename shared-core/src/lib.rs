@@ -9,7 +9,7 @@ pub mod ffi;
 pub mod negotiate;
 pub mod transcode;
 
-pub use config::{CacheConfig, Config, ConfigError, Settings};
+pub use config::{CacheConfig, Config, ConfigError, Level, Settings};
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
     CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{chunked, run, Chunk, Exchange1};
-use rpcedge_core::{BodyPlan, Coding, Config, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings};
+use rpcedge_core::{BodyPlan, Coding, Config, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Level, Mode, Settings};
 
 fn settings() -> Arc<Settings> {
     Arc::new(Settings::default())
@@ -346,7 +346,7 @@ fn a_body_that_contradicts_its_content_length_fails_the_exchange() {
 
 #[test]
 fn levels_and_thresholds_come_from_the_config() {
-    let config = Config { min_length: 10, max_buffer: 1_000, level: 1, stream_delay_ms: 0, ..Config::default() };
+    let config = Config { min_length: 10, max_buffer: 1_000, level: Level::Fixed(1), stream_delay_ms: 0, ..Config::default() };
     let settings = Arc::new(config.validate().unwrap());
     let body = json_body(500);
     let wire = run(&settings, &Exchange1::json(&body, true)).unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::{run, Chunk, Exchange1};
 use proptest::prelude::*;
-use rpcedge_core::{AcceptEncoding, Config, LengthEdit, Mode};
+use rpcedge_core::{AcceptEncoding, Config, LengthEdit, Level, Mode};
 
 fn body() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -60,13 +60,13 @@ fn delivery() -> impl Strategy<Value = Delivery> {
 }
 
 fn config() -> impl Strategy<Value = Config> {
-    (0u64..3_000, 0u64..120_000, 1u32..=12, 1u32..=9, 0u64..200).prop_filter_map(
+    (0u64..3_000, 0u64..120_000, 0u32..=12, 1u32..=9, 0u64..200).prop_filter_map(
         "min_length <= max_buffer",
         |(min_length, max_buffer, level, stream_level, stream_delay_ms)| {
             (min_length <= max_buffer).then(|| Config {
                 min_length,
                 max_buffer,
-                level,
+                level: Level::from_raw(level),
                 stream_level,
                 stream_delay_ms,
                 ..Config::default()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rpcedge_core::transcode::{jsonrpc_from_ssz, jsonrpc_to_ssz, Schema, WitnessForm};
-use rpcedge_core::{BodyPlan, Coding, Config, Exchange, HeaderEdits, LengthEdit};
+use rpcedge_core::{BodyPlan, Coding, Config, Exchange, HeaderEdits, LengthEdit, Level};
 
 #[derive(Arbitrary, Debug)]
 struct Case<'a> {
@@ -57,7 +57,7 @@ fuzz_target!(|case: Case| {
     let config = Config {
         min_length: u64::from(case.min_length).min(max_buffer),
         max_buffer,
-        level: u32::from(case.level % 12) + 1,
+        level: Level::from_raw(u32::from(case.level % 13)),
         stream_delay_ms: u64::from(case.stream_delay_ms),
         transcode: case.transcode_max.is_some(),
         transcode_max: case.transcode_max.map_or(0, u64::from),

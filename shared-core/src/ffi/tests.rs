@@ -6,6 +6,7 @@ use std::io::Read;
 use std::mem::MaybeUninit;
 
 use super::*;
+use crate::compress::{auto_level, compress_whole};
 
 fn json(n: usize) -> Vec<u8> {
     br#"{"hash":"0x8f1c2d3e4b5a69788796a5b4c3d2e1f0","gasUsed":"0x5208"},"#.iter().cycle().take(n).copied().collect()
@@ -296,6 +297,23 @@ fn mode_codes_name_every_mode_once() {
 }
 
 #[test]
+fn a_level_parses_as_auto_or_a_number_in_range() {
+    let mut level = 99;
+    let mut err = garbage::<RpcedgeError>();
+    unsafe {
+        assert_eq!(rpcedge_parse_level(b"auto".as_ptr(), 4, &mut level, &mut err), 0);
+        assert_eq!(level, 0);
+        assert_eq!(rpcedge_parse_level(b"12".as_ptr(), 2, &mut level, &mut err), 0);
+        assert_eq!(level, 12);
+        for bad in [&b"0"[..], b"13", b"fast", b"", b"-1", b"6 "] {
+            assert_eq!(rpcedge_parse_level(bad.as_ptr(), bad.len(), &mut level, &mut err), -1, "{bad:?}");
+            assert_eq!(level, 12, "left alone on an error");
+        }
+    }
+    assert_eq!(message(&err), r#"must be auto or a number from 1 to 12, got "6 ""#);
+}
+
+#[test]
 fn compress_stays_within_its_bounds() {
     let body = json(10_000);
     let mut out = vec![0u8; body.len()];
@@ -309,8 +327,12 @@ fn compress_stays_within_its_bounds() {
         assert!(small[n - 1..].iter().all(|&b| b == 0xee), "wrote past out_cap");
         assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), 0), 0);
         assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), ptr::null_mut(), 100), 0);
+        // Level 0 is `auto`: the level it picks for this length.
+        let auto = rpcedge_compress(1, 0, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len());
+        let picked = compress_whole(Coding::Gzip, auto_level(body.len()), &body).unwrap();
+        assert_eq!(&out[..auto], &picked[..]);
         // Bad coding or level, empty or one-byte input, NULL input.
-        for (coding, level) in [(0, 6), (3, 6), (1, 0), (1, 13)] {
+        for (coding, level) in [(0, 6), (3, 6), (1, 13), (1, u32::MAX)] {
             assert_eq!(rpcedge_compress(coding, level, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len()), 0);
         }
         assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), 1, out.as_mut_ptr(), out.len()), 0);
