@@ -1,0 +1,133 @@
+//! Which libdeflate level pays, by body size: every level 1 to 12 on real corpus bodies, bucket
+//! by bucket (quarter-decades of size from the 1 KiB gate up). For each it prints the time per
+//! body, the ratio, and the bytes each level saves over the next cheaper one per extra
+//! microsecond, the figures `level auto` (`compress::auto_level`) was chosen from.
+//!
+//!     cargo bench -p rpcedge-core --bench level
+
+#[path = "../tests/common/corpus.rs"]
+#[allow(dead_code)] // origins are for the golden test's messages
+mod corpus;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use rpcedge_core::compress::{auto_level, compress_whole};
+use rpcedge_core::Coding;
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
+
+/// (name, smallest, largest) body size; each bucket measures at most BUDGET bytes of bodies.
+const BUCKETS: [(&str, usize, usize); 7] = [
+    ("1-4 KiB", KIB, 4 * KIB - 1),
+    ("4-16 KiB", 4 * KIB, 16 * KIB - 1),
+    ("16-64 KiB", 16 * KIB, 64 * KIB - 1),
+    ("64-256 KiB", 64 * KIB, 256 * KIB - 1),
+    ("256 KiB-1 MiB", 256 * KIB, MIB - 1),
+    ("1-4 MiB", MIB, 4 * MIB - 1),
+    ("over 4 MiB", 4 * MIB, usize::MAX),
+];
+const BUDGET: usize = 4 * MIB;
+const LEVELS: std::ops::RangeInclusive<u32> = 1..=12;
+
+struct Bucket {
+    name: &'static str,
+    bodies: Vec<Vec<u8>>,
+}
+
+impl Bucket {
+    fn bytes(&self) -> usize {
+        self.bodies.iter().map(Vec::len).sum()
+    }
+
+    /// Bytes rpcedge sends at `level` (a body it refuses as not smaller counted whole).
+    fn compressed(&self, level: u32) -> usize {
+        self.bodies
+            .iter()
+            .map(|body| compress_whole(Coding::Gzip, level, body).map_or(body.len(), |c| c.len()))
+            .sum()
+    }
+}
+
+/// Bodies of each bucket, spread over its sizes, up to BUDGET bytes (at least one body).
+fn buckets() -> Vec<Bucket> {
+    let mut all = corpus::bodies();
+    all.sort_by_key(|b| b.bytes.len());
+    BUCKETS
+        .iter()
+        .map(|&(name, low, high)| {
+            let members: Vec<Vec<u8>> =
+                all.iter().filter(|b| (low..=high).contains(&b.bytes.len())).map(|b| b.bytes.clone()).collect();
+            let total: usize = members.iter().map(Vec::len).sum();
+            let step = total.div_ceil(BUDGET).max(1);
+            Bucket { name, bodies: members.into_iter().step_by(step).collect() }
+        })
+        .filter(|bucket| !bucket.bodies.is_empty())
+        .collect()
+}
+
+fn main() {
+    let buckets = buckets();
+    let mut criterion = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(700))
+        .configure_from_args();
+    let mut report = Vec::new();
+    for bucket in &buckets {
+        let mut group = criterion.benchmark_group(format!("level {}", bucket.name));
+        group.throughput(Throughput::Bytes(bucket.bytes() as u64));
+        let mut rows = Vec::new();
+        for level in LEVELS {
+            let started = std::time::Instant::now();
+            let mut rounds = 0u32;
+            group.bench_with_input(BenchmarkId::from_parameter(level), &bucket.bodies, |b, bodies| {
+                b.iter(|| {
+                    rounds += 1;
+                    bodies.iter().map(|body| compress_whole(Coding::Gzip, level, black_box(body))).count()
+                })
+            });
+            // Criterion keeps its estimates to itself: our own mean over every round it ran
+            // (warm-up included) serves the table; its report has the careful figure.
+            let per_body_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds) / bucket.bodies.len() as f64;
+            rows.push((level, per_body_us, bucket.compressed(level)));
+        }
+        group.finish();
+        report.push((bucket, rows));
+    }
+    criterion.final_summary();
+    print_report(&report);
+}
+
+/// Per bucket and level: µs per body, the ratio, and the marginal bytes saved per extra µs over
+/// the best cheaper level (the exchange rate that `auto_level`'s choice is read against).
+fn print_report(report: &[(&Bucket, Vec<(u32, f64, usize)>)]) {
+    println!("\n| bucket | bodies | mean body B | level | µs/body | compressed/original | B saved per extra µs | auto |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |");
+    for (bucket, rows) in report {
+        let mean = bucket.bytes() / bucket.bodies.len();
+        let auto = auto_level(mean);
+        for &(level, us, compressed) in rows {
+            let marginal = rows
+                .iter()
+                .filter(|&&(_, cheaper_us, cheaper_bytes)| cheaper_us < us && cheaper_bytes > compressed)
+                .map(|&(_, cheaper_us, cheaper_bytes)| {
+                    (cheaper_bytes - compressed) as f64 / bucket.bodies.len() as f64 / (us - cheaper_us)
+                })
+                .fold(None, |best: Option<f64>, x| Some(best.map_or(x, |b| b.min(x))));
+            println!(
+                "| {} | {} | {} | {} | {:.1} | {:.4} | {} | {} |",
+                bucket.name,
+                bucket.bodies.len(),
+                mean,
+                level,
+                us,
+                compressed as f64 / bucket.bytes() as f64,
+                marginal.map_or("–".into(), |m| format!("{m:.1}")),
+                if level == auto { "←" } else { "" },
+            );
+        }
+    }
+}
