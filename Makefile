@@ -14,12 +14,12 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 CARGO := cargo
 
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
-# filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module, and libclang for
-# RocksDB's bindings (the cache daemon), and Docker's engine, Compose and debootstrap for the
-# reference stack (docker/).
+# filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module and binaryen to
+# optimize that module, libclang for RocksDB's bindings (the cache daemon), and Docker's engine,
+# Compose and debootstrap for the reference stack (docker/).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
-	clang lld llvm wasi-libc valgrind libclang1-14 docker.io docker-compose debootstrap
+	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
