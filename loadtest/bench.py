@@ -2,10 +2,13 @@
 proxy variant (loadtest/variants.py) in front of the replay upstream, one scenario after the
 other (loadtest/scenarios.py), and the results go to loadtest/results/ (loadtest/report.py).
 
-    .venv/bin/python loadtest/bench.py [--duration 5] [--variants nginx-gzip6,envoy-rpcedge6] [--scenarios mix]
+    .venv/bin/python loadtest/bench.py [--runs 3] [--duration 5] [--variants nginx-gzip6,nginx-rpcedge-default] [--scenarios mix]
 
 Everything listens on 127.0.0.1 and every run is bounded: wrk runs for a fixed time with a fixed
-number of connections (per scenario), after a warm-up. The proxy gets a CPU of its own (taskset);
+number of connections (per scenario), after a warm-up. Every cell runs `--runs` times, in rounds
+(each round starts every variant afresh and runs it through every scenario), so that a slow
+minute of this shared machine lands on one run of every variant rather than on all runs of one;
+the report keeps the medians and the spread. The proxy gets a CPU of its own (taskset);
 wrk and the upstream share the others, so req/s is the lesser of what the proxy and the client
 side can do, and the proxy's CPU time per request (utime + stime from /proc of its worker
 processes, or of the Envoy process) is the fair measure of its cost.
@@ -114,6 +117,7 @@ def log_problems(running):
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per variant and scenario (rounds)")
     parser.add_argument("--duration", type=int, default=5, help="seconds per measured run")
     parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up before each run")
     parser.add_argument("--variants", help="comma-separated names (default: all)")
@@ -145,15 +149,15 @@ def main():
     raw = args.results / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
-    session = report.Session.now(proxy_cpu, other_cpus, args.duration, args.warmup)
-    print(f"rpcedge load test: {len(args.variants)} variants x {len(args.scenarios)} scenarios, "
+    session = report.Session.now(proxy_cpu, other_cpus, args.duration, args.warmup, args.runs)
+    print(f"rpcedge load test: {len(args.variants)} variants x {len(args.scenarios)} scenarios x {args.runs} rounds, "
           f"{args.warmup} s warm-up + {args.duration} s each; proxy on CPU {proxy_cpu}, "
           f"wrk and upstream on {other_cpus}; load average before: {session.load_average}", flush=True)
 
     print(f"starting the replay upstream over {corpus_description()} ...", flush=True)
     replay = start_replay(WORK)
     steal_before, total_before = report.cpu_ticks()
-    rows, problems, descriptions, reruns = [], {}, {}, 0
+    runs, problems, descriptions, reruns = {}, {}, {}, 0
     try:
         lists = scenarios.write_lists(replay, CORPUS, WORK / "requests")
         for scenario in args.scenarios:
@@ -162,33 +166,37 @@ def main():
                 f"{scenario.title}, {len(requests)} requests ({len({r.recording for r in requests})} distinct), "
                 f"mean answer {sum(r.answer_bytes for r in requests) / len(requests):.0f} B")
             print(f"  {scenario.name}: {descriptions[scenario.name]}, {scenario.connections} connections", flush=True)
-        total = len(args.variants) * len(args.scenarios)
-        for variant in args.variants:
-            running = variants.start(variant, replay.port, WORK, proxy_prefix)
-            try:
-                for scenario in args.scenarios:
-                    row, output = measure(running, replay.process.proc.pid, variant, scenario,
-                                          lists[scenario.name][0], args.duration, args.warmup)
-                    if row.other_cpu > report.DISTURBED and reruns < RERUNS:
-                        reruns += 1
-                        print(f"  other processes took {row.other_cpu:.0%} of a CPU during "
-                              f"{variant.name} {scenario.name}: once more", flush=True)
+        total, done = len(args.variants) * len(args.scenarios) * args.runs, 0
+        for round_number in range(1, args.runs + 1):
+            for variant in args.variants:
+                running = variants.start(variant, replay.port, WORK, proxy_prefix)
+                try:
+                    for scenario in args.scenarios:
                         row, output = measure(running, replay.process.proc.pid, variant, scenario,
                                               lists[scenario.name][0], args.duration, args.warmup)
-                    (raw / f"{variant.name}--{scenario.name}.txt").write_text(output)
-                    rows.append(row)
-                    print(f"[{len(rows):2}/{total}] {time.monotonic() - started:5.0f} s  {row.progress()}", flush=True)
-            finally:
-                running.stop()
-            if lines := log_problems(running):
-                problems[variant.name] = lines
-                print(f"  {variant.label}: {len(lines)} warnings or errors in its log, first: {lines[0]}", flush=True)
+                        if row.other_cpu > report.DISTURBED and reruns < RERUNS:
+                            reruns += 1
+                            print(f"  other processes took {row.other_cpu:.0%} of a CPU during "
+                                  f"{variant.name} {scenario.name}: once more", flush=True)
+                            row, output = measure(running, replay.process.proc.pid, variant, scenario,
+                                                  lists[scenario.name][0], args.duration, args.warmup)
+                        (raw / f"{variant.name}--{scenario.name}--{round_number}.txt").write_text(output)
+                        runs.setdefault((variant.name, scenario.name), []).append(row)
+                        done += 1
+                        print(f"[{done:3}/{total}] {time.monotonic() - started:5.0f} s  {row.progress()}", flush=True)
+                finally:
+                    running.stop()
+                if lines := log_problems(running):
+                    problems.setdefault(variant.name, lines)
+                    print(f"  {variant.label}: {len(lines)} warnings or errors in its log, first: {lines[0]}", flush=True)
     except StartError as error:
         print(error, file=sys.stderr)
         return 1
     finally:
         replay.process.stop()
 
+    # one row per variant and scenario, variants in their order, each with its scenarios in theirs
+    rows = [report.Row.median(runs[(v.name, s.name)]) for v in args.variants for s in args.scenarios]
     steal_after, total_after = report.cpu_ticks()
     session.steal = f"{100 * (steal_after - steal_before) / (total_after - total_before):.1f}%"
     report.write(args.results, session, rows, problems, descriptions)

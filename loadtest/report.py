@@ -5,8 +5,10 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 
 import matplotlib
 
@@ -28,9 +30,12 @@ COLOURS = {
     "direct": "#525252", "nginx": "#969696", "envoy": "#bdbdbd",
     "nginx-gzip1": "#6baed6", "nginx-gzip6": "#08519c", "nginx-brotli4": "#756bb1",
     "envoy-gzip": "#fd8d3c", "envoy-gzip6w15": "#a63603",
-    "nginx-rpcedge1": "#a1d99b", "nginx-rpcedge4": "#41ab5d", "nginx-rpcedge6": "#006d2c",
-    "envoy-rpcedge1": "#c7e9c0", "envoy-rpcedge4": "#74c476", "envoy-rpcedge6": "#238b45",
+    "nginx-rpcedge1": "#a1d99b", "nginx-rpcedge6": "#41ab5d", "nginx-rpcedge-default": "#006d2c",
+    "envoy-rpcedge-wasm6": "#c7e9c0", "envoy-rpcedge-wasm-default": "#74c476",
+    "envoy-rpcedge-native-default": "#00441b",
 }
+# The bare proxy each variant's CPU on untouched answers is compared with.
+BARE = {"nginx": "nginx", "envoy": "envoy"}
 
 
 @dataclass
@@ -50,6 +55,14 @@ class Row:
     errors: int
     error_detail: dict
     other_cpu: float  # CPUs' worth of time other processes and the host's steal took during the run
+    # A row of several runs (Row.median): req_s, wire_bytes, cpu_us and the latencies are medians,
+    # each run's figures are kept beside them, and the spread is (largest - smallest) / median.
+    runs: int = 1
+    req_s_runs: list = field(default_factory=list)
+    wire_bytes_runs: list = field(default_factory=list)
+    cpu_us_runs: list = field(default_factory=list)
+    req_s_spread: float = 0.0
+    cpu_us_spread: float | None = None
 
     @classmethod
     def of(cls, variant, scenario, stats, cpu_seconds, other_cpu):
@@ -71,6 +84,33 @@ class Row:
             other_cpu=other_cpu,
         )
 
+    @classmethod
+    def median(cls, runs):
+        """One row for several runs of one variant and scenario."""
+        def middle(values):
+            return statistics.median(values) if values else None
+
+        def spread(values):
+            return (max(values) - min(values)) / statistics.median(values) if values and statistics.median(values) else 0.0
+
+        req_s = [r.req_s for r in runs]
+        wire = [r.wire_bytes for r in runs]
+        cpu = [r.cpu_us for r in runs if r.cpu_us is not None]
+        details = Counter()
+        for r in runs:
+            details.update(r.error_detail)
+        return replace(
+            runs[0],
+            requests=sum(r.requests for r in runs), seconds=sum(r.seconds for r in runs),
+            req_s=middle(req_s), wire_bytes=middle(wire), cpu_us=middle(cpu),
+            body_bytes=middle([r.body_bytes for r in runs]), encoded=middle([r.encoded for r in runs]),
+            latency_ms={p: middle([r.latency_ms[p] for r in runs]) for p in runs[0].latency_ms},
+            errors=sum(r.errors for r in runs), error_detail=dict(details),
+            other_cpu=max(r.other_cpu for r in runs),
+            runs=len(runs), req_s_runs=req_s, wire_bytes_runs=wire, cpu_us_runs=cpu,
+            req_s_spread=spread(req_s), cpu_us_spread=spread(cpu) if cpu else None,
+        )
+
     def progress(self):
         cpu = "-" if self.cpu_us is None else f"{self.cpu_us:.0f}"
         return (f"{self.variant:15} {self.scenario:7} {self.req_s:8.0f} req/s  p50 {self.latency_ms['50']:7.2f} ms  "
@@ -89,7 +129,7 @@ class Session:
     steal: str = "?"  # share of CPU time the hypervisor gave to others during the runs
 
     @classmethod
-    def now(cls, proxy_cpu, other_cpus, duration, warmup):
+    def now(cls, proxy_cpu, other_cpus, duration, warmup, runs):
         memory_kib = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal")).split()[1])
         model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                      platform.processor())
@@ -101,7 +141,8 @@ class Session:
                     f"Linux {platform.release()}",
             software=versions(),
             pinning=pinning,
-            runs=f"{warmup} s warm-up, then {duration} s measured, per variant and scenario; wrk -t1",
+            runs=f"{runs} rounds; in each, every variant in turn, and per variant and scenario {warmup} s warm-up, "
+                 f"then {duration} s measured; wrk -t1",
             load_average=" ".join(open("/proc/loadavg").read().split()[:3]),
         )
 
@@ -137,14 +178,15 @@ def scenarios_of(rows):
 
 
 def results_table(rows, scenario):
-    lines = ["| variant | req/s | p50 ms | p99 ms | wire B/resp | compressed | proxy CPU µs/req | errors |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| variant | req/s | spread | p50 ms | p99 ms | wire B/resp | compressed | proxy CPU µs/req | spread | errors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in scenario_rows(rows, scenario):
         cpu = "–" if row.cpu_us is None else f"{row.cpu_us:.0f}"
+        cpu_spread = "–" if row.cpu_us_spread is None else f"{row.cpu_us_spread:.0%}"
         errors = f"{row.errors} {row.error_detail}" if row.errors else "0"
         mark = " †" if row.other_cpu > DISTURBED else ""
-        lines.append(f"| {row.label}{mark} | {row.req_s:.0f} | {row.latency_ms['50']:.2f} | {row.latency_ms['99']:.2f} | "
-                     f"{row.wire_bytes:.0f} | {row.encoded:.0%} | {cpu} | {errors} |")
+        lines.append(f"| {row.label}{mark} | {row.req_s:.0f} | {row.req_s_spread:.0%} | {row.latency_ms['50']:.2f} | "
+                     f"{row.latency_ms['99']:.2f} | {row.wire_bytes:.0f} | {row.encoded:.0%} | {cpu} | {cpu_spread} | {errors} |")
     return "\n".join(lines)
 
 
@@ -171,8 +213,23 @@ def ratios_table(rows, scenario):
     return "\n".join(lines)
 
 
+def overhead_table(rows, scenario="small"):
+    """Each proxy variant's CPU per request over that of the same proxy bare, on untouched answers."""
+    by_name = {row.variant: row for row in scenario_rows(rows, scenario)}
+    lines = ["| variant | proxy CPU µs/req | over the bare proxy, µs |", "| --- | ---: | ---: |"]
+    for row in by_name.values():
+        bare = by_name.get(BARE.get(row.variant.split("-")[0], ""))
+        if row.cpu_us is None or bare is None or bare.cpu_us is None or row is bare:
+            continue
+        lines.append(f"| {row.label} | {row.cpu_us:.1f} | {row.cpu_us - bare.cpu_us:+.1f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def ratios_text(rows):
-    return "\n\n".join(f"ratios, {scenario}:\n{ratios_table(rows, scenario)}" for scenario in scenarios_of(rows))
+    parts = [f"ratios, {scenario}:\n{ratios_table(rows, scenario)}" for scenario in scenarios_of(rows)]
+    if overhead := overhead_table(rows):
+        parts.append(f"untouched answers (small), CPU over the bare proxy:\n{overhead}")
+    return "\n\n".join(parts)
 
 
 PLOTS = {
@@ -205,12 +262,14 @@ Runs: {session.runs}; {session.pinning}; load average before the session: {sessi
 CPU steal during the runs: {session.steal}.
 Generated by `make bench` (`loadtest/bench.py`); how and what is measured: [loadtest/README.md](../README.md).
 
-Columns: req/s over the measured run; p50/p99 latency as wrk measures it; wire B/resp is wrk's
-bytes read (heads and bodies) over responses; compressed is the share of responses with a
-Content-Encoding; proxy CPU is user + system time of the nginx worker or the Envoy process over
-the run, per response; errors are socket errors, non-200 answers and bodies that fail the
-script's checks (length, gzip trailer). † marks a run during which other processes (or the host)
-took more than {DISTURBED:.0%} of a CPU, even after running it once more: take it with salt.
+Every figure is the median of the rounds' runs; a spread is (largest - smallest) / median over
+them (results.json keeps each run's figures). Columns: req/s over the measured run; p50/p99
+latency as wrk measures it; wire B/resp is wrk's bytes read (heads and bodies) over responses;
+compressed is the share of responses with a Content-Encoding; proxy CPU is user + system time of
+the nginx worker or the Envoy process over the run, per response; errors (all runs) are socket
+errors, non-200 answers and bodies that fail the script's checks (length, gzip trailer). † marks a
+cell one of whose runs other processes (or the host) disturbed, taking more than {DISTURBED:.0%} of a
+CPU, even after running it once more: take it with salt.
 """]
     for scenario in scenarios_of(rows):
         connections = scenario_rows(rows, scenario)[0].connections
@@ -221,6 +280,10 @@ took more than {DISTURBED:.0%} of a CPU, even after running it once more: take i
                  "per request below 1 are better.\n")
     for scenario in scenarios_of(rows):
         parts.append(f"### {scenario}\n\n{ratios_table(rows, scenario)}\n")
+    if overhead := overhead_table(rows):
+        parts.append("## Untouched answers: CPU over the bare proxy\n\nThe `small` scenario (answers under 1 KiB, "
+                     "which rpcedge leaves as they are): each variant's median proxy CPU per request less that of "
+                     f"the same proxy without compression.\n\n{overhead}\n")
     parts.append("## Plots\n\n" + "\n".join(f"![{title}]({name})" for name, title in PLOTS.items()) + "\n")
     if problems:
         parts.append("## Proxy log lines worth a look (nginx warnings and worse, Envoy errors)\n\n" + "\n".join(

@@ -56,15 +56,15 @@ BROTLI = """            brotli on;
             brotli_min_length 1024;"""
 
 
-def rpcedge_nginx(level):
-    return f"""            rpcedge on;
-            rpcedge_level {level};"""
+def rpcedge_nginx(level=None):
+    """rpcedge on, at a fixed level or (None) with every setting at its default."""
+    return "            rpcedge on;" + ("" if level is None else f"\n            rpcedge_level {level};")
 
 
-def rpcedge_plugin(level):
-    """The example's plugin configuration at another one-shot level."""
-    return ('{"min_length": 1024, "max_buffer": 1048576, "level": %d, "stream_level": 1, "stream_delay_ms": 100}'
-            % level)
+def rpcedge_plugin(level=None):
+    """The plugin configuration: the defaults, with a fixed one-shot level if given (the cache and
+    transcoding are off by default)."""
+    return "{}" if level is None else '{"level": %d}' % level
 
 
 def envoy_compressor(gzip_settings=""):
@@ -108,15 +108,16 @@ VARIANTS = [
     Variant("nginx-brotli4", "nginx", "nginx brotli 4", nginx_compression=BROTLI,
             nginx_modules=("ngx_http_brotli_filter_module.so",), accept_encoding="gzip, br"),
     Variant("nginx-rpcedge1", "nginx", "nginx + rpcedge 1", nginx_compression=rpcedge_nginx(1), rpcedge=True),
-    Variant("nginx-rpcedge4", "nginx", "nginx + rpcedge 4", nginx_compression=rpcedge_nginx(4), rpcedge=True),
     Variant("nginx-rpcedge6", "nginx", "nginx + rpcedge 6", nginx_compression=rpcedge_nginx(6), rpcedge=True),
+    Variant("nginx-rpcedge-default", "nginx", "nginx + rpcedge (defaults: level auto)",
+            nginx_compression=rpcedge_nginx(), rpcedge=True),
     Variant("envoy", "envoy", "Envoy, no compression"),
     Variant("envoy-gzip", "envoy", "Envoy compressor (defaults)", envoy_filter=envoy_compressor()),
     Variant("envoy-gzip6w15", "envoy", "Envoy compressor 6, window 15",
             envoy_filter=envoy_compressor(GZIP_6_WINDOW_15)),
-    Variant("envoy-rpcedge1", "envoy", "Envoy + rpcedge 1", envoy_plugin=rpcedge_plugin(1), rpcedge=True),
-    Variant("envoy-rpcedge4", "envoy", "Envoy + rpcedge 4", envoy_plugin=rpcedge_plugin(4), rpcedge=True),
-    Variant("envoy-rpcedge6", "envoy", "Envoy + rpcedge 6", envoy_plugin=rpcedge_plugin(6), rpcedge=True),
+    Variant("envoy-rpcedge-wasm6", "envoy", "Envoy + rpcedge Wasm 6", envoy_plugin=rpcedge_plugin(6), rpcedge=True),
+    Variant("envoy-rpcedge-wasm-default", "envoy", "Envoy + rpcedge Wasm (defaults)", envoy_plugin=rpcedge_plugin(),
+            rpcedge=True),
 ]
 
 
