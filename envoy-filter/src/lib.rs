@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
+use rpcedge_core::cache::proxy::{self, DaemonCall};
 use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
 use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::{BodyPlan, Config, Exchange, Failure, HeaderEdits, HeaderOp, Mode, Settings, TranscodeOutcome};
 
 mod cache;
-use cache::{AfterBody, CacheRequest, HotRegion, PendingStore};
+use cache::{AfterBody, CacheRequest, HotRegion};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -60,7 +61,7 @@ struct Shared {
     /// The root's tick period now (zero: no ticks).
     tick: Cell<Duration>,
     /// Stores for the root to make at its next tick.
-    stores: RefCell<Vec<PendingStore>>,
+    stores: RefCell<Vec<DaemonCall>>,
     /// The worker's hot tier, when the cache has one.
     hot: Option<HotRegion>,
 }
@@ -123,7 +124,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
         for store in shared.stores.take() {
-            if cache::dispatch_store(&store).is_none() {
+            if cache::dispatch(&store, proxy::store_timeout()).is_none() {
                 shared.metrics.stored(None);
             }
         }
@@ -319,7 +320,7 @@ impl HttpContext for Filter {
             let status = cache.on_response_head(&headers, end_of_stream);
             shared.metrics.cache_status(status);
             if shared.settings.cache.as_ref().is_some_and(|c| c.status_header) {
-                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, cache::STATUS_HEADER, status.as_str());
+                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, proxy::status_header(), status.as_str());
             }
             if end_of_stream {
                 self.store_in_cache();
