@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import CORPUS, REPO, free_port, start_replay
-from envoy_harness import (ADAPTERS, COMPRESSION_PLUGIN_CONFIG, EXAMPLE, NATIVE, NATIVE_SNIPPET, PROMETHEUS_PREFIX, SNIPPET, envoy_binary,
+from envoy_harness import (ADAPTERS, EXAMPLE_PLUGIN_CONFIG, EXAMPLE, NATIVE, NATIVE_SNIPPET, PROMETHEUS_PREFIX, SNIPPET, envoy_binary,
                            native_entry, render_config, replace_rpcedge_entry, run_envoy, start_envoy)
 
 # The corpus files these tests replay, by the size of their compact response.
@@ -104,10 +104,10 @@ def test_drop_in_filter_entry_validates(tmp_path):
 
 def test_the_native_example_validates(tmp_path):
     # The example with the native drop-in entry as it ships (its module path relative to the
-    # repository, where Envoy starts), and with the compression settings.
+    # repository, where Envoy starts), and with the example's settings (the cache on).
     for name, entry in (("as-shipped", "".join(f"          {line}" if line.strip() else line
                                               for line in NATIVE_SNIPPET.read_text().splitlines(True))),
-                        ("compression-settings", native_entry(COMPRESSION_PLUGIN_CONFIG))):
+                        ("example-settings", native_entry(EXAMPLE_PLUGIN_CONFIG))):
         config = tmp_path / f"native-{name}.yaml"
         config.write_text(replace_rpcedge_entry(EXAMPLE.read_text(), entry))
         check_validates(config)

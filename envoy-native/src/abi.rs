@@ -17,6 +17,7 @@ pub const ABI_VERSION: &std::ffi::CStr = c"v0.2.0";
 pub type FilterConfigEnvoy = *mut c_void;
 pub type FilterEnvoy = *mut c_void;
 pub type Scheduler = *mut c_void;
+pub type ConfigScheduler = *mut c_void;
 
 /// Bytes Envoy owns, valid until the current hook returns.
 #[repr(C)]
@@ -133,8 +134,12 @@ pub enum TrailersStatus {
     StopIteration = 1,
 }
 
-/// `envoy_dynamic_module_type_http_callout_result`.
+/// `envoy_dynamic_module_type_http_callout_init_result`: 0 is success.
+pub type CalloutInit = u32;
+pub const CALLOUT_STARTED: CalloutInit = 0;
+/// `envoy_dynamic_module_type_http_callout_result`: 0 is success.
 pub type CalloutResult = u32;
+pub const CALLOUT_SUCCESS: CalloutResult = 0;
 /// `envoy_dynamic_module_type_metrics_result`: 0 is success.
 pub type MetricsResult = u32;
 pub const METRICS_SUCCESS: MetricsResult = 0;
@@ -167,6 +172,14 @@ extern "C" {
     ) -> MetricsResult;
     pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
         filter: FilterEnvoy,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: FilterConfigEnvoy,
         id: usize,
         label_values: *const ModuleBuffer,
         label_values_length: usize,
@@ -212,10 +225,33 @@ extern "C" {
         details: ModuleBuffer,
     );
     pub fn envoy_dynamic_module_callback_http_filter_reset_stream(filter: FilterEnvoy, reason: u32, details: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoy);
     pub fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoy);
 
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: FilterEnvoy) -> Scheduler;
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: Scheduler, event: u64);
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: Scheduler);
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(config: FilterConfigEnvoy) -> ConfigScheduler;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(scheduler: ConfigScheduler, event: u64);
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: ConfigScheduler);
+
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
+        filter: FilterEnvoy,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *const ModuleHeader,
+        headers_length: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> CalloutInit;
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: FilterConfigEnvoy,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *const ModuleHeader,
+        headers_length: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> CalloutInit;
 
 }

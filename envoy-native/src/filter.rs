@@ -11,6 +11,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use rpcedge_core::cache::proxy::{self, AfterBody, ProxyCacheRequest};
+use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
 use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::{BodyPlan, Exchange, Failure, HeaderEdits, HeaderOp, Mode};
 
@@ -34,6 +36,10 @@ pub struct Filter {
     headers_released: bool,
     /// The core waits for the request body (to transcode).
     body_wanted: bool,
+    /// This request's way through the cache, when the cache is on.
+    cache: Option<ProxyCacheRequest>,
+    /// The lookup this request waits for.
+    lookup: Option<u64>,
     /// Created when first needed, deleted with the filter.
     scheduler: Option<Scheduler>,
     armed: Option<timer::Armed>,
@@ -51,6 +57,8 @@ impl Filter {
             stopped: false,
             headers_released: false,
             body_wanted: false,
+            cache: None,
+            lookup: None,
             scheduler: None,
             armed: None,
             out: Vec::new(),
@@ -59,7 +67,8 @@ impl Filter {
     }
 
     pub fn on_request_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
-        for (name, value) in host.headers(HeaderType::Request) {
+        let headers = host.headers(HeaderType::Request);
+        for &(name, value) in &headers {
             match name {
                 b":method" => self.exchange.request_method(value),
                 b":path" => self.exchange.request_path(value),
@@ -67,11 +76,14 @@ impl Filter {
             }
         }
         self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
+        let cache_waits = self.shared.cache.as_ref().is_some_and(|cache| {
+            self.cache.insert(ProxyCacheRequest::new(&cache.config, &headers, end_of_stream)).awaits_body()
+        });
         if !self.body_wanted {
             self.ask_upstream(host);
         }
         // Asking the node for SSZ may wait for the body's method: the headers wait with it.
-        if self.body_wanted && self.shared.settings.transcode_upstream_ssz {
+        if cache_waits || (self.body_wanted && self.shared.settings.transcode_upstream_ssz) {
             HeadersStatus::StopIteration
         } else {
             HeadersStatus::Continue
@@ -92,7 +104,77 @@ impl Filter {
             }
             self.body_wanted = false;
         }
-        BodyStatus::Continue
+        self.look_up(host, end_of_stream)
+    }
+
+    /// The cache's part of a request body callback: once the body is in, a hit from the hot tier,
+    /// or the daemon's lookup to wait for.
+    fn look_up(&mut self, host: Host, end_of_stream: bool) -> BodyStatus {
+        let shared = Arc::clone(&self.shared);
+        let (Some(request), Some(cache)) = (self.cache.as_mut(), shared.cache.as_ref()) else {
+            return BodyStatus::Continue;
+        };
+        let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
+        let body = || [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat().concat();
+        let mut hot = cache.hot();
+        let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
+        let after = request.on_body(size, end_of_stream, body, &cache.config, hot.as_deref_mut().map(Vec::as_mut_slice), min_length, now_s);
+        drop(hot);
+        match after {
+            AfterBody::Continue => BodyStatus::Continue,
+            AfterBody::Wait => BodyStatus::StopIterationAndBuffer,
+            AfterBody::Answer(hit) => {
+                self.answer_hit(host, &hit);
+                BodyStatus::StopIterationNoBuffer
+            }
+            AfterBody::Lookup(call) => match host.call(&call, cache.config.timeout_ms) {
+                Some(id) => {
+                    self.lookup = Some(id);
+                    BodyStatus::StopIterationAndBuffer
+                }
+                None => {
+                    log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}", call.cluster));
+                    request.lookup_failed();
+                    BodyStatus::Continue
+                }
+            },
+        }
+    }
+
+    /// The daemon answered a lookup (no headers: it did not, in time): its hit goes out, or the
+    /// request goes on to the node.
+    pub fn on_lookup_answer(&mut self, host: Host, id: u64, headers: &[(&[u8], &[u8])], body: &[u8]) {
+        let shared = Arc::clone(&self.shared);
+        let (Some(request), Some(cache)) = (self.cache.as_mut(), shared.cache.as_ref()) else { return };
+        if self.lookup != Some(id) {
+            return;
+        }
+        self.lookup = None;
+        let mut hot = cache.hot();
+        let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
+        let hit = request.on_lookup_answer(headers, body, min_length, hot.as_deref_mut().map(Vec::as_mut_slice), now_s);
+        drop(hot);
+        match hit {
+            Some(hit) => self.answer_hit(host, &hit),
+            None => host.continue_request(),
+        }
+    }
+
+    /// Answers the request with a hit: the filter's own reply, with nothing to compress or count
+    /// as an exchange.
+    fn answer_hit(&mut self, host: Host, hit: &HitResponse) {
+        let status_header = self.shared.cache.as_ref().is_some_and(|cache| cache.config.status_header);
+        self.shared.add(host, Counter::CacheResponses(CacheStatus::Hit), 1);
+        self.done = true;
+        host.send_response(200, &proxy::hit_headers(hit, status_header), &hit.body);
+    }
+
+    /// The node's answer has ended: its store goes to the main thread.
+    fn store_in_cache(&mut self) {
+        let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) else { return };
+        if let Some(call) = request.store(&cache.config) {
+            cache.queue_store(call);
+        }
     }
 
     /// Asks the node for SSZ where the core says so (`Exchange::upstream_accept`), without
@@ -105,12 +187,27 @@ impl Filter {
     }
 
     pub fn on_response_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
+        if self.cache.as_ref().is_some_and(ProxyCacheRequest::is_hit) {
+            return HeadersStatus::Continue;
+        }
+        let headers = host.headers(HeaderType::Response);
         let mut status = 0;
-        for (name, value) in host.headers(HeaderType::Response) {
+        for &(name, value) in &headers {
             if name == b":status" {
                 status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
             } else {
                 self.exchange.response_header(name, value);
+            }
+        }
+        if let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) {
+            let cache_status = request.on_response_head(&headers, end_of_stream);
+            self.shared.add(host, Counter::CacheResponses(cache_status), 1);
+            // (Envoy's header bytes are not read past here: setting a header may move them.)
+            if cache.config.status_header {
+                host.add_header(HeaderType::Response, proxy::status_header(), cache_status.as_str());
+            }
+            if end_of_stream {
+                self.store_in_cache();
             }
         }
         if end_of_stream {
@@ -136,11 +233,19 @@ impl Filter {
     }
 
     pub fn on_response_body(&mut self, host: Host, end: bool) -> BodyStatus {
+        let chunks = host.body(BodyType::ReceivedResponse);
+        if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
+            for chunk in &chunks {
+                request.hold(chunk);
+            }
+        }
+        if end {
+            self.store_in_cache();
+        }
         if self.done {
             return BodyStatus::Continue;
         }
         self.out.clear();
-        let chunks = host.body(BodyType::ReceivedResponse);
         let received: usize = chunks.iter().map(|chunk| chunk.len()).sum();
         let last = chunks.len().saturating_sub(1);
         let mut fed = chunks.iter().enumerate().all(|(at, chunk)| self.feed(host, chunk, end && at == last, false));
@@ -170,6 +275,7 @@ impl Filter {
 
     /// Response trailers: the body has ended.
     pub fn on_response_trailers(&mut self, host: Host) -> TrailersStatus {
+        self.store_in_cache();
         if self.done {
             return TrailersStatus::Continue;
         }

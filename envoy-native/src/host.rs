@@ -2,6 +2,8 @@
 
 use std::ffi::c_void;
 
+use rpcedge_core::cache::proxy::DaemonCall;
+
 use crate::abi::{self, BodyType, EnvoyBuffer, EnvoyHeader, FilterEnvoy, HeaderType, LogLevel, ModuleBuffer, ModuleHeader};
 
 /// Envoy's side of one HTTP filter (its `DynamicModuleHttpFilter`). The pointer is valid from
@@ -91,6 +93,11 @@ impl Host {
         unsafe { abi::envoy_dynamic_module_callback_http_filter_reset_stream(self.0, abi::LOCAL_RESET, "rpcedge".into()) };
     }
 
+    pub fn continue_request(self) {
+        // SAFETY: the filter is alive during the hook.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) };
+    }
+
     pub fn continue_response(self) {
         // SAFETY: the filter is alive during the hook.
         unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_encoding(self.0) };
@@ -114,6 +121,33 @@ impl Host {
         // SAFETY: the filter is alive during the hook.
         Scheduler(unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(self.0) })
     }
+}
+
+impl Host {
+    /// Calls the daemon for this stream (Envoy cancels the call with the stream): the call's id,
+    /// answered in `on_http_filter_http_callout_done`, or none when Envoy could not make it.
+    pub fn call(self, call: &DaemonCall, timeout_ms: u64) -> Option<u64> {
+        let headers = module_headers(call);
+        let mut id = 0;
+        // SAFETY: Envoy copies the request before returning.
+        let started = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_http_callout(
+                self.0,
+                &mut id,
+                call.cluster.as_str().into(),
+                headers.as_ptr(),
+                headers.len(),
+                call.body.as_slice().into(),
+                timeout_ms,
+            )
+        };
+        (started == abi::CALLOUT_STARTED).then_some(id)
+    }
+}
+
+/// A daemon call's headers, lent to Envoy.
+pub fn module_headers(call: &DaemonCall) -> Vec<ModuleHeader> {
+    call.headers.iter().map(|(name, value)| ModuleHeader::new(name, value)).collect()
 }
 
 /// A filter's scheduler, which any thread may commit to (Envoy posts the event to the filter's

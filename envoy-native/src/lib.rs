@@ -30,6 +30,7 @@
 //! would drop every connection of the proxy).
 
 mod abi;
+mod cache;
 mod filter;
 mod host;
 mod timer;
@@ -46,6 +47,7 @@ use abi::{
     BodyStatus, EnvoyBuffer, EnvoyHeader, FilterConfigEnvoy, FilterEnvoy, HeadersStatus, LogLevel,
     TrailersStatus, METRICS_SUCCESS,
 };
+use cache::CacheShared;
 use filter::Filter;
 use host::{log, Host};
 
@@ -56,6 +58,8 @@ pub struct Shared {
     counters: Vec<usize>,
     /// Each compressing exchange's compression time, in microseconds.
     compress_duration: usize,
+    /// The response cache, when it is on.
+    cache: Option<CacheShared>,
 }
 
 // Envoy's workers share a configuration's `Shared`.
@@ -69,9 +73,6 @@ impl Shared {
         let settings = Config::from_json(json)
             .and_then(|s| s.check_buffer_limit().map(|()| s))
             .map_err(|e| format!("invalid plugin configuration: {e}"))?;
-        if settings.cache.as_ref().is_some_and(|cache| cache.enabled) {
-            return Err("invalid plugin configuration: cache: not in the native module yet".into());
-        }
         let define = |histogram: bool, name: &str| {
             let name = format!("rpcedge.{name}");
             let mut id = 0;
@@ -93,6 +94,7 @@ impl Shared {
         Ok(Shared {
             counters: Counter::all().map(|counter| define(false, &counter.name())).collect::<Result<_, _>>()?,
             compress_duration: define(true, metrics::compress_duration_name())?,
+            cache: settings.cache.clone().filter(|cache| cache.enabled).map(|cache| CacheShared::new(config, cache)),
             settings: Arc::new(settings),
         })
     }
@@ -256,20 +258,72 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(envoy: Fi
     with_filter(envoy, filter, (), |f, host| f.on_scheduled(host, event))
 }
 
-// Hooks Envoy 1.40 requires of every HTTP filter module, for what rpcedge does not use.
-
+/// The answer to a cache lookup.
+///
+/// # Safety
+/// As for `with_filter`; the answer's pointers are Envoy's, valid for the call.
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
-    _envoy: FilterEnvoy,
-    _filter: *const c_void,
-    _callout: u64,
-    _result: abi::CalloutResult,
-    _headers: *const EnvoyHeader,
-    _headers_length: usize,
-    _body: *const EnvoyBuffer,
-    _body_length: usize,
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    envoy: FilterEnvoy,
+    filter: *const c_void,
+    callout: u64,
+    result: abi::CalloutResult,
+    headers: *const EnvoyHeader,
+    headers_length: usize,
+    body: *const EnvoyBuffer,
+    body_length: usize,
 ) {
+    with_filter(envoy, filter, (), |f, host| {
+        let (headers, body) = cache::answer(result, headers, headers_length, body, body_length);
+        f.on_lookup_answer(host, callout, &headers, &body);
+    })
 }
+
+/// On the main thread: stores to make.
+///
+/// # Safety
+/// `shared` comes from `on_http_filter_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config: FilterConfigEnvoy,
+    shared: *const c_void,
+    _event: u64,
+) {
+    let shared = &*(shared as *const Arc<Shared>);
+    guard(|| (), || shared.cache.as_ref().map_or((), |cache| cache.on_scheduled(&shared.counters)))
+}
+
+/// On the main thread: the daemon's answer to a store.
+///
+/// # Safety
+/// `shared` comes from `on_http_filter_config_new`; the answer's pointers are Envoy's, valid
+/// for the call.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _config: FilterConfigEnvoy,
+    shared: *const c_void,
+    _callout: u64,
+    result: abi::CalloutResult,
+    headers: *const EnvoyHeader,
+    headers_length: usize,
+    body: *const EnvoyBuffer,
+    body_length: usize,
+) {
+    let shared = &*(shared as *const Arc<Shared>);
+    guard(
+        || (),
+        || {
+            let (headers, _) = cache::answer(result, headers, headers_length, body, body_length);
+            if let Some(cache) = &shared.cache {
+                cache.stored(&shared.counters, cache::status(&headers));
+            }
+        },
+    )
+}
+
+// Hooks Envoy 1.40 requires of every HTTP filter module, for what rpcedge does not use.
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
