@@ -202,10 +202,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     with_filter(envoy, filter, BodyStatus::StopIterationNoBuffer, |f, host| f.on_request_body(host, end_of_stream))
 }
 
-/// # Safety
-/// As for `with_filter`.
 #[no_mangle]
-pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     _envoy: FilterEnvoy,
     _filter: *const c_void,
 ) -> TrailersStatus {
