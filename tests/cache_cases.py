@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import replay_corpus as rc
-from envoy_harness import COMPRESSION_PLUGIN_CONFIG, run_envoy
+from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy
 from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
 from nginx_harness import free_port, start_nginx
 
@@ -195,8 +195,9 @@ class Proxy:
 
 
 def start_proxy(host, workdir, stack, argv_prefix=(), **options):
-    """nginx (one worker) or Envoy (one worker thread per CPU of `argv_prefix`'s, 2 without) with
-    the cache on (unless cache=False), in front of the stack's node."""
+    """nginx (one worker) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per CPU
+    of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the stack's
+    node."""
     workdir.mkdir(parents=True, exist_ok=True)
     if host == "nginx":
         port = free_port()
@@ -205,7 +206,7 @@ def start_proxy(host, workdir, stack, argv_prefix=(), **options):
                             argv_prefix=argv_prefix)
         return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), cached_port=stack.daemon.port,
-                      argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2)
+                      argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host])
     return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid])
 
 

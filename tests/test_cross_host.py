@@ -4,7 +4,7 @@ the headers that matter and the bytes match, as both hosts only carry out the co
 import pytest
 
 import wire
-from envoy_harness import run_envoy
+from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import LOOPBACK, free_port
 from nginx_harness import start_nginx
 from test_nginx import BUCKETS
@@ -42,15 +42,19 @@ def hosts(replay, tmp_path_factory):
     port = free_port()
     nginx = start_nginx(tmp_path_factory.mktemp("cross-nginx"),
                         SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port), [port])
-    envoy = run_envoy(tmp_path_factory.mktemp("cross-envoy"), replay.port)
-    yield nginx.port, envoy.port
-    envoy.process.stop()
+    envoys = {host: run_envoy(tmp_path_factory.mktemp(f"cross-{host}"), replay.port, adapter=adapter)
+              for host, adapter in ENVOY_HOSTS.items()}
+    yield nginx.port, {host: envoy.port for host, envoy in envoys.items()}
+    for envoy in envoys.values():
+        envoy.process.stop()
     nginx.stop()
 
 
+@pytest.mark.parametrize("envoy_host", ENVOY_HOSTS)
 @pytest.mark.parametrize("path,headers,accept", CASES)
-def test_nginx_and_envoy_send_the_same(hosts, path, headers, accept):
-    nginx_port, envoy_port = hosts
+def test_nginx_and_envoy_send_the_same(hosts, envoy_host, path, headers, accept):
+    nginx_port, envoy_ports = hosts
+    envoy_port = envoy_ports[envoy_host]
     a = wire.request(nginx_port, path, headers=headers, accept_encoding=accept)
     b = wire.request(envoy_port, path, headers=headers, accept_encoding=accept)
     assert a.complete and b.complete

@@ -1,4 +1,5 @@
-"""rpcedge in real Envoy (1.40, V8) in front of the replay upstream."""
+"""rpcedge in real Envoy (1.40) in front of the replay upstream, through both Envoy adapters: the
+proxy-wasm filter (V8) and the native dynamic module."""
 
 import json
 import re
@@ -12,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import CORPUS, REPO, free_port, start_replay
-from envoy_harness import EXAMPLE, SNIPPET, envoy_binary, render_config, run_envoy, start_envoy
+from envoy_harness import (ADAPTERS, EXAMPLE_PLUGIN_CONFIG, EXAMPLE, NATIVE, NATIVE_SNIPPET, PROMETHEUS_PREFIX, SNIPPET, envoy_binary,
+                           native_entry, render_config, replace_rpcedge_entry, run_envoy, start_envoy)
 
 # The corpus files these tests replay, by the size of their compact response.
 CORPUS_FILES = {
@@ -61,11 +63,17 @@ def envoy_upstream(tmp_path_factory):
         replay.process.stop()
 
 
+@pytest.fixture(scope="session", params=ADAPTERS)
+def adapter(request):
+    """Each Envoy adapter in turn: every test that uses it runs against both."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
-def envoy(envoy_upstream, tmp_path_factory):
-    """Envoy from the shipped example config on free ports; its requests go through `wire`, so a
-    test sees the exact bytes on the wire and when each arrived."""
-    envoy = run_envoy(tmp_path_factory.mktemp("envoy"), envoy_upstream.port)
+def envoy(envoy_upstream, adapter, tmp_path_factory):
+    """Envoy from the shipped example config on free ports, with the adapter; its requests go
+    through `wire`, so a test sees the exact bytes on the wire and when each arrived."""
+    envoy = run_envoy(tmp_path_factory.mktemp(f"envoy-{adapter}"), envoy_upstream.port, adapter=adapter)
     try:
         yield envoy
     finally:
@@ -88,13 +96,31 @@ def test_example_config_validates():
 
 def test_drop_in_filter_entry_validates(tmp_path):
     # The example with its rpcedge entry replaced by the drop-in one, indented into place.
-    example = EXAMPLE.read_text()
-    start = example.index("          - name: rpcedge\n")
-    end = example.index("          - name: envoy.filters.http.router\n")
     entry = "".join(f"          {line}" if line.strip() else line for line in SNIPPET.read_text().splitlines(True))
     config = tmp_path / "with-drop-in.yaml"
-    config.write_text(example[:start] + entry + example[end:])
+    config.write_text(replace_rpcedge_entry(EXAMPLE.read_text(), entry))
     check_validates(config)
+
+
+def test_the_native_example_validates(tmp_path):
+    # The example with the native drop-in entry as it ships (its module path relative to the
+    # repository, where Envoy starts), and with the example's settings (the cache on).
+    for name, entry in (("as-shipped", "".join(f"          {line}" if line.strip() else line
+                                              for line in NATIVE_SNIPPET.read_text().splitlines(True))),
+                        ("example-settings", native_entry(EXAMPLE_PLUGIN_CONFIG))):
+        config = tmp_path / f"native-{name}.yaml"
+        config.write_text(replace_rpcedge_entry(EXAMPLE.read_text(), entry))
+        check_validates(config)
+
+
+def test_the_native_module_imports_only_what_envoy_exports():
+    # The loader resolves the module's imports when Envoy loads it: each must be in this Envoy.
+    def symbols(path, *flags):
+        result = subprocess.run(["nm", "-D", *flags, path], capture_output=True, text=True, check=True)
+        return {line.split()[-1] for line in result.stdout.splitlines() if "envoy_dynamic_module" in line}
+    imported = symbols(NATIVE, "--undefined-only")
+    assert imported and all(name.startswith("envoy_dynamic_module_callback_") for name in imported)
+    assert imported <= symbols(envoy_binary(), "--defined-only")
 
 
 @pytest.mark.parametrize("plugin_config, field", [
@@ -109,8 +135,8 @@ def test_drop_in_filter_entry_validates(tmp_path):
     ('{"transcode": true, "buffer_limit": 2097152}', "buffer_limit"),
     ('{"transcode_max": 4294967296}', "transcode_max"),
 ])
-def test_a_bad_setting_stops_envoy_from_starting(tmp_path, plugin_config, field):
-    text = render_config(free_port(), free_port(), free_port(), plugin_config)
+def test_a_bad_setting_stops_envoy_from_starting(tmp_path, adapter, plugin_config, field):
+    text = render_config(free_port(), free_port(), free_port(), plugin_config, adapter=adapter)
     process = start_envoy(tmp_path, text)
     try:
         returncode = process.proc.wait(timeout=60)
@@ -353,20 +379,20 @@ def test_stats(envoy, envoy_upstream):
     assert 0 < bytes_out < bytes_in
     assert after["compress_time_us"] > before["compress_time_us"]
     prometheus = envoy.admin_get("/stats/prometheus")
-    for name in ("rpcedge_responses_oneshot", "rpcedge_responses_aborted", "rpcedge_body_bytes_in",
-                 "rpcedge_compress_time_us"):
-        assert f"\n{name}{{}} " in prometheus, name
+    prefix = PROMETHEUS_PREFIX[envoy.adapter]
+    for name in ("responses_oneshot", "responses_aborted", "body_bytes_in", "compress_time_us"):
+        assert f"\n{prefix}{name}{{}} " in prometheus, name
     # one compression time per compressed exchange; Envoy merges histograms at its stats flush (5 s)
     deadline = time.monotonic() + 15
     while True:
-        count = re.search(r"\nrpcedge_compress_duration_us_count\{\} (\d+)", envoy.admin_get("/stats/prometheus"))
+        count = re.search(rf"\n{prefix}compress_duration_us_count\{{\}} (\d+)", envoy.admin_get("/stats/prometheus"))
         if count and int(count.group(1)) >= 2 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert count and int(count.group(1)) >= 2
 
 
-def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, tmp_path):
+def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, adapter, tmp_path):
     # rpcedge keeps the body it buffers: Envoy only needs room for max_buffer and one upstream
     # read, however big the response.
     text = EXAMPLE.read_text()
@@ -375,7 +401,8 @@ def test_buffer_limits_far_below_the_body_are_enough(envoy_upstream, tmp_path):
         assert text.count(old) == 1
         text = text.replace(old, new)
     plugin_config = '{"max_buffer": 131072, "buffer_limit": 262144}'
-    envoy = run_envoy(tmp_path, envoy_upstream.port, plugin_config, text=text, name="envoy-small-limits")
+    envoy = run_envoy(tmp_path, envoy_upstream.port, plugin_config, text=text, name="envoy-small-limits",
+                      adapter=adapter)
     try:
         for name, oneshot in (("15KiB", True), ("248KiB", False), ("3.6MiB", False)):
             for framing in ("length", "chunked"):
@@ -417,14 +444,14 @@ H2_ROUTE = """              - match: {prefix: "/h2/"}
     ("15KiB", 4096, 0.15, False),  # pauses past stream_delay: streamed from a tick
     ("1022B", 1022, 0.0, None),  # below min_length
 ])
-def test_an_http2_upstream_that_sends_trailers(envoy_upstream, tmp_path, name, chunk, delay, oneshot):
+def test_an_http2_upstream_that_sends_trailers(envoy_upstream, adapter, tmp_path, name, chunk, delay, oneshot):
     from h2_upstream import TrailersUpstream
     body = envoy_upstream.body(name)
     upstream = TrailersUpstream(body, chunk=chunk, delay=delay)
     text = EXAMPLE.read_text()
     text = text.replace('              - match: {prefix: "/"}\n', H2_ROUTE + '              - match: {prefix: "/"}\n', 1)
     text = text.rstrip("\n") + "\n" + H2_CLUSTER.format(port=upstream.port)
-    envoy = run_envoy(tmp_path, envoy_upstream.port, text=text, name="envoy-h2-trailers")
+    envoy = run_envoy(tmp_path, envoy_upstream.port, text=text, name="envoy-h2-trailers", adapter=adapter)
     try:
         for _ in range(2):
             response = envoy.request("/h2/anything")

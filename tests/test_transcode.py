@@ -9,7 +9,7 @@ import struct
 import pytest
 
 import wire
-from envoy_harness import run_envoy
+from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import CORPUS, LOOPBACK, WITNESSES, free_port
 from nginx_harness import start_nginx
 
@@ -28,6 +28,7 @@ ENVOY_PLUGIN_CONFIG = '{"min_length": 1024, "max_buffer": 1048576, "transcode": 
 
 WITNESS_BLOCKS = {"0x134ff8": "cache_hoodi_1265656.json", "0x138c2d": "cache_hoodi_1281069.json"}
 SSZ = "application/octet-stream"
+HOSTS = ["nginx", *ENVOY_HOSTS]
 
 
 def byte_lists(items):
@@ -66,9 +67,11 @@ def hosts(replay, tmp_path_factory):
     port = free_port()
     nginx = start_nginx(tmp_path_factory.mktemp("transcode-nginx"),
                         SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port), [port])
-    envoy = run_envoy(tmp_path_factory.mktemp("transcode-envoy"), replay.port, ENVOY_PLUGIN_CONFIG)
-    yield {"nginx": nginx.port, "envoy": envoy.port}
-    envoy.process.stop()
+    envoys = {host: run_envoy(tmp_path_factory.mktemp(f"transcode-{host}"), replay.port, ENVOY_PLUGIN_CONFIG,
+                              adapter=adapter) for host, adapter in ENVOY_HOSTS.items()}
+    yield {"nginx": nginx.port, **{host: envoy.port for host, envoy in envoys.items()}}
+    for envoy in envoys.values():
+        envoy.process.stop()
     nginx.stop()
 
 
@@ -79,7 +82,7 @@ def post(port, path, body, accept=None, accept_encoding="gzip", headers=None):
     return wire.request(port, path, method="POST", headers=headers, body=body, accept_encoding=accept_encoding)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("block", sorted(WITNESS_BLOCKS))
 def test_a_witness_goes_out_as_ssz_with_the_envelope_in_headers(hosts, host, block):
     r = post(hosts[host], "/hoodi", call("debug_executionWitness", [block], id="w-1"), accept=SSZ)
@@ -93,7 +96,7 @@ def test_a_witness_goes_out_as_ssz_with_the_envelope_in_headers(hosts, host, blo
     assert "accept" in [v.strip().lower() for v in r.header("vary").split(",")]
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_the_eip_8025_container_on_request(hosts, host):
     block = "0x138c2d"
     r = post(hosts[host], "/", call("debug_executionWitness", [block]), accept=f"{SSZ}; witness=eip8025")
@@ -101,7 +104,7 @@ def test_the_eip_8025_container_on_request(hosts, host):
     assert r.body == witness_ssz(witness_json(block), eip8025=True)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_chunked_answer_is_transcoded_whole(hosts, host):
     block = "0x134ff8"
     r = post(hosts[host], "/hoodi", call("debug_executionWitness", [block]), accept=SSZ,
@@ -110,7 +113,7 @@ def test_a_chunked_answer_is_transcoded_whole(hosts, host):
     assert int(r.header("content-length")) == len(r.body)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_raw_block_is_its_bytes(hosts, host):
     recorded = (CORPUS / "debug_getRawBlock" / "execution-apis__hive-testchain__get-genesis.io").read_text()
     result = json.loads(recorded.split("<< ", 1)[1])["result"]
@@ -119,7 +122,7 @@ def test_a_raw_block_is_its_bytes(hosts, host):
     assert r.header("x-rpcedge-jsonrpc-id") == "9"
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_json_clients_batches_and_errors_get_json(hosts, host, replay):
     port = hosts[host]
     request = call("debug_executionWitness", ["0x134ff8"])
@@ -138,7 +141,7 @@ def test_json_clients_batches_and_errors_get_json(hosts, host, replay):
     assert json.loads(r.decoded())["error"]["code"] == -32601
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_an_answer_that_may_not_be_transformed_goes_out_as_it_came(hosts, host):
     r = post(hosts[host], "/hoodi", call("debug_executionWitness", ["0x134ff8"]), accept=SSZ,
              headers={"X-Replay-Header": "Cache-Control: no-transform"})
@@ -150,10 +153,11 @@ def test_both_hosts_send_the_same_bytes(hosts):
     for body, accept in [(call("debug_executionWitness", ["0x138c2d"]), SSZ),
                          (call("debug_executionWitness", ["0x138c2d"]), f"{SSZ}; witness=eip8025"),
                          (call("debug_getRawBlock", ["0x0"]), SSZ)]:
-        a, b = (post(hosts[h], "/", body, accept=accept) for h in ("nginx", "envoy"))
-        assert a.body == b.body
-        for name in ["content-type", "content-length", "x-rpcedge-jsonrpc-id", "x-rpcedge-jsonrpc-version"]:
-            assert a.header(name) == b.header(name), name
+        a, *others = (post(hosts[h], "/", body, accept=accept) for h in HOSTS)
+        for b in others:
+            assert a.body == b.body
+            for name in ["content-type", "content-length", "x-rpcedge-jsonrpc-id", "x-rpcedge-jsonrpc-version"]:
+                assert a.header(name) == b.header(name), name
 
 
 # Beacon-API routes the replay node answers (see loadtest/replay/src/beacon.rs), with their version.
@@ -181,7 +185,7 @@ def node_answer(replay, path, ssz):
     return r.body
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("path,version", BEACON_ROUTES)
 def test_a_beacon_api_object_goes_out_as_the_specs_ssz(hosts, host, replay, path, version):
     r = get(hosts[host], path, accept=f"{SSZ};q=1, application/json;q=0.9")
@@ -197,7 +201,7 @@ def test_a_beacon_api_object_goes_out_as_the_specs_ssz(hosts, host, replay, path
     assert r.decoded() == node_answer(replay, path, ssz=False)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_chunked_beacon_state_is_transcoded_whole_and_an_ssz_answer_passes(hosts, host, replay):
     path = "/eth/v2/debug/beacon/states/electra:case_1"
     r = get(hosts[host], path, accept=SSZ, headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "65536"})
@@ -208,7 +212,7 @@ def test_a_chunked_beacon_state_is_transcoded_whole_and_an_ssz_answer_passes(hos
     assert r.header("content-type") == SSZ and r.body == node_answer(replay, path, ssz=True)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_beacon_answer_of_an_unknown_fork_goes_out_as_it_came(hosts, host, replay):
     path = "/eth/v2/beacon/blocks/deneb:case_4"
     r = get(hosts[host], path, accept=SSZ, headers={"X-Replay-Header": "Eth-Consensus-Version: capella"})

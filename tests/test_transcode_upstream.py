@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from envoy_harness import run_envoy
+from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import CORPUS, LOOPBACK, free_port
 from nginx_harness import start_nginx
 from test_transcode import SSZ, WITNESS_BLOCKS, call, get, node_answer, post, witness_json
@@ -35,6 +35,7 @@ NODE_AND_PROXY = """
 """
 ENVOY_PLUGIN_CONFIG = '{"transcode_upstream_ssz": true, "buffer_limit": 68157440}'
 BLINDED_BLOCK = "/eth/v1/beacon/blinded_blocks/348241"
+HOSTS = ["nginx", *ENVOY_HOSTS]
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +44,11 @@ def hosts(replay, tmp_path_factory):
     text = NODE_AND_PROXY.format(LOOPBACK=LOOPBACK, node_port=node_port, port=port, replay_port=replay.port)
     nginx = start_nginx(tmp_path_factory.mktemp("upstream-ssz-nginx"), text, [node_port, port])
     # one worker: what rpcedge learns of the node is each worker's own
-    envoy = run_envoy(tmp_path_factory.mktemp("upstream-ssz-envoy"), node_port, ENVOY_PLUGIN_CONFIG, concurrency=1)
-    yield {"nginx": port, "envoy": envoy.port, "node": node_port}
-    envoy.process.stop()
+    envoys = {host: run_envoy(tmp_path_factory.mktemp(f"upstream-ssz-{host}"), node_port, ENVOY_PLUGIN_CONFIG,
+                              concurrency=1, adapter=adapter) for host, adapter in ENVOY_HOSTS.items()}
+    yield {"nginx": port, "node": node_port, **{host: envoy.port for host, envoy in envoys.items()}}
+    for envoy in envoys.values():
+        envoy.process.stop()
     nginx.stop()
 
 
@@ -54,7 +57,7 @@ def lowered(value):
     return json.loads(json.dumps(value).lower())
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("block", sorted(WITNESS_BLOCKS))
 def test_a_json_client_gets_the_json_of_the_ssz_its_call_was_asked_in(hosts, host, block):
     r = post(hosts[host], "/hoodi", call("debug_executionWitness", [block], id="w-1"))
@@ -68,7 +71,7 @@ def test_a_json_client_gets_the_json_of_the_ssz_its_call_was_asked_in(hosts, hos
     assert answer["result"] == lowered({name: witness[name] for name in ("state", "codes", "keys", "headers")})
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_raw_block_and_an_error_through_a_node_asked_for_ssz(hosts, host):
     recorded = (CORPUS / "debug_getRawBlock" / "execution-apis__hive-testchain__get-genesis.io").read_text()
     r = post(hosts[host], "/hive-testchain", call("debug_getRawBlock", ["0x0"], id=9), accept_encoding=None)
@@ -84,7 +87,7 @@ def test_a_raw_block_and_an_error_through_a_node_asked_for_ssz(hosts, host):
     assert r.body == bytes.fromhex(json.loads(recorded.split("<< ", 1)[1])["result"][2:])
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_a_beacon_object_is_asked_in_ssz_once_the_node_has_shown_it_sends_the_envelope(hosts, host, replay):
     port = hosts[host]
     node_json = json.loads(node_answer(replay, BLINDED_BLOCK, ssz=False))
@@ -105,7 +108,7 @@ def test_a_beacon_object_is_asked_in_ssz_once_the_node_has_shown_it_sends_the_en
     assert json.loads(r.decoded()) == lowered(node_json)
 
 
-@pytest.mark.parametrize("host", ["nginx", "envoy"])
+@pytest.mark.parametrize("host", HOSTS)
 def test_states_are_never_asked_for_in_ssz(hosts, host, replay):
     path = "/eth/v2/debug/beacon/states/fulu:case_0"
     get(hosts[host], path, accept=SSZ)

@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
+use rpcedge_core::cache::proxy::{self, DaemonCall};
 use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
-use rpcedge_core::{
-    BodyPlan, Config, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Settings, TranscodeOutcome,
-};
+use rpcedge_core::metrics::{self, Counter};
+use rpcedge_core::{BodyPlan, Config, Exchange, Failure, HeaderEdits, HeaderOp, Mode, Settings, TranscodeOutcome};
 
 mod cache;
-use cache::{AfterBody, CacheRequest, HotRegion, PendingStore};
+use cache::{AfterBody, CacheRequest, HotRegion};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -61,7 +61,7 @@ struct Shared {
     /// The root's tick period now (zero: no ticks).
     tick: Cell<Duration>,
     /// Stores for the root to make at its next tick.
-    stores: RefCell<Vec<PendingStore>>,
+    stores: RefCell<Vec<DaemonCall>>,
     /// The worker's hot tier, when the cache has one.
     hot: Option<HotRegion>,
 }
@@ -124,7 +124,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
         for store in shared.stores.take() {
-            if cache::dispatch_store(&store).is_none() {
+            if cache::dispatch(&store, proxy::store_timeout()).is_none() {
                 shared.metrics.stored(None);
             }
         }
@@ -320,7 +320,7 @@ impl HttpContext for Filter {
             let status = cache.on_response_head(&headers, end_of_stream);
             shared.metrics.cache_status(status);
             if shared.settings.cache.as_ref().is_some_and(|c| c.status_header) {
-                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, cache::STATUS_HEADER, status.as_str());
+                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, proxy::status_header(), status.as_str());
             }
             if end_of_stream {
                 self.store_in_cache();
@@ -575,9 +575,8 @@ impl Stream {
             return;
         }
         self.done = true;
-        let (bytes_in, bytes_out) = self.exchange.counts();
-        self.shared.metrics.record(mode, bytes_in, bytes_out, self.compress_ns / 1000);
-        self.shared.metrics.transcode(self.exchange.transcode_outcome());
+        let outcome = self.exchange.transcode_outcome();
+        self.shared.metrics.record(mode, self.exchange.counts(), self.compress_ns / 1000, outcome);
         if let Some(why) = self.exchange.transcode_refusal() {
             log::warn!("not transcoded, sent as it came: {why}");
         }
@@ -586,136 +585,56 @@ impl Stream {
 
 fn apply_edits(edits: &HeaderEdits) {
     let headers = MapType::HttpResponseHeaders;
-    if let Some(content_type) = edits.content_type {
-        let _ = hostcalls::set_map_value(headers, "content-type", Some(content_type));
-    }
-    if edits.add_vary_accept {
-        let _ = hostcalls::add_map_value(headers, "vary", "Accept");
-    }
-    for (name, value) in &edits.set {
-        let _ = hostcalls::set_map_value_bytes(headers, name, Some(value));
-    }
-    if let Some(coding) = edits.content_encoding {
-        let _ = hostcalls::set_map_value(headers, "content-encoding", Some(coding.token()));
-    }
-    match edits.content_length {
-        LengthEdit::Keep => {}
-        LengthEdit::Set(length) => {
-            let _ = hostcalls::set_map_value(headers, "content-length", Some(&length.to_string()));
-        }
-        LengthEdit::Remove => {
-            let _ = hostcalls::remove_map_value(headers, "content-length");
-        }
-    }
-    if edits.add_vary {
-        let _ = hostcalls::add_map_value(headers, "vary", "Accept-Encoding");
-    }
-    match &edits.etag {
-        EtagEdit::Keep => {}
-        EtagEdit::Set(etag) => {
-            let _ = hostcalls::set_map_value_bytes(headers, "etag", Some(etag));
-        }
-        EtagEdit::Remove => {
-            let _ = hostcalls::remove_map_value(headers, "etag");
-        }
-    }
-    if edits.remove_accept_ranges {
-        let _ = hostcalls::remove_map_value(headers, "accept-ranges");
+    for op in edits.operations() {
+        let _ = match op {
+            HeaderOp::Set(name, value) => hostcalls::set_map_value_bytes(headers, name, Some(&value)),
+            HeaderOp::Append(name, value) => hostcalls::add_map_value(headers, name, value),
+            HeaderOp::Remove(name) => hostcalls::remove_map_value(headers, name),
+        };
     }
 }
 
-/// The filter's counters, under Envoy's `wasmcustom.` prefix.
+/// The filter's counters (`rpcedge_core::metrics`), under Envoy's `wasmcustom.` prefix.
 struct Metrics {
-    responses: [u32; MODES.len()],
-    /// Exchanges still under way when their stream ended.
-    aborted: u32,
-    bytes_in: u32,
-    bytes_out: u32,
-    compress_us: u32,
+    /// Metric ids by `Counter::index`.
+    counters: Vec<u32>,
     /// Each exchange's compression time, in microseconds.
     compress_duration: u32,
-    /// Requests by cache status (`CacheStatus::all`).
-    cache_statuses: [u32; CacheStatus::all().len()],
-    /// Stores the daemon took, refused (not final, too large, ...) or that failed.
-    stores_taken: u32,
-    stores_refused: u32,
-    stores_failed: u32,
-    /// Bodies sent as SSZ, and bodies that could not be (sent as they came).
-    transcoded: u32,
-    transcode_refused: u32,
 }
-
-/// The modes an exchange ends in: all but `Pending`, the first.
-const MODES: &[Mode] = Mode::ALL.split_at(1).1;
 
 impl Metrics {
     fn define() -> Result<Self, proxy_wasm::types::Status> {
-        let counter = |name: &str| hostcalls::define_metric(MetricType::Counter, &format!("rpcedge.{name}"));
-        let mut responses = [0; MODES.len()];
-        for (id, mode) in responses.iter_mut().zip(MODES) {
-            *id = counter(&format!("responses.{}", mode.as_str()))?;
-        }
-        let mut cache_statuses = [0; CacheStatus::all().len()];
-        for (id, status) in cache_statuses.iter_mut().zip(CacheStatus::all()) {
-            *id = counter(&format!("cache.responses.{}", status.as_str().to_ascii_lowercase()))?;
-        }
+        let define = |kind, name: &str| hostcalls::define_metric(kind, &format!("rpcedge.{name}"));
         Ok(Metrics {
-            responses,
-            cache_statuses,
-            stores_taken: counter("cache.stores.taken")?,
-            stores_refused: counter("cache.stores.refused")?,
-            stores_failed: counter("cache.stores.failed")?,
-            transcoded: counter("transcode.done")?,
-            transcode_refused: counter("transcode.refused")?,
-            aborted: counter("responses.aborted")?,
-            bytes_in: counter("body_bytes_in")?,
-            bytes_out: counter("body_bytes_out")?,
-            compress_us: counter("compress_time_us")?,
-            compress_duration: hostcalls::define_metric(MetricType::Histogram, "rpcedge.compress_duration_us")?,
+            counters: Counter::all().map(|c| define(MetricType::Counter, &c.name())).collect::<Result<_, _>>()?,
+            compress_duration: define(MetricType::Histogram, metrics::compress_duration_name())?,
         })
     }
 
-    fn transcode(&self, outcome: TranscodeOutcome) {
-        let counter = match outcome {
-            TranscodeOutcome::None => return,
-            TranscodeOutcome::Transcoded => self.transcoded,
-            TranscodeOutcome::Refused => self.transcode_refused,
-        };
-        let _ = hostcalls::increment_metric(counter, 1);
+    fn add(&self, counter: Counter, amount: u64) {
+        let _ = hostcalls::increment_metric(self.counters[counter.index()], amount as i64);
     }
 
     fn aborted(&self) {
-        let _ = hostcalls::increment_metric(self.aborted, 1);
+        self.add(Counter::Aborted, 1);
     }
 
     fn cache_status(&self, status: CacheStatus) {
-        if let Some(at) = CacheStatus::all().iter().position(|&s| s == status) {
-            let _ = hostcalls::increment_metric(self.cache_statuses[at], 1);
-        }
+        self.add(Counter::CacheResponses(status), 1);
     }
 
     /// The daemon's answer to a store: its status (none: no answer).
     fn stored(&self, status: Option<&str>) {
-        let counter = match status {
-            Some("204") => self.stores_taken,
-            Some("409" | "413") => self.stores_refused,
-            _ => self.stores_failed,
-        };
-        let _ = hostcalls::increment_metric(counter, 1);
+        self.add(Counter::for_store_answer(status.and_then(|s| s.parse().ok())), 1);
     }
 
-    fn record(&self, mode: Mode, bytes_in: u64, bytes_out: u64, compress_us: u64) {
-        if let Some(at) = MODES.iter().position(|&m| m == mode) {
-            let _ = hostcalls::increment_metric(self.responses[at], 1);
+    fn record(&self, mode: Mode, counts: (u64, u64), compress_us: u64, transcode: TranscodeOutcome) {
+        let (amounts, duration) = metrics::exchange_ended(mode, counts, compress_us, transcode);
+        for (counter, amount) in amounts {
+            self.add(counter, amount);
         }
-        if bytes_in > 0 && !matches!(mode, Mode::Untouched | Mode::Small) {
-            let _ = hostcalls::record_metric(self.compress_duration, compress_us);
-        }
-        // Envoy refuses to add zero to a counter.
-        for (id, value) in [(self.bytes_in, bytes_in), (self.bytes_out, bytes_out), (self.compress_us, compress_us)] {
-            if value > 0 {
-                let _ = hostcalls::increment_metric(id, value as i64);
-            }
+        if let Some(us) = duration {
+            let _ = hostcalls::record_metric(self.compress_duration, us);
         }
     }
 }

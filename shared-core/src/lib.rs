@@ -4,12 +4,15 @@
 pub mod compress;
 pub mod cache;
 pub mod config;
+pub mod edits;
 pub mod exchange;
 pub mod ffi;
+pub mod metrics;
 pub mod negotiate;
 pub mod transcode;
 
 pub use config::{CacheConfig, Config, ConfigError, Level, Settings};
+pub use edits::HeaderOp;
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
     CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,

@@ -6,6 +6,7 @@
 mod entry;
 mod flow;
 mod hot;
+pub mod proxy;
 mod rules;
 mod shard;
 

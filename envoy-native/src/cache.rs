@@ -1,0 +1,154 @@
+//! The response cache in Envoy's native module, over the core's `ProxyCacheRequest`: the request
+//! waits for its body, then for the daemon's answer to a callout from its filter, at most
+//! `timeout_ms`; a hit goes out as a local reply, anything else goes on to the node. The node's
+//! plain answer is held as it passes; the call that stores it outlives the stream, so it is made
+//! from the filter configuration, which Envoy lets call out only on its main thread: the filter
+//! queues it and commits the configuration's scheduler. With `hot_bytes`, the daemon's hits are
+//! also kept in one hot tier for all of Envoy's workers, behind a lock held only while an entry
+//! is copied in or out (the Wasm filter has one per worker: its VMs share no memory).
+
+use std::sync::{Mutex, MutexGuard};
+
+use rpcedge_core::cache::proxy::{self, DaemonCall};
+use rpcedge_core::metrics::Counter;
+use rpcedge_core::CacheConfig;
+
+use crate::abi::{self, ConfigScheduler, EnvoyBuffer, EnvoyHeader, FilterConfigEnvoy, LogLevel};
+use crate::host::{log, module_headers};
+
+/// The configuration's side of the cache.
+pub struct CacheShared {
+    pub config: CacheConfig,
+    envoy: ConfigHandle,
+    /// Stores for the main thread to make.
+    stores: Mutex<Vec<DaemonCall>>,
+    /// Hits kept for all workers; empty when there is no hot tier.
+    hot: Mutex<Vec<u8>>,
+}
+
+/// Envoy's filter configuration and its scheduler, which Envoy keeps until
+/// `on_http_filter_config_destroy`.
+struct ConfigHandle {
+    config: FilterConfigEnvoy,
+    scheduler: ConfigScheduler,
+}
+
+// SAFETY: workers only commit to the scheduler, which Envoy makes safe from any thread; callouts
+// and their counters go through the configuration on the main thread (`on_scheduled`, `stored`).
+unsafe impl Send for ConfigHandle {}
+unsafe impl Sync for ConfigHandle {}
+
+impl CacheShared {
+    /// From `on_http_filter_config_new`, on the main thread.
+    pub fn new(envoy: FilterConfigEnvoy, config: CacheConfig) -> CacheShared {
+        // SAFETY: Envoy's configuration is alive; the scheduler is deleted in `drop`.
+        let scheduler = unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_new(envoy) };
+        CacheShared {
+            hot: Mutex::new(vec![0; config.hot_bytes as usize]),
+            config,
+            envoy: ConfigHandle { config: envoy, scheduler },
+            stores: Mutex::default(),
+        }
+    }
+
+    /// The hot tier's region, while the caller holds it (none without a hot tier).
+    pub fn hot(&self) -> Option<MutexGuard<'_, Vec<u8>>> {
+        let region = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+        (!region.is_empty()).then_some(region)
+    }
+
+    /// A store for the main thread to make.
+    pub fn queue_store(&self, call: DaemonCall) {
+        self.stores.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+        // SAFETY: the scheduler lives as long as this configuration.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.envoy.scheduler, 0) };
+    }
+
+    /// On the main thread: makes the queued stores, counting those Envoy cannot make.
+    pub fn on_scheduled(&self, counters: &[usize]) {
+        let stores = std::mem::take(&mut *self.stores.lock().unwrap_or_else(|e| e.into_inner()));
+        for call in stores {
+            let headers = module_headers(&call);
+            let mut id = 0;
+            // SAFETY: on the main thread, with Envoy's configuration alive; Envoy copies the request.
+            let started = unsafe {
+                abi::envoy_dynamic_module_callback_http_filter_config_http_callout(
+                    self.envoy.config,
+                    &mut id,
+                    call.cluster.as_str().into(),
+                    headers.as_ptr(),
+                    headers.len(),
+                    call.body.as_slice().into(),
+                    proxy::store_timeout().as_millis() as u64,
+                )
+            };
+            if started != abi::CALLOUT_STARTED {
+                log(LogLevel::Warn, &format!("rpcedge cache: cannot store through {}: {started}", call.cluster));
+                self.stored(counters, None);
+            }
+        }
+    }
+
+    /// The daemon's answer to a store: its status (none: no answer).
+    pub fn stored(&self, counters: &[usize], status: Option<u16>) {
+        let counter = counters[Counter::for_store_answer(status).index()];
+        // SAFETY: on the main thread, with Envoy's configuration alive.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                self.envoy.config,
+                counter,
+                std::ptr::null(),
+                0,
+                1,
+            )
+        };
+    }
+}
+
+impl Drop for CacheShared {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`; the configuration and its filters are gone, so no one commits.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.envoy.scheduler) };
+    }
+}
+
+/// Header names and values as Envoy hands them over.
+pub type Headers<'hook> = Vec<(&'hook [u8], &'hook [u8])>;
+
+/// A callout's answer as Envoy hands it over: its headers (none when the call failed) and body.
+///
+/// # Safety
+/// The pointers are Envoy's, valid for the hook that passes them, and null only with a length of 0.
+pub unsafe fn answer<'hook>(
+    result: abi::CalloutResult,
+    headers: *const EnvoyHeader,
+    headers_length: usize,
+    body: *const EnvoyBuffer,
+    body_length: usize,
+) -> (Headers<'hook>, Vec<u8>) {
+    if result != abi::CALLOUT_SUCCESS {
+        return (Vec::new(), Vec::new());
+    }
+    let headers: &[EnvoyHeader] = raw_slice(headers, headers_length);
+    let body: &[EnvoyBuffer] = raw_slice(body, body_length);
+    (
+        headers.iter().map(|h| (h.key.bytes(), h.value.bytes())).collect(),
+        body.iter().flat_map(|chunk| chunk.bytes()).copied().collect(),
+    )
+}
+
+/// # Safety
+/// As for `answer`.
+unsafe fn raw_slice<'a, T>(ptr: *const T, length: usize) -> &'a [T] {
+    if length == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(ptr, length)
+    }
+}
+
+/// The status of a callout's answer.
+pub fn status(headers: &[(&[u8], &[u8])]) -> Option<u16> {
+    let (_, value) = headers.iter().find(|(name, _)| *name == b":status")?;
+    std::str::from_utf8(value).ok()?.parse().ok()
+}

@@ -1,0 +1,231 @@
+//! A request's way through the response cache in a proxy that calls the daemon itself (the Envoy
+//! adapters): from the request's headers and body to the lookup to make, from the daemon's answer
+//! to the hit to send (kept in the worker's hot tier too), and from the node's answer to the store
+//! to make. The host makes the calls and moves the bytes; headers come as (name, value) pairs,
+//! names in lower case.
+
+use std::time::Duration;
+
+use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Status, StoreCall};
+use crate::config::CacheConfig;
+use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
+
+/// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
+/// before it answers.
+pub fn store_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// The header that tells the client the cache status (`status_header`).
+pub fn status_header() -> &'static str {
+    "x-rpcedge-cache"
+}
+
+/// A call to the daemon: to this cluster (its shard's), with these headers and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonCall {
+    pub cluster: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl DaemonCall {
+    fn new(cluster: &str, method: &'static str, path: String, call_headers: Vec<(&'static str, String)>, body: Vec<u8>) -> Self {
+        let mut headers = vec![(":method", method.to_string()), (":path", path), (":authority", cluster.to_string())];
+        headers.extend(call_headers);
+        DaemonCall { cluster: cluster.to_string(), headers, body }
+    }
+}
+
+/// What the request does after a body callback.
+#[derive(Debug)]
+pub enum AfterBody {
+    /// Goes on to the node.
+    Continue,
+    /// Waits here for more body.
+    Wait,
+    /// Waits here for the answer to this lookup (the host calls `lookup_failed` if it cannot
+    /// make it).
+    Lookup(DaemonCall),
+    /// Gets this hit from the hot tier.
+    Answer(HitResponse),
+}
+
+/// One request's way through the cache.
+pub struct ProxyCacheRequest {
+    namespace: String,
+    gzip: bool,
+    /// The client asks for SSZ.
+    ssz: bool,
+    /// A bypass until the body is in.
+    exchange: CacheExchange,
+    /// The request waits in the proxy until its body has come.
+    awaiting_body: bool,
+    /// The node's plain body so far, while it may be stored.
+    held: Option<Vec<u8>>,
+    hit: bool,
+}
+
+impl ProxyCacheRequest {
+    /// From the request's headers: whether the cache may take it once its body is in.
+    pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(config: &CacheConfig, headers: &[(N, V)], end_of_stream: bool) -> Self {
+        let text = |name| String::from_utf8_lossy(header(headers, name).unwrap_or_default()).into_owned();
+        let namespace = match &config.namespace {
+            Some(namespace) => namespace.clone(),
+            None => crate::cache::default_namespace(&text(":authority"), &text(":path")),
+        };
+        let accepted = header(headers, "accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose());
+        let gzip = accepted == Some(Coding::Gzip);
+        let ssz = header(headers, "accept").is_some_and(asks_for_ssz);
+        let settings = CacheSettings::default();
+        let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
+        ProxyCacheRequest {
+            exchange: CacheExchange::new(&namespace, None, gzip, ssz, &settings),
+            namespace,
+            gzip,
+            ssz,
+            awaiting_body: header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large,
+            held: None,
+            hit: false,
+        }
+    }
+
+    /// Whether the request waits here for its body.
+    pub fn awaits_body(&self) -> bool {
+        self.awaiting_body
+    }
+
+    /// A request body callback, with the body's size so far: once it is all in (`body` gives it),
+    /// the hot tier (when the worker has one) is asked, then the daemon.
+    #[allow(clippy::too_many_arguments)] // what a body callback knows, and the hot tier's context
+    pub fn on_body(
+        &mut self,
+        body_size: usize,
+        end: bool,
+        body: impl FnOnce() -> Vec<u8>,
+        config: &CacheConfig,
+        hot: Option<&mut [u8]>,
+        min_length: u64,
+        now_s: u64,
+    ) -> AfterBody {
+        if !self.awaiting_body {
+            return AfterBody::Continue;
+        }
+        let settings = CacheSettings::default();
+        if !CacheExchange::takes_length(body_size as u64, &settings) {
+            // a bypass: the proxy passes what it holds and the rest
+            self.awaiting_body = false;
+            return AfterBody::Continue;
+        }
+        if !end {
+            return AfterBody::Wait;
+        }
+        self.awaiting_body = false;
+        self.exchange = CacheExchange::new(&self.namespace, Some(&body()), self.gzip, self.ssz, &settings);
+        let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
+        if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
+            self.hit = true;
+            return AfterBody::Answer(hit);
+        }
+        AfterBody::Lookup(DaemonCall::new(self.cluster(config), "GET", path, Vec::new(), Vec::new()))
+    }
+
+    fn hot_hit(&mut self, hot: &mut [u8], min_length: u64, now_s: u64) -> Option<HitResponse> {
+        let found = HotTier::open(hot).is_some_and(|tier| self.exchange.find_hot(&tier, now_s));
+        found.then(|| self.exchange.hot_answer(min_length)).flatten()
+    }
+
+    /// The lookup could not be made, or got no answer (a timeout, no healthy daemon): the
+    /// request goes on to the node.
+    pub fn lookup_failed(&mut self) {
+        self.exchange.failed();
+    }
+
+    /// The daemon's answer to the lookup: the hit to send, kept in the hot tier too.
+    pub fn on_lookup_answer<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        headers: &[(N, V)],
+        body: &[u8],
+        min_length: u64,
+        hot: Option<&mut [u8]>,
+        now_s: u64,
+    ) -> Option<HitResponse> {
+        let Some(status) = number(headers, ":status") else {
+            self.exchange.failed();
+            return None;
+        };
+        let answer =
+            DaemonAnswer { status, miss: header(headers, "x-rpcedge-miss"), ttl: header(headers, "x-rpcedge-ttl"), body };
+        let hit = self.exchange.answered(&answer, min_length);
+        self.hit = hit.is_some();
+        if let (true, Some(hot)) = (self.hit, hot) {
+            if let Some(mut tier) = HotTier::open(hot) {
+                self.exchange.keep_hot(&mut tier, body, now_s);
+            }
+        }
+        hit
+    }
+
+    pub fn is_hit(&self) -> bool {
+        self.hit
+    }
+
+    /// The node's response head: the status to report, once the core knows whether the body is
+    /// held for the store.
+    pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(&mut self, headers: &[(N, V)], end_of_stream: bool) -> Status {
+        let status = number(headers, ":status").unwrap_or(0);
+        let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
+        let settings = CacheSettings::default();
+        if self.exchange.response_head(status, length, header(headers, "content-encoding"), &settings) {
+            self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
+        }
+        self.exchange.status()
+    }
+
+    /// Whether the node's body is being held.
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// More of the node's plain body.
+    pub fn hold(&mut self, chunk: &[u8]) {
+        let settings = CacheSettings::default();
+        if let Some(held) = &mut self.held {
+            held.extend_from_slice(chunk);
+            if !self.exchange.keep_holding(held.len() as u64, &settings) {
+                self.held = None;
+            }
+        }
+    }
+
+    /// The node's body has ended: the store to make, if the core keeps it.
+    pub fn store(&mut self, config: &CacheConfig) -> Option<DaemonCall> {
+        let held = self.held.take()?;
+        let StoreCall { path, headers, body } = self.exchange.store(&held, &CacheSettings::default()).ok()?;
+        Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body))
+    }
+
+    /// The daemon that holds this request's key: one cluster per shard.
+    fn cluster<'a>(&self, config: &'a CacheConfig) -> &'a str {
+        &config.clusters[self.exchange.shard(config.clusters.len() as u32) as usize]
+    }
+}
+
+/// The headers of a hit sent as a local reply: the core's, and the status header if configured.
+pub fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&'static str, &'static str)> {
+    let mut headers = hit.headers().to_vec();
+    if status_header_on {
+        headers.push((status_header(), Status::Hit.as_str()));
+    }
+    headers
+}
+
+/// A header's value.
+fn header<'a, N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &'a [(N, V)], name: &str) -> Option<&'a [u8]> {
+    headers.iter().find(|(n, _)| n.as_ref() == name.as_bytes()).map(|(_, value)| value.as_ref())
+}
+
+/// A header that holds a number (`:status`, `content-length`); none when absent or malformed.
+fn number<T: std::str::FromStr, N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], name: &str) -> Option<T> {
+    std::str::from_utf8(header(headers, name)?).ok()?.trim().parse().ok()
+}

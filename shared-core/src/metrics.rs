@@ -1,0 +1,166 @@
+//! The counters an Envoy adapter keeps, named once: the proxy-wasm filter and the native module
+//! define the same names (`rpcedge.<name>`, under each host's own stats prefix) and count the same
+//! events, as this module says.
+
+use crate::cache::Status as CacheStatus;
+use crate::exchange::{Mode, TranscodeOutcome};
+
+/// The modes an exchange ends in: all but `Pending`, the first.
+const END_MODES: &[Mode] = Mode::ALL.split_at(1).1;
+const CACHE_STATUSES: [CacheStatus; 5] = CacheStatus::all();
+/// The counters after the modes and before the cache statuses, in `Counter::all`'s order.
+const MIDDLE: [Counter; 6] = [
+    Counter::Aborted,
+    Counter::BodyBytesIn,
+    Counter::BodyBytesOut,
+    Counter::CompressTimeUs,
+    Counter::Transcoded,
+    Counter::TranscodeRefused,
+];
+const STORES: [Counter; 3] = [Counter::StoresTaken, Counter::StoresRefused, Counter::StoresFailed];
+
+/// One counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Exchanges that ended in this mode (never `Pending`).
+    Responses(Mode),
+    /// Exchanges still under way when their stream ended (a client or upstream reset).
+    Aborted,
+    BodyBytesIn,
+    BodyBytesOut,
+    /// Time spent compressing, over all exchanges.
+    CompressTimeUs,
+    /// Bodies sent transcoded, and bodies that could have been but went out as they came.
+    Transcoded,
+    TranscodeRefused,
+    /// Requests by their cache status.
+    CacheResponses(CacheStatus),
+    /// Stores the daemon took, refused (not final, too large, ...) or that failed.
+    StoresTaken,
+    StoresRefused,
+    StoresFailed,
+}
+
+impl Counter {
+    /// Every counter, in the order of [`Counter::index`].
+    pub fn all() -> impl Iterator<Item = Counter> {
+        let modes = END_MODES.iter().map(|&mode| Counter::Responses(mode));
+        let statuses = CACHE_STATUSES.into_iter().map(Counter::CacheResponses);
+        modes.chain(MIDDLE).chain(statuses).chain(STORES)
+    }
+
+    /// The counter's place in [`Counter::all`], for a host's table of metric ids.
+    pub fn index(self) -> usize {
+        let position = |found: Option<usize>| found.expect("every counter is in Counter::all");
+        let (modes, middle, statuses) = (END_MODES.len(), MIDDLE.len(), CACHE_STATUSES.len());
+        match self {
+            Counter::Responses(mode) => position(END_MODES.iter().position(|&m| m == mode)),
+            Counter::CacheResponses(status) => {
+                modes + middle + position(CACHE_STATUSES.iter().position(|&s| s == status))
+            }
+            Counter::StoresTaken | Counter::StoresRefused | Counter::StoresFailed => {
+                modes + middle + statuses + position(STORES.iter().position(|&c| c == self))
+            }
+            _ => modes + position(MIDDLE.iter().position(|&c| c == self)),
+        }
+    }
+
+    /// The name under `rpcedge.`, e.g. `responses.oneshot`, `cache.stores.taken`.
+    pub fn name(self) -> String {
+        match self {
+            Counter::Responses(mode) => format!("responses.{}", mode.as_str()),
+            Counter::Aborted => "responses.aborted".into(),
+            Counter::BodyBytesIn => "body_bytes_in".into(),
+            Counter::BodyBytesOut => "body_bytes_out".into(),
+            Counter::CompressTimeUs => "compress_time_us".into(),
+            Counter::Transcoded => "transcode.done".into(),
+            Counter::TranscodeRefused => "transcode.refused".into(),
+            Counter::CacheResponses(status) => format!("cache.responses.{}", status.as_str().to_ascii_lowercase()),
+            Counter::StoresTaken => "cache.stores.taken".into(),
+            Counter::StoresRefused => "cache.stores.refused".into(),
+            Counter::StoresFailed => "cache.stores.failed".into(),
+        }
+    }
+
+    /// What the daemon's answer to a store counts as: its status, or none when there was no
+    /// answer.
+    pub fn for_store_answer(status: Option<u16>) -> Counter {
+        match status {
+            Some(204) => Counter::StoresTaken,
+            Some(409 | 413) => Counter::StoresRefused,
+            _ => Counter::StoresFailed,
+        }
+    }
+}
+
+/// The histogram of each compressing exchange's compression time, in microseconds, under
+/// `rpcedge.`.
+pub fn compress_duration_name() -> &'static str {
+    "compress_duration_us"
+}
+
+/// What an exchange that ended adds to the counters: each counter with its amount, none of them
+/// zero (Envoy refuses to add zero to a counter), and the compression time to record in the
+/// histogram, when it compressed.
+pub fn exchange_ended(
+    mode: Mode,
+    (bytes_in, bytes_out): (u64, u64),
+    compress_us: u64,
+    transcode: TranscodeOutcome,
+) -> (impl Iterator<Item = (Counter, u64)>, Option<u64>) {
+    let transcoded = match transcode {
+        TranscodeOutcome::None => None,
+        TranscodeOutcome::Transcoded => Some((Counter::Transcoded, 1)),
+        TranscodeOutcome::Refused => Some((Counter::TranscodeRefused, 1)),
+    };
+    let amounts = [
+        (mode != Mode::Pending).then_some((Counter::Responses(mode), 1)),
+        Some((Counter::BodyBytesIn, bytes_in)),
+        Some((Counter::BodyBytesOut, bytes_out)),
+        Some((Counter::CompressTimeUs, compress_us)),
+        transcoded,
+    ];
+    let compressed = bytes_in > 0 && !matches!(mode, Mode::Untouched | Mode::Small);
+    (amounts.into_iter().flatten().filter(|&(_, amount)| amount > 0), compressed.then_some(compress_us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_its_own_index_and_name() {
+        let all: Vec<Counter> = Counter::all().collect();
+        for (at, counter) in all.iter().enumerate() {
+            assert_eq!(counter.index(), at, "{counter:?}");
+        }
+        let mut names: Vec<String> = all.iter().map(|c| c.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        assert!(names.contains(&"responses.oneshot".to_string()) && names.contains(&"cache.responses.hit".to_string()));
+        assert!(!names.contains(&"responses.pending".to_string()));
+    }
+
+    #[test]
+    fn an_ended_exchange_adds_no_zeros() {
+        let (amounts, duration) = exchange_ended(Mode::Small, (500, 500), 0, TranscodeOutcome::None);
+        let amounts: Vec<_> = amounts.collect();
+        assert_eq!(
+            amounts,
+            [(Counter::Responses(Mode::Small), 1), (Counter::BodyBytesIn, 500), (Counter::BodyBytesOut, 500)]
+        );
+        assert_eq!(duration, None);
+        let (amounts, duration) = exchange_ended(Mode::Oneshot, (9000, 900), 7, TranscodeOutcome::Refused);
+        assert_eq!(amounts.count(), 5);
+        assert_eq!(duration, Some(7));
+    }
+
+    #[test]
+    fn store_answers() {
+        assert_eq!(Counter::for_store_answer(Some(204)), Counter::StoresTaken);
+        assert_eq!(Counter::for_store_answer(Some(413)), Counter::StoresRefused);
+        assert_eq!(Counter::for_store_answer(Some(500)), Counter::StoresFailed);
+        assert_eq!(Counter::for_store_answer(None), Counter::StoresFailed);
+    }
+}
