@@ -96,6 +96,7 @@ class Variant:
     rpcedge: bool = False
     envoy_plugin: str = ""  # rpcedge's plugin configuration, for an Envoy variant with rpcedge
     envoy_filter: str = ""  # the http_filters entry in place of rpcedge's, for one without
+    envoy_adapter: str = "wasm"  # rpcedge's Envoy adapter: the proxy-wasm filter or the native module
     accept_encoding: str = "gzip"
 
 
@@ -118,6 +119,8 @@ VARIANTS = [
     Variant("envoy-rpcedge-wasm6", "envoy", "Envoy + rpcedge Wasm 6", envoy_plugin=rpcedge_plugin(6), rpcedge=True),
     Variant("envoy-rpcedge-wasm-default", "envoy", "Envoy + rpcedge Wasm (defaults)", envoy_plugin=rpcedge_plugin(),
             rpcedge=True),
+    Variant("envoy-rpcedge-native-default", "envoy", "Envoy + rpcedge native (defaults)",
+            envoy_plugin=rpcedge_plugin(), rpcedge=True, envoy_adapter="native"),
 ]
 
 
@@ -159,7 +162,7 @@ def start(variant, upstream_port, workdir, argv_prefix=()):
     workdir.mkdir(parents=True, exist_ok=True)
     if variant.rpcedge:
         envoy = run_envoy(workdir, upstream_port, plugin_config=variant.envoy_plugin, concurrency=1,
-                          argv_prefix=argv_prefix)
+                          argv_prefix=argv_prefix, adapter=variant.envoy_adapter)
     else:
         envoy = run_envoy(workdir, upstream_port, http_filter=variant.envoy_filter, concurrency=1,
                           argv_prefix=argv_prefix)

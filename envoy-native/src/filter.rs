@@ -233,6 +233,13 @@ impl Filter {
     }
 
     pub fn on_response_body(&mut self, host: Host, end: bool) -> BodyStatus {
+        if self.done && !self.cache.as_ref().is_some_and(ProxyCacheRequest::holds) {
+            // Passed on untouched (or finished): nothing to read here, the cheapest way through.
+            if end {
+                self.store_in_cache();
+            }
+            return BodyStatus::Continue;
+        }
         let chunks = host.body(BodyType::ReceivedResponse);
         if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
             for chunk in &chunks {
