@@ -163,16 +163,25 @@ fn write_report(buckets: &[Bucket]) {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let report = format!(
-        "# Benchmarks\n\n\
-         ## One-shot compression of real corpus bodies\n\n\
+    let section = format!(
+        "## One-shot compression of real corpus bodies\n\n\
          `make bench` (criterion, `shared-core/benches/compress.rs`): each codec compresses every body of a\n\
          bucket's sample of real JSON-RPC responses from `../shared/corpus/rpc`, one body at a time, single\n\
          thread. MB/s is the sample's bytes over criterion's mean time; the ratio is compressed bytes over\n\
          original bytes (libdeflate: the gzip rpcedge sends, a body it refuses as not smaller counted whole).\n\
-         Machine: {cores} cores, measured side by side in one run.\n\n{table}"
+         Machine: {cores} cores, measured side by side in one run.\n\n{table}\n"
     );
-    std::fs::write(workspace().join("BENCHMARKS.md"), report).expect("write BENCHMARKS.md");
+    // This section only: the other sections are written by other benchmarks and by hand.
+    let path = workspace().join("BENCHMARKS.md");
+    let current = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".into());
+    let report = match current.find("## One-shot compression of real corpus bodies") {
+        Some(start) => {
+            let end = current[start + 3..].find("\n## ").map_or(current.len(), |at| start + 3 + at + 1);
+            format!("{}{}{}", &current[..start], section, &current[end..])
+        }
+        None => format!("{current}\n{section}"),
+    };
+    std::fs::write(&path, report).expect("write BENCHMARKS.md");
     println!("wrote BENCHMARKS.md");
 }
 
