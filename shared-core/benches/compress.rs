@@ -5,9 +5,9 @@
 //! miniz_oxide is called directly: flate2 picks one backend per build, and the core's flate2
 //! is zlib-rs.
 
-#[path = "../tests/common/corpus.rs"]
-#[allow(dead_code)] // origins are for the golden test's messages
-mod corpus;
+mod common {
+    pub mod buckets;
+}
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -18,6 +18,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use rpcedge_core::compress::compress_whole;
 use rpcedge_core::Coding;
+
+use common::buckets::{sample, Bucket};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -74,44 +76,12 @@ impl Codec {
     }
 }
 
-struct Bucket {
-    name: &'static str,
-    bodies: Vec<Vec<u8>>,
-}
-
-impl Bucket {
-    fn bytes(&self) -> usize {
-        self.bodies.iter().map(Vec::len).sum()
-    }
-}
-
-/// Bodies of each bucket, spread over its sizes, up to the bucket's byte budget.
-fn buckets() -> Vec<Bucket> {
-    let mut all = corpus::bodies();
-    all.sort_by_key(|b| b.bytes.len());
-    BUCKETS
-        .iter()
-        .map(|&(name, low, high, budget)| {
-            let members: Vec<Vec<u8>> = all
-                .iter()
-                .filter(|b| (low..=high).contains(&b.bytes.len()))
-                .map(|b| b.bytes.clone())
-                .collect();
-            // Every n-th body, so the sample spans the bucket rather than its small end.
-            let total: usize = members.iter().map(Vec::len).sum();
-            let step = total.div_ceil(budget).max(1);
-            let bodies = members.into_iter().step_by(step).collect();
-            Bucket { name, bodies }
-        })
-        .collect()
-}
-
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 fn main() {
-    let buckets = buckets();
+    let buckets = sample(&BUCKETS);
     let mut criterion = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(250))

@@ -5,9 +5,9 @@
 //!
 //!     cargo bench -p rpcedge-core --bench level
 
-#[path = "../tests/common/corpus.rs"]
-#[allow(dead_code)] // origins are for the golden test's messages
-mod corpus;
+mod common {
+    pub mod buckets;
+}
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -16,60 +16,30 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use rpcedge_core::compress::{auto_level, compress_whole};
 use rpcedge_core::Coding;
 
+use common::buckets::{sample, Bucket};
+
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
-/// (name, smallest, largest) body size; each bucket measures at most BUDGET bytes of bodies.
-const BUCKETS: [(&str, usize, usize); 7] = [
-    ("1-4 KiB", KIB, 4 * KIB - 1),
-    ("4-16 KiB", 4 * KIB, 16 * KIB - 1),
-    ("16-64 KiB", 16 * KIB, 64 * KIB - 1),
-    ("64-256 KiB", 64 * KIB, 256 * KIB - 1),
-    ("256 KiB-1 MiB", 256 * KIB, MIB - 1),
-    ("1-4 MiB", MIB, 4 * MIB - 1),
-    ("over 4 MiB", 4 * MIB, usize::MAX),
+/// (name, smallest, largest) body size, and at most 4 MiB of bodies per bucket.
+const BUCKETS: [(&str, usize, usize, usize); 7] = [
+    ("1-4 KiB", KIB, 4 * KIB - 1, 4 * MIB),
+    ("4-16 KiB", 4 * KIB, 16 * KIB - 1, 4 * MIB),
+    ("16-64 KiB", 16 * KIB, 64 * KIB - 1, 4 * MIB),
+    ("64-256 KiB", 64 * KIB, 256 * KIB - 1, 4 * MIB),
+    ("256 KiB-1 MiB", 256 * KIB, MIB - 1, 4 * MIB),
+    ("1-4 MiB", MIB, 4 * MIB - 1, 4 * MIB),
+    ("over 4 MiB", 4 * MIB, usize::MAX, 4 * MIB),
 ];
-const BUDGET: usize = 4 * MIB;
 const LEVELS: std::ops::RangeInclusive<u32> = 1..=12;
 
-struct Bucket {
-    name: &'static str,
-    bodies: Vec<Vec<u8>>,
-}
-
-impl Bucket {
-    fn bytes(&self) -> usize {
-        self.bodies.iter().map(Vec::len).sum()
-    }
-
-    /// Bytes rpcedge sends at `level` (a body it refuses as not smaller counted whole).
-    fn compressed(&self, level: u32) -> usize {
-        self.bodies
-            .iter()
-            .map(|body| compress_whole(Coding::Gzip, level, body).map_or(body.len(), |c| c.len()))
-            .sum()
-    }
-}
-
-/// Bodies of each bucket, spread over its sizes, up to BUDGET bytes (at least one body).
-fn buckets() -> Vec<Bucket> {
-    let mut all = corpus::bodies();
-    all.sort_by_key(|b| b.bytes.len());
-    BUCKETS
-        .iter()
-        .map(|&(name, low, high)| {
-            let members: Vec<Vec<u8>> =
-                all.iter().filter(|b| (low..=high).contains(&b.bytes.len())).map(|b| b.bytes.clone()).collect();
-            let total: usize = members.iter().map(Vec::len).sum();
-            let step = total.div_ceil(BUDGET).max(1);
-            Bucket { name, bodies: members.into_iter().step_by(step).collect() }
-        })
-        .filter(|bucket| !bucket.bodies.is_empty())
-        .collect()
+/// Bytes rpcedge sends for `bucket` at `level` (a body it refuses as not smaller counted whole).
+fn compressed(bucket: &Bucket, level: u32) -> usize {
+    bucket.bodies.iter().map(|body| compress_whole(Coding::Gzip, level, body).map_or(body.len(), |c| c.len())).sum()
 }
 
 fn main() {
-    let buckets = buckets();
+    let buckets: Vec<Bucket> = sample(&BUCKETS).into_iter().filter(|bucket| !bucket.bodies.is_empty()).collect();
     let mut criterion = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(200))
@@ -92,7 +62,7 @@ fn main() {
             // Criterion keeps its estimates to itself: our own mean over every round it ran
             // (warm-up included) serves the table; its report has the careful figure.
             let per_body_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds) / bucket.bodies.len() as f64;
-            rows.push((level, per_body_us, bucket.compressed(level)));
+            rows.push((level, per_body_us, compressed(bucket, level)));
         }
         group.finish();
         report.push((bucket, rows));
