@@ -209,14 +209,33 @@ class Cached(LoopbackService):
         return json.loads(body)
 
 
-def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached"):
-    """Starts the cache daemon with its store in `db` and waits until it serves."""
+def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached", tcp=True):
+    """Starts the cache daemon with its store in `db` and waits until it serves. With tcp=False it
+    listens on `socket_path` alone (`--listen none`) and `.port` is None: talk to it over the socket."""
     if not CACHED_BIN.exists():
         raise StartError(f"{CACHED_BIN} is missing: run `cargo build --release -p rpcedge-cached`")
-    port = port or free_port()
-    argv = [CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}", *args]
+    if not tcp and not socket_path:
+        raise ValueError("a daemon without TCP (tcp=False) needs a socket_path")
+    port = (port or free_port()) if tcp else None
+    argv = [CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}" if tcp else "none", *args]
     if socket_path:
         argv += ["--socket", socket_path]
-    process = Process(name, argv, Path(log_dir) / f"{name}-{port}.log")
-    process.wait_for_port(port)
-    return Cached(process, port, db, socket_path)
+    process = Process(name, argv, Path(log_dir) / f"{name}-{port or 'socket'}.log")
+    if tcp:
+        process.wait_for_port(port)
+        return Cached(process, port, db, socket_path)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(1)
+            try:
+                s.connect(str(socket_path))
+                break
+            except OSError:
+                pass
+        if process.proc.poll() is not None or time.monotonic() > deadline:
+            process.stop()
+            raise StartError(f"{name} not listening on {socket_path} (exit code {process.proc.returncode}); "
+                             f"its log ({process.log}):\n{process.log_tail()}")
+        time.sleep(0.1)
+    return Cached(process, None, db, socket_path)

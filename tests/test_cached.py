@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import struct
 import time
 import uuid
@@ -60,6 +61,49 @@ class UnixConnection(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.connect(self.path)
+
+
+def unix_request(path, method, target, body=None, headers=None):
+    """One request over the Unix socket at `path`: (status, headers, body)."""
+    connection = UnixConnection(path)
+    try:
+        connection.request(method, target, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        connection.close()
+
+
+def tcp_listeners(pid):
+    """The TCP sockets in the LISTEN state (IPv4 or IPv6) that process `pid` holds, by inode."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[len("socket:["):-1])
+    listening = set()
+    for table in ["tcp", "tcp6"]:
+        path = Path(f"/proc/{pid}/net/{table}")
+        if path.exists():
+            for line in path.read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # TCP_LISTEN
+                    listening.add(fields[9])
+    return held & listening
+
+
+def startup_line(daemon, timeout=10):
+    """The line the daemon prints once it listens."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in daemon.process.log_tail().splitlines() if ", listening on " in line]
+        if lines:
+            return lines[0]
+        assert time.monotonic() < deadline, f"no startup line: {daemon.process.log_tail()}"
+        time.sleep(0.05)
 
 
 def test_an_entry_is_stored_compressed_once_and_served_over_tcp_and_the_socket(daemon):
@@ -172,6 +216,58 @@ def test_it_refuses_to_listen_beyond_loopback_unless_told(tmp_path):
                       tmp_path / "cached.log")
     assert process.proc.wait(timeout=30) != 0
     assert "not a loopback address" in process.log_tail()
+
+
+def test_with_listen_none_it_serves_on_the_socket_alone(tmp_path, daemon):
+    path = tmp_path / "c.sock"
+    alone = start_cached(tmp_path, tmp_path / "db-socket", socket_path=path, tcp=False)
+    try:
+        assert unix_request(path, "GET", "/healthz")[::2] == (200, b"ok\n")
+        tail = b'{"over":"the socket"}}'
+        assert unix_request(path, "PUT", f"/v1/entries/{key('socket')}", entry(tail))[0] == 204
+        status, _, stored = unix_request(path, "GET", f"/v1/entries/{key('socket')}")
+        assert status == 200 and stored_tail(stored)[1] == tail
+        assert tcp_listeners(alone.process.proc.pid) == set(), "a TCP listener with --listen none"
+        assert startup_line(alone) == f"rpcedge-cached: store at {tmp_path / 'db-socket'}, listening on {path}"
+    finally:
+        alone.process.stop()
+    assert alone.process.proc.returncode == 0, alone.process.log_tail()
+    assert not path.exists(), "removed on a clean stop"
+    # The same check sees the listener of a daemon on TCP and the socket.
+    assert len(tcp_listeners(daemon.process.proc.pid)) == 1
+    assert startup_line(daemon) == (f"rpcedge-cached: store at {daemon.db}, listening on {LOOPBACK}:{daemon.port} "
+                                    f"and {daemon.socket_path}")
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_socket_is_0660_whatever_the_umask_and_replaces_a_stale_one(tmp_path, umask):
+    path = tmp_path / "c.sock"
+    previous = os.umask(umask)
+    try:
+        # A socket file left behind by a killed daemon, nobody listening on it.
+        with socket.socket(socket.AF_UNIX) as stale:
+            stale.bind(str(path))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask
+        # The daemon inherits the umask.
+        daemon = start_cached(tmp_path, tmp_path / "db", socket_path=path, tcp=False)
+    finally:
+        os.umask(previous)
+    try:
+        status = Path(f"/proc/{daemon.process.proc.pid}/status").read_text()
+        assert f"\nUmask:\t{umask:04o}\n" in status, "started with the umask, and it is restored after the bind"
+        mode = path.stat().st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660, oct(mode)
+        assert unix_request(path, "GET", "/healthz")[0] == 200
+    finally:
+        daemon.process.stop()
+
+
+def test_listen_none_without_a_socket_is_refused(tmp_path):
+    process = Process("cached", [CACHED_BIN, "--db", tmp_path / "db", "--listen", "none"], tmp_path / "cached.log")
+    assert process.proc.wait(timeout=30) != 0
+    log = process.log_tail()
+    assert "--listen none" in log and "--socket" in log, log
+    assert not (tmp_path / "db").exists(), "refused before opening the store"
 
 
 def test_metrics_are_prometheus_text(daemon):

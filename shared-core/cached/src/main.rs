@@ -6,7 +6,7 @@ mod finality;
 mod store;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +27,10 @@ use store::{Store, StoreOptions};
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
-    /// Loopback TCP address of the HTTP API.
-    #[arg(long, default_value = "127.0.0.1:18090")]
-    listen: SocketAddr,
-    /// Also serve the API on this Unix socket.
+    /// Loopback TCP address of the HTTP API, or `none` for the Unix socket alone.
+    #[arg(long, default_value = "127.0.0.1:18090", value_parser = parse_listen)]
+    listen: Listen,
+    /// Also (or, with `--listen none`, only) serve the API on this Unix socket, mode 0660.
     #[arg(long)]
     socket: Option<PathBuf>,
     /// Allow a `--listen` address that is not loopback (the API has no authentication).
@@ -70,6 +70,22 @@ struct Cli {
     /// Flush the column families one by one (for the crash test's comparison only).
     #[arg(long)]
     no_atomic_flush: bool,
+}
+
+/// Where the API listens on TCP: an address, or nowhere (`--listen none`: the Unix socket alone).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Listen {
+    Tcp(SocketAddr),
+    None,
+}
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    if text == "none" {
+        return Ok(Listen::None);
+    }
+    text.parse()
+        .map(Listen::Tcp)
+        .map_err(|e| format!("{text:?}: expected an address such as 127.0.0.1:18090, or none ({e})"))
 }
 
 /// A number and the unit right after it, e.g. `64MiB` or `200ms`; the unit's multiple of its
@@ -119,8 +135,18 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    if !cli.listen.ip().is_loopback() && !cli.allow_remote {
-        return Err(format!("{} is not a loopback address: the API has no authentication (--allow-remote)", cli.listen));
+    let tcp_address = match cli.listen {
+        Listen::Tcp(address) => Some(address),
+        Listen::None => None,
+    };
+    match tcp_address {
+        None if cli.socket.is_none() => {
+            return Err("--listen none needs --socket PATH: there would be nothing to listen on".to_string());
+        }
+        Some(address) if !address.ip().is_loopback() && !cli.allow_remote => {
+            return Err(format!("{address} is not a loopback address: the API has no authentication (--allow-remote)"));
+        }
+        _ => {}
     }
     let store = Store::open(
         &cli.db,
@@ -141,22 +167,22 @@ async fn run(cli: Cli) -> Result<(), String> {
     });
     let connections = Arc::new(Semaphore::new(cli.max_connections.max(1)));
 
-    let tcp = TcpListener::bind(cli.listen).await.map_err(|e| format!("cannot listen on {}: {e}", cli.listen))?;
-    tokio::spawn(serve_tcp(tcp, state.clone(), connections.clone()));
+    let mut listening = Vec::new();
+    if let Some(address) = tcp_address {
+        let tcp = TcpListener::bind(address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+        tokio::spawn(serve_tcp(tcp, state.clone(), connections.clone()));
+        listening.push(address.to_string());
+    }
     if let Some(path) = &cli.socket {
         // A socket left by a killed daemon would make the bind fail.
         let _ = std::fs::remove_file(path);
-        let unix = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let unix = bind_unix(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         tokio::spawn(serve_unix(unix, state.clone(), connections.clone()));
+        listening.push(path.display().to_string());
     }
     tokio::spawn(finality.poll(cli.finality_poll));
     tokio::spawn(flush_every(state.clone(), cli.flush_interval));
-    println!(
-        "rpcedge-cached: store at {}, listening on {}{}",
-        cli.db.display(),
-        cli.listen,
-        cli.socket.as_ref().map(|p| format!(" and {}", p.display())).unwrap_or_default()
-    );
+    println!("rpcedge-cached: store at {}, listening on {}", cli.db.display(), listening.join(" and "));
 
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -169,6 +195,20 @@ async fn run(cli: Cli) -> Result<(), String> {
         let _ = std::fs::remove_file(path);
     }
     flushed.map_err(|e| format!("the last flush failed: {e}"))
+}
+
+/// Binds and listens on the Unix socket at `path`, created with mode 0660 whatever the umask (the
+/// API has no authentication: the socket's owner and group are who may use the cache). The mode is
+/// the file's from its creation on, never wider for a moment: bind(2) creates it as 0777 less the
+/// umask, set to 0117 around it. The umask is the process's; the only threads that could create a
+/// file meanwhile are RocksDB's, and such a file would come out at most less readable (0640).
+fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    // SAFETY: umask(2) cannot fail and touches no memory.
+    let previous = unsafe { libc::umask(0o117) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(previous) };
+    bound
 }
 
 async fn flush_every(state: Arc<api::State>, every: Duration) {
@@ -245,5 +285,13 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("0s").is_err() && parse_duration("5 days").is_err());
         assert!(parse_duration("99999999999999999h").is_err() && parse_size("99999999999GiB").is_err(), "no overflow");
+    }
+
+    #[test]
+    fn listen_takes_an_address_or_none() {
+        assert_eq!(parse_listen("127.0.0.1:18090"), Ok(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 18090)))));
+        assert_eq!(parse_listen("[::1]:80"), Ok(Listen::Tcp("[::1]:80".parse().unwrap())));
+        assert_eq!(parse_listen("none"), Ok(Listen::None));
+        assert!(parse_listen("").is_err() && parse_listen("None").is_err() && parse_listen("localhost:1").is_err());
     }
 }
