@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import replay_corpus as rc
-from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy
+from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
 from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
 from nginx_harness import free_port, start_nginx
+from stack import NETWORKS
 
 # every recorded block counts as final, as in `make run`
 FINAL = 1_000_000_000
-NAMESPACE_HOST = LOOPBACK
 
 
 @dataclass
@@ -139,10 +139,18 @@ def hot_bytes(hot):
 
 def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, hot=False, extra=""):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
-    in the server."""
+    in the server. As in the example config, each network has its location and its namespace
+    (the network's name); `namespace` instead puts every request of the server in that one."""
     cache = "on" if cache else "off"
     if namespace:
         extra += f"\n        rpcedge_cache_namespace {namespace};"
+        networks = ""
+    else:
+        networks = "".join(f"""
+        location = /{network} {{
+            rpcedge_cache_namespace {network};
+            proxy_pass http://ethereum_node;
+        }}""" for network in NETWORKS)
     if hot:
         extra += f"\n        rpcedge_cache_hot rpcedge_hot:{hot_bytes(hot) // 1024}k;"
     return f"""
@@ -165,11 +173,13 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, name
         include rpcedge-cache.conf;
         {extra}
 
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Accept-Encoding "";
+{networks}
+
         location / {{
             proxy_pass http://ethereum_node;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Accept-Encoding "";
         }}
     }}
 """
@@ -205,7 +215,9 @@ def start_proxy(host, workdir, stack, argv_prefix=(), **options):
         nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
                             argv_prefix=argv_prefix)
         return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
-    envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), cached_port=stack.daemon.port,
+    # the example's routes name each network's namespace; `namespace` puts every request in one
+    text = without_route_namespaces() if options.get("namespace") else None
+    envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,
                       argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host])
     return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid])
 
@@ -213,10 +225,9 @@ def start_proxy(host, workdir, stack, argv_prefix=(), **options):
 class CacheStack:
     """The node (a replay of the corpus, which counts the requests it answers), a second replay
     without recordings that only says which block is finalized (so that the daemon's polls are
-    not counted as the node's work), and a cache daemon that polls it for the namespaces
-    `<NAMESPACE_HOST>/<network>`: every recorded block is final there. The namespace
-    `<NAMESPACE_HOST>/late` starts at block 0: finality never moves back, so tests move this one
-    forward."""
+    not counted as the node's work), and a cache daemon that polls it for the namespaces, one per
+    network and named after it: every recorded block is final there. The namespace `late` starts
+    at block 0: finality never moves back, so tests move this one forward."""
 
     LATE = "late"
 
@@ -260,7 +271,7 @@ class CacheStack:
     def start_daemon(self, db_name="db", port=None):
         upstreams = [arg for network in [*self.networks, self.LATE] for arg in
                      ("--finality-upstream",
-                      f"{NAMESPACE_HOST}/{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
+                      f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
                                    args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args])
         for network in self.networks:
@@ -269,7 +280,7 @@ class CacheStack:
 
     def wait_for_finality(self, network, number, timeout=10):
         deadline = time.monotonic() + timeout
-        name = f'finalized_block{{namespace="{NAMESPACE_HOST}/{network}"}}'
+        name = f'finalized_block{{namespace="{network}"}}'
         while self.daemon.stats().get(name) != number:
             assert time.monotonic() < deadline, f"the daemon never heard {network} finalize {number}"
             time.sleep(0.05)

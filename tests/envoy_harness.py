@@ -87,6 +87,15 @@ def native_entry(plugin_config, module=NATIVE):
     return entry
 
 
+def without_route_namespaces(text=None):
+    """The example config (or `text`) without its routes' cache namespaces, so that the plugin's
+    own "namespace" applies to every request."""
+    text = EXAMPLE.read_text() if text is None else text
+    lines = [line for line in text.splitlines(True) if "filter_metadata: {rpcedge: {cache_namespace:" not in line]
+    assert len(lines) < len(text.splitlines(True)), "the Envoy example no longer names route namespaces"
+    return "".join(lines)
+
+
 def replace_rpcedge_entry(text, entry):
     """The config with its rpcedge http_filters entry replaced by `entry` (YAML already indented
     as an entry of that list; "" removes it)."""

@@ -16,16 +16,15 @@ from nginx_harness import NGINX_BIN, shipped_conf
 RUN = REPO / "run"
 REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT = 18545, 18080, 18081, 19901, 18090
 # The replay's networks. Each is told that a block above every recording is final, so that
-# recorded data counts as final for the cache; the cache's namespaces are the proxies' host names
-# (without their ports) and paths.
+# recorded data counts as final for the cache; the cache's namespaces are the networks' names, as
+# the example configs set them per location (nginx) and per route (Envoy).
 NETWORKS = ["mainnet", "sepolia", "gnosis", "arb-sepolia", "polygon-pos", "hive", "hive-testchain"]
 FINALIZED = 1_000_000_000
-HOST_NAMES = [LOOPBACK, "localhost"]
 
 
 def start_daemon():
-    upstreams = [arg for host in HOST_NAMES for network in NETWORKS
-                 for arg in ("--finality-upstream", f"{host}/{network}=http://{LOOPBACK}:{REPLAY_PORT}/{network}")]
+    upstreams = [arg for network in NETWORKS
+                 for arg in ("--finality-upstream", f"{network}=http://{LOOPBACK}:{REPLAY_PORT}/{network}")]
     return start_cached(RUN, RUN / "cache", args=upstreams, port=CACHED_PORT,
                         socket_path=RUN / "cached.sock").process
 

@@ -116,7 +116,7 @@ def by_number(request, response):
 @pytest.mark.parametrize("name", ["receipt", "by_number"])
 def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     # the namespace whose finality the test moves (finality never moves back)
-    proxy = proxies(namespace=f"{cc.NAMESPACE_HOST}/{cc.CacheStack.LATE}")
+    proxy = proxies(namespace=cc.CacheStack.LATE)
     receipt = cc.find(by_number) if name == "by_number" else case(name)
     block = int(receipt.response["result"]["number" if name == "by_number" else "blockNumber"], 16)
     stack.finalize_late(block - 1)

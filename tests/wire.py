@@ -63,9 +63,10 @@ def decode(coding, body):
 
 
 def head(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", host=LOOPBACK,
-         keep_alive=False):
-    """A request's bytes; `headers` is a dict whose values may be lists (repeated headers)."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}"]
+         keep_alive=False, host_header=None):
+    """A request's bytes; `headers` is a dict whose values may be lists (repeated headers);
+    `host_header` is the Host header's value (default: `host`:`port`)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host_header or f'{host}:{port}'}"]
     if not keep_alive:
         lines.append("Connection: close")
     if accept_encoding is not None:
@@ -78,7 +79,7 @@ def head(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip
 
 
 def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
-            host=LOOPBACK, rcvbuf=None, read_after=0):
+            host=LOOPBACK, rcvbuf=None, read_after=0, host_header=None):
     """One request on a fresh connection, read to the end of the connection. A slow client:
     `rcvbuf` bytes of socket receive buffer, and no reading for `read_after` seconds."""
     data, arrivals, reset = bytearray(), [], False
@@ -88,7 +89,7 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
         sock.settimeout(timeout)
         sock.connect((host, port))
         sent_at = time.monotonic()
-        sock.sendall(head(port, path, method, headers, body, accept_encoding, host))
+        sock.sendall(head(port, path, method, headers, body, accept_encoding, host, host_header=host_header))
         time.sleep(read_after)
         while True:
             try:

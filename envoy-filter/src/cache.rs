@@ -12,7 +12,7 @@ use std::time::Duration;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 use rpcedge_core::cache::proxy::{self, DaemonCall, ProxyCacheRequest};
-use rpcedge_core::cache::{HitResponse, Status};
+use rpcedge_core::cache::{Bypass, HitResponse, Refusal, Status};
 use rpcedge_core::CacheConfig;
 
 /// A worker's hot tier: its region, laid out by the core.
@@ -37,7 +37,9 @@ pub struct CacheRequest {
 
 impl CacheRequest {
     pub fn new(config: &CacheConfig, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> CacheRequest {
-        CacheRequest { request: ProxyCacheRequest::new(config, headers, end_of_stream), lookup: None }
+        let route_namespace = route_namespace();
+        let request = ProxyCacheRequest::new(config, route_namespace.as_deref(), headers, end_of_stream);
+        CacheRequest { request, lookup: None }
     }
 
     /// Whether the request waits here for its body.
@@ -117,9 +119,21 @@ impl CacheRequest {
     }
 
     /// The node's body has ended: the store to make, if the core keeps it.
-    pub fn store(&mut self, config: &CacheConfig) -> Option<DaemonCall> {
+    pub fn store(&mut self, config: &CacheConfig) -> Result<Option<DaemonCall>, Refusal> {
         self.request.store(config)
     }
+
+    /// Why the request bypasses the cache, if it does.
+    pub fn bypass(&self) -> Option<Bypass> {
+        self.request.bypass()
+    }
+}
+
+/// The cache namespace in the metadata of the route the request took, if it sets one.
+fn route_namespace() -> Option<String> {
+    let path = vec!["xds", "route_metadata", "filter_metadata", proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE];
+    let value = hostcalls::get_property(path).ok().flatten()?;
+    String::from_utf8(value).ok().filter(|namespace| !namespace.is_empty())
 }
 
 /// Sends a hit as the local reply (Envoy sets its Content-Length); false when Envoy refused it.

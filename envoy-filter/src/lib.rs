@@ -213,7 +213,7 @@ impl Filter {
     fn answer_hit(&mut self, hit: &HitResponse) -> bool {
         let shared = self.shared();
         let status_header = shared.settings.cache.as_ref().is_some_and(|c| c.status_header);
-        shared.metrics.cache_status(CacheStatus::Hit);
+        shared.metrics.add(Counter::CacheResponses(CacheStatus::Hit), 1);
         self.stream.borrow_mut().done = true;
         cache::send_hit(hit, status_header)
     }
@@ -222,9 +222,13 @@ impl Filter {
     fn store_in_cache(&mut self) {
         let shared = self.shared();
         let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else { return };
-        if let Some(store) = cache.store(config) {
-            shared.stores.borrow_mut().push(store);
-            shared.set_tick(&shared.waiting.borrow());
+        match cache.store(config) {
+            Ok(Some(store)) => {
+                shared.stores.borrow_mut().push(store);
+                shared.set_tick(&shared.waiting.borrow());
+            }
+            Ok(None) => {}
+            Err(refusal) => metrics::store_refused(refusal).into_iter().for_each(|c| shared.metrics.add(c, 1)),
         }
     }
 }
@@ -318,7 +322,7 @@ impl HttpContext for Filter {
         let shared = self.shared();
         if let Some(cache) = self.cache.as_mut() {
             let status = cache.on_response_head(&headers, end_of_stream);
-            shared.metrics.cache_status(status);
+            metrics::cache_responded(status, cache.bypass()).for_each(|counter| shared.metrics.add(counter, 1));
             if shared.settings.cache.as_ref().is_some_and(|c| c.status_header) {
                 let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, proxy::status_header(), status.as_str());
             }
@@ -617,10 +621,6 @@ impl Metrics {
 
     fn aborted(&self) {
         self.add(Counter::Aborted, 1);
-    }
-
-    fn cache_status(&self, status: CacheStatus) {
-        self.add(Counter::CacheResponses(status), 1);
     }
 
     /// The daemon's answer to a store: its status (none: no answer).

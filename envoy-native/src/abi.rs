@@ -109,6 +109,13 @@ pub enum LogLevel {
     Error = 4,
 }
 
+/// `envoy_dynamic_module_type_metadata_source`: where metadata is read from.
+#[repr(u32)]
+#[derive(Clone, Copy)]
+pub enum MetadataSource {
+    Route = 1,
+}
+
 /// `FilterHeadersStatus`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,6 +212,13 @@ extern "C" {
         value: ModuleBuffer,
     ) -> bool;
 
+    pub fn envoy_dynamic_module_callback_http_get_metadata_string(
+        filter: FilterEnvoy,
+        source: MetadataSource,
+        namespace: ModuleBuffer,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
     pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(filter: FilterEnvoy, kind: BodyType) -> usize;
     pub fn envoy_dynamic_module_callback_http_get_body_chunks(
         filter: FilterEnvoy,

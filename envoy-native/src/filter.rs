@@ -77,7 +77,9 @@ impl Filter {
         }
         self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
         let cache_waits = self.shared.cache.as_ref().is_some_and(|cache| {
-            self.cache.insert(ProxyCacheRequest::new(&cache.config, &headers, end_of_stream)).awaits_body()
+            let route_namespace = host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
+            let route_namespace = route_namespace.and_then(|ns| std::str::from_utf8(ns).ok()).filter(|ns| !ns.is_empty());
+            self.cache.insert(ProxyCacheRequest::new(&cache.config, route_namespace, &headers, end_of_stream)).awaits_body()
         });
         if !self.body_wanted {
             self.ask_upstream(host);
@@ -170,10 +172,12 @@ impl Filter {
     }
 
     /// The node's answer has ended: its store goes to the main thread.
-    fn store_in_cache(&mut self) {
+    fn store_in_cache(&mut self, host: Host) {
         let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) else { return };
-        if let Some(call) = request.store(&cache.config) {
-            cache.queue_store(call);
+        match request.store(&cache.config) {
+            Ok(Some(call)) => cache.queue_store(call),
+            Ok(None) => {}
+            Err(refusal) => metrics::store_refused(refusal).into_iter().for_each(|c| self.shared.add(host, c, 1)),
         }
     }
 
@@ -201,13 +205,15 @@ impl Filter {
         }
         if let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) {
             let cache_status = request.on_response_head(&headers, end_of_stream);
-            self.shared.add(host, Counter::CacheResponses(cache_status), 1);
+            for counter in metrics::cache_responded(cache_status, request.bypass()) {
+                self.shared.add(host, counter, 1);
+            }
             // (Envoy's header bytes are not read past here: setting a header may move them.)
             if cache.config.status_header {
                 host.add_header(HeaderType::Response, proxy::status_header(), cache_status.as_str());
             }
             if end_of_stream {
-                self.store_in_cache();
+                self.store_in_cache(host);
             }
         }
         if end_of_stream {
@@ -236,7 +242,7 @@ impl Filter {
         if self.done && !self.cache.as_ref().is_some_and(ProxyCacheRequest::holds) {
             // Passed on untouched (or finished): nothing to read here, the cheapest way through.
             if end {
-                self.store_in_cache();
+                self.store_in_cache(host);
             }
             return BodyStatus::Continue;
         }
@@ -247,7 +253,7 @@ impl Filter {
             }
         }
         if end {
-            self.store_in_cache();
+            self.store_in_cache(host);
         }
         if self.done {
             return BodyStatus::Continue;
@@ -282,7 +288,7 @@ impl Filter {
 
     /// Response trailers: the body has ended.
     pub fn on_response_trailers(&mut self, host: Host) -> TrailersStatus {
-        self.store_in_cache();
+        self.store_in_cache(host);
         if self.done {
             return TrailersStatus::Continue;
         }

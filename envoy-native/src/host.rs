@@ -41,6 +41,23 @@ impl Host {
         unsafe { abi::envoy_dynamic_module_callback_http_add_header(self.0, kind, name.into(), value.into()) };
     }
 
+    /// A string in the metadata of the route the request took, under `namespace` and `key`.
+    pub fn route_metadata<'hook>(self, namespace: &str, key: &str) -> Option<&'hook [u8]> {
+        let mut value = EnvoyBuffer::EMPTY;
+        // SAFETY: the filter is alive during the hook; the buffers outlive the call; Envoy's
+        // bytes stay valid until the hook returns.
+        unsafe {
+            let found = abi::envoy_dynamic_module_callback_http_get_metadata_string(
+                self.0,
+                abi::MetadataSource::Route,
+                namespace.into(),
+                key.into(),
+                &mut value,
+            );
+            found.then(|| value.bytes())
+        }
+    }
+
     /// A body's slices as Envoy holds them.
     pub fn body<'hook>(self, kind: BodyType) -> Vec<&'hook [u8]> {
         // SAFETY: as in `headers`, for body slices.

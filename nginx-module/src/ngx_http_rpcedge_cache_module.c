@@ -41,7 +41,10 @@ typedef struct {
     ngx_flag_t                  enable;
     ngx_str_t                   pass;
     ngx_shm_zone_t             *hot;
-    ngx_http_complex_value_t   *ns;
+    /* rpcedge_cache_namespace, or none */
+    ngx_str_t                   ns;
+    /* without it: the server's first server_name and the location's name */
+    ngx_str_t                   default_ns;
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
     ngx_int_t                   shards;
@@ -131,6 +134,8 @@ static ngx_int_t ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_rpcedge_cache_add_variables(ngx_conf_t *cf);
 static void *ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf);
+static char *ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
+    ngx_http_rpcedge_cache_conf_t *conf);
 static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
@@ -171,7 +176,7 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
 
     { ngx_string("rpcedge_cache_namespace"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_set_complex_value_slot,
+      ngx_conf_set_str_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, ns),
       NULL },
@@ -375,8 +380,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
     ngx_str_t                       value;
-    rpcedge_str_t                   body, ns, host, path, accept_encoding,
-                                    accept;
+    rpcedge_str_t                   body, ns, path, accept_encoding, accept;
     ngx_http_request_t             *sr;
     ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -385,32 +389,21 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
 
     ctx->state = ngx_http_rpcedge_cache_pass_on;
 
-    /* a NULL namespace is the core's default, from the host and raw path */
+    /*
+     * the namespace is where nginx routed the request, as configured: never
+     * the client's Host, which need not name the server block that matched
+     */
 
     ngx_memzero(&ns, sizeof(rpcedge_str_t));
-    ngx_memzero(&host, sizeof(rpcedge_str_t));
     ngx_memzero(&accept_encoding, sizeof(rpcedge_str_t));
     ngx_memzero(&accept, sizeof(rpcedge_str_t));
 
-    if (conf->ns) {
-        if (ngx_http_complex_value(r, conf->ns, &value) != NGX_OK) {
-            return;
-        }
+    value = conf->ns.len ? conf->ns : conf->default_ns;
 
+    if (value.len) {
         ns.data = value.data;
         ns.len = value.len;
-
-    } else if (r->headers_in.host) {
-        host.data = r->headers_in.host->value.data;
-        host.len = r->headers_in.host->value.len;
-
-    } else {
-        host.data = r->headers_in.server.data;
-        host.len = r->headers_in.server.len;
     }
-
-    path.data = r->unparsed_uri.data;
-    path.len = r->unparsed_uri.len;
 
 #if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
     if (r->headers_in.accept_encoding) {
@@ -428,8 +421,8 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
 
     body = ngx_http_rpcedge_request_body(r);
 
-    ctx->cache = rpcedge_cache_new(ns, host, path, body.data, body.len,
-                                   accept_encoding, accept);
+    ctx->cache = rpcedge_cache_new(ns, body.data, body.len, accept_encoding,
+                                   accept);
 
     if (ctx->cache == NULL
         || !rpcedge_cache_lookup_path(ctx->cache, &path))
@@ -1377,11 +1370,12 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     conf->pass = { 0, NULL };
+     *     conf->ns = { 0, NULL };
+     *     conf->default_ns = { 0, NULL };
      */
 
     conf->enable = NGX_CONF_UNSET;
     conf->hot = NGX_CONF_UNSET_PTR;
-    conf->ns = NGX_CONF_UNSET_PTR;
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
     conf->shards = NGX_CONF_UNSET;
@@ -1399,10 +1393,61 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
     ngx_conf_merge_ptr_value(conf->hot, prev->hot, NULL);
-    ngx_conf_merge_ptr_value(conf->ns, prev->ns, NULL);
+    ngx_conf_merge_str_value(conf->ns, prev->ns, "");
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
     ngx_conf_merge_value(conf->shards, prev->shards, 1);
+
+    return ngx_http_rpcedge_cache_default_ns(cf, conf);
+}
+
+
+/*
+ * Without rpcedge_cache_namespace, a location's namespace is its server's
+ * first server_name and its own name: both configuration, so two networks
+ * behind two locations or two servers never share entries.  A server without
+ * server_name has no namespace: its requests bypass the cache.
+ */
+
+static char *
+ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
+    ngx_http_rpcedge_cache_conf_t *conf)
+{
+    u_char                    *p;
+    ngx_http_core_srv_conf_t  *cscf;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (conf->ns.len) {
+        return NGX_CONF_OK;
+    }
+
+    cscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_core_module);
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (cscf == NULL || cscf->server_name.len == 0) {
+
+        /* the server block's own configuration serves no request itself */
+
+        if (conf->enable == 1 && clcf->name.len) {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "rpcedge_cache is on in location \"%V\" of a "
+                               "server without server_name, and without "
+                               "rpcedge_cache_namespace: its requests "
+                               "bypass the cache", &clcf->name);
+        }
+
+        return NGX_CONF_OK;
+    }
+
+    conf->default_ns.len = cscf->server_name.len + clcf->name.len;
+    conf->default_ns.data = ngx_pnalloc(cf->pool, conf->default_ns.len);
+    if (conf->default_ns.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = ngx_cpymem(conf->default_ns.data, cscf->server_name.data,
+                   cscf->server_name.len);
+    ngx_memcpy(p, clcf->name.data, clcf->name.len);
 
     return NGX_CONF_OK;
 }

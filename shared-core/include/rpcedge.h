@@ -557,16 +557,16 @@ uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
 size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len, uint8_t *out, size_t out_cap);
 
 /**
- * A cache exchange for a request in namespace `ns` (a NULL `data`: the default one, from the
- * request's `host` header and raw `path`) whose body is `body` (NULL: the host does not hold it
- * whole, so the request bypasses the cache), with the client's Accept-Encoding and Accept (a
- * NULL `data`: none; a client that asks for the SSZ of a result bypasses the cache, which holds
- * JSON). NULL only on a panic.
+ * A cache exchange for a request in namespace `ns`, the one configured where the request was
+ * routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
+ * whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
+ * cache), with the client's Accept-Encoding and Accept (a NULL `data`: none; a client that asks
+ * for the SSZ of a result bypasses the cache, which holds JSON). NULL only on a panic.
  *
  * # Safety
  * The strings point to readable bytes of their lengths.
  */
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding, rpcedge_str_t accept);
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding, rpcedge_str_t accept);
 
 /**
  * Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so

@@ -57,7 +57,9 @@ pub struct CacheConfig {
     pub enabled: bool,
     /// The daemons, one upstream (an Envoy cluster) per shard, in shard order.
     pub clusters: Vec<String>,
-    /// The key's namespace; none: the request's host name without its port, and its path.
+    /// The key's namespace for every route that sets none in its metadata
+    /// ([`crate::cache::proxy::ROUTE_NAMESPACE`]); with neither, a request bypasses the cache.
+    /// Never taken from the request: a client must not choose where its answers are stored.
     pub namespace: Option<String>,
     /// How long a lookup may take before the node is asked instead.
     pub timeout_ms: u64,

@@ -2,7 +2,7 @@
 //! define the same names (`rpcedge.<name>`, under each host's own stats prefix) and count the same
 //! events, as this module says.
 
-use crate::cache::Status as CacheStatus;
+use crate::cache::{Bypass, Refusal, Status as CacheStatus};
 use crate::exchange::{Mode, TranscodeOutcome};
 
 /// The modes an exchange ends in: all but `Pending`, the first.
@@ -35,10 +35,15 @@ pub enum Counter {
     TranscodeRefused,
     /// Requests by their cache status.
     CacheResponses(CacheStatus),
-    /// Stores the daemon took, refused (not final, too large, ...) or that failed.
+    /// Stores the daemon took, refused (not final, too large, ...) or that failed; answers the
+    /// core refused to store count as refused too.
     StoresTaken,
     StoresRefused,
     StoresFailed,
+    /// Requests that bypassed the cache, by reason.
+    CacheBypassed(Bypass),
+    /// Answers the core refused to store, by reason (also in `StoresRefused`).
+    StoresRefusedFor(Refusal),
 }
 
 impl Counter {
@@ -46,14 +51,21 @@ impl Counter {
     pub fn all() -> impl Iterator<Item = Counter> {
         let modes = END_MODES.iter().map(|&mode| Counter::Responses(mode));
         let statuses = CACHE_STATUSES.into_iter().map(Counter::CacheResponses);
-        modes.chain(MIDDLE).chain(statuses).chain(STORES)
+        let bypasses = Bypass::all().into_iter().map(Counter::CacheBypassed);
+        let refusals = Refusal::all().into_iter().map(Counter::StoresRefusedFor);
+        modes.chain(MIDDLE).chain(statuses).chain(STORES).chain(bypasses).chain(refusals)
     }
 
     /// The counter's place in [`Counter::all`], for a host's table of metric ids.
     pub fn index(self) -> usize {
         let position = |found: Option<usize>| found.expect("every counter is in Counter::all");
         let (modes, middle, statuses) = (END_MODES.len(), MIDDLE.len(), CACHE_STATUSES.len());
+        let bypasses = modes + middle + statuses + STORES.len();
         match self {
+            Counter::CacheBypassed(bypass) => bypasses + position(Bypass::all().iter().position(|&b| b == bypass)),
+            Counter::StoresRefusedFor(refusal) => {
+                bypasses + Bypass::all().len() + position(Refusal::all().iter().position(|&r| r == refusal))
+            }
             Counter::Responses(mode) => position(END_MODES.iter().position(|&m| m == mode)),
             Counter::CacheResponses(status) => {
                 modes + middle + position(CACHE_STATUSES.iter().position(|&s| s == status))
@@ -75,10 +87,16 @@ impl Counter {
             Counter::CompressTimeUs => "compress_time_us".into(),
             Counter::Transcoded => "transcode.done".into(),
             Counter::TranscodeRefused => "transcode.refused".into(),
-            Counter::CacheResponses(status) => format!("cache.responses.{}", status.as_str().to_ascii_lowercase()),
+            Counter::CacheResponses(status) => {
+                format!("cache.responses.{}", status.as_str().to_ascii_lowercase())
+            }
             Counter::StoresTaken => "cache.stores.taken".into(),
             Counter::StoresRefused => "cache.stores.refused".into(),
             Counter::StoresFailed => "cache.stores.failed".into(),
+            Counter::CacheBypassed(bypass) => format!("cache.bypass.{}", bypass.as_str()),
+            Counter::StoresRefusedFor(refusal) => {
+                format!("cache.stores.refused.{}", refusal.as_str())
+            }
         }
     }
 
@@ -91,6 +109,18 @@ impl Counter {
             _ => Counter::StoresFailed,
         }
     }
+}
+
+/// What a request's cache status adds to the counters, once the node's answer has begun (a hit
+/// counts only its status).
+pub fn cache_responded(status: CacheStatus, bypass: Option<Bypass>) -> impl Iterator<Item = Counter> {
+    let reason = bypass.filter(|_| status == CacheStatus::Bypass).map(Counter::CacheBypassed);
+    std::iter::once(Counter::CacheResponses(status)).chain(reason)
+}
+
+/// What an answer the core refused to store adds to the counters.
+pub fn store_refused(refusal: Refusal) -> [Counter; 2] {
+    [Counter::StoresRefused, Counter::StoresRefusedFor(refusal)]
 }
 
 /// The histogram of each compressing exchange's compression time, in microseconds, under

@@ -114,8 +114,8 @@ typedef struct {
   rpcedge_str_t body;
 } rpcedge_store_call_t;
 
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, rpcedge_str_t host, rpcedge_str_t path, const uint8_t *body,
-                                   size_t body_len, rpcedge_str_t accept_encoding, rpcedge_str_t accept);
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len,
+                                   rpcedge_str_t accept_encoding, rpcedge_str_t accept);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
@@ -339,12 +339,17 @@ local ENTRY_PATH = "/v1/entries/"
 
 
 -- The cache's view of the current request, whose body is `body` (nil when it is not held whole:
--- a BYPASS). `namespace` defaults to the request's host name without its port, and its path.
+-- a BYPASS). `namespace` names where the request is routed, as the configuration says (one per
+-- network); it defaults to the server block's first server_name. Never pass anything the client
+-- sends (its Host, its path): a client must not choose where its answers are stored. Without
+-- either, the request bypasses the cache.
 function _M.cache(body, namespace)
-    local host = ngx.var.http_host or ngx.var.host or ""
+    if namespace == nil and ngx.var.server_name ~= "" then
+        namespace = ngx.var.server_name
+    end
     local ae = ngx.var.http_accept_encoding
-    local handle = lib.rpcedge_cache_new(rstr(namespace), rstr(host), rstr(ngx.var.request_uri),
-                                         body, body and #body or 0, rstr(ae), rstr(ngx.var.http_accept))
+    local handle = lib.rpcedge_cache_new(rstr(namespace), body, body and #body or 0, rstr(ae),
+                                         rstr(ngx.var.http_accept))
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)
     end

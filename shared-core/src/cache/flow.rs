@@ -103,11 +103,20 @@ impl CacheExchange {
         length <= settings.max_request as u64
     }
 
-    /// From the request: its namespace, its body (`None` when the host does not hold it whole,
-    /// as when nginx spilled it to a file), whether the client takes gzip and whether it asks for
-    /// SSZ (`Accept`, [`crate::negotiate::asks_for_ssz`]).
-    pub fn new(namespace: &str, body: Option<&[u8]>, gzip: bool, ssz: bool, settings: &CacheSettings) -> CacheExchange {
-        let request = body.ok_or(Bypass::TooLarge).and_then(|body| {
+    /// From the request: the namespace configured where it was routed (none: a bypass), its body
+    /// (`None` when the host does not hold it whole, as when nginx spilled it to a file), whether
+    /// the client takes gzip and whether it asks for SSZ (`Accept`,
+    /// [`crate::negotiate::asks_for_ssz`]).
+    pub fn new(
+        namespace: Option<&str>,
+        body: Option<&[u8]>,
+        gzip: bool,
+        ssz: bool,
+        settings: &CacheSettings,
+    ) -> CacheExchange {
+        let namespace = namespace.ok_or(Bypass::Namespace);
+        let request = namespace.and_then(|namespace| {
+            let body = body.ok_or(Bypass::TooLarge)?;
             // a hit would be JSON: the node's answer, transcoded, is what such a client gets
             if ssz && jsonrpc_request(body).is_some() {
                 return Err(Bypass::Ssz);
@@ -117,7 +126,7 @@ impl CacheExchange {
         let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
         CacheExchange {
             request,
-            namespace: namespace.to_string(),
+            namespace: namespace.unwrap_or_default().to_string(),
             gzip,
             status,
             capture: false,
@@ -136,9 +145,13 @@ impl CacheExchange {
         self.request.as_ref().map_or(0, |request| shard(&request.key, shards))
     }
 
-    /// Why the request bypasses the cache, if it does.
+    /// Why the request bypasses the cache, if it does: its own reason, or an answer too large
+    /// to keep.
     pub fn bypass(&self) -> Option<Bypass> {
-        self.request.as_ref().err().copied()
+        match &self.request {
+            Err(bypass) => Some(*bypass),
+            Ok(_) => (self.status == Status::Bypass).then_some(Bypass::Answer),
+        }
     }
 
     /// The daemon answered the lookup: the hit to send, or `None` to ask the node.

@@ -3,6 +3,7 @@
 //! around the client's own id. The store is the daemon's; hosts only carry bytes between the
 //! client, the node, the daemon and these functions.
 
+mod call;
 mod entry;
 mod flow;
 mod hot;
@@ -14,13 +15,15 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use call::{Call, Unread};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, BadEntry, Entry, Envelope, Hit};
 pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
-pub use rules::{rule, BlockRef, Rule, TABLE};
+pub use rules::{rule, Asked, BlockRef, Names, Rule, TABLE};
 pub use shard::shard;
 
 /// The cache's settings, shared by every host.
@@ -66,23 +69,54 @@ pub enum Bypass {
     TooLarge,
     /// Not a JSON-RPC request object.
     Malformed,
+    /// A member other than `jsonrpc`, `id`, `method` and `params`, one spelled otherwise (in
+    /// another case, with escapes) or one given twice: a node may read another call than the key.
+    Members,
+    /// Params that a node may read otherwise than the key (`call`).
+    Params,
     /// A method the allow-list leaves out.
     Method,
     /// At a tag that moves (`latest`, `pending`, `safe`, `finalized`, or none given).
     Moving,
     /// The client asks for the SSZ of a result with a transcoding schema: the cache holds JSON.
     Ssz,
+    /// No namespace is configured where the request was routed: the cache never takes one from
+    /// what the client sends (its Host, its path).
+    Namespace,
+    /// The node's answer cannot be kept whole (over `max_entry`): the request is not counted as
+    /// a miss.
+    Answer,
 }
 
 impl Bypass {
+    /// Every reason, for a host's counters.
+    pub const fn all() -> [Bypass; 10] {
+        [
+            Bypass::Batch,
+            Bypass::TooLarge,
+            Bypass::Malformed,
+            Bypass::Members,
+            Bypass::Params,
+            Bypass::Method,
+            Bypass::Moving,
+            Bypass::Ssz,
+            Bypass::Namespace,
+            Bypass::Answer,
+        ]
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Bypass::Batch => "batch",
             Bypass::TooLarge => "too_large",
             Bypass::Malformed => "malformed",
+            Bypass::Members => "members",
+            Bypass::Params => "params",
             Bypass::Method => "method",
             Bypass::Moving => "moving",
             Bypass::Ssz => "ssz",
+            Bypass::Namespace => "namespace",
+            Bypass::Answer => "answer",
         }
     }
 }
@@ -107,6 +141,9 @@ pub struct Request {
     /// The client's id, as its raw JSON text (`null` when it sent none).
     pub id: String,
     pub keep: Keep,
+    /// What the request asked for, and what of the answer must name it.
+    pub asked: Asked,
+    pub names: Names,
 }
 
 /// What to store after a miss.
@@ -138,9 +175,24 @@ pub enum Refusal {
     TooLarge,
     /// Not a JSON-RPC response object.
     Malformed,
+    /// An answer that names another block or transaction than the request asked for.
+    Mismatch,
 }
 
 impl Refusal {
+    /// Every reason, for a host's counters.
+    pub const fn all() -> [Refusal; 7] {
+        [
+            Refusal::Error,
+            Refusal::Null,
+            Refusal::Empty,
+            Refusal::NoBlock,
+            Refusal::TooLarge,
+            Refusal::Malformed,
+            Refusal::Mismatch,
+        ]
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::Error => "error",
@@ -149,32 +201,9 @@ impl Refusal {
             Refusal::NoBlock => "no_block",
             Refusal::TooLarge => "too_large",
             Refusal::Malformed => "malformed",
+            Refusal::Mismatch => "mismatch",
         }
     }
-}
-
-/// The namespace a host uses by default: the request's host name without its port, and its path.
-/// Two networks behind one proxy never share entries; nginx and Envoy on one host do.
-pub fn default_namespace(host: &str, path: &str) -> String {
-    let name = match host.rsplit_once(':') {
-        // not the colons of a bracketed IPv6 literal
-        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty() => {
-            name
-        }
-        _ => host,
-    };
-    let path = path.split_once('?').map_or(path, |(path, _)| path);
-    format!("{}{}", name.to_ascii_lowercase(), path)
-}
-
-#[derive(Deserialize)]
-struct JsonRpcRequest<'a> {
-    #[serde(borrow)]
-    method: &'a str,
-    #[serde(default)]
-    params: Value,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
 }
 
 /// Whether the store may answer the request `body` in `namespace`, and under which key.
@@ -185,8 +214,13 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(Bypass::Batch);
     }
-    let request: JsonRpcRequest = serde_json::from_slice(body).map_err(|_| Bypass::Malformed)?;
-    let keep = match rule(request.method).ok_or(Bypass::Method)? {
+    let request = Call::read(body).map_err(|unread| match unread {
+        Unread::Malformed => Bypass::Malformed,
+        Unread::Members => Bypass::Members,
+        Unread::Params => Bypass::Params,
+    })?;
+    let (rule, names) = rule(request.method).ok_or(Bypass::Method)?;
+    let keep = match rule {
         Rule::BlockHash => Keep::Forever,
         Rule::Transaction => Keep::OnceAnswerFinal,
         Rule::Chain => Keep::For(settings.chain_ttl_s),
@@ -200,6 +234,7 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
     if !matches!(request.params, Value::Array(_) | Value::Null) {
         return Err(Bypass::Malformed);
     }
+    let asked = Asked::of(rule, &request.params).ok_or(Bypass::Malformed)?;
     let mut digest = Sha256::new();
     for part in [namespace.as_bytes(), request.method.as_bytes()] {
         digest.update((part.len() as u64).to_le_bytes());
@@ -212,6 +247,8 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
         key: Key(digest.finalize().into()),
         id: request.id.map_or_else(|| "null".to_string(), |id| id.get().to_string()),
         keep,
+        asked,
+        names,
     })
 }
 
@@ -243,6 +280,9 @@ impl Request {
         if result == "null" {
             return Err(Refusal::Null);
         }
+        if !self.agrees(result) {
+            return Err(Refusal::Mismatch);
+        }
         let (ttl_s, requires_final) = match self.keep {
             Keep::Forever | Keep::OnceAnswerFinal if matches!(result, "[]" | "{}" | "\"\"" | "\"0x\"") => {
                 // What a hash names may be missing only because the node has not seen it yet.
@@ -258,6 +298,16 @@ impl Request {
         tail.push(b'}');
         let envelope = response.id.and_then(|id| Envelope::of(body, id.get(), result)).unwrap_or_default();
         Ok(Capture { key: self.key, ttl_s, requires_final, envelope, tail })
+    }
+}
+
+impl Request {
+    /// Whether the answer's `result` names what the request asked for, where it can say.
+    fn agrees(&self, result: &str) -> bool {
+        if self.names == Names::Nothing || self.asked == Asked::Nothing {
+            return true;
+        }
+        serde_json::from_str(result).is_ok_and(|result| self.names.agree(&self.asked, &result))
     }
 }
 

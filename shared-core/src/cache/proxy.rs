@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Status, StoreCall};
+use crate::cache::{
+    Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
+};
 use crate::config::CacheConfig;
 use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 
@@ -15,6 +17,11 @@ use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 pub fn store_timeout() -> Duration {
     Duration::from_secs(5)
 }
+
+/// Where a route's cache namespace is set, in its metadata: `filter_metadata` under this
+/// filter namespace, the key [`ROUTE_NAMESPACE`].
+pub const ROUTE_METADATA: &str = "rpcedge";
+pub const ROUTE_NAMESPACE: &str = "cache_namespace";
 
 /// The header that tells the client the cache status (`status_header`).
 pub fn status_header() -> &'static str {
@@ -53,7 +60,7 @@ pub enum AfterBody {
 
 /// One request's way through the cache.
 pub struct ProxyCacheRequest {
-    namespace: String,
+    namespace: Option<String>,
     gzip: bool,
     /// The client asks for SSZ.
     ssz: bool,
@@ -67,20 +74,23 @@ pub struct ProxyCacheRequest {
 }
 
 impl ProxyCacheRequest {
-    /// From the request's headers: whether the cache may take it once its body is in.
-    pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(config: &CacheConfig, headers: &[(N, V)], end_of_stream: bool) -> Self {
-        let text = |name| String::from_utf8_lossy(header(headers, name).unwrap_or_default()).into_owned();
-        let namespace = match &config.namespace {
-            Some(namespace) => namespace.clone(),
-            None => crate::cache::default_namespace(&text(":authority"), &text(":path")),
-        };
+    /// From the request's headers and the namespace of the route it took (its metadata's
+    /// [`ROUTE_NAMESPACE`]): whether the cache may take it once its body is in. Without one the
+    /// configuration's namespace applies; without either, the request bypasses the cache.
+    pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        config: &CacheConfig,
+        route_namespace: Option<&str>,
+        headers: &[(N, V)],
+        end_of_stream: bool,
+    ) -> Self {
+        let namespace = route_namespace.or(config.namespace.as_deref()).map(str::to_string);
         let accepted = header(headers, "accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose());
         let gzip = accepted == Some(Coding::Gzip);
         let ssz = header(headers, "accept").is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
         let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
         ProxyCacheRequest {
-            exchange: CacheExchange::new(&namespace, None, gzip, ssz, &settings),
+            exchange: CacheExchange::new(namespace.as_deref(), None, gzip, ssz, &settings),
             namespace,
             gzip,
             ssz,
@@ -121,7 +131,7 @@ impl ProxyCacheRequest {
             return AfterBody::Wait;
         }
         self.awaiting_body = false;
-        self.exchange = CacheExchange::new(&self.namespace, Some(&body()), self.gzip, self.ssz, &settings);
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(&body()), self.gzip, self.ssz, &settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;
@@ -198,11 +208,17 @@ impl ProxyCacheRequest {
         }
     }
 
-    /// The node's body has ended: the store to make, if the core keeps it.
-    pub fn store(&mut self, config: &CacheConfig) -> Option<DaemonCall> {
-        let held = self.held.take()?;
-        let StoreCall { path, headers, body } = self.exchange.store(&held, &CacheSettings::default()).ok()?;
-        Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body))
+    /// The node's body has ended: the store to make, or why the core refuses to keep the
+    /// answer (`Ok(None)`: nothing was held).
+    pub fn store(&mut self, config: &CacheConfig) -> Result<Option<DaemonCall>, Refusal> {
+        let Some(held) = self.held.take() else { return Ok(None) };
+        let StoreCall { path, headers, body } = self.exchange.store(&held, &CacheSettings::default())?;
+        Ok(Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body)))
+    }
+
+    /// Why the request bypasses the cache, if it does.
+    pub fn bypass(&self) -> Option<Bypass> {
+        self.exchange.bypass()
     }
 
     /// The daemon that holds this request's key: one cluster per shard.

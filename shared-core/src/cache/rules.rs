@@ -2,6 +2,7 @@
 //! allow-list: a method not here is never cached.
 
 use serde_json::Value;
+use sha3::{Digest, Keccak256};
 
 /// Why an answer of this method stays the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,65 +19,174 @@ pub enum Rule {
     Chain,
 }
 
-/// The allow-list.
-pub const TABLE: &[(&str, Rule)] = &[
-    ("eth_getBlockByHash", Rule::BlockHash),
-    ("eth_getBlockTransactionCountByHash", Rule::BlockHash),
-    ("eth_getTransactionByBlockHashAndIndex", Rule::BlockHash),
-    ("eth_getRawTransactionByBlockHashAndIndex", Rule::BlockHash),
-    ("eth_getUncleByBlockHashAndIndex", Rule::BlockHash),
-    ("eth_getUncleCountByBlockHash", Rule::BlockHash),
-    ("debug_traceBlockByHash", Rule::BlockHash),
-    ("debug_getModifiedAccountsByHash", Rule::BlockHash),
-    ("erigon_getBlockReceiptsByBlockHash", Rule::BlockHash),
-    ("erigon_getHeaderByHash", Rule::BlockHash),
-    ("erigon_getLogsByHash", Rule::BlockHash),
-    ("ots_getBlockDetailsByHash", Rule::BlockHash),
-    ("eth_getTransactionByHash", Rule::Transaction),
-    ("eth_getRawTransactionByHash", Rule::Transaction),
-    ("eth_getTransactionReceipt", Rule::Transaction),
-    ("debug_traceTransaction", Rule::Transaction),
-    ("trace_transaction", Rule::Transaction),
-    ("trace_get", Rule::Transaction),
-    ("trace_replayTransaction", Rule::Transaction),
-    ("ots_traceTransaction", Rule::Transaction),
-    ("ots_getTransactionError", Rule::Transaction),
-    ("ots_getInternalOperations", Rule::Transaction),
-    ("eth_getBlockByNumber", Rule::Block(0)),
-    ("eth_getBlockReceipts", Rule::Block(0)),
-    ("eth_getBlockTransactionCountByNumber", Rule::Block(0)),
-    ("eth_getTransactionByBlockNumberAndIndex", Rule::Block(0)),
-    ("eth_getRawTransactionByBlockNumberAndIndex", Rule::Block(0)),
-    ("eth_getUncleByBlockNumberAndIndex", Rule::Block(0)),
-    ("eth_getUncleCountByBlockNumber", Rule::Block(0)),
-    ("debug_traceBlockByNumber", Rule::Block(0)),
-    ("debug_getRawBlock", Rule::Block(0)),
-    ("debug_getRawHeader", Rule::Block(0)),
-    ("debug_getRawReceipts", Rule::Block(0)),
-    ("trace_block", Rule::Block(0)),
-    ("trace_replayBlockTransactions", Rule::Block(0)),
-    ("erigon_getHeaderByNumber", Rule::Block(0)),
-    ("erigon_getBalanceChangesInBlock", Rule::Block(0)),
-    ("ots_getBlockDetails", Rule::Block(0)),
-    ("ots_getBlockTransactions", Rule::Block(0)),
-    ("eth_getBalance", Rule::Block(1)),
-    ("eth_getCode", Rule::Block(1)),
-    ("eth_getTransactionCount", Rule::Block(1)),
-    ("eth_call", Rule::Block(1)),
-    ("eth_estimateGas", Rule::Block(1)),
-    ("eth_createAccessList", Rule::Block(1)),
-    ("eth_feeHistory", Rule::Block(1)),
-    ("debug_traceCall", Rule::Block(1)),
-    ("eth_getStorageAt", Rule::Block(2)),
-    ("eth_getProof", Rule::Block(2)),
-    ("trace_call", Rule::Block(2)),
-    ("eth_chainId", Rule::Chain),
-    ("net_version", Rule::Chain),
+/// A block's answer: its hash and number as blocks and headers name them.
+const BLOCK: Names = Names::Block { hash: &["hash"], number: &["number"] };
+/// What a block holds (transactions, receipts, logs, traces): each names its block.
+const IN_BLOCK: Names = Names::Block { hash: &["blockHash"], number: &["blockNumber"] };
+
+/// The allow-list, and what of each answer names what was asked.
+pub const TABLE: &[(&str, Rule, Names)] = &[
+    ("eth_getBlockByHash", Rule::BlockHash, BLOCK),
+    ("eth_getBlockTransactionCountByHash", Rule::BlockHash, Names::Nothing),
+    ("eth_getTransactionByBlockHashAndIndex", Rule::BlockHash, IN_BLOCK),
+    ("eth_getRawTransactionByBlockHashAndIndex", Rule::BlockHash, Names::Nothing),
+    ("eth_getUncleByBlockHashAndIndex", Rule::BlockHash, Names::Nothing),
+    ("eth_getUncleCountByBlockHash", Rule::BlockHash, Names::Nothing),
+    ("debug_traceBlockByHash", Rule::BlockHash, Names::Nothing),
+    ("debug_getModifiedAccountsByHash", Rule::BlockHash, Names::Nothing),
+    ("erigon_getBlockReceiptsByBlockHash", Rule::BlockHash, IN_BLOCK),
+    ("erigon_getHeaderByHash", Rule::BlockHash, BLOCK),
+    ("erigon_getLogsByHash", Rule::BlockHash, IN_BLOCK),
+    (
+        "ots_getBlockDetailsByHash",
+        Rule::BlockHash,
+        Names::Block { hash: &["block", "hash"], number: &["block", "number"] },
+    ),
+    ("eth_getTransactionByHash", Rule::Transaction, Names::Transaction(&["hash"])),
+    ("eth_getRawTransactionByHash", Rule::Transaction, Names::RawTransaction),
+    ("eth_getTransactionReceipt", Rule::Transaction, Names::Transaction(&["transactionHash"])),
+    ("debug_traceTransaction", Rule::Transaction, Names::Nothing),
+    ("trace_transaction", Rule::Transaction, Names::Transaction(&["transactionHash"])),
+    ("trace_get", Rule::Transaction, Names::Transaction(&["transactionHash"])),
+    ("trace_replayTransaction", Rule::Transaction, Names::Nothing),
+    ("ots_traceTransaction", Rule::Transaction, Names::Nothing),
+    ("ots_getTransactionError", Rule::Transaction, Names::Nothing),
+    ("ots_getInternalOperations", Rule::Transaction, Names::Nothing),
+    ("eth_getBlockByNumber", Rule::Block(0), BLOCK),
+    ("eth_getBlockReceipts", Rule::Block(0), IN_BLOCK),
+    ("eth_getBlockTransactionCountByNumber", Rule::Block(0), Names::Nothing),
+    ("eth_getTransactionByBlockNumberAndIndex", Rule::Block(0), IN_BLOCK),
+    ("eth_getRawTransactionByBlockNumberAndIndex", Rule::Block(0), Names::Nothing),
+    ("eth_getUncleByBlockNumberAndIndex", Rule::Block(0), Names::Nothing),
+    ("eth_getUncleCountByBlockNumber", Rule::Block(0), Names::Nothing),
+    ("debug_traceBlockByNumber", Rule::Block(0), Names::Nothing),
+    ("debug_getRawBlock", Rule::Block(0), Names::Nothing),
+    ("debug_getRawHeader", Rule::Block(0), Names::Nothing),
+    ("debug_getRawReceipts", Rule::Block(0), Names::Nothing),
+    ("trace_block", Rule::Block(0), IN_BLOCK),
+    ("trace_replayBlockTransactions", Rule::Block(0), Names::Nothing),
+    ("erigon_getHeaderByNumber", Rule::Block(0), BLOCK),
+    ("erigon_getBalanceChangesInBlock", Rule::Block(0), Names::Nothing),
+    ("ots_getBlockDetails", Rule::Block(0), Names::Block { hash: &["block", "hash"], number: &["block", "number"] }),
+    (
+        "ots_getBlockTransactions",
+        Rule::Block(0),
+        Names::Block { hash: &["fullblock", "hash"], number: &["fullblock", "number"] },
+    ),
+    ("eth_getBalance", Rule::Block(1), Names::Nothing),
+    ("eth_getCode", Rule::Block(1), Names::Nothing),
+    ("eth_getTransactionCount", Rule::Block(1), Names::Nothing),
+    ("eth_call", Rule::Block(1), Names::Nothing),
+    ("eth_estimateGas", Rule::Block(1), Names::Nothing),
+    ("eth_createAccessList", Rule::Block(1), Names::Nothing),
+    ("eth_feeHistory", Rule::Block(1), Names::Nothing),
+    ("debug_traceCall", Rule::Block(1), Names::Nothing),
+    ("eth_getStorageAt", Rule::Block(2), Names::Nothing),
+    ("eth_getProof", Rule::Block(2), Names::Nothing),
+    ("trace_call", Rule::Block(2), Names::Nothing),
+    ("eth_chainId", Rule::Chain, Names::Nothing),
+    ("net_version", Rule::Chain, Names::Nothing),
 ];
 
+/// What in an answer names what its request asked for. An answer is stored only if it agrees,
+/// so that a node that answered something else (or read the request otherwise) stores nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    /// The answer carries nothing that names the request's block or transaction.
+    Nothing,
+    /// A block's hash and number at these paths of the result (of each item, for a list).
+    Block { hash: &'static [&'static str], number: &'static [&'static str] },
+    /// The transaction's hash at this path of the result (of each item, for a list).
+    Transaction(&'static [&'static str]),
+    /// The result is the transaction's raw bytes, whose keccak-256 is its hash.
+    RawTransaction,
+}
+
+/// What a request asked for, as an answer can name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    Nothing,
+    /// In lower case.
+    BlockHash(String),
+    BlockNumber(u64),
+    /// In lower case.
+    Transaction(String),
+}
+
+impl Names {
+    /// Whether `result` names what was `asked`.
+    pub fn agree(self, asked: &Asked, result: &Value) -> bool {
+        match (self, asked) {
+            (Names::Nothing, _) | (_, Asked::Nothing) => true,
+            (Names::Block { hash, .. }, Asked::BlockHash(asked)) => {
+                each(result, &|item| is_hash(at(item, hash), asked))
+            }
+            (Names::Block { number, .. }, Asked::BlockNumber(asked)) => {
+                each(result, &|item| at(item, number).and_then(block_number) == Some(*asked))
+            }
+            (Names::Transaction(path), Asked::Transaction(asked)) => {
+                each(result, &|item| is_hash(at(item, path), asked))
+            }
+            (Names::RawTransaction, Asked::Transaction(asked)) => raw_hash(result).as_deref() == Some(asked.as_str()),
+            // a method's table row and its rule disagree: nothing to check against
+            (Names::Block { .. } | Names::Transaction(_) | Names::RawTransaction, _) => false,
+        }
+    }
+}
+
+/// `check` holds for `value`, or for every item of a list (of lists).
+fn each(value: &Value, check: &dyn Fn(&Value) -> bool) -> bool {
+    match value {
+        Value::Array(items) => items.iter().all(|item| each(item, check)),
+        item => check(item),
+    }
+}
+
+fn at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
+    path.iter().try_fold(value, |value, member| value.get(member))
+}
+
+fn is_hash(value: Option<&Value>, asked: &str) -> bool {
+    matches!(value, Some(Value::String(hash)) if hash.eq_ignore_ascii_case(asked))
+}
+
+/// The keccak-256 of a raw transaction's hex bytes, as lower-case hex.
+fn raw_hash(result: &Value) -> Option<String> {
+    let digits = result.as_str()?.strip_prefix("0x")?;
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    let mut raw = vec![0; digits.len() / 2];
+    faster_hex::hex_decode(digits.as_bytes(), &mut raw).ok()?;
+    let hash = Keccak256::digest(&raw);
+    Some(format!("0x{}", faster_hex::hex_string(&hash)))
+}
+
+impl Asked {
+    /// What the request with these params asks for, under `rule`; `None` when the params cannot
+    /// name it (the request is then malformed).
+    pub fn of(rule: Rule, params: &Value) -> Option<Asked> {
+        let hash = |param: Option<&Value>| match param {
+            Some(Value::String(s)) if s.len() == 66 && is_hex(s) => Some(s.to_ascii_lowercase()),
+            _ => None,
+        };
+        Some(match rule {
+            Rule::BlockHash => Asked::BlockHash(hash(params.get(0))?),
+            Rule::Transaction => Asked::Transaction(hash(params.get(0))?),
+            Rule::Chain => Asked::Nothing,
+            Rule::Block(index) => match (BlockRef::of(params.get(index)), params.get(index)) {
+                (BlockRef::Number(number), _) => Asked::BlockNumber(number),
+                (BlockRef::Hash, Some(Value::Object(object))) => Asked::BlockHash(hash(object.get("blockHash"))?),
+                (BlockRef::Hash, param) => Asked::BlockHash(hash(param)?),
+                (BlockRef::Moving | BlockRef::Malformed, _) => return None,
+            },
+        })
+    }
+}
+
 /// The rule for `method`, or `None`: never cached.
-pub fn rule(method: &str) -> Option<Rule> {
-    TABLE.iter().find(|(name, _)| *name == method).map(|&(_, rule)| rule)
+pub fn rule(method: &str) -> Option<(Rule, Names)> {
+    TABLE.iter().find(|(name, _, _)| *name == method).map(|&(_, rule, names)| (rule, names))
 }
 
 /// What a block parameter names.

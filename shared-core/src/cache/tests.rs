@@ -27,7 +27,7 @@ fn row_cases() -> Vec<(&'static str, String, Result<Keep, Bypass>)> {
         format!("[{}]", params.join(","))
     };
     let mut cases = Vec::new();
-    for &(method, rule) in TABLE {
+    for &(method, rule, _) in TABLE {
         let (params, keep) = match rule {
             Rule::BlockHash => (format!(r#"["{HASH}",false]"#), Ok(Keep::Forever)),
             Rule::Transaction => (format!(r#"["{TX}"]"#), Ok(Keep::OnceAnswerFinal)),
@@ -128,15 +128,6 @@ fn the_id_is_kept_as_the_client_spelled_it() {
     assert_eq!(lookup("n", br#"{"method":"eth_chainId"}"#, &s).unwrap().id, "null");
 }
 
-#[test]
-fn the_default_namespace_is_the_host_name_and_path() {
-    assert_eq!(default_namespace("RPC.example.com:8545", "/mainnet?x=1"), "rpc.example.com/mainnet");
-    assert_eq!(default_namespace("127.0.0.1:18080", "/"), "127.0.0.1/");
-    assert_eq!(default_namespace("[::1]:18081", "/sepolia"), "[::1]/sepolia");
-    assert_eq!(default_namespace("[::1]", "/"), "[::1]/");
-    assert_eq!(default_namespace("host", ""), "host");
-}
-
 fn answer(result: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#)
 }
@@ -149,8 +140,9 @@ fn capture(method: &str, params: &str, body: &str) -> Result<Capture, Refusal> {
 #[test]
 fn what_of_an_answer_is_kept() {
     let by_hash = |body: &str| capture("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#), body);
-    let kept = by_hash(&answer(r#"{"number":"0x1b4"}"#)).unwrap();
-    assert_eq!(kept.tail, br#"{"number":"0x1b4"}}"#);
+    let block = format!(r#"{{"hash":"{HASH}","number":"0x1b4"}}"#);
+    let kept = by_hash(&answer(&block)).unwrap();
+    assert_eq!(kept.tail, format!("{block}}}").as_bytes());
     assert_eq!((kept.ttl_s, kept.requires_final), (None, None));
     assert_eq!(by_hash(&answer("null")), Err(Refusal::Null));
     assert_eq!(by_hash(&answer("[]")), Err(Refusal::Empty));
@@ -173,13 +165,23 @@ fn what_of_an_answer_is_kept() {
 #[test]
 fn a_transaction_is_kept_once_the_block_it_names_is_final() {
     let tx = format!(r#"["{TX}"]"#);
-    let receipt = capture("eth_getTransactionReceipt", &tx, &answer(r#"{"blockNumber":"0x10","status":"0x1"}"#));
-    assert_eq!(receipt.unwrap().requires_final, Some(16));
-    let traces = capture("trace_transaction", &tx, &answer(r#"[{"blockNumber":15},{"blockNumber":16}]"#));
+    let receipt = format!(r#"{{"blockNumber":"0x10","status":"0x1","transactionHash":"{TX}"}}"#);
+    assert_eq!(capture("eth_getTransactionReceipt", &tx, &answer(&receipt)).unwrap().requires_final, Some(16));
+    let trace = |fields: &str| format!(r#"{{{fields},"transactionHash":"{TX}"}}"#);
+    let traces = capture(
+        "trace_transaction",
+        &tx,
+        &answer(&format!("[{},{}]", trace(r#""blockNumber":15"#), trace(r#""blockNumber":16"#))),
+    );
     assert_eq!(traces.unwrap().requires_final, Some(16));
-    let partial = capture("trace_transaction", &tx, &answer(r#"[{"blockNumber":15},{"type":"call"}]"#));
+    let partial = capture(
+        "trace_transaction",
+        &tx,
+        &answer(&format!("[{},{}]", trace(r#""blockNumber":15"#), trace(r#""type":"call""#))),
+    );
     assert_eq!(partial, Err(Refusal::NoBlock));
-    let pending = capture("eth_getTransactionByHash", &tx, &answer(r#"{"blockNumber":null,"hash":"0x1"}"#));
+    let pending =
+        capture("eth_getTransactionByHash", &tx, &answer(&format!(r#"{{"blockNumber":null,"hash":"{TX}"}}"#)));
     assert_eq!(pending, Err(Refusal::NoBlock));
     let trace = capture("debug_traceTransaction", &tx, &answer(r#"{"gas":21000,"structLogs":[]}"#));
     assert_eq!(trace, Err(Refusal::NoBlock));
@@ -189,7 +191,7 @@ fn a_transaction_is_kept_once_the_block_it_names_is_final() {
 #[test]
 fn a_hit_keeps_the_nodes_envelope_around_the_new_id() {
     let tx = format!(r#"["{TX}"]"#);
-    let receipt = r#"{"blockNumber":"0x10","status":"0x1"}"#;
+    let receipt = format!(r#"{{"blockNumber":"0x10","status":"0x1","transactionHash":"{TX}"}}"#);
     let s = settings();
     for (answer, hit) in [
         (format!(r#"{{"id":7,"jsonrpc":"2.0","result":{receipt}}}"#), format!(r#"{{"id":"c","jsonrpc":"2.0","result":{receipt}}}"#)),
@@ -353,7 +355,7 @@ fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
 fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let s = settings();
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
-    let mut first = CacheExchange::new("h/mainnet", Some(asked.as_bytes()), true, false, &s);
+    let mut first = CacheExchange::new(Some("h/mainnet"), Some(asked.as_bytes()), true, false, &s);
     let path = first.lookup_path().unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
     assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
@@ -365,7 +367,7 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     assert_eq!(call.headers, vec![("x-rpcedge-namespace", "h/mainnet".to_string())]);
 
     let again = asked.replace("\"id\":7", "\"id\":\"second\"");
-    let mut second = CacheExchange::new("h/mainnet", Some(again.as_bytes()), false, false, &s);
+    let mut second = CacheExchange::new(Some("h/mainnet"), Some(again.as_bytes()), false, false, &s);
     assert_eq!(second.lookup_path(), Some(path));
     let stored = daemon_keeps(&call);
     let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
@@ -378,33 +380,33 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let s = settings();
     let asked = request("eth_chainId", "[]");
-    let mut first = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
+    let mut first = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
     let answer = r#"{"jsonrpc":"2.0","id":7,"result":"0x1"}"#;
     assert!(first.response_head(200, None, None, &s));
     let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
     let mut region = vec![0; crate::cache::HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
 
-    let mut miss = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
+    let mut miss = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
     assert!(!miss.find_hot(&hot, 100));
     miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
     assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
 
-    let mut daemon_hit = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
+    let mut daemon_hit = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
     let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), body: &stored };
     assert!(daemon_hit.answered(&ttl, 0).is_some());
     daemon_hit.keep_hot(&mut hot, &stored, 100);
 
     let again = asked.replace("\"id\":7", "\"id\":8");
-    let mut hot_hit = CacheExchange::new("n", Some(again.as_bytes()), false, false, &s);
+    let mut hot_hit = CacheExchange::new(Some("n"), Some(again.as_bytes()), false, false, &s);
     assert!(hot_hit.find_hot(&hot, 104));
     assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
     let hit = hot_hit.hot_answer(0).unwrap();
     assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
-    let mut late = CacheExchange::new("n", Some(asked.as_bytes()), false, false, &s);
+    let mut late = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
     assert!(!late.find_hot(&hot, 105), "the daemon said 5 s were left");
-    let mut elsewhere = CacheExchange::new("other", Some(asked.as_bytes()), false, false, &s);
+    let mut elsewhere = CacheExchange::new(Some("other"), Some(asked.as_bytes()), false, false, &s);
     assert!(!elsewhere.find_hot(&hot, 101), "another namespace");
 }
 
@@ -413,7 +415,7 @@ fn the_statuses_a_host_reports() {
     let s = settings();
     let cacheable = request("eth_chainId", "[]");
     let status_after = |answer: DaemonAnswer| {
-        let mut exchange = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
+        let mut exchange = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
         assert_eq!(exchange.answered(&answer, 0), None);
         exchange.status()
     };
@@ -421,7 +423,7 @@ fn the_statuses_a_host_reports() {
     assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, body: b"" }), Status::Miss);
     assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, body: b"" }), Status::Error);
     assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, body: b"garbage" }), Status::Error, "a bad entry");
-    let mut failed = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
+    let mut failed = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
     assert!(!failed.response_head(200, None, None, &s), "no store for a daemon that failed the lookup");
@@ -434,7 +436,7 @@ fn the_statuses_a_host_reports() {
         (None, false, Bypass::TooLarge),
         (Some(request("debug_getRawBlock", r#"["0x10"]"#)), true, Bypass::Ssz),
     ] {
-        let mut exchange = CacheExchange::new("n", body.as_deref().map(str::as_bytes), true, ssz, &s);
+        let mut exchange = CacheExchange::new(Some("n"), body.as_deref().map(str::as_bytes), true, ssz, &s);
         assert_eq!((exchange.lookup_path(), exchange.bypass()), (None, Some(bypass)));
         exchange.failed();
         assert!(!exchange.response_head(200, None, None, &s));
@@ -442,15 +444,21 @@ fn the_statuses_a_host_reports() {
     }
     // an answer over max_entry is not kept, and says so
     // SSZ clients of methods without a transcoding schema are served from the cache as before
-    assert!(CacheExchange::new("n", Some(cacheable.as_bytes()), true, true, &s).lookup_path().is_some());
-    assert!(CacheExchange::new("n", Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()), true, false, &s)
-        .lookup_path()
-        .is_some());
-    let mut large = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
+    assert!(CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, true, &s).lookup_path().is_some());
+    assert!(CacheExchange::new(
+        Some("n"),
+        Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()),
+        true,
+        false,
+        &s
+    )
+    .lookup_path()
+    .is_some());
+    let mut large = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
     assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), None, &s));
     assert_eq!(large.status(), Status::Bypass);
     // and so is one of no stated length that grows past it
-    let mut growing = CacheExchange::new("n", Some(cacheable.as_bytes()), true, false, &s);
+    let mut growing = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
     assert!(growing.response_head(200, None, None, &s));
     assert!(growing.keep_holding(s.max_entry as u64, &s));
     assert_eq!(growing.status(), Status::Miss);
@@ -464,13 +472,128 @@ fn only_a_plain_whole_200_is_kept_and_only_what_capture_keeps_is_stored() {
     let s = settings();
     let asked = request("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#));
     let head = |status, coding: Option<&[u8]>| {
-        CacheExchange::new("n", Some(asked.as_bytes()), true, false, &s).response_head(status, None, coding, &s)
+        CacheExchange::new(Some("n"), Some(asked.as_bytes()), true, false, &s).response_head(status, None, coding, &s)
     };
     assert!(head(200, None) && head(200, Some(b"identity")));
     assert!(!head(200, Some(b"gzip")) && !head(500, None) && !head(206, None));
-    let mut exchange = CacheExchange::new("n", Some(asked.as_bytes()), true, false, &s);
+    let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), true, false, &s);
     assert!(exchange.response_head(200, None, None, &s));
     assert_eq!(exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":null}"#, &s), Err(Refusal::Null));
-    let call = exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":{"blockNumber":"0x20"}}"#, &s).unwrap();
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"blockNumber":"0x20","transactionHash":"{TX}"}}}}"#);
+    let call = exchange.store(answer.as_bytes(), &s).unwrap();
     assert!(call.headers.contains(&("x-rpcedge-requires-final", "32".to_string())));
+}
+
+/// A call spelled so that a node decoding as Go's `encoding/json` does (member names matched
+/// case-insensitively, with Unicode folding, the last one winning) may read another call than
+/// serde: never looked up, never stored.
+#[test]
+fn a_call_is_taken_only_where_every_decoder_reads_the_same_call() {
+    let s = settings();
+    let other = "0x1111111111111111111111111111111111111111111111111111111111111111";
+    let decide = |body: String| lookup("n", body.as_bytes(), &s).map(|r| r.keep);
+    let base = format!(r#""jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]"#);
+    assert_eq!(decide(format!("{{{base}}}")), Ok(Keep::Forever));
+    for (members, why) in [
+        (format!(r#"{base},"Params":["{other}",false]"#), "a member in another case"),
+        (format!(r#"{base},"PARAMS":["{other}",false]"#), "in upper case"),
+        (format!(r#"{base},"par\u0061ms":["{other}",false]"#), "spelled with an escape, twice"),
+        (
+            format!(r#""jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","par\u0061ms":["{HASH}",false]"#),
+            "with an escape, once",
+        ),
+        (format!(r#"{base},"Method":"eth_getBlockByNumber""#), "the method in another case"),
+        (format!(r#"{base},"jsonrpc ":"2.0""#), "a name with a trailing space"),
+        (format!(r#"{base},"paramſ":["{other}",false]"#), "U+017F, which Go folds to s"),
+        (format!(r#"{base},"params":["{other}",false]"#), "the same member twice"),
+        (format!(r#"{base},"id":2"#), "the id twice"),
+        (format!(r#"{base},"jsonrpc":"2.0""#), "the version twice"),
+        (format!(r#"{base},"result":"0x1""#), "a member a request has not"),
+    ] {
+        assert_eq!(decide(format!("{{{members}}}")), Err(Bypass::Members), "{why}");
+    }
+    // names inside params are the method's business, as long as every decoder reads them alike
+    let nested = |object: &str| decide(request("eth_call", &format!(r#"[{object},"0x10"]"#)));
+    assert_eq!(nested(r#"{"to":"0x1","data":"0x2","params":"0x3"}"#), Ok(Keep::OnceFinal(16)));
+    assert_eq!(nested(r#"{"t\u006f":"0x1"}"#), Ok(Keep::OnceFinal(16)), "an escape decodes alike");
+    for (object, why) in [
+        (r#"{"to":"0x1","To":"0x2"}"#, "two names a Go struct matches alike"),
+        (r#"{"from":"0x1","input":{"data":"0x2","DATA":"0x3"}}"#, "deeper down"),
+        (r#"{"to":"0x1","\u212ato":"0x2"}"#, "a name outside ASCII (the Kelvin sign folds to k)"),
+        (r#"{"to":"0x1","gas":1.0}"#, "a number with a fraction"),
+        (r#"{"to":"0x1","gas":1e3}"#, "a number with an exponent"),
+        (r#"{"to":"0x1","gas":18446744073709551616}"#, "an integer past 64 bits"),
+    ] {
+        assert_eq!(nested(object), Err(Bypass::Params), "{why}");
+    }
+    assert_eq!(nested(r#"{"to":"0x1","gas":21000,"nonce":-1}"#), Ok(Keep::OnceFinal(16)));
+    // what no decoder reads alike is not a call at all
+    for malformed in [
+        format!(r#"{{{base}}} {{}}"#),
+        format!("{{{base},\"x\":\"\\ud800\"}}"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockBy\u0048ash","params":[]}"#.to_string(),
+    ] {
+        assert!(decide(malformed.clone()).is_err(), "{malformed}");
+    }
+    assert_eq!(Bypass::Members.as_str(), "members");
+    assert_eq!(Bypass::Params.as_str(), "params");
+}
+
+/// A node that answers something else than what was asked (or read the call otherwise) stores
+/// nothing; the table says where each method's answer names what was asked.
+#[test]
+fn an_answer_is_stored_only_if_it_names_what_was_asked() {
+    let other = "0x1111111111111111111111111111111111111111111111111111111111111111";
+    let by_hash = format!(r#"["{HASH}",false]"#);
+    let block = |hash: &str| answer(&format!(r#"{{"hash":"{hash}","number":"0x10"}}"#));
+    assert!(capture("eth_getBlockByHash", &by_hash, &block(HASH)).is_ok());
+    assert!(capture("eth_getBlockByHash", &by_hash, &block(&HASH.to_ascii_uppercase().replace("0X", "0x"))).is_ok());
+    assert_eq!(capture("eth_getBlockByHash", &by_hash, &block(other)), Err(Refusal::Mismatch));
+    assert_eq!(capture("eth_getBlockByHash", &by_hash, &answer(r#"{"number":"0x10"}"#)), Err(Refusal::Mismatch));
+    assert_eq!(Refusal::Mismatch.as_str(), "mismatch");
+
+    // by number: the answer's number
+    let by_number = |number: &str| {
+        capture(
+            "eth_getBlockByNumber",
+            r#"["0x10",false]"#,
+            &answer(&format!(r#"{{"hash":"{HASH}","number":"{number}"}}"#)),
+        )
+    };
+    assert!(by_number("0x10").is_ok());
+    assert_eq!(by_number("0x11"), Err(Refusal::Mismatch));
+    // each item of a list, by the block hash or number the request named
+    let receipts = |at: &str, hash: &str| {
+        let item = format!(r#"{{"blockHash":"{hash}","blockNumber":"0x10","transactionHash":"{TX}"}}"#);
+        capture("eth_getBlockReceipts", &format!("[{at}]"), &answer(&format!("[{item},{item}]")))
+    };
+    assert!(receipts(&format!(r#""{HASH}""#), HASH).is_ok());
+    assert!(receipts(r#""0x10""#, other).is_ok(), "by number, the hash is not asked");
+    assert_eq!(receipts(&format!(r#"{{"blockHash":"{HASH}"}}"#), other), Err(Refusal::Mismatch));
+    let mixed =
+        format!(r#"[{{"blockHash":"{HASH}","blockNumber":"0x10"}},{{"blockHash":"{other}","blockNumber":"0x10"}}]"#);
+    assert_eq!(capture("eth_getBlockReceipts", &format!(r#"["{HASH}"]"#), &answer(&mixed)), Err(Refusal::Mismatch));
+    // a transaction: its hash
+    let tx = format!(r#"["{TX}"]"#);
+    let receipt = |hash: &str| answer(&format!(r#"{{"blockNumber":"0x10","transactionHash":"{hash}"}}"#));
+    assert!(capture("eth_getTransactionReceipt", &tx, &receipt(TX)).is_ok());
+    assert_eq!(capture("eth_getTransactionReceipt", &tx, &receipt(other)), Err(Refusal::Mismatch));
+    // raw bytes: their keccak-256 is the transaction's hash (a mainnet transaction, as erigon
+    // answered eth_getRawTransactionByHash in the corpus)
+    let raw = answer(
+        r#""0xf86b06850129f773108252089477e3205329fe307d0b3b1489d1ad69abb9570a0b870db0fbbcea73808026a0f9d18134034d011058aa910412fc1a270e4bff25fff0e58c21f2c99cb2735beaa02012fb3480e87cec793283b23e984a96b33a4d8edd5f2639dd77da25ed94546b""#,
+    );
+    let raw_by = |hash: &str| capture("eth_getRawTransactionByHash", &format!(r#"["{hash}"]"#), &raw);
+    assert_eq!(
+        raw_by("0x496eabfa43bb9fe6bacaad5818880b987d35ae19d4a2dff33fd5360c68860790"),
+        Err(Refusal::NoBlock),
+        "agrees, and names no block"
+    );
+    assert_eq!(raw_by(TX), Err(Refusal::Mismatch));
+    // every row: a method whose answer names what was asked says where; one that cannot says so
+    for &(method, rule, names) in TABLE {
+        if matches!(rule, Rule::Chain) {
+            assert_eq!(names, Names::Nothing, "{method}");
+        }
+    }
 }

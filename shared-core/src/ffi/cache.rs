@@ -5,9 +5,7 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeStr};
-use crate::cache::{
-    default_namespace, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall,
-};
+use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall};
 use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
@@ -40,37 +38,29 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
     (!s.data.is_null()).then(|| bytes(s.data, s.len))
 }
 
-/// A cache exchange for a request in namespace `ns` (a NULL `data`: the default one, from the
-/// request's `host` header and raw `path`) whose body is `body` (NULL: the host does not hold it
-/// whole, so the request bypasses the cache), with the client's Accept-Encoding and Accept (a
-/// NULL `data`: none; a client that asks for the SSZ of a result bypasses the cache, which holds
-/// JSON). NULL only on a panic.
+/// A cache exchange for a request in namespace `ns`, the one configured where the request was
+/// routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
+/// whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
+/// cache), with the client's Accept-Encoding and Accept (a NULL `data`: none; a client that asks
+/// for the SSZ of a result bypasses the cache, which holds JSON). NULL only on a panic.
 ///
 /// # Safety
 /// The strings point to readable bytes of their lengths.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_new(
     ns: RpcedgeStr,
-    host: RpcedgeStr,
-    path: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     accept_encoding: RpcedgeStr,
     accept: RpcedgeStr,
 ) -> *mut RpcedgeCache {
     guard(ptr::null_mut(), || {
-        let namespace = match string(&ns) {
-            Some(ns) => String::from_utf8_lossy(ns).into_owned(),
-            None => {
-                let host = String::from_utf8_lossy(bytes(host.data, host.len));
-                default_namespace(&host, &String::from_utf8_lossy(bytes(path.data, path.len)))
-            }
-        };
+        let namespace = string(&ns).map(String::from_utf8_lossy);
         let body = (!body.is_null()).then(|| bytes(body, body_len));
         let gzip = string(&accept_encoding).map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
         let ssz = string(&accept).is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
-        let exchange = CacheExchange::new(&namespace, body, gzip, ssz, &settings);
+        let exchange = CacheExchange::new(namespace.as_deref(), body, gzip, ssz, &settings);
         let lookup_path = exchange.lookup_path();
         Box::into_raw(Box::new(RpcedgeCache { exchange, settings, lookup_path, hit: None, store: None }))
     })

@@ -361,7 +361,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let result = format!(r#"{{"hash":"{HASH}","transactions":[{transactions}]}}"#);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
-        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, request.as_ptr(), request.len(), rstr(b"gzip, br"), NONE_STR);
+        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), rstr(b"gzip, br"), NONE_STR);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
@@ -381,7 +381,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_free(miss);
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
-        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, again.as_ptr(), again.len(), rstr(b"gzip"), NONE_STR);
+        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), rstr(b"gzip"), NONE_STR);
         assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
@@ -396,7 +396,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
-        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), NONE_STR, NONE_STR, third.as_ptr(), third.len(), NONE_STR, NONE_STR);
+        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), third.as_ptr(), third.len(), NONE_STR, NONE_STR);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
@@ -409,20 +409,20 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 }
 
 #[test]
-fn without_a_namespace_the_cache_takes_the_default_one_from_host_and_path() {
+fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
-    let path_in = |ns, host, path| unsafe {
-        let cache = rpcedge_cache_new(ns, rstr(host), rstr(path), request.as_ptr(), request.len(), NONE_STR, NONE_STR);
+    let path_in = |ns| unsafe {
+        let cache = rpcedge_cache_new(ns, request.as_ptr(), request.len(), NONE_STR, NONE_STR);
         let mut path = garbage();
-        assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 1);
-        let path = owned(&path);
+        let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
+        let path = found.then(|| owned(&path));
+        let status = CStr::from_ptr(rpcedge_cache_status(cache)).to_owned();
         rpcedge_cache_free(cache);
-        path
+        (path, status)
     };
-    let default = path_in(NONE_STR, b"RPC.example:18080", b"/mainnet?key=1");
-    assert_eq!(default, path_in(rstr(b"rpc.example/mainnet"), b"ignored", b"/"));
-    assert_eq!(default, path_in(NONE_STR, b"rpc.example:18081", b"/mainnet"), "nginx and Envoy share entries");
-    assert_ne!(default, path_in(NONE_STR, b"rpc.example:18080", b"/sepolia"));
+    assert_eq!(path_in(NONE_STR), (None, c"BYPASS".to_owned()));
+    let mainnet = path_in(rstr(b"mainnet")).0.expect("a lookup");
+    assert_ne!(Some(mainnet), path_in(rstr(b"sepolia")).0);
 }
 
 const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
@@ -431,7 +431,7 @@ const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
 fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), NONE_STR, NONE_STR, batch.as_ptr(), batch.len(), NONE_STR, NONE_STR);
+        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), NONE_STR, NONE_STR);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
@@ -439,7 +439,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, NONE_STR), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(rstr(b"n"), NONE_STR, NONE_STR, ptr::null(), 0, NONE_STR, NONE_STR);
+        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, NONE_STR, NONE_STR);
         assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
