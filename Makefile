@@ -25,7 +25,7 @@ export RPCEDGE_CORPUS := $(CORPUS)
 
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := negotiate exchange c_abi transcode
+FUZZ_TARGETS := negotiate exchange c_abi transcode cache_lookup
 
 .PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run docker bench clean
 
