@@ -40,7 +40,9 @@ def deflated_entry(result):
     compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
     data = compressor.compress(tail) + compressor.flush()
     before, after = b'{"jsonrpc":"2.0","id":', b',"result":'
-    return struct.pack("<BBIQHH", 1, 1, zlib.crc32(tail), len(tail), len(before), len(after)) + before + after + data
+    head = struct.pack("<HH", 0, 0)  # no headers kept, none varied on
+    return (struct.pack("<BBIQHHI", 2, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head))
+            + before + after + head + data)
 
 
 def workload(limit=4000):

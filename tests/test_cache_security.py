@@ -231,3 +231,46 @@ def test_a_request_envoy_denies_is_never_answered_from_the_cache(tmp_path, daemo
         envoy.process.stop()
         node.stop()
 
+
+# geth's CORS handler (rs/cors) on an allowed origin: the origin echoed, and Vary: Origin whether
+# or not the request had one
+CORS = [("Vary", "Origin"), ("Access-Control-Allow-Origin", "{origin}"), ("Access-Control-Expose-Headers", "X-Node")]
+
+
+@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+def test_each_origin_gets_on_a_hit_what_the_node_gave_it(proxy):
+    node = GoNode("go", headers=CORS)
+    try:
+        port = proxy(node).port
+        node_headers = ("access-control-allow-origin", "access-control-expose-headers")
+        for origin in ["https://a.example", "https://b.example", None, "https://a.example"]:
+            headers = {"Origin": origin} if origin else {}
+            first = post(port, by_hash(A), headers=headers)
+            assert first.header("x-rpcedge-cache") == "MISS", origin
+            assert first.header("access-control-allow-origin") == origin
+            deadline = time.monotonic() + STORED_WITHIN
+            while (hit := post(port, by_hash(A, id_=2), headers=headers)).header("x-rpcedge-cache") != "HIT":
+                assert time.monotonic() < deadline, f"{origin}: never a hit"
+                time.sleep(0.05)
+            assert result(hit)["hash"] == A
+            for name in node_headers:
+                assert hit.header(name) == first.header(name), (origin, name)
+            assert "origin" in [v.strip().lower() for v in hit.header("vary").split(",")], hit.headers
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("header", [("Set-Cookie", "session=1; HttpOnly"), ("Cache-Control", "no-store"),
+                                    ("Cache-Control", "private, max-age=60"), ("Vary", "*")])
+def test_an_answer_a_shared_cache_must_not_keep_is_never_stored(proxy, header):
+    node = GoNode("go", headers=[header])
+    try:
+        port = proxy(node).port
+        for _ in range(3):
+            response = post(port, by_hash(A))
+            assert response.header("x-rpcedge-cache") == "MISS" and result(response)["hash"] == A
+            time.sleep(STORED_WITHIN / 3)
+        assert len(node.requests) == 3
+    finally:
+        node.stop()

@@ -22,17 +22,21 @@ GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
 GETH_AFTER_ID = b',"result":'
 
 
+# what an entry keeps of the node's head: no headers, no request headers it varies on
+NO_HEAD = struct.pack("<HH", 0, 0)
+
+
 def entry(tail, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
     """An answer as a host sends it (rpcedge_core::cache::encode): its tail `<result>}` plain."""
-    head = struct.pack("<BBIQHH", 1, 0, zlib.crc32(tail), len(tail), len(before), len(after))
-    return head + before + after + tail
+    head = struct.pack("<BBIQHHI", 2, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD))
+    return head + before + after + NO_HEAD + tail
 
 
 def stored_tail(stored):
     """The tail of an entry as the daemon returns it, checked against its CRC-32."""
-    version, form, crc, length, before, after = struct.unpack("<BBIQHH", stored[:18])
-    assert version == 1 and form in (0, 1)
-    data = stored[18 + before + after:]
+    version, form, crc, length, before, after, head = struct.unpack("<BBIQHHI", stored[:22])
+    assert version == 2 and form in (0, 1)
+    data = stored[22 + before + after + head:]
     tail = zlib.decompress(data, -15) if form == 1 else data
     assert len(tail) == length and zlib.crc32(tail) == crc
     return form, tail

@@ -18,15 +18,14 @@ SMALL = "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json"  # 102 B answer
 LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 MiB answer
 
 
-@pytest.fixture(scope="module")
-def openresty(replay, tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("openresty")
+def start_openresty(prefix, node_port):
+    """The shipped OpenResty example in front of the node on `node_port`: its port and process."""
     port = free_port()
     text = (REPO / "configs" / "openresty" / "nginx.conf").read_text()
     for old, new in {
         "/opt/rpcedge/target/release/librpcedge_core.so": str(CORE_LIB),
         "/opt/rpcedge/": f"{REPO}/",
-        "127.0.0.1:18545": f"127.0.0.1:{replay.port}",
+        "127.0.0.1:18545": f"127.0.0.1:{node_port}",
         "127.0.0.1:18082": f"127.0.0.1:{port}",
     }.items():
         assert old in text, old
@@ -43,6 +42,12 @@ def openresty(replay, tmp_path_factory):
     process = Process("openresty", [NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
                       prefix / "openresty.out")
     process.wait_for_port(port)
+    return port, process
+
+
+@pytest.fixture(scope="module")
+def openresty(replay, tmp_path_factory):
+    port, process = start_openresty(tmp_path_factory.mktemp("openresty"), replay.port)
     yield port
     process.stop()
 
@@ -164,3 +169,36 @@ def test_a_client_that_asks_for_ssz_gets_the_witness_as_ssz(openresty):
     assert int(r.header("content-length")) == len(r.body)
     assert (r.header("x-rpcedge-jsonrpc-id"), r.header("x-rpcedge-jsonrpc-version")) == ("4", "2.0")
     assert "Accept" in r.header("vary")
+
+
+def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_cors_headers(tmp_path):
+    """The binding's cache, in front of a node that reads requests as Go does and answers CORS as
+    geth does: every spelling a Go node reads otherwise bypasses, and hits carry what the node
+    gave each origin."""
+    import json
+    import time
+    from go_node import GoNode
+    from test_cache_security import A, CORS, SPELLINGS, by_hash, call
+
+    node = GoNode("go", headers=CORS)
+    port, process = start_openresty(tmp_path, node.port)
+    try:
+        def post(body, headers=()):
+            return wire.request(port, "/cached/mainnet", method="POST", body=body,
+                                headers={"Content-Type": "application/json", **dict(headers)})
+
+        base = f'"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{A}",false]'
+        for spelling, member in SPELLINGS.items():
+            assert post(call(f"{base},{member}")).header("x-rpcedge-cache") == "BYPASS", spelling
+        for origin in ["https://a.example", None, "https://b.example"]:
+            headers = {"Origin": origin} if origin else {}
+            first = post(by_hash(A), headers)
+            assert first.header("x-rpcedge-cache") == "MISS" and first.header("access-control-allow-origin") == origin
+            hit = post(by_hash(A, id_=2), headers)
+            assert hit.header("x-rpcedge-cache") == "HIT", origin
+            assert json.loads(hit.decoded())["result"]["hash"] == A
+            assert hit.header("access-control-allow-origin") == origin
+            assert "origin" in hit.header("vary").lower()
+    finally:
+        process.stop()
+        node.stop()

@@ -118,6 +118,8 @@ static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
     ngx_http_post_subrequest_t *ps, ngx_uint_t lookup);
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
+static rpcedge_header_t *ngx_http_rpcedge_cache_headers(ngx_pool_t *pool,
+    ngx_list_t *list, ngx_str_t *content_type, size_t *n);
 static void ngx_http_rpcedge_cache_cleanup(void *data);
 static void ngx_http_rpcedge_cache_stop_timer(void *data);
 
@@ -250,7 +252,6 @@ static ngx_http_variable_t  ngx_http_rpcedge_cache_vars[] = {
 };
 
 
-static ngx_str_t  ngx_http_rpcedge_cache_json = ngx_string("application/json");
 
 /* what a store tells the daemon besides the entry, in rpcedge_store_call_t's order */
 static char  *ngx_http_rpcedge_cache_store_headers[] = {
@@ -379,8 +380,10 @@ static void
 ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
+    size_t                          n;
     ngx_str_t                       value;
-    rpcedge_str_t                   body, ns, path, accept_encoding, accept;
+    rpcedge_str_t                   body, ns, path;
+    rpcedge_header_t               *headers;
     ngx_http_request_t             *sr;
     ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -395,8 +398,6 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
      */
 
     ngx_memzero(&ns, sizeof(rpcedge_str_t));
-    ngx_memzero(&accept_encoding, sizeof(rpcedge_str_t));
-    ngx_memzero(&accept, sizeof(rpcedge_str_t));
 
     value = conf->ns.len ? conf->ns : conf->default_ns;
 
@@ -405,24 +406,17 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         ns.len = value.len;
     }
 
-#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
-    if (r->headers_in.accept_encoding) {
-        accept_encoding.data = r->headers_in.accept_encoding->value.data;
-        accept_encoding.len = r->headers_in.accept_encoding->value.len;
-    }
-#endif
+    /* all of them: Accept-Encoding, Accept, and what a stored answer varies on */
 
-#if (NGX_HTTP_HEADERS)
-    if (r->headers_in.accept) {
-        accept.data = r->headers_in.accept->value.data;
-        accept.len = r->headers_in.accept->value.len;
+    headers = ngx_http_rpcedge_cache_headers(r->pool, &r->headers_in.headers,
+                                             NULL, &n);
+    if (headers == NULL) {
+        return;
     }
-#endif
 
     body = ngx_http_rpcedge_request_body(r);
 
-    ctx->cache = rpcedge_cache_new(ns, body.data, body.len, accept_encoding,
-                                   accept);
+    ctx->cache = rpcedge_cache_new(ns, body.data, body.len, headers, n);
 
     if (ctx->cache == NULL
         || !rpcedge_cache_lookup_path(ctx->cache, &path))
@@ -665,36 +659,53 @@ static ngx_int_t
 ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    ngx_int_t         rc;
+    u_char           *data;
+    size_t            i;
+    ngx_int_t         rc, gzip;
     ngx_buf_t        *b;
     ngx_chain_t       out;
-    rpcedge_str_t     body;
+    rpcedge_str_t     body, name, value;
     ngx_table_elt_t  *h;
 
     ctx->state = ngx_http_rpcedge_cache_answered;
 
     r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_type = ngx_http_rpcedge_cache_json;
-    r->headers_out.content_type_len = ngx_http_rpcedge_cache_json.len;
-    r->headers_out.content_type_lowcase = NULL;
 
-    if (rpcedge_cache_hit(ctx->cache, &body)) {
+    gzip = rpcedge_cache_hit(ctx->cache, &body);
+
+    /* the core's headers: Content-Type, Content-Encoding, Vary, the node's */
+
+    for (i = 0; rpcedge_cache_hit_header(ctx->cache, i, &name, &value); i++) {
+        data = ngx_pnalloc(r->pool, name.len + 1 + value.len);
+        if (data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_cpystrn(data, (u_char *) name.data, name.len + 1);
+        ngx_memcpy(data + name.len + 1, value.data, value.len);
+
+        if (name.len == sizeof("content-type") - 1
+            && ngx_strncmp(data, "content-type", name.len) == 0)
+        {
+            r->headers_out.content_type.data = data + name.len + 1;
+            r->headers_out.content_type.len = value.len;
+            r->headers_out.content_type_len = value.len;
+            r->headers_out.content_type_lowcase = NULL;
+            continue;
+        }
+
         h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
-                                         "Content-Encoding",
-                                         (u_char *) "gzip", sizeof("gzip") - 1);
+                                         (char *) data, data + name.len + 1,
+                                         value.len);
         if (h == NULL) {
             return NGX_ERROR;
         }
 
-        r->headers_out.content_encoding = h;
-    }
-
-    if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
-                                     (u_char *) "Accept-Encoding",
-                                     sizeof("Accept-Encoding") - 1)
-        == NULL)
-    {
-        return NGX_ERROR;
+        if (gzip && name.len == sizeof("content-encoding") - 1
+            && ngx_strncmp(data, "content-encoding", name.len) == 0)
+        {
+            r->headers_out.content_encoding = h;
+        }
     }
 
     r->headers_out.content_length_n = body.len;
@@ -888,10 +899,11 @@ static ngx_int_t
 ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 {
     off_t                           length;
+    size_t                          n;
     u_char                         *status;
     ngx_uint_t                      i;
-    rpcedge_str_t                   coding;
     ngx_list_part_t                *part;
+    rpcedge_header_t               *headers;
     ngx_table_elt_t                *h;
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
@@ -967,19 +979,18 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     }
 
     if (ctx->state == ngx_http_rpcedge_cache_pass_on && ctx->cache) {
-        ngx_memzero(&coding, sizeof(rpcedge_str_t));
-
-        if (r->headers_out.content_encoding
-            && r->headers_out.content_encoding->hash)
-        {
-            coding.data = r->headers_out.content_encoding->value.data;
-            coding.len = r->headers_out.content_encoding->value.len;
+        headers = ngx_http_rpcedge_cache_headers(r->pool,
+                                                 &r->headers_out.headers,
+                                                 &r->headers_out.content_type,
+                                                 &n);
+        if (headers == NULL) {
+            return NGX_ERROR;
         }
 
         ctx->holding = rpcedge_cache_response_head(ctx->cache,
                                            (uint16_t) r->headers_out.status,
                                            r->headers_out.content_length_n,
-                                           coding);
+                                           headers, n);
 
         if (ctx->holding) {
             /* file buffers are read into memory above this filter */
@@ -1131,6 +1142,64 @@ ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     bytes->len += len;
 
     return NGX_OK;
+}
+
+
+/*
+ * a header list as the core takes it, Content-Type first where nginx keeps
+ * it apart (headers_out); the pairs point into the list's own strings
+ */
+
+static rpcedge_header_t *
+ngx_http_rpcedge_cache_headers(ngx_pool_t *pool, ngx_list_t *list,
+    ngx_str_t *content_type, size_t *n)
+{
+    size_t             count;
+    ngx_uint_t         i;
+    ngx_list_part_t   *part;
+    ngx_table_elt_t   *h;
+    rpcedge_header_t  *headers, *header;
+
+    count = 1;
+
+    for (part = &list->part; part; part = part->next) {
+        count += part->nelts;
+    }
+
+    headers = ngx_palloc(pool, count * sizeof(rpcedge_header_t));
+    if (headers == NULL) {
+        return NULL;
+    }
+
+    header = headers;
+
+    if (content_type && content_type->len) {
+        header->name = (const uint8_t *) "Content-Type";
+        header->name_len = sizeof("Content-Type") - 1;
+        header->value = content_type->data;
+        header->value_len = content_type->len;
+        header++;
+    }
+
+    for (part = &list->part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].hash == 0) {
+                continue;
+            }
+
+            header->name = h[i].key.data;
+            header->name_len = h[i].key.len;
+            header->value = h[i].value.data;
+            header->value_len = h[i].value.len;
+            header++;
+        }
+    }
+
+    *n = header - headers;
+
+    return headers;
 }
 
 

@@ -560,13 +560,14 @@ size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, siz
  * A cache exchange for a request in namespace `ns`, the one configured where the request was
  * routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
  * whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
- * cache), with the client's Accept-Encoding and Accept (a NULL `data`: none; a client that asks
- * for the SSZ of a result bypasses the cache, which holds JSON). NULL only on a panic.
+ * cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
+ * gzip; a client that asks for the SSZ of a result bypasses the cache, which holds JSON; the rest
+ * decide which stored variant is the client's). NULL only on a panic.
  *
  * # Safety
- * The strings point to readable bytes of their lengths.
+ * The strings point to readable bytes of their lengths; `headers` to `headers_len` headers.
  */
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, rpcedge_str_t accept_encoding, rpcedge_str_t accept);
+rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
  * Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so
@@ -608,12 +609,22 @@ int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_
 
 /**
  * The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
- * with `Content-Type: application/json`, `Vary: Accept-Encoding` and its exact length.
+ * with its exact length and the headers `rpcedge_cache_hit_header` gives.
  *
  * # Safety
  * `cache` is NULL or live; `body` is NULL or writable.
  */
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+
+/**
+ * The hit's header at `index` (from 0): 1 with its name (lower case) and value, 0 past the last.
+ * Content-Type, Content-Encoding when gzip and Vary come first, then the node's headers the entry
+ * kept.
+ *
+ * # Safety
+ * `cache` is NULL or live; `name` and `value` are writable.
+ */
+int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name, rpcedge_str_t *value);
 
 /**
  * Lays out `len` bytes at `region` as a hot tier (see `cache::hot`), unless they hold one of
@@ -665,13 +676,14 @@ void rpcedge_cache_hot_keep(rpcedge_cache_t *cache, uint8_t *region, size_t len,
 void rpcedge_cache_failed(rpcedge_cache_t *cache);
 
 /**
- * The node's response head (a negative `content_length`: none; a NULL `content_encoding`:
- * none). 1: keep the plain body for `rpcedge_cache_store`; 0: do not.
+ * The node's response head: its status, length (negative: none) and `headers_len` headers,
+ * Content-Type and Content-Encoding among them. 1: keep the plain body for
+ * `rpcedge_cache_store`; 0: do not.
  *
  * # Safety
- * `cache` is NULL or live; `content_encoding` points to readable bytes of its length.
+ * `cache` is NULL or live; `headers` points to `headers_len` headers.
  */
-int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, rpcedge_str_t content_encoding);
+int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
  * The host holds `held` bytes of a body whose length the head did not give. 1: go on holding

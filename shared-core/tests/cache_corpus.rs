@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry};
+use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry, Head};
 use rpcedge_replay::json::{self, Json};
 
 fn corpus() -> PathBuf {
@@ -70,7 +70,8 @@ fn every_kept_answer_comes_back_whole_around_another_id() {
             }
         };
         *outcomes.entry("kept".into()).or_default() += 1;
-        let stored = Entry::decode(&encode(&capture.envelope, &capture.tail)).unwrap().compact().unwrap();
+        let sent = encode(&capture.envelope, &Head::default(), &capture.tail);
+        let stored = Entry::decode(&sent).unwrap().compact().unwrap();
         let entry = Entry::decode(&stored).unwrap();
         let expected = [capture.envelope.prefix("\"other-42\""), capture.tail.clone()].concat();
         let gzip = entry.respond("\"other-42\"", true, 0).unwrap();

@@ -12,14 +12,16 @@
 -- The response cache's key and decisions, for a config that keeps entries in its own storage
 -- (a shared dict, Redis, ...) rather than in rpcedge-cached:
 --
---     local c = rpcedge.cache(body)            -- the request body; namespace: host and path
+--     local c = rpcedge.cache(body, "mainnet") -- the request body, and the namespace: the network
+--                                              -- this location's node serves (never the client's
+--                                              -- Host or path; default: $server_name)
 --     if c:key() then                          -- nil: the cache does not take this request
 --         local entry = my_store:get(c:key())
 --         local hit, gzip = c:hit(entry, 1024) -- the client's own id spliced in; gzip if it takes it
---         ...
+--         -- send hit with c:hit_headers() (Content-Type, Content-Encoding, Vary, the node's)
 --     end
 --     -- after the node answered (res from ngx.location.capture):
---     if c:response_head(res.status, #res.body, res.header["Content-Encoding"]) then
+--     if c:response_head(res.status, #res.body, res.header) then
 --         local put = c:store(res.body)       -- nil: not kept (an error, a null, not final, ...)
 --         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
 --         -- only once that block is finalized in the namespace
@@ -34,7 +36,9 @@ local ffi_gc = ffi.gc
 local ffi_new = ffi.new
 local bit_band = bit.band
 local pairs = pairs
+local ipairs = ipairs
 local type = type
+local math_max = math.max
 local tostring = tostring
 local error = error
 
@@ -115,15 +119,17 @@ typedef struct {
 } rpcedge_store_call_t;
 
 rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len,
-                                   rpcedge_str_t accept_encoding, rpcedge_str_t accept);
+                                   const rpcedge_header_t *headers, size_t headers_len);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
                                const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name,
+                                 rpcedge_str_t *value);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,
-                                    rpcedge_str_t content_encoding);
+                                    const rpcedge_header_t *headers, size_t headers_len);
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
 const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
@@ -338,6 +344,29 @@ Cache.__index = Cache
 local ENTRY_PATH = "/v1/entries/"
 
 
+-- A table of headers (name -> value, or a list of values for a repeated one) as the core's
+-- array, and its length; the array points into the table's strings, which the caller keeps.
+local function header_array(headers)
+    local pairs_ = {}
+    for name, value in pairs(headers) do
+        if type(value) == "table" then
+            for _, one in ipairs(value) do
+                pairs_[#pairs_ + 1] = { name, tostring(one) }
+            end
+        else
+            pairs_[#pairs_ + 1] = { name, tostring(value) }
+        end
+    end
+    local array = ffi_new("rpcedge_header_t[?]", math_max(#pairs_, 1))
+    for i, pair in ipairs(pairs_) do
+        local header = array[i - 1]
+        header.name, header.name_len = pair[1], #pair[1]
+        header.value, header.value_len = pair[2], #pair[2]
+    end
+    return array, #pairs_, pairs_
+end
+
+
 -- The cache's view of the current request, whose body is `body` (nil when it is not held whole:
 -- a BYPASS). `namespace` names where the request is routed, as the configuration says (one per
 -- network); it defaults to the server block's first server_name. Never pass anything the client
@@ -347,9 +376,10 @@ function _M.cache(body, namespace)
     if namespace == nil and ngx.var.server_name ~= "" then
         namespace = ngx.var.server_name
     end
-    local ae = ngx.var.http_accept_encoding
-    local handle = lib.rpcedge_cache_new(rstr(namespace), body, body and #body or 0, rstr(ae),
-                                         rstr(ngx.var.http_accept))
+    -- `strings` keeps what the array points to alive through the call
+    local headers, n, strings = header_array(ngx.req.get_headers(100, true))
+    local handle = lib.rpcedge_cache_new(rstr(namespace), body, body and #body or 0, headers, n)
+    strings = nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)
     end
@@ -389,9 +419,24 @@ function Cache:hit(entry, min_length)
 end
 
 
--- The node's response head: whether to keep its body for `store`.
-function Cache:response_head(status, content_length, content_encoding)
-    return lib.rpcedge_cache_response_head(self.handle, status, content_length or -1, rstr(content_encoding)) == 1
+-- The hit's headers, as a list of { name, value }: Content-Type, Content-Encoding when gzip,
+-- Vary, then the node's that the entry kept. Send them all with the hit, and its length.
+function Cache:hit_headers()
+    local headers, name, value = {}, ffi_new("rpcedge_str_t"), ffi_new("rpcedge_str_t")
+    while lib.rpcedge_cache_hit_header(self.handle, #headers, name, value) == 1 do
+        headers[#headers + 1] = { lua_string(name), lua_string(value) }
+    end
+    return headers
+end
+
+
+-- The node's response head, its status, length (nil: unknown) and headers (a table as
+-- ngx.location.capture's `res.header`): whether to keep its body for `store`.
+function Cache:response_head(status, content_length, headers)
+    local array, n, strings = header_array(headers or {})
+    local take = lib.rpcedge_cache_response_head(self.handle, status, content_length or -1, array, n) == 1
+    strings = nil
+    return take
 end
 
 

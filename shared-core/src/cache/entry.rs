@@ -6,20 +6,24 @@
 //! but for the id. A gzip hit is then spliced, with no compression: a gzip header, the envelope's
 //! prefix with the client's id in stored (uncompressed) non-final DEFLATE blocks, the kept stream
 //! (whose last block is final), and a trailer whose CRC-32 is combined from the parts' and whose
-//! size is their sum.
+//! size is their sum. An entry also keeps what of the node's head a hit sends again, and the
+//! request header values the answer varies on ([`Head`]).
 
 use std::fmt;
 
 use crc32fast::Hasher;
 use flate2::{Decompress, FlushDecompress, Status};
 
+use super::head::Head;
 use crate::compress::deflate_raw;
 
-const VERSION: u8 = 1;
+/// 2: with the node's head.
+const VERSION: u8 = 2;
 const PLAIN: u8 = 0;
 const DEFLATED: u8 = 1;
-/// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts.
-const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2;
+/// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts and of the
+/// kept head.
+const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4;
 /// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
 const MAX_ENVELOPE_PART: usize = 1024;
 /// The level a tail is compressed at once, for every later hit: libdeflate's highest.
@@ -66,6 +70,12 @@ pub struct Entry<'a> {
     len: u64,
     before_id: &'a [u8],
     after_id: &'a [u8],
+    /// The kept head as stored.
+    head: &'a [u8],
+    /// The node's headers a hit sends again.
+    pub headers: Vec<(&'a str, &'a str)>,
+    /// The request headers the answer varies on, and the values it is for.
+    pub vary: Vec<(&'a str, Option<&'a str>)>,
     data: &'a [u8],
 }
 
@@ -91,28 +101,86 @@ pub struct Hit {
 
 /// Encodes an answer as a host sends it to the store: its tail plain. The daemon compresses it
 /// ([`Entry::compact`]), so that no proxy worker spends level 12 on it.
-pub fn encode(envelope: &Envelope, tail: &[u8]) -> Vec<u8> {
+pub fn encode(envelope: &Envelope, head: &Head, tail: &[u8]) -> Vec<u8> {
     let standard = Envelope::default();
     let envelope = if envelope.before_id.len().max(envelope.after_id.len()) <= MAX_ENVELOPE_PART {
         envelope
     } else {
         &standard
     };
-    write(PLAIN, crc32fast::hash(tail), tail.len() as u64, envelope.before_id.as_slice(), &envelope.after_id, tail)
+    let head = encode_head(head);
+    write(PLAIN, crc32fast::hash(tail), tail.len() as u64, [&envelope.before_id, &envelope.after_id, &head[..]], tail)
 }
 
-fn write(form: u8, crc: u32, len: u64, before_id: &[u8], after_id: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEAD + before_id.len() + after_id.len() + data.len());
+/// `parts`: the envelope's two parts and the kept head.
+fn write(form: u8, crc: u32, len: u64, parts: [&[u8]; 3], data: &[u8]) -> Vec<u8> {
+    let [before_id, after_id, head] = parts;
+    let mut out = Vec::with_capacity(HEAD + before_id.len() + after_id.len() + head.len() + data.len());
     out.push(VERSION);
     out.push(form);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&(before_id.len() as u16).to_le_bytes());
     out.extend_from_slice(&(after_id.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
     out.extend_from_slice(before_id);
     out.extend_from_slice(after_id);
+    out.extend_from_slice(head);
     out.extend_from_slice(data);
     out
+}
+
+/// The kept head: the headers' count, then each name and value; the varied-on headers' count,
+/// then each name, whether the request had it, and its value. Strings are u16-length-prefixed.
+fn encode_head(head: &Head) -> Vec<u8> {
+    let mut out = Vec::new();
+    let string = |out: &mut Vec<u8>, text: &str| {
+        out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    };
+    out.extend_from_slice(&(head.headers.len() as u16).to_le_bytes());
+    for (name, value) in &head.headers {
+        string(&mut out, name);
+        string(&mut out, value);
+    }
+    out.extend_from_slice(&(head.vary.len() as u16).to_le_bytes());
+    for (name, value) in &head.vary {
+        string(&mut out, name);
+        out.push(u8::from(value.is_some()));
+        string(&mut out, value.as_deref().unwrap_or_default());
+    }
+    out
+}
+
+/// The parts of a kept head, checked.
+#[allow(clippy::type_complexity)] // the two lists of `Entry`
+fn decode_head(mut bytes: &[u8]) -> Result<(Vec<(&str, &str)>, Vec<(&str, Option<&str>)>), BadEntry> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], BadEntry> {
+        let (taken, rest) = bytes.split_at_checked(n).ok_or(BadEntry("its head is cut short"))?;
+        *bytes = rest;
+        Ok(taken)
+    }
+    fn count(bytes: &mut &[u8]) -> Result<usize, BadEntry> {
+        Ok(usize::from(u16::from_le_bytes(take(bytes, 2)?.try_into().expect("2 bytes"))))
+    }
+    fn string<'a>(bytes: &mut &'a [u8]) -> Result<&'a str, BadEntry> {
+        let n = count(bytes)?;
+        std::str::from_utf8(take(bytes, n)?).map_err(|_| BadEntry("a header in its head is not text"))
+    }
+    let headers =
+        (0..count(&mut bytes)?).map(|_| Ok((string(&mut bytes)?, string(&mut bytes)?))).collect::<Result<_, _>>()?;
+    let vary = (0..count(&mut bytes)?)
+        .map(|_| {
+            let name = string(&mut bytes)?;
+            let present = take(&mut bytes, 1)?[0] != 0;
+            let value = string(&mut bytes)?;
+            Ok((name, present.then_some(value)))
+        })
+        .collect::<Result<_, _>>()?;
+    if !bytes.is_empty() {
+        return Err(BadEntry("its head is longer than its parts"));
+    }
+    Ok((headers, vary))
 }
 
 impl<'a> Entry<'a> {
@@ -132,15 +200,18 @@ impl<'a> Entry<'a> {
         let len = u64::from_le_bytes(stored[6..14].try_into().expect("8 bytes"));
         let before = usize::from(u16::from_le_bytes(stored[14..16].try_into().expect("2 bytes")));
         let after = usize::from(u16::from_le_bytes(stored[16..18].try_into().expect("2 bytes")));
-        if stored.len() < HEAD + before + after {
+        let head = u32::from_le_bytes(stored[18..22].try_into().expect("4 bytes")) as usize;
+        if stored.len() - HEAD < before + after + head {
             return Err(BadEntry("shorter than its envelope"));
         }
         let (before_id, rest) = stored[HEAD..].split_at(before);
-        let (after_id, data) = rest.split_at(after);
+        let (after_id, rest) = rest.split_at(after);
+        let (head, data) = rest.split_at(head);
         if !deflated && data.len() as u64 != len {
             return Err(BadEntry("length differs from its head"));
         }
-        Ok(Entry { deflated, crc, len, before_id, after_id, data })
+        let (headers, vary) = decode_head(head)?;
+        Ok(Entry { deflated, crc, len, before_id, after_id, head, headers, vary, data })
     }
 
     /// The entry as the store keeps it, checked against its CRC-32: its tail deflated once at
@@ -149,14 +220,15 @@ impl<'a> Entry<'a> {
     pub fn compact(&self) -> Result<Vec<u8>, BadEntry> {
         let mut tail = Vec::new();
         self.tail_into(&mut tail)?;
+        let parts = [self.before_id, self.after_id, self.head];
         if self.deflated {
-            return Ok(write(DEFLATED, self.crc, self.len, self.before_id, self.after_id, self.data));
+            return Ok(write(DEFLATED, self.crc, self.len, parts, self.data));
         }
         let (form, data) = match deflate_raw(STORE_LEVEL, &tail) {
             Some(stream) => (DEFLATED, stream),
             None => (PLAIN, tail),
         };
-        Ok(write(form, self.crc, self.len, self.before_id, self.after_id, &data))
+        Ok(write(form, self.crc, self.len, parts, &data))
     }
 
     /// The hit for a client whose request carried `id` (its raw JSON text). Gzip when the client

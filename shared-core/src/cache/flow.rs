@@ -5,8 +5,10 @@
 
 use std::ffi::CStr;
 
+use super::head::Head;
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, shard, BadEntry, Bypass, CacheSettings, Entry, Refusal, Request};
+use super::{lookup, shard, Bypass, CacheSettings, Entry, Refusal, Request};
+use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 use crate::transcode::jsonrpc_request;
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
@@ -60,18 +62,18 @@ pub struct DaemonAnswer<'a> {
 pub struct HitResponse {
     pub body: Vec<u8>,
     pub gzip: bool,
+    /// Its headers, besides `Content-Length` (the body's length) and the status header, names in
+    /// lower case: `content-type`, `content-encoding` when gzip, `vary` (what the node's answer
+    /// varies on, and Accept-Encoding), then the node's end-to-end headers as it sent them.
+    pub headers: Vec<(String, String)>,
 }
 
-impl HitResponse {
-    /// The headers of a hit, besides `Content-Length` (the body's length) and the status header:
-    /// upstream headers are not stored, so a hit carries only these.
-    pub fn headers(&self) -> &'static [(&'static str, &'static str)] {
-        if self.gzip {
-            &[("content-type", "application/json"), ("content-encoding", "gzip"), ("vary", "Accept-Encoding")]
-        } else {
-            &[("content-type", "application/json"), ("vary", "Accept-Encoding")]
-        }
-    }
+/// Why a stored entry gives no hit.
+enum NoHit {
+    /// Not an entry: a different version, a torn or foreign value.
+    Bad,
+    /// An answer for a request with other values of the headers it varies on.
+    OtherVariant,
 }
 
 /// The call that stores a node's answer: `PUT path` with these headers and body.
@@ -87,9 +89,14 @@ pub struct StoreCall {
 pub struct CacheExchange {
     request: Result<Request, Bypass>,
     namespace: String,
+    /// The request's headers (names in lower case), while it may be looked up: an entry is for
+    /// the values of the headers its answer varies on.
+    request_headers: Vec<(String, Vec<u8>)>,
     gzip: bool,
     status: Status,
     capture: bool,
+    /// What of the node's head the entry keeps, or why the answer is not kept at all.
+    head: Result<Head, Refusal>,
     /// A daemon's hit, to keep in the hot tier for this many seconds.
     hot_ttl_s: Option<u64>,
     /// The entry the hot tier holds for this request.
@@ -104,16 +111,24 @@ impl CacheExchange {
     }
 
     /// From the request: the namespace configured where it was routed (none: a bypass), its body
-    /// (`None` when the host does not hold it whole, as when nginx spilled it to a file), whether
-    /// the client takes gzip and whether it asks for SSZ (`Accept`,
-    /// [`crate::negotiate::asks_for_ssz`]).
-    pub fn new(
+    /// (`None` when the host does not hold it whole, as when nginx spilled it to a file) and its
+    /// headers, as (name, value) pairs, repeats kept (Accept-Encoding says whether a hit may be
+    /// gzip; a client that asks for SSZ of a result with a schema bypasses the cache, which holds
+    /// JSON; the rest decide which stored variant is the client's).
+    pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         namespace: Option<&str>,
         body: Option<&[u8]>,
-        gzip: bool,
-        ssz: bool,
+        headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
+        let values = |name: &str| {
+            let mut found = headers.iter().filter(move |(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()));
+            found.next().map(|(_, first)| found.fold(first.as_ref().to_vec(), |joined, (_, value)| {
+                [joined.as_slice(), b",", value.as_ref()].concat()
+            }))
+        };
+        let gzip = values("accept-encoding").and_then(|v| AcceptEncoding::parse(&v).choose()) == Some(Coding::Gzip);
+        let ssz = values("accept").is_some_and(|accept| asks_for_ssz(&accept));
         let namespace = namespace.ok_or(Bypass::Namespace);
         let request = namespace.and_then(|namespace| {
             let body = body.ok_or(Bypass::TooLarge)?;
@@ -123,13 +138,22 @@ impl CacheExchange {
             }
             lookup(namespace, body, settings)
         });
+        let request_headers = match request {
+            Ok(_) => headers
+                .iter()
+                .map(|(n, v)| (String::from_utf8_lossy(n.as_ref()).to_ascii_lowercase(), v.as_ref().to_vec()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
         let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
         CacheExchange {
             request,
             namespace: namespace.unwrap_or_default().to_string(),
+            request_headers,
             gzip,
             status,
             capture: false,
+            head: Ok(Head::default()),
             hot_ttl_s: None,
             hot_entry: None,
         }
@@ -158,14 +182,19 @@ impl CacheExchange {
     pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
         let request = self.request.as_ref().ok()?;
         match answer.status {
-            200 => match hit(request, answer.body, self.gzip, min_length) {
+            200 => match hit(request, answer.body, &self.request_headers, self.gzip, min_length) {
                 Ok(hit) => {
                     self.status = Status::Hit;
                     let ttl = answer.ttl.and_then(|ttl| std::str::from_utf8(ttl).ok()?.trim().parse().ok());
                     self.hot_ttl_s = Some(ttl.unwrap_or(MAX_AGE_S));
                     Some(hit)
                 }
-                Err(_) => {
+                Err(NoHit::OtherVariant) => {
+                    // the node answers this client, and its answer takes the entry's place
+                    self.status = Status::Miss;
+                    None
+                }
+                Err(NoHit::Bad) => {
                     self.status = Status::Error;
                     None
                 }
@@ -192,7 +221,7 @@ impl CacheExchange {
     /// The hit for the entry `find_hot` found, or `None` to ask the daemon after all.
     pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
         let request = self.request.as_ref().ok()?;
-        let hit = hit(request, &self.hot_entry.take()?, self.gzip, min_length).ok()?;
+        let hit = hit(request, &self.hot_entry.take()?, &self.request_headers, self.gzip, min_length).ok()?;
         self.status = Status::Hit;
         Some(hit)
     }
@@ -211,24 +240,39 @@ impl CacheExchange {
         }
     }
 
-    /// The node's response head: whether the host should keep its plain body for the store.
-    /// Only a whole 200 that the node did not encode, and that fits an entry, is kept, and only
-    /// after the daemon answered the lookup: one that failed it is not sent more work.
-    pub fn response_head(
+    /// The node's response head: its status, length (`None`: unknown yet) and headers, as (name,
+    /// value) pairs; whether the host should keep its plain body for the store. Only a whole 200
+    /// that the node did not encode, that fits an entry, and that a shared cache may keep
+    /// ([`Head`]) is kept, and only after the daemon answered the lookup: one that failed it is
+    /// not sent more work.
+    pub fn response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         status: u16,
         content_length: Option<u64>,
-        content_encoding: Option<&[u8]>,
+        headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> bool {
-        let encoded = content_encoding.is_some_and(|coding| !coding.trim_ascii().eq_ignore_ascii_case(b"identity"));
+        let coding = headers.iter().find(|(n, _)| n.as_ref().eq_ignore_ascii_case(b"content-encoding"));
+        let encoded = coding.is_some_and(|(_, coding)| !coding.as_ref().trim_ascii().eq_ignore_ascii_case(b"identity"));
         let too_large = content_length.is_some_and(|length| length > settings.max_entry as u64);
         if self.request.is_ok() && too_large {
             self.status = Status::Bypass;
         }
         let answered = matches!(self.status, Status::Miss | Status::Expired);
         self.capture = self.request.is_ok() && status == 200 && !encoded && !too_large && answered;
+        if self.capture {
+            self.head = Head::of(headers, &self.request_headers);
+            self.capture = self.head.is_ok();
+        }
         self.capture
+    }
+
+    /// Why the node's answer is not kept, when its head said so already (`Set-Cookie`,
+    /// `Cache-Control: no-store`, `Vary: *`, ...): once, for a host's counters.
+    pub fn take_head_refusal(&mut self) -> Option<Refusal> {
+        let refusal = self.head.as_ref().err().copied();
+        self.head = Ok(Head::default());
+        refusal
     }
 
     /// The host holds `held` bytes of the body so far (its length was not known at the head):
@@ -258,10 +302,11 @@ impl CacheExchange {
         if let Some(block) = capture.requires_final {
             headers.push(("x-rpcedge-requires-final", block.to_string()));
         }
+        let head = self.head.as_ref().map_err(|refusal| *refusal)?;
         Ok(StoreCall {
             path: format!("/v1/entries/{}", capture.key.hex()),
             headers,
-            body: super::encode(&capture.envelope, &capture.tail),
+            body: super::encode(&capture.envelope, head, &capture.tail),
         })
     }
 
@@ -270,7 +315,26 @@ impl CacheExchange {
     }
 }
 
-fn hit(request: &Request, stored: &[u8], gzip: bool, min_length: u64) -> Result<HitResponse, BadEntry> {
-    let hit = Entry::decode(stored)?.respond(&request.id, gzip, min_length)?;
-    Ok(HitResponse { body: hit.body, gzip: hit.gzip })
+fn hit(
+    request: &Request,
+    stored: &[u8],
+    request_headers: &[(String, Vec<u8>)],
+    gzip: bool,
+    min_length: u64,
+) -> Result<HitResponse, NoHit> {
+    let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
+    if !Head::is_for(&entry.vary, request_headers) {
+        return Err(NoHit::OtherVariant);
+    }
+    let hit = entry.respond(&request.id, gzip, min_length).map_err(|_| NoHit::Bad)?;
+    let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
+    let mut headers = vec![("content-type".to_string(), content_type.unwrap_or("application/json").to_string())];
+    if hit.gzip {
+        headers.push(("content-encoding".into(), "gzip".into()));
+    }
+    let varies = entry.vary.iter().map(|(name, _)| *name).chain(["Accept-Encoding"]);
+    headers.push(("vary".into(), varies.collect::<Vec<_>>().join(", ")));
+    let kept = entry.headers.iter().filter(|(name, _)| *name != "content-type");
+    headers.extend(kept.map(|(name, value)| (name.to_string(), value.to_string())));
+    Ok(HitResponse { body: hit.body, gzip: hit.gzip, headers })
 }

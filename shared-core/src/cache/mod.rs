@@ -6,6 +6,7 @@
 mod call;
 mod entry;
 mod flow;
+mod head;
 mod hot;
 pub mod proxy;
 mod rules;
@@ -22,6 +23,7 @@ use sha2::{Digest, Sha256};
 
 pub use entry::{encode, BadEntry, Entry, Envelope, Hit};
 pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
+pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, Names, Rule, TABLE};
 pub use shard::shard;
@@ -177,11 +179,17 @@ pub enum Refusal {
     Malformed,
     /// An answer that names another block or transaction than the request asked for.
     Mismatch,
+    /// An answer with `Set-Cookie`: for one client only.
+    SetCookie,
+    /// `Cache-Control: no-store`, `private` or `no-cache`.
+    NoStore,
+    /// `Vary: *`: no request can be known to get the same answer.
+    VaryAll,
 }
 
 impl Refusal {
     /// Every reason, for a host's counters.
-    pub const fn all() -> [Refusal; 7] {
+    pub const fn all() -> [Refusal; 10] {
         [
             Refusal::Error,
             Refusal::Null,
@@ -190,6 +198,9 @@ impl Refusal {
             Refusal::TooLarge,
             Refusal::Malformed,
             Refusal::Mismatch,
+            Refusal::SetCookie,
+            Refusal::NoStore,
+            Refusal::VaryAll,
         ]
     }
 
@@ -202,6 +213,9 @@ impl Refusal {
             Refusal::TooLarge => "too_large",
             Refusal::Malformed => "malformed",
             Refusal::Mismatch => "mismatch",
+            Refusal::SetCookie => "set_cookie",
+            Refusal::NoStore => "no_store",
+            Refusal::VaryAll => "vary_all",
         }
     }
 }

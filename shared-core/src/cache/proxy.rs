@@ -10,7 +10,6 @@ use crate::cache::{
     Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
 };
 use crate::config::CacheConfig;
-use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 
 /// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
 /// before it answers.
@@ -61,9 +60,8 @@ pub enum AfterBody {
 /// One request's way through the cache.
 pub struct ProxyCacheRequest {
     namespace: Option<String>,
-    gzip: bool,
-    /// The client asks for SSZ.
-    ssz: bool,
+    /// The request's headers, while it waits for its body.
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
     /// A bypass until the body is in.
     exchange: CacheExchange,
     /// The request waits in the proxy until its body has come.
@@ -84,17 +82,15 @@ impl ProxyCacheRequest {
         end_of_stream: bool,
     ) -> Self {
         let namespace = route_namespace.or(config.namespace.as_deref()).map(str::to_string);
-        let accepted = header(headers, "accept-encoding").map(AcceptEncoding::parse).and_then(|a| a.choose());
-        let gzip = accepted == Some(Coding::Gzip);
-        let ssz = header(headers, "accept").is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
         let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
+        let awaiting_body = header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large;
+        let own = |(name, value): &(N, V)| (name.as_ref().to_vec(), value.as_ref().to_vec());
         ProxyCacheRequest {
-            exchange: CacheExchange::new(namespace.as_deref(), None, gzip, ssz, &settings),
+            exchange: CacheExchange::new(namespace.as_deref(), None, headers, &settings),
             namespace,
-            gzip,
-            ssz,
-            awaiting_body: header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large,
+            headers: if awaiting_body { headers.iter().map(own).collect() } else { Vec::new() },
+            awaiting_body,
             held: None,
             hit: false,
         }
@@ -131,7 +127,8 @@ impl ProxyCacheRequest {
             return AfterBody::Wait;
         }
         self.awaiting_body = false;
-        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(&body()), self.gzip, self.ssz, &settings);
+        let headers = std::mem::take(&mut self.headers);
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(&body()), &headers, &settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;
@@ -186,7 +183,7 @@ impl ProxyCacheRequest {
         let status = number(headers, ":status").unwrap_or(0);
         let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
         let settings = CacheSettings::default();
-        if self.exchange.response_head(status, length, header(headers, "content-encoding"), &settings) {
+        if self.exchange.response_head(status, length, headers, &settings) {
             self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
         }
         self.exchange.status()
@@ -211,7 +208,7 @@ impl ProxyCacheRequest {
     /// The node's body has ended: the store to make, or why the core refuses to keep the
     /// answer (`Ok(None)`: nothing was held).
     pub fn store(&mut self, config: &CacheConfig) -> Result<Option<DaemonCall>, Refusal> {
-        let Some(held) = self.held.take() else { return Ok(None) };
+        let Some(held) = self.held.take() else { return self.exchange.take_head_refusal().map_or(Ok(None), Err) };
         let StoreCall { path, headers, body } = self.exchange.store(&held, &CacheSettings::default())?;
         Ok(Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body)))
     }
@@ -228,8 +225,8 @@ impl ProxyCacheRequest {
 }
 
 /// The headers of a hit sent as a local reply: the core's, and the status header if configured.
-pub fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&'static str, &'static str)> {
-    let mut headers = hit.headers().to_vec();
+pub fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&str, &str)> {
+    let mut headers: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
     if status_header_on {
         headers.push((status_header(), Status::Hit.as_str()));
     }

@@ -11,6 +11,19 @@ fn settings() -> CacheSettings {
     CacheSettings::default()
 }
 
+/// No response headers.
+const NONE: &[(&str, &[u8])] = &[];
+
+/// A request's cache exchange in `namespace`, from a client that takes gzip or not and asks for
+/// SSZ or not.
+fn exchange(namespace: Option<&str>, body: Option<&[u8]>, gzip: bool, ssz: bool) -> CacheExchange {
+    let mut headers = vec![("accept-encoding", if gzip { "gzip" } else { "identity" })];
+    if ssz {
+        headers.push(("accept", "application/octet-stream"));
+    }
+    CacheExchange::new(namespace, body, &headers, &settings())
+}
+
 fn request(method: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}"#)
 }
@@ -223,7 +236,7 @@ fn envelope(id: &str, result: &[u8]) -> Vec<u8> {
 
 /// An answer as the daemon keeps it.
 fn as_kept(envelope: &Envelope, tail: &[u8]) -> Vec<u8> {
-    let sent = encode(envelope, tail);
+    let sent = encode(envelope, &Head::default(), tail);
     assert_eq!(sent[1], 0, "a host sends the tail plain");
     Entry::decode(&sent).unwrap().compact().unwrap()
 }
@@ -285,7 +298,7 @@ fn a_damaged_entry_is_refused() {
     let mut short = plain.clone();
     short.pop();
     assert!(Entry::decode(&short).is_err());
-    let mut sent = encode(&Envelope::default(), b"[1,2,3]}");
+    let mut sent = encode(&Envelope::default(), &Head::default(), b"[1,2,3]}");
     *sent.last_mut().unwrap() = b']';
     assert!(Entry::decode(&sent).unwrap().compact().is_err(), "the store checks what a host sends");
     let kept = as_kept(&Envelope::default(), &tail(&b"[1,2,3]".repeat(100)));
@@ -355,58 +368,58 @@ fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
 fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let s = settings();
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
-    let mut first = CacheExchange::new(Some("h/mainnet"), Some(asked.as_bytes()), true, false, &s);
+    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
     let path = first.lookup_path().unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
     assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
     assert_eq!(first.status(), Status::Miss);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
-    assert!(first.response_head(200, Some(answer.len() as u64), None, &s));
+    assert!(first.response_head(200, Some(answer.len() as u64), NONE, &s));
     let call = first.store(answer.as_bytes(), &s).unwrap();
     assert_eq!(call.path, path);
     assert_eq!(call.headers, vec![("x-rpcedge-namespace", "h/mainnet".to_string())]);
 
     let again = asked.replace("\"id\":7", "\"id\":\"second\"");
-    let mut second = CacheExchange::new(Some("h/mainnet"), Some(again.as_bytes()), false, false, &s);
+    let mut second = exchange(Some("h/mainnet"), Some(again.as_bytes()), false, false);
     assert_eq!(second.lookup_path(), Some(path));
     let stored = daemon_keeps(&call);
     let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
     assert_eq!(second.status(), Status::Hit);
     assert_eq!(String::from_utf8(hit.body.clone()).unwrap(), answer.replace("\"id\":7", "\"id\":\"second\""));
-    assert!(!hit.gzip && !hit.headers().iter().any(|(name, _)| *name == "content-encoding"));
+    assert!(!hit.gzip && !hit.headers.iter().any(|(name, _)| name == "content-encoding"));
 }
 
 #[test]
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let s = settings();
     let asked = request("eth_chainId", "[]");
-    let mut first = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
+    let mut first = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     let answer = r#"{"jsonrpc":"2.0","id":7,"result":"0x1"}"#;
-    assert!(first.response_head(200, None, None, &s));
+    assert!(first.response_head(200, None, NONE, &s));
     let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
     let mut region = vec![0; crate::cache::HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
 
-    let mut miss = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
+    let mut miss = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     assert!(!miss.find_hot(&hot, 100));
     miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
     assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
 
-    let mut daemon_hit = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
+    let mut daemon_hit = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), body: &stored };
     assert!(daemon_hit.answered(&ttl, 0).is_some());
     daemon_hit.keep_hot(&mut hot, &stored, 100);
 
     let again = asked.replace("\"id\":7", "\"id\":8");
-    let mut hot_hit = CacheExchange::new(Some("n"), Some(again.as_bytes()), false, false, &s);
+    let mut hot_hit = exchange(Some("n"), Some(again.as_bytes()), false, false);
     assert!(hot_hit.find_hot(&hot, 104));
     assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
     let hit = hot_hit.hot_answer(0).unwrap();
     assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
-    let mut late = CacheExchange::new(Some("n"), Some(asked.as_bytes()), false, false, &s);
+    let mut late = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     assert!(!late.find_hot(&hot, 105), "the daemon said 5 s were left");
-    let mut elsewhere = CacheExchange::new(Some("other"), Some(asked.as_bytes()), false, false, &s);
+    let mut elsewhere = exchange(Some("other"), Some(asked.as_bytes()), false, false);
     assert!(!elsewhere.find_hot(&hot, 101), "another namespace");
 }
 
@@ -415,7 +428,7 @@ fn the_statuses_a_host_reports() {
     let s = settings();
     let cacheable = request("eth_chainId", "[]");
     let status_after = |answer: DaemonAnswer| {
-        let mut exchange = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
+        let mut exchange = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
         assert_eq!(exchange.answered(&answer, 0), None);
         exchange.status()
     };
@@ -423,10 +436,10 @@ fn the_statuses_a_host_reports() {
     assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, body: b"" }), Status::Miss);
     assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, body: b"" }), Status::Error);
     assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, body: b"garbage" }), Status::Error, "a bad entry");
-    let mut failed = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
+    let mut failed = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
-    assert!(!failed.response_head(200, None, None, &s), "no store for a daemon that failed the lookup");
+    assert!(!failed.response_head(200, None, NONE, &s), "no store for a daemon that failed the lookup");
     assert!(CacheExchange::takes_length(s.max_request as u64, &s));
     assert!(!CacheExchange::takes_length(s.max_request as u64 + 1, &s));
 
@@ -436,30 +449,24 @@ fn the_statuses_a_host_reports() {
         (None, false, Bypass::TooLarge),
         (Some(request("debug_getRawBlock", r#"["0x10"]"#)), true, Bypass::Ssz),
     ] {
-        let mut exchange = CacheExchange::new(Some("n"), body.as_deref().map(str::as_bytes), true, ssz, &s);
+        let mut exchange = exchange(Some("n"), body.as_deref().map(str::as_bytes), true, ssz);
         assert_eq!((exchange.lookup_path(), exchange.bypass()), (None, Some(bypass)));
         exchange.failed();
-        assert!(!exchange.response_head(200, None, None, &s));
+        assert!(!exchange.response_head(200, None, NONE, &s));
         assert_eq!(exchange.status(), Status::Bypass);
     }
     // an answer over max_entry is not kept, and says so
     // SSZ clients of methods without a transcoding schema are served from the cache as before
-    assert!(CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, true, &s).lookup_path().is_some());
-    assert!(CacheExchange::new(
-        Some("n"),
-        Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()),
-        true,
-        false,
-        &s
-    )
+    assert!(exchange(Some("n"), Some(cacheable.as_bytes()), true, true).lookup_path().is_some());
+    assert!(exchange(Some("n"), Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()), true, false)
     .lookup_path()
     .is_some());
-    let mut large = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
-    assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), None, &s));
+    let mut large = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
+    assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), NONE, &s));
     assert_eq!(large.status(), Status::Bypass);
     // and so is one of no stated length that grows past it
-    let mut growing = CacheExchange::new(Some("n"), Some(cacheable.as_bytes()), true, false, &s);
-    assert!(growing.response_head(200, None, None, &s));
+    let mut growing = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
+    assert!(growing.response_head(200, None, NONE, &s));
     assert!(growing.keep_holding(s.max_entry as u64, &s));
     assert_eq!(growing.status(), Status::Miss);
     assert!(!growing.keep_holding(s.max_entry as u64 + 1, &s));
@@ -472,12 +479,13 @@ fn only_a_plain_whole_200_is_kept_and_only_what_capture_keeps_is_stored() {
     let s = settings();
     let asked = request("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#));
     let head = |status, coding: Option<&[u8]>| {
-        CacheExchange::new(Some("n"), Some(asked.as_bytes()), true, false, &s).response_head(status, None, coding, &s)
+        let headers: Vec<_> = coding.map(|coding| ("content-encoding", coding)).into_iter().collect();
+        exchange(Some("n"), Some(asked.as_bytes()), true, false).response_head(status, None, &headers, &s)
     };
     assert!(head(200, None) && head(200, Some(b"identity")));
     assert!(!head(200, Some(b"gzip")) && !head(500, None) && !head(206, None));
-    let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), true, false, &s);
-    assert!(exchange.response_head(200, None, None, &s));
+    let mut exchange = exchange(Some("n"), Some(asked.as_bytes()), true, false);
+    assert!(exchange.response_head(200, None, NONE, &s));
     assert_eq!(exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":null}"#, &s), Err(Refusal::Null));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"blockNumber":"0x20","transactionHash":"{TX}"}}}}"#);
     let call = exchange.store(answer.as_bytes(), &s).unwrap();
@@ -596,4 +604,80 @@ fn an_answer_is_stored_only_if_it_names_what_was_asked() {
             assert_eq!(names, Names::Nothing, "{method}");
         }
     }
+}
+
+/// What a shared HTTP cache must not keep is not kept; what it keeps of the node's head comes
+/// back on every hit; an answer that varies on request headers is a hit only for the same values.
+#[test]
+fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
+    let client = &[("origin", "https://a.example")][..];
+    for (header, refusal) in [
+        (("Set-Cookie", "session=1"), Refusal::SetCookie),
+        (("Cache-Control", "no-store"), Refusal::NoStore),
+        (("cache-control", "max-age=5, Private"), Refusal::NoStore),
+        (("Cache-Control", "no-cache=\"x\""), Refusal::NoStore),
+        (("Vary", "Origin, *"), Refusal::VaryAll),
+    ] {
+        assert_eq!(Head::of(&[header], client), Err(refusal), "{header:?}");
+    }
+    let node = [
+        ("Content-Type", "application/json"),
+        ("Vary", "Origin"),
+        ("vary", "accept-encoding, Origin"),
+        ("Access-Control-Allow-Origin", "https://a.example"),
+        ("Connection", "keep-alive, X-Hop"),
+        ("X-Hop", "1"),
+        ("Transfer-Encoding", "chunked"),
+        ("Date", "Mon, 23 Nov 2026 10:00:00 GMT"),
+        ("ETag", "\"1\""),
+        ("x-envoy-upstream-service-time", "3"),
+        ("Cache-Control", "max-age=60"),
+    ];
+    let head = Head::of(&node, client).unwrap();
+    let kept: Vec<(&str, &str)> = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    assert_eq!(
+        kept,
+        [
+            ("content-type", "application/json"),
+            ("access-control-allow-origin", "https://a.example"),
+            ("cache-control", "max-age=60")
+        ]
+    );
+    assert_eq!(head.vary, [("origin".to_string(), Some("https://a.example".to_string()))]);
+
+    // through the exchange: the store keeps the head, a hit sends it for the same origin only
+    let s = settings();
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let ask = |origin: Option<&str>| {
+        let mut headers = vec![("accept-encoding", "identity")];
+        headers.extend(origin.map(|origin| ("Origin", origin)));
+        CacheExchange::new(Some("n"), Some(asked.as_bytes()), &headers, &s)
+    };
+    let mut first = ask(Some("https://a.example"));
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}"}}}}"#);
+    assert!(first.response_head(200, None, &node, &s));
+    let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
+    let daemon = DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored };
+    let mut same = ask(Some("https://a.example"));
+    let hit = same.answered(&daemon, 0).unwrap();
+    let sent: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    assert_eq!(
+        sent,
+        [
+            ("content-type", "application/json"),
+            ("vary", "origin, Accept-Encoding"),
+            ("access-control-allow-origin", "https://a.example"),
+            ("cache-control", "max-age=60")
+        ]
+    );
+    for other in [Some("https://b.example"), None] {
+        let mut exchange = ask(other);
+        assert_eq!(exchange.answered(&daemon, 0), None, "{other:?}");
+        assert_eq!(exchange.status(), Status::Miss, "another variant is the node's to answer");
+        assert!(exchange.response_head(200, None, &node, &s), "and its answer is kept in the entry's place");
+    }
+    // an answer that must not be kept is not held, and says why once
+    let mut cookie = ask(None);
+    assert!(!cookie.response_head(200, None, &[("Set-Cookie", "a=1")], &s));
+    assert_eq!((cookie.take_head_refusal(), cookie.take_head_refusal()), (Some(Refusal::SetCookie), None));
 }

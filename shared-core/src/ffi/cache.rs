@@ -4,9 +4,8 @@
 use std::ffi::c_char;
 use std::ptr;
 
-use super::{bytes, guard, put, RpcedgeStr};
+use super::{bytes, guard, put, RpcedgeHeader, RpcedgeStr};
 use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall};
-use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -41,26 +40,25 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
 /// A cache exchange for a request in namespace `ns`, the one configured where the request was
 /// routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
 /// whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
-/// cache), with the client's Accept-Encoding and Accept (a NULL `data`: none; a client that asks
-/// for the SSZ of a result bypasses the cache, which holds JSON). NULL only on a panic.
+/// cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
+/// gzip; a client that asks for the SSZ of a result bypasses the cache, which holds JSON; the rest
+/// decide which stored variant is the client's). NULL only on a panic.
 ///
 /// # Safety
-/// The strings point to readable bytes of their lengths.
+/// The strings point to readable bytes of their lengths; `headers` to `headers_len` headers.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_new(
     ns: RpcedgeStr,
     body: *const u8,
     body_len: usize,
-    accept_encoding: RpcedgeStr,
-    accept: RpcedgeStr,
+    headers: *const RpcedgeHeader,
+    headers_len: usize,
 ) -> *mut RpcedgeCache {
     guard(ptr::null_mut(), || {
         let namespace = string(&ns).map(String::from_utf8_lossy);
         let body = (!body.is_null()).then(|| bytes(body, body_len));
-        let gzip = string(&accept_encoding).map(AcceptEncoding::parse).and_then(|a| a.choose()) == Some(Coding::Gzip);
-        let ssz = string(&accept).is_some_and(asks_for_ssz);
         let settings = CacheSettings::default();
-        let exchange = CacheExchange::new(namespace.as_deref(), body, gzip, ssz, &settings);
+        let exchange = CacheExchange::new(namespace.as_deref(), body, &header_list(headers, headers_len), &settings);
         let lookup_path = exchange.lookup_path();
         Box::into_raw(Box::new(RpcedgeCache { exchange, settings, lookup_path, hit: None, store: None }))
     })
@@ -130,7 +128,7 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
 }
 
 /// The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
-/// with `Content-Type: application/json`, `Vary: Accept-Encoding` and its exact length.
+/// with its exact length and the headers `rpcedge_cache_hit_header` gives.
 ///
 /// # Safety
 /// `cache` is NULL or live; `body` is NULL or writable.
@@ -141,6 +139,30 @@ pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, body: *mu
         let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
         put(body, c_str(&hit.body));
         hit.gzip.into()
+    })
+}
+
+/// The hit's header at `index` (from 0): 1 with its name (lower case) and value, 0 past the last.
+/// Content-Type, Content-Encoding when gzip and Vary come first, then the node's headers the entry
+/// kept.
+///
+/// # Safety
+/// `cache` is NULL or live; `name` and `value` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_hit_header(
+    cache: *const RpcedgeCache,
+    index: usize,
+    name: *mut RpcedgeStr,
+    value: *mut RpcedgeStr,
+) -> i32 {
+    put(name, NONE);
+    put(value, NONE);
+    guard(0, || {
+        let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
+        let Some((n, v)) = hit.headers.get(index) else { return 0 };
+        put(name, c_str(n.as_bytes()));
+        put(value, c_str(v.as_bytes()));
+        1
     })
 }
 
@@ -225,24 +247,35 @@ pub unsafe extern "C" fn rpcedge_cache_failed(cache: *mut RpcedgeCache) {
     });
 }
 
-/// The node's response head (a negative `content_length`: none; a NULL `content_encoding`:
-/// none). 1: keep the plain body for `rpcedge_cache_store`; 0: do not.
+/// The node's response head: its status, length (negative: none) and `headers_len` headers,
+/// Content-Type and Content-Encoding among them. 1: keep the plain body for
+/// `rpcedge_cache_store`; 0: do not.
 ///
 /// # Safety
-/// `cache` is NULL or live; `content_encoding` points to readable bytes of its length.
+/// `cache` is NULL or live; `headers` points to `headers_len` headers.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_response_head(
     cache: *mut RpcedgeCache,
     status: u16,
     content_length: i64,
-    content_encoding: RpcedgeStr,
+    headers: *const RpcedgeHeader,
+    headers_len: usize,
 ) -> i32 {
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         let length = u64::try_from(content_length).ok();
         let settings = &cache.settings;
-        cache.exchange.response_head(status, length, string(&content_encoding), settings).into()
+        cache.exchange.response_head(status, length, &header_list(headers, headers_len), settings).into()
     })
+}
+
+/// A host's header array as (name, value) pairs.
+unsafe fn header_list<'a>(headers: *const RpcedgeHeader, len: usize) -> Vec<(&'a [u8], &'a [u8])> {
+    if headers.is_null() {
+        return Vec::new();
+    }
+    let headers = std::slice::from_raw_parts(headers, len);
+    headers.iter().map(|h| (bytes(h.name, h.name_len), bytes(h.value, h.value_len))).collect()
 }
 
 /// The host holds `held` bytes of a body whose length the head did not give. 1: go on holding

@@ -361,14 +361,17 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let result = format!(r#"{{"hash":"{HASH}","transactions":[{transactions}]}}"#);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
-        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), rstr(b"gzip, br"), NONE_STR);
+        let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
+        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
         assert!(rpcedge_cache_shard(miss, 3) < 3);
         assert_eq!(rpcedge_cache_answered(miss, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(miss)), c"MISS");
-        assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, NONE_STR), 1);
+        let cors =
+            [c_header("Content-Type", "application/json; charset=utf-8"), c_header("Access-Control-Allow-Origin", "*")];
+        assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(miss, answer.as_ptr(), answer.len(), &mut call), 1);
         assert_eq!((owned(&call.path), owned(&call.ns)), (path.clone(), b"h/mainnet".to_vec()));
@@ -381,11 +384,25 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_free(miss);
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
-        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), rstr(b"gzip"), NONE_STR);
+        let gzip = [c_header("accept-encoding", "gzip")];
+        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
         assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
+        let hit_headers: Vec<(Vec<u8>, Vec<u8>)> = (0..)
+            .map_while(|i| {
+                let (mut name, mut value) = (garbage(), garbage());
+                (rpcedge_cache_hit_header(hit, i, &mut name, &mut value) == 1).then(|| (owned(&name), owned(&value)))
+            })
+            .collect();
+        let expected: [(&[u8], &[u8]); 4] = [
+            (b"content-type", b"application/json; charset=utf-8"),
+            (b"content-encoding", b"gzip"),
+            (b"vary", b"Accept-Encoding"),
+            (b"access-control-allow-origin", b"*"),
+        ];
+        assert_eq!(hit_headers, expected.map(|(n, v)| (n.to_vec(), v.to_vec())), "the node's headers kept");
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(hit)), c"HIT");
 
         // the daemon's hit kept in a hot tier answers the next request without the daemon
@@ -396,7 +413,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
-        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), third.as_ptr(), third.len(), NONE_STR, NONE_STR);
+        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), third.as_ptr(), third.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
@@ -412,7 +429,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
     let path_in = |ns| unsafe {
-        let cache = rpcedge_cache_new(ns, request.as_ptr(), request.len(), NONE_STR, NONE_STR);
+        let cache = rpcedge_cache_new(ns, request.as_ptr(), request.len(), ptr::null(), 0);
         let mut path = garbage();
         let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
         let path = found.then(|| owned(&path));
@@ -427,19 +444,23 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
 
 const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
 
+fn c_header(name: &'static str, value: &'static str) -> RpcedgeHeader {
+    RpcedgeHeader { name: name.as_ptr(), name_len: name.len(), value: value.as_ptr(), value_len: value.len() }
+}
+
 #[test]
 fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), NONE_STR, NONE_STR);
+        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(cache)), c"BYPASS");
-        assert_eq!(rpcedge_cache_response_head(cache, 200, 10, NONE_STR), 0);
+        assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, NONE_STR, NONE_STR);
+        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, ptr::null(), 0);
         assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
