@@ -279,6 +279,9 @@ def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, s
     ("rpcedge_cache_hot 16m;", "must be name:size"),
     ("rpcedge_cache_hot hot:64k;", "rpcedge_cache_hot zone \"hot\" is too small"),
     ("rpcedge_cache_hot hot:lots;", "is too small or not a size"),
+    # the client's Host would choose where answers are kept
+    ("rpcedge_cache_namespace $host;", "takes a plain string, not variables"),
+    ("rpcedge_cache_namespace \"\";", "must not be empty"),
 ])
 def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
     from nginx_harness import check_conf, main_conf

@@ -130,6 +130,8 @@ static ngx_int_t ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
 
 static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_rpcedge_cache_check_ns(ngx_conf_t *cf, void *post,
+    void *data);
 static char *ngx_http_rpcedge_cache_hot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone,
@@ -145,6 +147,9 @@ static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
 
 static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_pass_post =
     ngx_http_rpcedge_cache_check_pass;
+
+static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_ns_post =
+    ngx_http_rpcedge_cache_check_ns;
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_timeout_check =
     { ngx_http_rpcedge_check, "cache_timeout_ms", NGX_HTTP_RPCEDGE_MSEC_SLOT };
@@ -181,7 +186,7 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, ns),
-      NULL },
+      &ngx_http_rpcedge_cache_ns_post },
 
     { ngx_string("rpcedge_cache_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -1301,6 +1306,30 @@ ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post, void *data)
 
     if (pass->data[pass->len - 1] == '/') {
         pass->len--;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * a namespace is configuration: a variable would let what the client sends
+ * choose where answers are kept, for every other client
+ */
+
+static char *
+ngx_http_rpcedge_cache_check_ns(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *ns = data;
+
+    if (ns->len == 0) {
+        return "must not be empty";
+    }
+
+    if (ngx_strlchr(ns->data, ns->data + ns->len, '$') != NULL) {
+        return "takes a plain string, not variables: the namespace must "
+               "name where nginx routed the request, never what the client "
+               "sent";
     }
 
     return NGX_CONF_OK;

@@ -94,6 +94,9 @@ impl CacheConfig {
         if self.clusters.iter().any(String::is_empty) {
             return Err(ConfigError::new("cache_shards", "a cluster name is empty".into()));
         }
+        if self.namespace.as_deref() == Some("") {
+            return Err(ConfigError::new("cache_namespace", "must not be empty".into()));
+        }
         Ok(())
     }
 }
@@ -492,6 +495,7 @@ mod tests {
             (br#"{"cache": {"clusters": [""]}}"#, "cache_shards"),
             (br#"{"cache": {"hot_bytes": 1000}}"#, "cache_hot_bytes"),
             (br#"{"cache": {"hot_bytes": 2000000000}}"#, "cache_hot_bytes"),
+            (br#"{"cache": {"namespace": ""}}"#, "cache_namespace"),
         ] {
             assert_eq!(Config::from_json(json).unwrap_err().field, field);
         }
