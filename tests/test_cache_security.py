@@ -40,10 +40,10 @@ def proxy(request, tmp_path, daemon):
     daemon is shared by the module)."""
     started = []
 
-    def start(node, host=request.param, namespace=None):
+    def start(node, host=request.param, namespace=None, **options):
         stack = SimpleNamespace(replay=node, daemon=daemon)
         namespace = namespace or f"go-{uuid.uuid4().hex[:12]}"
-        proxy = start_proxy(host, tmp_path / f"{host}-{len(started)}", stack, namespace=namespace)
+        proxy = start_proxy(host, tmp_path / f"{host}-{len(started)}", stack, namespace=namespace, **options)
         started.append(proxy)
         return proxy
 
@@ -274,3 +274,52 @@ def test_an_answer_a_shared_cache_must_not_keep_is_never_stored(proxy, header):
         assert len(node.requests) == 3
     finally:
         node.stop()
+
+
+@pytest.mark.parametrize("proxy", ["nginx"], indirect=True)
+def test_what_nginx_adds_itself_is_not_kept_as_the_nodes(proxy):
+    """add_header puts its own CORS header on every answer: a hit must not carry a stored copy
+    beside it (browsers refuse two), nor keep a header nginx hides from the node's answer."""
+    node = GoNode("go", headers=[("X-Node-Secret", "1")])
+    try:
+        port = proxy(node, extra='add_header Access-Control-Allow-Origin "*" always;\n'
+                                  '        proxy_hide_header X-Node-Secret;').port
+        first = post(port, by_hash(A))
+        assert first.header("x-rpcedge-cache") == "MISS" and first.header_count("access-control-allow-origin") == 1
+        hit = settle(port, by_hash(A, id_=2))
+        assert hit.header("x-rpcedge-cache") == "HIT"
+        assert hit.header_count("access-control-allow-origin") == 1
+        assert hit.header("x-node-secret") is None
+    finally:
+        node.stop()
+
+
+def test_nginx_takes_no_namespace_from_a_server_name_two_servers_share(tmp_path, daemon):
+    """One server_name on two ports, one network each: neither may default to it."""
+    mainnet, sepolia = GoNode("mainnet-node"), GoNode("sepolia-node")
+    (tmp_path / "rpcedge-cache.conf").write_text((REPO / "configs/nginx/rpcedge-cache.conf").read_text())
+    ports = [free_port(), free_port()]
+    servers = "".join(f"""
+    server {{
+        listen {LOOPBACK}:{port};
+        server_name rpc.example;
+        rpcedge on;
+        rpcedge_cache on;
+        include rpcedge-cache.conf;
+
+        location / {{
+            proxy_pass http://{LOOPBACK}:{node.port};
+        }}
+    }}
+""" for port, node in zip(ports, (mainnet, sepolia)))
+    nginx = start_nginx(tmp_path, f"upstream rpcedge_cached {{ server {LOOPBACK}:{daemon.port}; }}\n{servers}",
+                        ports)
+    try:
+        for port in ports:
+            for _ in range(2):
+                assert post(port, by_hash(A)).header("x-rpcedge-cache") == "BYPASS"
+        assert "whose server_name is another server's too" in (tmp_path / "error.log").read_text()
+    finally:
+        nginx.stop()
+        mainnet.stop()
+        sepolia.stop()

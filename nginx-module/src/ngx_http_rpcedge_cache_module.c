@@ -119,7 +119,7 @@ static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
 static rpcedge_header_t *ngx_http_rpcedge_cache_headers(ngx_pool_t *pool,
-    ngx_list_t *list, ngx_str_t *content_type, size_t *n);
+    ngx_list_t *list, ngx_str_t *content_type, ngx_hash_t *hide, size_t *n);
 static void ngx_http_rpcedge_cache_cleanup(void *data);
 static void ngx_http_rpcedge_cache_stop_timer(void *data);
 
@@ -411,10 +411,10 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         ns.len = value.len;
     }
 
-    /* all of them: Accept-Encoding, Accept, and what a stored answer varies on */
+    /* all of them: Accept-Encoding, Accept, what a stored answer varies on */
 
     headers = ngx_http_rpcedge_cache_headers(r->pool, &r->headers_in.headers,
-                                             NULL, &n);
+                                             NULL, NULL, &n);
     if (headers == NULL) {
         return;
     }
@@ -664,7 +664,7 @@ static ngx_int_t
 ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    u_char           *data;
+    u_char           *data, *v, *p;
     size_t            i;
     ngx_int_t         rc, gzip;
     ngx_buf_t        *b;
@@ -692,10 +692,16 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
         if (name.len == sizeof("content-type") - 1
             && ngx_strncmp(data, "content-type", name.len) == 0)
         {
-            r->headers_out.content_type.data = data + name.len + 1;
+            /* the type alone, as nginx's charset filter wants it */
+
+            v = data + name.len + 1;
+            p = ngx_strlchr(v, v + value.len, ';');
+
+            r->headers_out.content_type.data = v;
             r->headers_out.content_type.len = value.len;
-            r->headers_out.content_type_len = value.len;
+            r->headers_out.content_type_len = p ? (size_t) (p - v) : value.len;
             r->headers_out.content_type_lowcase = NULL;
+
             continue;
         }
 
@@ -909,6 +915,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     ngx_uint_t                      i;
     ngx_list_part_t                *part;
     rpcedge_header_t               *headers;
+    ngx_http_upstream_t            *u;
     ngx_table_elt_t                *h;
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
@@ -984,10 +991,28 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     }
 
     if (ctx->state == ngx_http_rpcedge_cache_pass_on && ctx->cache) {
-        headers = ngx_http_rpcedge_cache_headers(r->pool,
+
+        /*
+         * the node's own headers, as nginx passes them on: not what
+         * add_header, expires or other modules add to every answer, which a
+         * hit gets from them again
+         */
+
+        u = r->upstream;
+
+        if (u && u->conf && u->conf->hide_headers_hash.buckets) {
+            headers = ngx_http_rpcedge_cache_headers(r->pool,
+                                                 &u->headers_in.headers, NULL,
+                                                 &u->conf->hide_headers_hash,
+                                                 &n);
+
+        } else {
+            headers = ngx_http_rpcedge_cache_headers(r->pool,
                                                  &r->headers_out.headers,
                                                  &r->headers_out.content_type,
-                                                 &n);
+                                                 NULL, &n);
+        }
+
         if (headers == NULL) {
             return NGX_ERROR;
         }
@@ -1152,12 +1177,13 @@ ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
 
 /*
  * a header list as the core takes it, Content-Type first where nginx keeps
- * it apart (headers_out); the pairs point into the list's own strings
+ * it apart (headers_out), without those in hide (an upstream's hidden ones);
+ * the pairs point into the list's own strings
  */
 
 static rpcedge_header_t *
 ngx_http_rpcedge_cache_headers(ngx_pool_t *pool, ngx_list_t *list,
-    ngx_str_t *content_type, size_t *n)
+    ngx_str_t *content_type, ngx_hash_t *hide, size_t *n)
 {
     size_t             count;
     ngx_uint_t         i;
@@ -1191,6 +1217,12 @@ ngx_http_rpcedge_cache_headers(ngx_pool_t *pool, ngx_list_t *list,
 
         for (i = 0; i < part->nelts; i++) {
             if (h[i].hash == 0) {
+                continue;
+            }
+
+            if (hide && ngx_hash_find(hide, h[i].hash, h[i].lowcase_key,
+                                      h[i].key.len))
+            {
                 continue;
             }
 
@@ -1504,34 +1536,53 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
  * Without rpcedge_cache_namespace, a location's namespace is its server's
  * first server_name and its own name: both configuration, so two networks
  * behind two locations or two servers never share entries.  A server without
- * server_name has no namespace: its requests bypass the cache.
+ * server_name, or with the first server_name of another server block (one
+ * name on two ports, say), has no namespace: its requests bypass the cache.
  */
 
 static char *
 ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
     ngx_http_rpcedge_cache_conf_t *conf)
 {
-    u_char                    *p;
-    ngx_http_core_srv_conf_t  *cscf;
-    ngx_http_core_loc_conf_t  *clcf;
+    u_char                     *p;
+    ngx_uint_t                  s, shared;
+    ngx_http_core_srv_conf_t   *cscf, **cscfp;
+    ngx_http_core_loc_conf_t   *clcf;
+    ngx_http_core_main_conf_t  *cmcf;
 
     if (conf->ns.len) {
         return NGX_CONF_OK;
     }
 
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
     cscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_core_module);
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
 
-    if (cscf == NULL || cscf->server_name.len == 0) {
+    shared = 0;
+    cscfp = cmcf->servers.elts;
+
+    for (s = 0; cscf && s < cmcf->servers.nelts; s++) {
+        if (cscfp[s] != cscf
+            && cscfp[s]->server_name.len == cscf->server_name.len
+            && ngx_strncmp(cscfp[s]->server_name.data, cscf->server_name.data,
+                           cscf->server_name.len) == 0)
+        {
+            shared = 1;
+        }
+    }
+
+    if (cscf == NULL || cscf->server_name.len == 0 || shared) {
 
         /* the server block's own configuration serves no request itself */
 
         if (conf->enable == 1 && clcf->name.len) {
             ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                               "rpcedge_cache is on in location \"%V\" of a "
-                               "server without server_name, and without "
-                               "rpcedge_cache_namespace: its requests "
-                               "bypass the cache", &clcf->name);
+                               "rpcedge_cache is on in location \"%V\" "
+                               "without rpcedge_cache_namespace, in a server "
+                               "whose server_name is %s: its requests bypass "
+                               "the cache", &clcf->name,
+                               cscf->server_name.len ? "another server's too"
+                                                     : "empty");
         }
 
         return NGX_CONF_OK;

@@ -344,6 +344,11 @@ Cache.__index = Cache
 local ENTRY_PATH = "/v1/entries/"
 
 
+-- Keeps Lua strings that an FFI array points to reachable while the core reads them: a local
+-- that is not read again may be collected before the call.
+local anchor = {}
+
+
 -- A table of headers (name -> value, or a list of values for a repeated one) as the core's
 -- array, and its length; the array points into the table's strings, which the caller keeps.
 local function header_array(headers)
@@ -376,10 +381,12 @@ function _M.cache(body, namespace)
     if namespace == nil and ngx.var.server_name ~= "" then
         namespace = ngx.var.server_name
     end
-    -- `strings` keeps what the array points to alive through the call
-    local headers, n, strings = header_array(ngx.req.get_headers(100, true))
+    -- every header (a stored answer may vary on any); `anchor` keeps the strings the array
+    -- points to reachable through the call
+    local headers, n, strings = header_array(ngx.req.get_headers(0, true))
+    anchor[1] = strings
     local handle = lib.rpcedge_cache_new(rstr(namespace), body, body and #body or 0, headers, n)
-    strings = nil
+    anchor[1] = nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)
     end
@@ -434,8 +441,9 @@ end
 -- ngx.location.capture's `res.header`): whether to keep its body for `store`.
 function Cache:response_head(status, content_length, headers)
     local array, n, strings = header_array(headers or {})
+    anchor[1] = strings
     local take = lib.rpcedge_cache_response_head(self.handle, status, content_length or -1, array, n) == 1
-    strings = nil
+    anchor[1] = nil
     return take
 end
 

@@ -26,6 +26,9 @@ const DEFLATED: u8 = 1;
 const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4;
 /// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
 const MAX_ENVELOPE_PART: usize = 1024;
+/// The longest tail an entry holds (entries are bounded far below by `max_entry`): a corrupt
+/// length must not make a hit reserve more.
+const MAX_TAIL: u64 = 256 * 1024 * 1024;
 /// The level a tail is compressed at once, for every later hit: libdeflate's highest.
 const STORE_LEVEL: u32 = 12;
 
@@ -154,7 +157,7 @@ fn encode_head(head: &Head) -> Vec<u8> {
 
 /// The parts of a kept head, checked.
 #[allow(clippy::type_complexity)] // the two lists of `Entry`
-fn decode_head(mut bytes: &[u8]) -> Result<(Vec<(&str, &str)>, Vec<(&str, Option<&str>)>), BadEntry> {
+fn decode_head<'a>(mut bytes: &'a [u8]) -> Result<(Vec<(&'a str, &'a str)>, Vec<(&'a str, Option<&'a str>)>), BadEntry> {
     fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], BadEntry> {
         let (taken, rest) = bytes.split_at_checked(n).ok_or(BadEntry("its head is cut short"))?;
         *bytes = rest;
@@ -167,8 +170,18 @@ fn decode_head(mut bytes: &[u8]) -> Result<(Vec<(&str, &str)>, Vec<(&str, Option
         let n = count(bytes)?;
         std::str::from_utf8(take(bytes, n)?).map_err(|_| BadEntry("a header in its head is not text"))
     }
-    let headers =
-        (0..count(&mut bytes)?).map(|_| Ok((string(&mut bytes)?, string(&mut bytes)?))).collect::<Result<_, _>>()?;
+    // what a hit sends is checked again: whoever can write to the store must not be able to
+    // split a response or send headers that no answer may keep
+    let header = |bytes: &mut &'a [u8]| {
+        let (name, value) = (string(bytes)?, string(bytes)?);
+        let token = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b"0123456789-!#$%&'*+.^_`|~".contains(&b));
+        let text = value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80);
+        if !token || !text || !Head::replays(name) {
+            return Err(BadEntry("a header in its head cannot be sent"));
+        }
+        Ok((name, value))
+    };
+    let headers = (0..count(&mut bytes)?).map(|_| header(&mut bytes)).collect::<Result<_, _>>()?;
     let vary = (0..count(&mut bytes)?)
         .map(|_| {
             let name = string(&mut bytes)?;
@@ -201,7 +214,10 @@ impl<'a> Entry<'a> {
         let before = usize::from(u16::from_le_bytes(stored[14..16].try_into().expect("2 bytes")));
         let after = usize::from(u16::from_le_bytes(stored[16..18].try_into().expect("2 bytes")));
         let head = u32::from_le_bytes(stored[18..22].try_into().expect("4 bytes")) as usize;
-        if stored.len() - HEAD < before + after + head {
+        if len > MAX_TAIL {
+            return Err(BadEntry("longer than any entry"));
+        }
+        if (stored.len() - HEAD).checked_sub(before + after).and_then(|rest| rest.checked_sub(head)).is_none() {
             return Err(BadEntry("shorter than its envelope"));
         }
         let (before_id, rest) = stored[HEAD..].split_at(before);

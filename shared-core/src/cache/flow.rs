@@ -129,8 +129,12 @@ impl CacheExchange {
         };
         let gzip = values("accept-encoding").and_then(|v| AcceptEncoding::parse(&v).choose()) == Some(Coding::Gzip);
         let ssz = values("accept").is_some_and(|accept| asks_for_ssz(&accept));
+        let credentials = values("authorization").is_some() || values("cookie").is_some();
         let namespace = namespace.ok_or(Bypass::Namespace);
         let request = namespace.and_then(|namespace| {
+            if credentials {
+                return Err(Bypass::Credentials);
+            }
             let body = body.ok_or(Bypass::TooLarge)?;
             // a hit would be JSON: the node's answer, transcoded, is what such a client gets
             if ssz && jsonrpc_request(body).is_some() {

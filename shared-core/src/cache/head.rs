@@ -32,7 +32,15 @@ const NOT_KEPT: &[&str] = &[
     "age",
     "etag",
     "last-modified",
+    "content-digest",
+    "repr-digest",
+    "digest",
+    "content-md5",
+    "set-cookie",
 ];
+
+/// Prefixes of the proxies' own headers: Envoy's, nginx's internal redirects, rpcedge's.
+const NOT_KEPT_PREFIXES: &[&str] = &["x-envoy-", "x-accel-", "x-rpcedge-"];
 
 /// What an entry keeps of the node's head.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,8 +88,7 @@ impl Head {
         let mut kept = Vec::new();
         for (name, value) in headers {
             let name = String::from_utf8_lossy(name.as_ref()).to_ascii_lowercase();
-            let ours = name.starts_with(':') || name.starts_with("x-rpcedge-") || name.starts_with("x-envoy-");
-            if ours || NOT_KEPT.contains(&name.as_str()) || hop_by_hop.contains(&name) {
+            if !Head::replays(&name) || hop_by_hop.contains(&name) {
                 continue;
             }
             let Ok(value) = std::str::from_utf8(value.as_ref()) else { return Err(Refusal::Malformed) };
@@ -98,6 +105,12 @@ impl Head {
     /// every header it varies on.
     pub fn is_for<M: AsRef<[u8]>, W: AsRef<[u8]>>(vary: &[(&str, Option<&str>)], request: &[(M, W)]) -> bool {
         vary.iter().all(|(name, value)| joined(request, name).as_deref() == *value)
+    }
+
+    /// Whether a hit may send the header `name` (lower case) again.
+    pub fn replays(name: &str) -> bool {
+        let ours = name.starts_with(':') || NOT_KEPT_PREFIXES.iter().any(|prefix| name.starts_with(prefix));
+        !ours && !NOT_KEPT.contains(&name)
     }
 
     fn size(&self) -> usize {

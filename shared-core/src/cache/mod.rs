@@ -88,11 +88,14 @@ pub enum Bypass {
     /// The node's answer cannot be kept whole (over `max_entry`): the request is not counted as
     /// a miss.
     Answer,
+    /// The request carries credentials (`Authorization`, `Cookie`): the node's answer may be for
+    /// this client only (RFC 9111, 3.5).
+    Credentials,
 }
 
 impl Bypass {
     /// Every reason, for a host's counters.
-    pub const fn all() -> [Bypass; 10] {
+    pub const fn all() -> [Bypass; 11] {
         [
             Bypass::Batch,
             Bypass::TooLarge,
@@ -104,6 +107,7 @@ impl Bypass {
             Bypass::Ssz,
             Bypass::Namespace,
             Bypass::Answer,
+            Bypass::Credentials,
         ]
     }
 
@@ -119,6 +123,7 @@ impl Bypass {
             Bypass::Ssz => "ssz",
             Bypass::Namespace => "namespace",
             Bypass::Answer => "answer",
+            Bypass::Credentials => "credentials",
         }
     }
 }
@@ -305,6 +310,8 @@ impl Request {
             Keep::Forever => (None, None),
             Keep::For(ttl) => (Some(ttl), None),
             Keep::OnceFinal(number) => (None, Some(number)),
+            // only an answer that names the transaction asked for can say which block holds it
+            Keep::OnceAnswerFinal if self.names == Names::Nothing => return Err(Refusal::NoBlock),
             Keep::OnceAnswerFinal => (None, Some(answer_block(result).ok_or(Refusal::NoBlock)?)),
         };
         let mut tail = Vec::with_capacity(result.len() + 1);

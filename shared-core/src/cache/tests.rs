@@ -681,3 +681,36 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     assert!(!cookie.response_head(200, None, &[("Set-Cookie", "a=1")], &s));
     assert_eq!((cookie.take_head_refusal(), cookie.take_head_refusal()), (Some(Refusal::SetCookie), None));
 }
+
+/// A request with credentials may get an answer for that client only (RFC 9111, 3.5); a stored
+/// head that could not have come from `Head::of` (a name a hit must not send, CR or LF in a
+/// value) is a bad entry, whoever wrote it; a transaction's answer that does not name the
+/// transaction cannot say which block holds it.
+#[test]
+fn credentials_bypass_and_a_stored_head_is_checked_again() {
+    let s = settings();
+    let asked = request("eth_chainId", "[]");
+    for credentials in [("Authorization", "Bearer x"), ("cookie", "session=1")] {
+        let exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), &[credentials], &s);
+        assert_eq!(exchange.bypass(), Some(Bypass::Credentials), "{credentials:?}");
+    }
+    let tail = br#""0x1"}"#;
+    let stored = |headers: &[(&str, &str)]| {
+        let head = Head { headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(), vary: vec![] };
+        Entry::decode(&encode(&Envelope::default(), &head, tail)).map(|_| ())
+    };
+    assert_eq!(stored(&[("access-control-allow-origin", "*")]), Ok(()));
+    for bad in [
+        ("x-a", "1\r\nset-cookie: a=1"),
+        ("x-a\r\nx-b", "1"),
+        ("set-cookie", "a=1"),
+        ("transfer-encoding", "chunked"),
+        ("content-length", "1"),
+        ("X-Upper", "1"),
+        ("", "1"),
+    ] {
+        assert!(stored(&[bad]).is_err(), "{bad:?}");
+    }
+    let trace = capture("debug_traceTransaction", &format!(r#"["{TX}",{{"tracer":"x"}}]"#), &answer(r#"{"blockNumber":"0x1"}"#));
+    assert_eq!(trace, Err(Refusal::NoBlock), "a tracer's own output claims no block");
+}
