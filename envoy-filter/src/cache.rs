@@ -11,12 +11,18 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
-use rpcedge_core::cache::proxy::{self, DaemonCall, ProxyCacheRequest};
+use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion, ProxyCacheRequest};
 use rpcedge_core::cache::{Bypass, HitResponse, Refusal, Status};
 use rpcedge_core::CacheConfig;
 
-/// A worker's hot tier: its region, laid out by the core.
-pub type HotRegion = RefCell<Vec<u8>>;
+/// A worker's hot tier: its region, laid out by the core (one Wasm VM per worker: no lock).
+pub struct WorkerHot(pub RefCell<Vec<u8>>);
+
+impl HotRegion for WorkerHot {
+    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8])) {
+        use_region(&mut self.0.borrow_mut());
+    }
+}
 
 /// What the request does after its body callback.
 pub enum AfterBody {
@@ -53,13 +59,13 @@ impl CacheRequest {
         body_size: usize,
         end: bool,
         config: &CacheConfig,
-        hot: Option<&HotRegion>,
+        hot: Option<&WorkerHot>,
         min_length: u64,
         now_s: u64,
     ) -> AfterBody {
         let body = || hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
-        let mut hot = hot.map(RefCell::borrow_mut);
-        match self.request.on_body(body_size, end, body, config, hot.as_deref_mut().map(Vec::as_mut_slice), min_length, now_s) {
+        let hot = hot.map(|hot| hot as &dyn HotRegion);
+        match self.request.on_body(body_size, end, body, config, hot, min_length, now_s) {
             proxy::AfterBody::Continue => AfterBody::Continue,
             proxy::AfterBody::Wait => AfterBody::Wait,
             proxy::AfterBody::Answer(hit) => AfterBody::Answer(hit),
@@ -83,7 +89,7 @@ impl CacheRequest {
         token: u32,
         body_size: usize,
         min_length: u64,
-        hot: Option<&HotRegion>,
+        hot: Option<&WorkerHot>,
         now_s: u64,
     ) -> Option<HitResponse> {
         if self.lookup.take() != Some(token) {
@@ -95,8 +101,7 @@ impl CacheRequest {
         } else {
             Vec::new()
         };
-        let mut hot = hot.map(RefCell::borrow_mut);
-        self.request.on_lookup_answer(&headers, &body, min_length, hot.as_deref_mut().map(Vec::as_mut_slice), now_s)
+        self.request.on_lookup_answer(&headers, &body, min_length, hot.map(|hot| hot as &dyn HotRegion), now_s)
     }
 
     pub fn is_hit(&self) -> bool {

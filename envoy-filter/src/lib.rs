@@ -34,7 +34,7 @@ use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::{BodyPlan, Config, Exchange, Failure, HeaderEdits, HeaderOp, Mode, Settings, TranscodeOutcome};
 
 mod cache;
-use cache::{AfterBody, CacheRequest, HotRegion};
+use cache::{AfterBody, CacheRequest, WorkerHot};
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -63,7 +63,7 @@ struct Shared {
     /// Stores for the root to make at its next tick.
     stores: RefCell<Vec<DaemonCall>>,
     /// The worker's hot tier, when the cache has one.
-    hot: Option<HotRegion>,
+    hot: Option<WorkerHot>,
 }
 
 impl Shared {
@@ -111,7 +111,7 @@ impl RootContext for Root {
         };
         let hot_bytes = settings.cache.as_ref().filter(|c| c.enabled).map_or(0, |c| c.hot_bytes as usize);
         self.shared = Some(Rc::new(Shared {
-            hot: (hot_bytes > 0).then(|| RefCell::new(vec![0; hot_bytes])),
+            hot: (hot_bytes > 0).then(|| WorkerHot(RefCell::new(vec![0; hot_bytes]))),
             settings: Arc::new(settings),
             metrics,
             waiting: Default::default(),

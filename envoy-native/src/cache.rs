@@ -7,9 +7,9 @@
 //! also kept in one hot tier for all of Envoy's workers, behind a lock held only while an entry
 //! is copied in or out (the Wasm filter has one per worker: its VMs share no memory).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
-use rpcedge_core::cache::proxy::{self, DaemonCall};
+use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
 use rpcedge_core::metrics::Counter;
 use rpcedge_core::CacheConfig;
 
@@ -22,8 +22,8 @@ pub struct CacheShared {
     envoy: ConfigHandle,
     /// Stores for the main thread to make.
     stores: Mutex<Vec<DaemonCall>>,
-    /// Hits kept for all workers; empty when there is no hot tier.
-    hot: Mutex<Vec<u8>>,
+    /// Hits kept for all workers, when there is a hot tier.
+    hot: Option<SharedHot>,
 }
 
 /// Envoy's filter configuration and its scheduler, which Envoy keeps until
@@ -38,23 +38,32 @@ struct ConfigHandle {
 unsafe impl Send for ConfigHandle {}
 unsafe impl Sync for ConfigHandle {}
 
+/// The hot tier all workers share: its lock is held only while the core copies an entry out or
+/// in.
+pub struct SharedHot(Mutex<Vec<u8>>);
+
+impl HotRegion for SharedHot {
+    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8])) {
+        use_region(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
 impl CacheShared {
     /// From `on_http_filter_config_new`, on the main thread.
     pub fn new(envoy: FilterConfigEnvoy, config: CacheConfig) -> CacheShared {
         // SAFETY: Envoy's configuration is alive; the scheduler is deleted in `drop`.
         let scheduler = unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_new(envoy) };
         CacheShared {
-            hot: Mutex::new(vec![0; config.hot_bytes as usize]),
+            hot: (config.hot_bytes > 0).then(|| SharedHot(Mutex::new(vec![0; config.hot_bytes as usize]))),
             config,
             envoy: ConfigHandle { config: envoy, scheduler },
             stores: Mutex::default(),
         }
     }
 
-    /// The hot tier's region, while the caller holds it (none without a hot tier).
-    pub fn hot(&self) -> Option<MutexGuard<'_, Vec<u8>>> {
-        let region = self.hot.lock().unwrap_or_else(|e| e.into_inner());
-        (!region.is_empty()).then_some(region)
+    /// The hot tier, when there is one.
+    pub fn hot(&self) -> Option<&dyn HotRegion> {
+        self.hot.as_ref().map(|hot| hot as &dyn HotRegion)
     }
 
     /// A store for the main thread to make.

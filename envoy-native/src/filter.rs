@@ -118,10 +118,8 @@ impl Filter {
         };
         let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
         let body = || [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat().concat();
-        let mut hot = cache.hot();
         let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
-        let after = request.on_body(size, end_of_stream, body, &cache.config, hot.as_deref_mut().map(Vec::as_mut_slice), min_length, now_s);
-        drop(hot);
+        let after = request.on_body(size, end_of_stream, body, &cache.config, cache.hot(), min_length, now_s);
         match after {
             AfterBody::Continue => BodyStatus::Continue,
             AfterBody::Wait => BodyStatus::StopIterationAndBuffer,
@@ -152,10 +150,8 @@ impl Filter {
             return;
         }
         self.lookup = None;
-        let mut hot = cache.hot();
         let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
-        let hit = request.on_lookup_answer(headers, body, min_length, hot.as_deref_mut().map(Vec::as_mut_slice), now_s);
-        drop(hot);
+        let hit = request.on_lookup_answer(headers, body, min_length, cache.hot(), now_s);
         match hit {
             Some(hit) => self.answer_hit(host, &hit),
             None => host.continue_request(),

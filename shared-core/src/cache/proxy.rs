@@ -43,6 +43,13 @@ impl DaemonCall {
     }
 }
 
+/// A host's hot tier: lends its region (behind the host's lock, where it has one) for as long as
+/// `use_region` runs, which is only while an entry is copied out or in: the request's parsing,
+/// hashing and the hit's splice run outside it.
+pub trait HotRegion {
+    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8]));
+}
+
 /// What the request does after a body callback.
 #[derive(Debug)]
 pub enum AfterBody {
@@ -110,7 +117,7 @@ impl ProxyCacheRequest {
         end: bool,
         body: impl FnOnce() -> Vec<u8>,
         config: &CacheConfig,
-        hot: Option<&mut [u8]>,
+        hot: Option<&dyn HotRegion>,
         min_length: u64,
         now_s: u64,
     ) -> AfterBody {
@@ -137,8 +144,11 @@ impl ProxyCacheRequest {
         AfterBody::Lookup(DaemonCall::new(self.cluster(config), "GET", path, Vec::new(), Vec::new()))
     }
 
-    fn hot_hit(&mut self, hot: &mut [u8], min_length: u64, now_s: u64) -> Option<HitResponse> {
-        let found = HotTier::open(hot).is_some_and(|tier| self.exchange.find_hot(&tier, now_s));
+    fn hot_hit(&mut self, hot: &dyn HotRegion, min_length: u64, now_s: u64) -> Option<HitResponse> {
+        let mut found = false;
+        hot.with_region(&mut |region| {
+            found = HotTier::open(region).is_some_and(|tier| self.exchange.find_hot(&tier, now_s));
+        });
         found.then(|| self.exchange.hot_answer(min_length)).flatten()
     }
 
@@ -154,7 +164,7 @@ impl ProxyCacheRequest {
         headers: &[(N, V)],
         body: &[u8],
         min_length: u64,
-        hot: Option<&mut [u8]>,
+        hot: Option<&dyn HotRegion>,
         now_s: u64,
     ) -> Option<HitResponse> {
         let Some(status) = number(headers, ":status") else {
@@ -166,9 +176,11 @@ impl ProxyCacheRequest {
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
         if let (true, Some(hot)) = (self.hit, hot) {
-            if let Some(mut tier) = HotTier::open(hot) {
-                self.exchange.keep_hot(&mut tier, body, now_s);
-            }
+            hot.with_region(&mut |region| {
+                if let Some(mut tier) = HotTier::open(region) {
+                    self.exchange.keep_hot(&mut tier, body, now_s);
+                }
+            });
         }
         hit
     }
