@@ -158,13 +158,18 @@ class LoopbackService:
 
     def request(self, method, path, body=None, headers=None, timeout=None):
         """One request on a fresh connection: (status, headers as an http.client message, body)."""
-        connection = self.connection(timeout)
-        try:
-            connection.request(method, path, body=body, headers=headers or {})
-            response = connection.getresponse()
-            return response.status, response.headers, response.read()
-        finally:
-            connection.close()
+        return one_request(self.connection(timeout), method, path, body, headers)
+
+
+def one_request(connection, method, path, body=None, headers=None):
+    """One request on `connection`, which is closed after it: (status, headers as an http.client
+    message, body)."""
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        connection.close()
 
 
 class Replay(LoopbackService):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CACHED_BIN, LOOPBACK, Process, free_port, start_cached
+from harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached
 
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
 GETH_AFTER_ID = b',"result":'
@@ -69,13 +69,7 @@ class UnixConnection(http.client.HTTPConnection):
 
 def unix_request(path, method, target, body=None, headers=None):
     """One request over the Unix socket at `path`: (status, headers, body)."""
-    connection = UnixConnection(path)
-    try:
-        connection.request(method, target, body=body, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, response.headers, response.read()
-    finally:
-        connection.close()
+    return one_request(UnixConnection(path), method, target, body, headers)
 
 
 def tcp_listeners(pid):

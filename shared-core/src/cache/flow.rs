@@ -5,7 +5,7 @@
 
 use std::ffi::CStr;
 
-use super::head::Head;
+use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, shard, Bypass, CacheSettings, Entry, Refusal, Request};
 use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
@@ -89,9 +89,9 @@ pub struct StoreCall {
 pub struct CacheExchange {
     request: Result<Request, Bypass>,
     namespace: String,
-    /// The request's headers (names in lower case), while it may be looked up: an entry is for
-    /// the values of the headers its answer varies on.
-    request_headers: Vec<(String, Vec<u8>)>,
+    /// The request's headers, while it may be looked up: an entry is for the values of the
+    /// headers its answer varies on.
+    request_headers: Vec<(Vec<u8>, Vec<u8>)>,
     gzip: bool,
     status: Status,
     capture: bool,
@@ -121,15 +121,10 @@ impl CacheExchange {
         headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
-        let values = |name: &str| {
-            let mut found = headers.iter().filter(move |(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()));
-            found.next().map(|(_, first)| found.fold(first.as_ref().to_vec(), |joined, (_, value)| {
-                [joined.as_slice(), b",", value.as_ref()].concat()
-            }))
-        };
-        let gzip = values("accept-encoding").and_then(|v| AcceptEncoding::parse(&v).choose()) == Some(Coding::Gzip);
-        let ssz = values("accept").is_some_and(|accept| asks_for_ssz(&accept));
-        let credentials = values("authorization").is_some() || values("cookie").is_some();
+        let coding = field(headers, "accept-encoding").and_then(|value| AcceptEncoding::parse(&value).choose());
+        let gzip = coding == Some(Coding::Gzip);
+        let ssz = field(headers, "accept").is_some_and(|accept| asks_for_ssz(&accept));
+        let credentials = ["authorization", "cookie"].iter().any(|name| named(headers, name).next().is_some());
         let namespace = namespace.ok_or(Bypass::Namespace);
         let request = namespace.and_then(|namespace| {
             if credentials {
@@ -143,10 +138,7 @@ impl CacheExchange {
             lookup(namespace, body, settings)
         });
         let request_headers = match request {
-            Ok(_) => headers
-                .iter()
-                .map(|(n, v)| (String::from_utf8_lossy(n.as_ref()).to_ascii_lowercase(), v.as_ref().to_vec()))
-                .collect(),
+            Ok(_) => headers.iter().map(|(n, v)| (n.as_ref().to_vec(), v.as_ref().to_vec())).collect(),
             Err(_) => Vec::new(),
         };
         let status = if request.is_ok() { Status::Miss } else { Status::Bypass };
@@ -322,7 +314,7 @@ impl CacheExchange {
 fn hit(
     request: &Request,
     stored: &[u8],
-    request_headers: &[(String, Vec<u8>)],
+    request_headers: &[(Vec<u8>, Vec<u8>)],
     gzip: bool,
     min_length: u64,
 ) -> Result<HitResponse, NoHit> {

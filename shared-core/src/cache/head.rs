@@ -121,23 +121,27 @@ impl Head {
 }
 
 /// The values of the header `name`.
-fn named<'h, N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &'h [(N, V)], name: &'h str) -> impl Iterator<Item = &'h [u8]> {
+pub(super) fn named<'h, N: AsRef<[u8]>, V: AsRef<[u8]>>(
+    headers: &'h [(N, V)],
+    name: &'h str,
+) -> impl Iterator<Item = &'h [u8]> {
     headers
         .iter()
         .filter(move |(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()))
         .map(|(_, value)| value.as_ref())
 }
 
-/// A header's values as one, joined with ", " as RFC 9110 combines field lines; `None` when the
-/// request has none (or one that is not text).
+/// A header's values as one field, each trimmed and joined with ", " as RFC 9110 combines field
+/// lines; `None` when there is none.
+pub(super) fn field<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], name: &str) -> Option<Vec<u8>> {
+    let mut values = named(headers, name).map(<[u8]>::trim_ascii);
+    let first = values.next()?.to_vec();
+    Some(values.fold(first, |joined, value| [joined.as_slice(), b", ", value].concat()))
+}
+
+/// [`field`] as text, as an entry keeps it.
 fn joined<M: AsRef<[u8]>, W: AsRef<[u8]>>(request: &[(M, W)], name: &str) -> Option<String> {
-    let values: Vec<&str> = request
-        .iter()
-        .filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()))
-        .filter_map(|(_, value)| std::str::from_utf8(value.as_ref()).ok())
-        .map(str::trim)
-        .collect();
-    (!values.is_empty()).then(|| values.join(", "))
+    field(request, name).map(|value| String::from_utf8_lossy(&value).into_owned())
 }
 
 /// The members of a comma-separated field value, trimmed, empty ones left out.
