@@ -43,7 +43,9 @@ pub struct CacheRequest {
 
 impl CacheRequest {
     pub fn new(config: &CacheConfig, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> CacheRequest {
-        let route_namespace = route_namespace();
+        // the cache namespace in the metadata of the route the request took
+        let path = vec!["xds", "route_metadata", "filter_metadata", proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE];
+        let route_namespace = hostcalls::get_property(path).ok().flatten();
         let request = ProxyCacheRequest::new(config, route_namespace.as_deref(), headers, end_of_stream);
         CacheRequest { request, lookup: None }
     }
@@ -132,13 +134,6 @@ impl CacheRequest {
     pub fn bypass(&self) -> Option<Bypass> {
         self.request.bypass()
     }
-}
-
-/// The cache namespace in the metadata of the route the request took, if it sets one.
-fn route_namespace() -> Option<String> {
-    let path = vec!["xds", "route_metadata", "filter_metadata", proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE];
-    let value = hostcalls::get_property(path).ok().flatten()?;
-    String::from_utf8(value).ok().filter(|namespace| !namespace.is_empty())
 }
 
 /// Sends a hit as the local reply (Envoy sets its Content-Length); false when Envoy refused it.

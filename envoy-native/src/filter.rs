@@ -78,8 +78,8 @@ impl Filter {
         self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
         let cache_waits = self.shared.cache.as_ref().is_some_and(|cache| {
             let route_namespace = host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
-            let route_namespace = route_namespace.and_then(|ns| std::str::from_utf8(ns).ok()).filter(|ns| !ns.is_empty());
-            self.cache.insert(ProxyCacheRequest::new(&cache.config, route_namespace, &headers, end_of_stream)).awaits_body()
+            let request = ProxyCacheRequest::new(&cache.config, route_namespace, &headers, end_of_stream);
+            self.cache.insert(request).awaits_body()
         });
         if !self.body_wanted {
             self.ask_upstream(host);

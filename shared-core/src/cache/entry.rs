@@ -155,9 +155,11 @@ fn encode_head(head: &Head) -> Vec<u8> {
     out
 }
 
+/// A kept head's headers and varied-on request headers, as `Entry` lends them.
+type HeadParts<'a> = (Vec<(&'a str, &'a str)>, Vec<(&'a str, Option<&'a str>)>);
+
 /// The parts of a kept head, checked.
-#[allow(clippy::type_complexity)] // the two lists of `Entry`
-fn decode_head<'a>(mut bytes: &'a [u8]) -> Result<(Vec<(&'a str, &'a str)>, Vec<(&'a str, Option<&'a str>)>), BadEntry> {
+fn decode_head<'a>(mut bytes: &'a [u8]) -> Result<HeadParts<'a>, BadEntry> {
     fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], BadEntry> {
         let (taken, rest) = bytes.split_at_checked(n).ok_or(BadEntry("its head is cut short"))?;
         *bytes = rest;
@@ -174,7 +176,8 @@ fn decode_head<'a>(mut bytes: &'a [u8]) -> Result<(Vec<(&'a str, &'a str)>, Vec<
     // split a response or send headers that no answer may keep
     let header = |bytes: &mut &'a [u8]| {
         let (name, value) = (string(bytes)?, string(bytes)?);
-        let token = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b"0123456789-!#$%&'*+.^_`|~".contains(&b));
+        let token_byte = |b: u8| b.is_ascii_lowercase() || b"0123456789-!#$%&'*+.^_`|~".contains(&b);
+        let token = !name.is_empty() && name.bytes().all(token_byte);
         let text = value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80);
         if !token || !text || !Head::replays(name) {
             return Err(BadEntry("a header in its head cannot be sent"));

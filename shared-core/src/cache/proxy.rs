@@ -84,10 +84,12 @@ impl ProxyCacheRequest {
     /// configuration's namespace applies; without either, the request bypasses the cache.
     pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         config: &CacheConfig,
-        route_namespace: Option<&str>,
+        route_namespace: Option<&[u8]>,
         headers: &[(N, V)],
         end_of_stream: bool,
     ) -> Self {
+        // an empty (or not text) value names no namespace
+        let route_namespace = route_namespace.and_then(|ns| std::str::from_utf8(ns).ok()).filter(|ns| !ns.is_empty());
         let namespace = route_namespace.or(config.namespace.as_deref()).map(str::to_string);
         let settings = CacheSettings::default();
         let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
