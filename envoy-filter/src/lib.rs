@@ -1,5 +1,5 @@
 //! rpcedge as an Envoy HTTP filter (proxy-wasm). It only moves headers and body bytes between
-//! Envoy's callbacks and the core's `Exchange`, which makes every decision.
+//! Envoy's callbacks and the core's `ProxyExchange`, which makes every decision.
 //!
 //! Held data must go out on time, but only root contexts get timer ticks. So while any exchange
 //! holds data with a deadline, its root ticks; for a due exchange it switches to that HTTP
@@ -20,7 +20,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::CStr;
 use std::rc::{Rc, Weak};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,13 +27,13 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::cache::proxy::{self, DaemonCall};
-use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
+use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::{BodyPlan, Config, Exchange, Failure, HeaderEdits, HeaderOp, Mode, Settings, TranscodeOutcome};
+use rpcedge_core::proxy::{Failed, ProxyExchange, RequestStep};
+use rpcedge_core::{Config, Failure, HeaderOp, Settings};
 
 mod cache;
-use cache::{AfterBody, CacheRequest, WorkerHot};
+use cache::WorkerHot;
 
 /// How often the root looks for due exchanges while some wait: held data goes out at most this
 /// long after the core's deadline.
@@ -80,6 +79,10 @@ impl Shared {
         if self.tick.replace(period) != period {
             let _ = hostcalls::set_tick_period(period);
         }
+    }
+
+    fn hot(&self) -> Option<&dyn HotRegion> {
+        self.hot.as_ref().map(|hot| hot as &dyn HotRegion)
     }
 }
 
@@ -146,9 +149,9 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
-        let exchange = Exchange::new(Arc::clone(&shared.settings));
+        let exchange = ProxyExchange::new(Arc::clone(&shared.settings));
         let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
-        Some(Box::new(Filter { stream, cache: None, body_wanted: false }))
+        Some(Box::new(Filter { stream, lookup: None }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -158,10 +161,8 @@ impl RootContext for Root {
 
 struct Filter {
     stream: Rc<RefCell<Stream>>,
-    /// This request's way through the cache, when the cache is on.
-    cache: Option<CacheRequest>,
-    /// The core waits for the request body (to transcode).
-    body_wanted: bool,
+    /// The cache lookup this request waits for.
+    lookup: Option<u32>,
 }
 
 impl Filter {
@@ -169,6 +170,7 @@ impl Filter {
     fn with_stream(&self, f: impl FnOnce(&mut Stream) -> Action) -> Action {
         let mut stream = self.stream.borrow_mut();
         let action = f(&mut stream);
+        stream.account();
         let shared = Rc::clone(&stream.shared);
         let due = stream.due();
         let mut waiting = shared.waiting.borrow_mut();
@@ -183,76 +185,37 @@ impl Filter {
         }
         action
     }
-
-    fn shared(&self) -> Rc<Shared> {
-        Rc::clone(&self.stream.borrow().shared)
-    }
-
-    /// Asks the node for SSZ where the core says so (`Exchange::upstream_accept`), without
-    /// Accept-Encoding: an encoded answer could not be rendered.
-    fn ask_upstream(&self, accept: Option<&CStr>) {
-        if let Some(accept) = accept.and_then(|accept| accept.to_str().ok()) {
-            self.set_http_request_header("accept", Some(accept));
-            self.set_http_request_header("accept-encoding", None);
-        }
-    }
-
-    /// The node's body so far: the part of Envoy's body buffer after the output this filter
-    /// still holds there (see `Stream::on_body`).
-    fn hold_for_cache(&mut self, body_size: usize) {
-        let Some(cache) = self.cache.as_mut().filter(|c| c.holds()) else { return };
-        let held = self.stream.borrow().held;
-        if body_size > held {
-            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, held, body_size - held);
-            cache.hold(&chunk.ok().flatten().unwrap_or_default());
-        }
-    }
-
-    /// Answers the request with a hit: the filter's own reply, with nothing to compress or count
-    /// as an exchange. False when Envoy refused the reply: the request goes on to the node.
-    fn answer_hit(&mut self, hit: &HitResponse) -> bool {
-        let shared = self.shared();
-        let status_header = shared.settings.cache.as_ref().is_some_and(|c| c.status_header);
-        shared.metrics.add(Counter::CacheResponses(CacheStatus::Hit), 1);
-        self.stream.borrow_mut().done = true;
-        cache::send_hit(hit, status_header)
-    }
-
-    /// The node's answer has ended: its store goes to the root.
-    fn store_in_cache(&mut self) {
-        let shared = self.shared();
-        let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else { return };
-        match cache.store(config) {
-            Ok(Some(store)) => {
-                shared.stores.borrow_mut().push(store);
-                shared.set_tick(&shared.waiting.borrow());
-            }
-            Ok(None) => {}
-            Err(refusal) => metrics::store_refused(refusal).into_iter().for_each(|c| shared.metrics.add(c, 1)),
-        }
-    }
 }
 
 impl Context for Filter {
     fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
-        let shared = self.shared();
-        let Some(cache) = self.cache.as_mut() else { return };
-        let hot = shared.hot.as_ref();
-        match cache.on_lookup_answer(token_id, body_size, shared.settings.min_length, hot, now_ms() / 1000) {
-            Some(hit) if self.answer_hit(&hit) => {}
-            _ => {
-                let _ = hostcalls::resume_http_request();
-            }
+        if self.lookup.take() != Some(token_id) {
+            return;
         }
+        let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
+        let body = if body_size > 0 {
+            hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        self.with_stream(|stream| {
+            let shared = Rc::clone(&stream.shared);
+            match stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms()) {
+                Some(reply) if cache::send_reply(&reply) => {}
+                _ => {
+                    let _ = hostcalls::resume_http_request();
+                }
+            }
+            Action::Continue
+        });
     }
 
     fn on_done(&mut self) -> bool {
-        // The stream ended (a client or upstream reset, a local reply) with the exchange unfinished.
-        let mut stream = self.stream.borrow_mut();
-        if !stream.done {
-            stream.done = true;
-            stream.shared.metrics.aborted();
-        }
+        // The stream ended (a client or upstream reset, a local reply).
+        self.with_stream(|stream| {
+            stream.exchange.on_stream_complete();
+            Action::Continue
+        });
         true
     }
 }
@@ -260,90 +223,58 @@ impl Context for Filter {
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = self.get_http_request_headers_bytes();
-        let shared = self.shared();
-        let exchange = &mut self.stream.borrow_mut().exchange;
-        for (name, value) in &headers {
-            if name == ":method" {
-                exchange.request_method(value);
-            } else if name == ":path" {
-                exchange.request_path(value);
+        self.with_stream(|stream| {
+            let head = stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace);
+            ask_upstream(head.upstream_accept);
+            if head.wait_for_body {
+                Action::Pause
             } else {
-                exchange.request_header(name.as_bytes(), value);
+                Action::Continue
             }
-        }
-        self.body_wanted = exchange.wants_request_body() && !end_of_stream;
-        // Asking the node for SSZ may wait for the body's method: the headers wait with it.
-        let ask_after_body = self.body_wanted && shared.settings.transcode_upstream_ssz;
-        if !self.body_wanted {
-            let accept = exchange.upstream_accept();
-            self.ask_upstream(accept);
-        }
-        let cache = shared.settings.cache.as_ref().filter(|c| c.enabled).map(|config| {
-            self.cache.insert(CacheRequest::new(config, &headers, end_of_stream)).awaits_body()
-        });
-        if ask_after_body || cache == Some(true) {
-            Action::Pause
-        } else {
-            Action::Continue
-        }
+        })
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.body_wanted && Exchange::takes_request_body(body_size) {
-            if !end_of_stream {
-                // Envoy holds it until it is whole
-                return Action::Pause;
+        let body = || hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let mut lookup = None;
+        let action = self.with_stream(|stream| {
+            let shared = Rc::clone(&stream.shared);
+            let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms());
+            ask_upstream(after.upstream_accept);
+            match after.step {
+                RequestStep::Continue => Action::Continue,
+                RequestStep::Wait => Action::Pause,
+                RequestStep::Reply(reply) if cache::send_reply(&reply) => Action::Pause,
+                RequestStep::Reply(_) => Action::Continue,
+                RequestStep::Lookup(call) => {
+                    let timeout = shared.settings.cache.as_ref().map_or(0, |cache| cache.timeout_ms);
+                    match cache::dispatch(&call, Duration::from_millis(timeout)) {
+                        Some(token) => {
+                            lookup = Some(token);
+                            Action::Pause
+                        }
+                        None => {
+                            stream.exchange.lookup_failed();
+                            Action::Continue
+                        }
+                    }
+                }
             }
-            let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten();
-            let exchange = &mut self.stream.borrow_mut().exchange;
-            exchange.request_body(&body.unwrap_or_default());
-            let accept = exchange.upstream_accept();
-            self.ask_upstream(accept);
-        }
-        self.body_wanted = false;
-        let shared = self.shared();
-        let (Some(cache), Some(config)) = (self.cache.as_mut(), shared.settings.cache.as_ref()) else {
-            return Action::Continue;
-        };
-        let (hot, min_length) = (shared.hot.as_ref(), shared.settings.min_length);
-        match cache.on_body(body_size, end_of_stream, config, hot, min_length, now_ms() / 1000) {
-            AfterBody::Continue => Action::Continue,
-            AfterBody::Wait => Action::Pause,
-            AfterBody::Answer(hit) if self.answer_hit(&hit) => Action::Pause,
-            AfterBody::Answer(_) => Action::Continue,
-        }
+        });
+        self.lookup = lookup;
+        action
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        if self.cache.as_ref().is_some_and(CacheRequest::is_hit) {
-            return Action::Continue;
-        }
         let headers = self.get_http_response_headers_bytes();
-        let shared = self.shared();
-        if let Some(cache) = self.cache.as_mut() {
-            let status = cache.on_response_head(&headers, end_of_stream);
-            metrics::cache_responded(status, cache.bypass()).for_each(|counter| shared.metrics.add(counter, 1));
-            if shared.settings.cache.as_ref().is_some_and(|c| c.status_header) {
-                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, proxy::status_header(), status.as_str());
-            }
-            if end_of_stream {
-                self.store_in_cache();
-            }
-        }
         self.with_stream(|stream| stream.on_headers(&headers, end_of_stream))
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.hold_for_cache(body_size);
-        let action = self.with_stream(|stream| stream.on_body(body_size, end_of_stream));
-        if end_of_stream {
-            self.store_in_cache();
-        }
-        action
+        self.with_stream(|stream| stream.on_body(body_size, end_of_stream))
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
-        self.store_in_cache();
         self.with_stream(|stream| stream.on_trailers())
     }
 }
@@ -351,10 +282,8 @@ impl HttpContext for Filter {
 /// One exchange, and where Envoy stands with it.
 struct Stream {
     id: u32,
-    exchange: Exchange,
+    exchange: ProxyExchange,
     shared: Rc<Shared>,
-    /// Nothing more to feed: the core passed the body, finished it or failed.
-    done: bool,
     /// Envoy's filter iteration is stopped at this filter: only then may it be resumed.
     stopped: bool,
     /// Envoy holds a response body for this filter (the last body callback paused): a tick may
@@ -362,78 +291,53 @@ struct Stream {
     buffering: bool,
     /// Output at the front of the body Envoy holds, not yet sent (0 unless `buffering`).
     held: usize,
-    /// The core's output for the last feed.
-    out: Vec<u8>,
-    compress_ns: u64,
 }
 
 impl Stream {
-    fn new(id: u32, exchange: Exchange, shared: Rc<Shared>) -> Self {
-        Stream {
-            id,
-            exchange,
-            shared,
-            done: false,
-            stopped: false,
-            buffering: false,
-            held: 0,
-            out: Vec::new(),
-            compress_ns: 0,
-        }
+    fn new(id: u32, exchange: ProxyExchange, shared: Rc<Shared>) -> Self {
+        Stream { id, exchange, shared, stopped: false, buffering: false, held: 0 }
     }
 
     fn on_headers(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Action {
-        let mut status = 0;
-        for (name, value) in headers {
-            if name == ":status" {
-                status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-            } else {
-                self.exchange.response_header(name.as_bytes(), value);
+        match self.exchange.on_response_headers(headers, end_of_stream, now_ms()) {
+            Ok(head) => {
+                apply_edits(head.edits);
+                self.stopped = head.hold;
+                if head.hold {
+                    Action::Pause
+                } else {
+                    Action::Continue
+                }
             }
-        }
-        if end_of_stream {
-            // Envoy says no body follows: the core sees an empty one.
-            self.exchange.response_content_length(Some(0));
-        }
-        match self.exchange.response_head(status) {
-            BodyPlan::Pass => {
-                apply_edits(self.exchange.edits());
-                self.finish();
-                Action::Continue
-            }
-            BodyPlan::Stream => {
-                apply_edits(self.exchange.edits());
-                Action::Continue
-            }
-            BodyPlan::Buffer if end_of_stream => {
-                // An empty body: the core only settles the headers.
-                self.feed(&[], true);
-                Action::Continue
-            }
-            BodyPlan::Buffer => {
-                self.stopped = true;
+            Err(failed) => {
+                fail(failed);
                 Action::Pause
             }
         }
     }
 
     fn on_body(&mut self, body_size: usize, end: bool) -> Action {
-        if self.done {
-            return Action::Continue;
-        }
+        let passed = self.exchange.is_done();
         // While Envoy holds a body for this filter, it adds each read to it: our unsent output
         // comes first, then the new data. Envoy replaces a body only from its start.
         let held = self.held;
-        let body =
-            hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let body = if self.exchange.reads_body() {
+            hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let (unsent, chunk) = body.split_at(held.min(body.len()));
         if !self.feed(chunk, end) {
             return Action::Pause;
         }
-        if !chunk.is_empty() || !self.out.is_empty() {
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &[unsent, &self.out].concat());
+        if passed {
+            return Action::Continue;
         }
-        self.held = held + self.out.len();
+        let out = self.exchange.output();
+        if !chunk.is_empty() || !out.is_empty() {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &[unsent, out].concat());
+        }
+        self.held = held + out.len();
         if end && (self.stopped || !self.buffering || self.held == 0) {
             // Envoy passes this data on, or continues with the body it holds, and the body ends.
             return self.proceed();
@@ -451,18 +355,18 @@ impl Stream {
 
     /// Response trailers: the body has ended.
     fn on_trailers(&mut self) -> Action {
-        if self.done {
-            return Action::Continue;
-        }
+        let passed = self.exchange.is_done();
         if !self.feed(&[], true) {
             return Action::Pause;
         }
-        if !self.out.is_empty() {
+        if passed {
+            return Action::Continue;
+        }
+        if !self.exchange.output().is_empty() {
             if !self.buffering {
                 // Only a response with no body callback at all gets here, and the core has
                 // nothing to add to an empty body; failing beats a truncated one all the same.
-                let failure = self.exchange.abort();
-                self.fail("the body ended in trailers, with no body held to end", failure);
+                fail(self.exchange.abort("the body ended in trailers, with no body held to end"));
                 return Action::Pause;
             }
             self.append_output();
@@ -486,9 +390,10 @@ impl Stream {
 
     /// Adds the core's output behind the unsent output in the body Envoy holds.
     fn append_output(&mut self) {
-        if !self.out.is_empty() {
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, &self.out);
-            self.held += self.out.len();
+        let out = self.exchange.output();
+        if !out.is_empty() {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, out);
+            self.held += out.len();
         }
     }
 
@@ -507,8 +412,6 @@ impl Stream {
             None
         } else if self.held > 0 {
             Some(0)
-        } else if self.done {
-            None
         } else {
             self.exchange.deadline()
         }
@@ -518,78 +421,79 @@ impl Stream {
         if hostcalls::set_effective_context(self.id).is_err() {
             return;
         }
-        if !self.done && self.exchange.deadline().is_some_and(|at| at <= now) {
+        if self.exchange.deadline().is_some_and(|at| at <= now) {
             if !self.feed(&[], false) {
                 return;
             }
             self.append_output();
         }
+        self.account();
         if self.held > 0 {
             self.resume();
         }
     }
 
-    /// Feeds the core, applies the headers it releases and keeps its bytes in `out`; false when
-    /// the exchange failed (and the response is being reset).
+    /// Feeds the core (its output for this feed only) and applies the headers it releases; false
+    /// when the exchange failed (and the response is being answered or reset).
     fn feed(&mut self, chunk: &[u8], end: bool) -> bool {
-        let started = Instant::now();
+        self.exchange.clear_output();
         // Envoy has no notion of an upstream flush: every chunk is fed as unflushed.
-        match self.exchange.feed(chunk, end, false, now_ms()) {
-            Ok(out) => {
-                if let Some(edits) = out.headers {
-                    apply_edits(edits);
-                }
-                self.out.clear();
-                self.out.extend_from_slice(out.data);
-                self.compress_ns += started.elapsed().as_nanos() as u64;
-                if out.end {
-                    self.finish();
-                }
+        match self.exchange.on_body(chunk, end, false, now_ms()) {
+            Ok(edits) => {
+                edits.map(apply_edits);
                 true
             }
-            Err(e) => {
-                self.fail(&e.to_string(), self.exchange.failure());
+            Err(failed) => {
+                fail(failed);
                 false
             }
         }
     }
 
-    /// Does what the core says a failure calls for.
-    fn fail(&mut self, why: &str, failure: Failure) {
-        match failure {
-            Failure::Respond(status) => {
-                log::warn!("answering {status}: {why}");
-                let _ = hostcalls::send_http_response(u32::from(status), vec![], None);
-            }
-            Failure::Reset => {
-                log::warn!("resetting the response: {why}");
-                let _ = hostcalls::reset_http_response();
-            }
+    /// Adds what the exchange counted to the worker's stats, and hands its store to the root.
+    fn account(&mut self) {
+        let (counters, compress_us) = self.exchange.take_counters();
+        for (counter, amount) in counters {
+            self.shared.metrics.add(counter, amount);
         }
-        self.finish_as(Mode::Failed);
-    }
-
-    fn finish(&mut self) {
-        self.finish_as(self.exchange.mode());
-    }
-
-    /// The exchange is over: count it once.
-    fn finish_as(&mut self, mode: Mode) {
-        if self.done {
-            return;
+        if let Some(us) = compress_us {
+            let _ = hostcalls::record_metric(self.shared.metrics.compress_duration, us);
         }
-        self.done = true;
-        let outcome = self.exchange.transcode_outcome();
-        self.shared.metrics.record(mode, self.exchange.counts(), self.compress_ns / 1000, outcome);
-        if let Some(why) = self.exchange.transcode_refusal() {
-            log::warn!("not transcoded, sent as it came: {why}");
+        if let Some(store) = self.exchange.take_store() {
+            self.shared.stores.borrow_mut().push(store);
+            self.shared.set_tick(&self.shared.waiting.borrow());
+        }
+        if let Some(warning) = self.exchange.take_warning() {
+            log::warn!("{warning}");
         }
     }
 }
 
-fn apply_edits(edits: &HeaderEdits) {
+/// Asks the node for SSZ where the core says so, without Accept-Encoding.
+fn ask_upstream(accept: Option<&str>) {
+    if let Some(accept) = accept {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept", Some(accept));
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
+    }
+}
+
+/// Does what the core says a failure calls for.
+fn fail(failed: Failed) {
+    match failed.failure {
+        Failure::Respond(status) => {
+            log::warn!("answering {status}: {}", failed.why);
+            let _ = hostcalls::send_http_response(u32::from(status), vec![], None);
+        }
+        Failure::Reset => {
+            log::warn!("resetting the response: {}", failed.why);
+            let _ = hostcalls::reset_http_response();
+        }
+    }
+}
+
+fn apply_edits(edits: Vec<HeaderOp>) {
     let headers = MapType::HttpResponseHeaders;
-    for op in edits.operations() {
+    for op in edits {
         let _ = match op {
             HeaderOp::Set(name, value) => hostcalls::set_map_value_bytes(headers, name, Some(&value)),
             HeaderOp::Append(name, value) => hostcalls::add_map_value(headers, name, value),
@@ -619,23 +523,9 @@ impl Metrics {
         let _ = hostcalls::increment_metric(self.counters[counter.index()], amount as i64);
     }
 
-    fn aborted(&self) {
-        self.add(Counter::Aborted, 1);
-    }
-
     /// The daemon's answer to a store: its status (none: no answer).
     fn stored(&self, status: Option<&str>) {
         self.add(Counter::for_store_answer(status.and_then(|s| s.parse().ok())), 1);
-    }
-
-    fn record(&self, mode: Mode, counts: (u64, u64), compress_us: u64, transcode: TranscodeOutcome) {
-        let (amounts, duration) = metrics::exchange_ended(mode, counts, compress_us, transcode);
-        for (counter, amount) in amounts {
-            self.add(counter, amount);
-        }
-        if let Some(us) = duration {
-            let _ = hostcalls::record_metric(self.compress_duration, us);
-        }
     }
 }
 

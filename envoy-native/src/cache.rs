@@ -1,4 +1,4 @@
-//! The response cache in Envoy's native module, over the core's `ProxyCacheRequest`: the request
+//! The response cache in Envoy's native module, as the core's `ProxyExchange` drives it: the request
 //! waits for its body, then for the daemon's answer to a callout from its filter, at most
 //! `timeout_ms`; a hit goes out as a local reply, anything else goes on to the node. The node's
 //! plain answer is held as it passes; the call that stores it outlives the stream, so it is made

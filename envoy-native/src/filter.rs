@@ -1,5 +1,5 @@
 //! One HTTP stream through rpcedge: moves headers and body bytes between Envoy's hooks and the
-//! core's `Exchange`, which makes every decision.
+//! core's `ProxyExchange`, which makes every decision, the cache's included.
 //!
 //! The body goes out as the core gives it: each body hook replaces the chunk Envoy received with
 //! the core's output for it and lets Envoy go on. While the core holds data and has nothing to
@@ -9,12 +9,10 @@
 //! what the compressor still holds is flushed with it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use rpcedge_core::cache::proxy::{self, AfterBody, ProxyCacheRequest};
-use rpcedge_core::cache::{HitResponse, Status as CacheStatus};
-use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::{BodyPlan, Exchange, Failure, HeaderEdits, HeaderOp, Mode};
+use rpcedge_core::cache::proxy;
+use rpcedge_core::proxy::{Failed, ProxyExchange, Reply, RequestStep};
+use rpcedge_core::{Failure, HeaderOp};
 
 use crate::abi::{BodyStatus, BodyType, HeadersStatus, HeaderType, LogLevel, TrailersStatus};
 use crate::host::{log, Host, Scheduler};
@@ -26,66 +24,38 @@ const RESUME: u64 = 2;
 
 pub struct Filter {
     shared: Arc<Shared>,
-    exchange: Exchange,
-    /// Nothing more to feed: the core passed the body, finished it or failed.
-    done: bool,
+    exchange: ProxyExchange,
     /// Envoy's response iteration is stopped at this filter: only then may it be continued, with
     /// what the filter adds to the body Envoy holds for it.
     stopped: bool,
     /// The core released the response headers: they went on with Envoy.
     headers_released: bool,
-    /// The core waits for the request body (to transcode).
-    body_wanted: bool,
-    /// This request's way through the cache, when the cache is on.
-    cache: Option<ProxyCacheRequest>,
     /// The lookup this request waits for.
     lookup: Option<u64>,
     /// Created when first needed, deleted with the filter.
     scheduler: Option<Scheduler>,
     armed: Option<timer::Armed>,
-    /// The core's output for the current hook.
-    out: Vec<u8>,
-    compress_ns: u64,
 }
 
 impl Filter {
     pub fn new(shared: Arc<Shared>) -> Filter {
         Filter {
-            exchange: Exchange::new(Arc::clone(&shared.settings)),
+            exchange: ProxyExchange::new(Arc::clone(&shared.settings)),
             shared,
-            done: false,
             stopped: false,
             headers_released: false,
-            body_wanted: false,
-            cache: None,
             lookup: None,
             scheduler: None,
             armed: None,
-            out: Vec::new(),
-            compress_ns: 0,
         }
     }
 
     pub fn on_request_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
         let headers = host.headers(HeaderType::Request);
-        for &(name, value) in &headers {
-            match name {
-                b":method" => self.exchange.request_method(value),
-                b":path" => self.exchange.request_path(value),
-                _ => self.exchange.request_header(name, value),
-            }
-        }
-        self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
-        let cache_waits = self.shared.cache.as_ref().is_some_and(|cache| {
-            let route_namespace = host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
-            let request = ProxyCacheRequest::new(&cache.config, route_namespace, &headers, end_of_stream);
-            self.cache.insert(request).awaits_body()
-        });
-        if !self.body_wanted {
-            self.ask_upstream(host);
-        }
-        // Asking the node for SSZ may wait for the body's method: the headers wait with it.
-        if cache_waits || (self.body_wanted && self.shared.settings.transcode_upstream_ssz) {
+        let route_namespace = || host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
+        let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace);
+        ask_upstream(host, head.upstream_accept);
+        if head.wait_for_body {
             HeadersStatus::StopIteration
         } else {
             HeadersStatus::Continue
@@ -93,185 +63,97 @@ impl Filter {
     }
 
     pub fn on_request_body(&mut self, host: Host, end_of_stream: bool) -> BodyStatus {
-        if self.body_wanted {
-            let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
-            if Exchange::takes_request_body(size) {
-                if !end_of_stream {
-                    // Envoy holds it until it is whole
-                    return BodyStatus::StopIterationAndBuffer;
-                }
-                let body = [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat();
-                self.exchange.request_body(&body.concat());
-                self.ask_upstream(host);
-            }
-            self.body_wanted = false;
-        }
-        self.look_up(host, end_of_stream)
-    }
-
-    /// The cache's part of a request body callback: once the body is in, a hit from the hot tier,
-    /// or the daemon's lookup to wait for.
-    fn look_up(&mut self, host: Host, end_of_stream: bool) -> BodyStatus {
-        let shared = Arc::clone(&self.shared);
-        let (Some(request), Some(cache)) = (self.cache.as_mut(), shared.cache.as_ref()) else {
-            return BodyStatus::Continue;
-        };
         let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
         let body = || [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat().concat();
-        let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
-        let after = request.on_body(size, end_of_stream, body, &cache.config, cache.hot(), min_length, now_s);
-        match after {
-            AfterBody::Continue => BodyStatus::Continue,
-            AfterBody::Wait => BodyStatus::StopIterationAndBuffer,
-            AfterBody::Answer(hit) => {
-                self.answer_hit(host, &hit);
+        let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
+        let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms());
+        ask_upstream(host, after.upstream_accept);
+        let status = match after.step {
+            RequestStep::Continue => BodyStatus::Continue,
+            RequestStep::Wait => BodyStatus::StopIterationAndBuffer,
+            RequestStep::Reply(reply) => {
+                send_reply(host, &reply);
                 BodyStatus::StopIterationNoBuffer
             }
-            AfterBody::Lookup(call) => match host.call(&call, cache.config.timeout_ms) {
-                Some(id) => {
-                    self.lookup = Some(id);
-                    BodyStatus::StopIterationAndBuffer
+            RequestStep::Lookup(call) => {
+                let timeout_ms = self.shared.cache.as_ref().map_or(0, |cache| cache.config.timeout_ms);
+                match host.call(&call, timeout_ms) {
+                    Some(id) => {
+                        self.lookup = Some(id);
+                        BodyStatus::StopIterationAndBuffer
+                    }
+                    None => {
+                        log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}", call.cluster));
+                        self.exchange.lookup_failed();
+                        BodyStatus::Continue
+                    }
                 }
-                None => {
-                    log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}", call.cluster));
-                    request.lookup_failed();
-                    BodyStatus::Continue
-                }
-            },
-        }
+            }
+        };
+        self.account(host);
+        status
     }
 
     /// The daemon answered a lookup (no headers: it did not, in time): its hit goes out, or the
     /// request goes on to the node.
     pub fn on_lookup_answer(&mut self, host: Host, id: u64, headers: &[(&[u8], &[u8])], body: &[u8]) {
-        let shared = Arc::clone(&self.shared);
-        let (Some(request), Some(cache)) = (self.cache.as_mut(), shared.cache.as_ref()) else { return };
         if self.lookup != Some(id) {
             return;
         }
         self.lookup = None;
-        let (min_length, now_s) = (shared.settings.min_length, now_ms() / 1000);
-        let hit = request.on_lookup_answer(headers, body, min_length, cache.hot(), now_s);
-        match hit {
-            Some(hit) => self.answer_hit(host, &hit),
+        let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
+        match self.exchange.on_lookup_answer(headers, body, hot, now_ms()) {
+            Some(reply) => send_reply(host, &reply),
             None => host.continue_request(),
         }
-    }
-
-    /// Answers the request with a hit: the filter's own reply, with nothing to compress or count
-    /// as an exchange.
-    fn answer_hit(&mut self, host: Host, hit: &HitResponse) {
-        let status_header = self.shared.cache.as_ref().is_some_and(|cache| cache.config.status_header);
-        self.shared.add(host, Counter::CacheResponses(CacheStatus::Hit), 1);
-        self.done = true;
-        host.send_response(200, &proxy::hit_headers(hit, status_header), &hit.body);
-    }
-
-    /// The node's answer has ended: its store goes to the main thread.
-    fn store_in_cache(&mut self, host: Host) {
-        let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) else { return };
-        match request.store(&cache.config) {
-            Ok(Some(call)) => cache.queue_store(call),
-            Ok(None) => {}
-            Err(refusal) => metrics::store_refused(refusal).into_iter().for_each(|c| self.shared.add(host, c, 1)),
-        }
-    }
-
-    /// Asks the node for SSZ where the core says so (`Exchange::upstream_accept`), without
-    /// Accept-Encoding: an encoded answer could not be rendered.
-    fn ask_upstream(&mut self, host: Host) {
-        if let Some(accept) = self.exchange.upstream_accept() {
-            host.set_header(HeaderType::Request, "accept", Some(accept.to_bytes()));
-            host.set_header(HeaderType::Request, "accept-encoding", None);
-        }
+        self.account(host);
     }
 
     pub fn on_response_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
-        if self.cache.as_ref().is_some_and(ProxyCacheRequest::is_hit) {
-            return HeadersStatus::Continue;
-        }
         let headers = host.headers(HeaderType::Response);
-        let mut status = 0;
-        for &(name, value) in &headers {
-            if name == b":status" {
-                status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-            } else {
-                self.exchange.response_header(name, value);
+        // (Envoy's header bytes are not read past here: setting a header may move them.)
+        let status = match self.exchange.on_response_headers(&headers, end_of_stream, now_ms()) {
+            Ok(head) => {
+                apply_edits(host, head.edits);
+                if head.hold {
+                    self.stopped = true;
+                    HeadersStatus::StopIteration
+                } else {
+                    HeadersStatus::Continue
+                }
             }
-        }
-        if let (Some(request), Some(cache)) = (self.cache.as_mut(), self.shared.cache.as_ref()) {
-            let cache_status = request.on_response_head(&headers, end_of_stream);
-            for counter in metrics::cache_responded(cache_status, request.bypass()) {
-                self.shared.add(host, counter, 1);
+            Err(failed) => {
+                fail(host, failed);
+                HeadersStatus::StopIteration
             }
-            // (Envoy's header bytes are not read past here: setting a header may move them.)
-            if cache.config.status_header {
-                host.add_header(HeaderType::Response, proxy::status_header(), cache_status.as_str());
-            }
-            if end_of_stream {
-                self.store_in_cache(host);
-            }
-        }
-        if end_of_stream {
-            // Envoy says no body follows: the core sees an empty one.
-            self.exchange.response_content_length(Some(0));
-        }
-        match self.exchange.response_head(status) {
-            BodyPlan::Pass => {
-                apply_edits(host, self.exchange.edits());
-                self.finish(host);
-            }
-            BodyPlan::Stream => apply_edits(host, self.exchange.edits()),
-            // An empty body: the core only settles the headers.
-            BodyPlan::Buffer if end_of_stream => {
-                self.feed(host, &[], true, false);
-            }
-            BodyPlan::Buffer => {
-                self.stopped = true;
-                return HeadersStatus::StopIteration;
-            }
-        }
-        HeadersStatus::Continue
+        };
+        self.account(host);
+        status
     }
 
     pub fn on_response_body(&mut self, host: Host, end: bool) -> BodyStatus {
-        if self.done && !self.cache.as_ref().is_some_and(ProxyCacheRequest::holds) {
-            // Passed on untouched (or finished): nothing to read here, the cheapest way through.
-            if end {
-                self.store_in_cache(host);
-            }
+        let passed = self.exchange.is_done();
+        let chunks = if self.exchange.reads_body() { host.body(BodyType::ReceivedResponse) } else { Vec::new() };
+        self.exchange.clear_output();
+        let mut fed = self.feed_all(host, &chunks, end);
+        if passed {
+            // Passed on untouched (or finished): the cache alone reads what passes.
+            self.account(host);
             return BodyStatus::Continue;
         }
-        let chunks = host.body(BodyType::ReceivedResponse);
-        if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
-            for chunk in &chunks {
-                request.hold(chunk);
-            }
-        }
-        if end {
-            self.store_in_cache(host);
-        }
-        if self.done {
-            return BodyStatus::Continue;
-        }
-        self.out.clear();
-        let received: usize = chunks.iter().map(|chunk| chunk.len()).sum();
-        let last = chunks.len().saturating_sub(1);
-        let mut fed = chunks.iter().enumerate().all(|(at, chunk)| self.feed(host, chunk, end && at == last, false));
-        if chunks.is_empty() {
-            fed = self.feed(host, &[], end, false);
-        }
-        if fed && !end && !self.out.is_empty() && self.exchange.deadline().is_some() {
+        if fed && !end && !self.exchange.output().is_empty() && self.exchange.deadline().is_some() {
             // This part goes out now, and Envoy then iterates past this filter: what the
             // compressor holds goes with it, as no deadline could send it later.
             fed = self.feed(host, &[], false, true);
         }
+        let received: usize = chunks.iter().map(|chunk| chunk.len()).sum();
         host.drain_body(BodyType::ReceivedResponse, received);
+        self.account(host);
         if !fed {
             return BodyStatus::StopIterationNoBuffer;
         }
-        host.append_body(BodyType::ReceivedResponse, &self.out);
-        if end || !self.out.is_empty() {
+        host.append_body(BodyType::ReceivedResponse, self.exchange.output());
+        if end || !self.exchange.output().is_empty() {
             // Envoy sends this (after the headers and anything it holds here, if stopped).
             self.stopped = false;
             self.disarm();
@@ -284,25 +166,25 @@ impl Filter {
 
     /// Response trailers: the body has ended.
     pub fn on_response_trailers(&mut self, host: Host) -> TrailersStatus {
-        self.store_in_cache(host);
-        if self.done {
+        let passed = self.exchange.is_done();
+        self.exchange.clear_output();
+        let fed = self.feed(host, &[], true, false);
+        self.account(host);
+        if passed {
             return TrailersStatus::Continue;
         }
-        self.out.clear();
-        if !self.feed(host, &[], true, false) {
+        if !fed {
             return TrailersStatus::StopIteration;
         }
         self.disarm();
-        if self.out.is_empty() || self.stopped {
+        host.append_body(BodyType::BufferedResponse, self.exchange.output());
+        if self.exchange.output().is_empty() || self.stopped {
             // Envoy sends what it holds here, then the trailers.
-            host.append_body(BodyType::BufferedResponse, &self.out);
             self.stopped = false;
             return TrailersStatus::Continue;
         }
-        // Envoy iterates past this filter: the body's end goes out now, or into the body Envoy
-        // holds here, which goes before the trailers once the filter continues (not from inside
-        // this hook).
-        host.append_body(BodyType::BufferedResponse, &self.out);
+        // Envoy iterates past this filter: the body's end goes into the body Envoy holds here,
+        // which goes before the trailers once the filter continues (not from inside this hook).
         self.stopped = true;
         self.scheduler(host).commit(RESUME);
         TrailersStatus::StopIteration
@@ -321,18 +203,19 @@ impl Filter {
             host.continue_response();
             return;
         }
-        let now = now_ms();
-        if self.done || !self.exchange.deadline().is_some_and(|at| at <= now) {
+        if !self.exchange.deadline().is_some_and(|at| at <= now_ms()) {
             self.arm(host);
             return;
         }
-        self.out.clear();
+        self.exchange.clear_output();
         let headers_held = !self.headers_released;
-        if !self.feed(host, &[], false, false) {
+        let fed = self.feed(host, &[], false, false);
+        self.account(host);
+        if !fed {
             return;
         }
-        if !self.out.is_empty() || (headers_held && self.headers_released) {
-            host.append_body(BodyType::BufferedResponse, &self.out);
+        if !self.exchange.output().is_empty() || (headers_held && self.headers_released) {
+            host.append_body(BodyType::BufferedResponse, self.exchange.output());
             self.stopped = false;
             host.continue_response();
         } else {
@@ -340,14 +223,11 @@ impl Filter {
         }
     }
 
-    /// The stream is over (its end, a reset, a local reply): an exchange still under way was
-    /// aborted.
+    /// The stream is over (its end, a reset, a local reply).
     pub fn on_stream_complete(&mut self, host: Host) {
         self.disarm();
-        if !self.done {
-            self.done = true;
-            self.shared.add(host, Counter::Aborted, 1);
-        }
+        self.exchange.on_stream_complete();
+        self.account(host);
     }
 
     fn scheduler(&mut self, host: Host) -> Scheduler {
@@ -357,7 +237,7 @@ impl Filter {
     /// Wakes this filter at the core's deadline, if it holds data with one.
     fn arm(&mut self, host: Host) {
         self.disarm();
-        if let Some(at) = self.exchange.deadline().filter(|_| !self.done) {
+        if let Some(at) = self.exchange.deadline() {
             let scheduler = self.scheduler(host);
             self.armed = Some(timer::arm(at, scheduler));
         }
@@ -369,67 +249,77 @@ impl Filter {
         }
     }
 
-    /// Feeds the core, applies the headers it releases and adds its bytes to `out`; false when
-    /// the exchange failed (and the response is being answered or reset).
+    /// Feeds Envoy's chunks of the body in turn (an empty body when there are none).
+    fn feed_all(&mut self, host: Host, chunks: &[&[u8]], end: bool) -> bool {
+        match chunks.split_last() {
+            None => self.feed(host, &[], end, false),
+            Some((last, before)) => {
+                before.iter().all(|chunk| self.feed(host, chunk, false, false)) && self.feed(host, last, end, false)
+            }
+        }
+    }
+
+    /// Feeds the core and applies the headers it releases; its bytes gather in its output. False
+    /// when the exchange failed (and the response is being answered or reset).
     fn feed(&mut self, host: Host, chunk: &[u8], end: bool, flush: bool) -> bool {
-        let started = Instant::now();
-        match self.exchange.feed(chunk, end, flush, now_ms()) {
-            Ok(output) => {
-                if let Some(edits) = output.headers {
-                    apply_edits(host, edits);
-                    self.headers_released = true;
-                }
-                self.out.extend_from_slice(output.data);
-                self.compress_ns += started.elapsed().as_nanos() as u64;
-                if output.end {
-                    self.finish(host);
-                }
+        match self.exchange.on_body(chunk, end, flush, now_ms()) {
+            Ok(Some(edits)) => {
+                apply_edits(host, edits);
+                self.headers_released = true;
                 true
             }
-            Err(e) => {
-                let failure = self.exchange.failure();
-                self.fail(host, &e.to_string(), failure);
+            Ok(None) => true,
+            Err(failed) => {
+                self.disarm();
+                fail(host, failed);
                 false
             }
         }
     }
 
-    /// Does what the core says a failure calls for.
-    fn fail(&mut self, host: Host, why: &str, failure: Failure) {
-        match failure {
-            Failure::Respond(status) => {
-                log(LogLevel::Warn, &format!("answering {status}: {why}"));
-                host.send_response(status, &[], &[]);
-            }
-            Failure::Reset => {
-                log(LogLevel::Warn, &format!("resetting the response: {why}"));
-                host.reset();
-            }
-        }
-        self.finish_as(host, Mode::Failed);
-    }
-
-    fn finish(&mut self, host: Host) {
-        self.finish_as(host, self.exchange.mode());
-    }
-
-    /// The exchange is over: count it once.
-    fn finish_as(&mut self, host: Host, mode: Mode) {
-        if self.done {
-            return;
-        }
-        self.done = true;
-        self.disarm();
-        let outcome = self.exchange.transcode_outcome();
-        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_ns / 1000, outcome);
-        for (counter, amount) in amounts {
+    /// Adds what the exchange counted to Envoy's stats, and hands on its store and its warning.
+    fn account(&mut self, host: Host) {
+        let (counters, compress_us) = self.exchange.take_counters();
+        for (counter, amount) in counters {
             self.shared.add(host, counter, amount);
         }
-        if let Some(us) = duration {
+        if let Some(us) = compress_us {
             host.record(self.shared.compress_duration, us);
         }
-        if let Some(why) = self.exchange.transcode_refusal() {
-            log(LogLevel::Warn, &format!("not transcoded, sent as it came: {why}"));
+        if let Some(store) = self.exchange.take_store() {
+            if let Some(cache) = &self.shared.cache {
+                cache.queue_store(store);
+            }
+        }
+        if let Some(warning) = self.exchange.take_warning() {
+            log(LogLevel::Warn, &warning);
+        }
+    }
+}
+
+/// Asks the node for SSZ where the core says so, without Accept-Encoding.
+fn ask_upstream(host: Host, accept: Option<&str>) {
+    if let Some(accept) = accept {
+        host.set_header(HeaderType::Request, "accept", Some(accept.as_bytes()));
+        host.set_header(HeaderType::Request, "accept-encoding", None);
+    }
+}
+
+/// Answers the request with the cache's reply (Envoy sets its Content-Length).
+fn send_reply(host: Host, reply: &Reply) {
+    host.send_response(200, &reply.headers(), reply.body());
+}
+
+/// Does what the core says a failure calls for.
+fn fail(host: Host, failed: Failed) {
+    match failed.failure {
+        Failure::Respond(status) => {
+            log(LogLevel::Warn, &format!("answering {status}: {}", failed.why));
+            host.send_response(status, &[], &[]);
+        }
+        Failure::Reset => {
+            log(LogLevel::Warn, &format!("resetting the response: {}", failed.why));
+            host.reset();
         }
     }
 }
@@ -443,8 +333,8 @@ impl Drop for Filter {
     }
 }
 
-fn apply_edits(host: Host, edits: &HeaderEdits) {
-    for op in edits.operations() {
+fn apply_edits(host: Host, edits: Vec<HeaderOp>) {
+    for op in edits {
         match op {
             HeaderOp::Set(name, value) => host.set_header(HeaderType::Response, name, Some(&value)),
             HeaderOp::Append(name, value) => host.add_header(HeaderType::Response, name, value),

@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod ffi;
 pub mod metrics;
 pub mod negotiate;
+pub mod proxy;
 pub mod transcode;
 
 pub use config::{CacheConfig, Config, ConfigError, Level, Settings};

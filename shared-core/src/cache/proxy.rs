@@ -1,5 +1,5 @@
 //! A request's way through the response cache in a proxy that calls the daemon itself (the Envoy
-//! adapters): from the request's headers and body to the lookup to make, from the daemon's answer
+//! adapters, through [`crate::proxy::ProxyExchange`]): from the request's headers and body to the lookup to make, from the daemon's answer
 //! to the hit to send (kept in the worker's hot tier too), and from the node's answer to the store
 //! to make. The host makes the calls and moves the bytes; headers come as (name, value) pairs,
 //! names in lower case.
@@ -23,7 +23,7 @@ pub const ROUTE_METADATA: &str = "rpcedge";
 pub const ROUTE_NAMESPACE: &str = "cache_namespace";
 
 /// The header that tells the client the cache status (`status_header`).
-pub fn status_header() -> &'static str {
+pub(crate) fn status_header() -> &'static str {
     "x-rpcedge-cache"
 }
 
@@ -52,7 +52,7 @@ pub trait HotRegion {
 
 /// What the request does after a body callback.
 #[derive(Debug)]
-pub enum AfterBody {
+pub(crate) enum AfterBody {
     /// Goes on to the node.
     Continue,
     /// Waits here for more body.
@@ -65,7 +65,7 @@ pub enum AfterBody {
 }
 
 /// One request's way through the cache.
-pub struct ProxyCacheRequest {
+pub(crate) struct ProxyCacheRequest {
     namespace: Option<String>,
     /// The request's headers, while it waits for its body.
     headers: Vec<(Vec<u8>, Vec<u8>)>,
@@ -113,11 +113,11 @@ impl ProxyCacheRequest {
     /// A request body callback, with the body's size so far: once it is all in (`body` gives it),
     /// the hot tier (when the worker has one) is asked, then the daemon.
     #[allow(clippy::too_many_arguments)] // what a body callback knows, and the hot tier's context
-    pub fn on_body(
+    pub(crate) fn on_body<F: FnOnce() -> Vec<u8>>(
         &mut self,
         body_size: usize,
         end: bool,
-        body: impl FnOnce() -> Vec<u8>,
+        body: &mut LazyBody<F>,
         config: &CacheConfig,
         hot: Option<&dyn HotRegion>,
         min_length: u64,
@@ -137,7 +137,7 @@ impl ProxyCacheRequest {
         }
         self.awaiting_body = false;
         let headers = std::mem::take(&mut self.headers);
-        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(&body()), &headers, &settings);
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(body.get()), &headers, &settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;
@@ -239,7 +239,7 @@ impl ProxyCacheRequest {
 }
 
 /// The headers of a hit sent as a local reply: the core's, and the status header if configured.
-pub fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&str, &str)> {
+pub(crate) fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&str, &str)> {
     let mut headers: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
     if status_header_on {
         headers.push((status_header(), Status::Hit.as_str()));
@@ -255,4 +255,26 @@ fn header<'a, N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &'a [(N, V)], name: &str)
 /// A header that holds a number (`:status`, `content-length`); none when absent or malformed.
 fn number<T: std::str::FromStr, N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], name: &str) -> Option<T> {
     std::str::from_utf8(header(headers, name)?).ok()?.trim().parse().ok()
+}
+
+/// A request body read only when something needs it, then kept.
+pub(crate) enum LazyBody<F> {
+    Unread(Option<F>),
+    Read(Vec<u8>),
+}
+
+impl<F: FnOnce() -> Vec<u8>> LazyBody<F> {
+    pub(crate) fn new(read: F) -> Self {
+        LazyBody::Unread(Some(read))
+    }
+
+    pub(crate) fn get(&mut self) -> &[u8] {
+        if let LazyBody::Unread(read) = self {
+            *self = LazyBody::Read(read.take().map(|read| read()).unwrap_or_default());
+        }
+        match self {
+            LazyBody::Read(body) => body,
+            LazyBody::Unread(_) => &[],
+        }
+    }
 }

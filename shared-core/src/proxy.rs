@@ -1,0 +1,420 @@
+//! One HTTP exchange through a proxy that hands rpcedge the request and the response as header
+//! lists and body chunks, and calls the cache daemon itself (the two Envoy adapters): every
+//! decision on the way, in one place. The host calls the `on_*` methods from its own hooks and
+//! does what they return (stop or go on, edit headers, call the daemon, reply, reset); it moves
+//! the bytes, and after each hook adds what [`ProxyExchange::take_counters`] gives to its stats.
+//! How a host talks to its proxy (when it may write a body, resume or wake at a deadline) stays
+//! in the host.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cache::proxy::{self, AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
+use crate::cache::{HitResponse, Status as CacheStatus};
+use crate::edits::HeaderOp;
+use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
+use crate::metrics::{self, Counter};
+use crate::Settings;
+
+/// What the host does with the request's headers.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Ask the node for this media type, without Accept-Encoding (an encoded answer could not be
+    /// rendered); set once the request's method is known, which may take its body.
+    pub upstream_accept: Option<&'static str>,
+    /// Stop the request here until its body has come.
+    pub wait_for_body: bool,
+}
+
+/// What the host does after a request body callback.
+#[derive(Debug)]
+pub enum RequestStep {
+    /// Go on to the node with the body.
+    Continue,
+    /// Keep the body so far and wait here for more.
+    Wait,
+    /// Make this lookup and wait for its answer (`on_lookup_answer`, or `lookup_failed` when it
+    /// cannot be made).
+    Lookup(DaemonCall),
+    /// Answer with this reply: the node never sees the request.
+    Reply(Reply),
+}
+
+/// A request body callback's outcome.
+#[derive(Debug)]
+pub struct RequestBody {
+    /// As in [`RequestHead`]: the node's Accept, now that the method is known.
+    pub upstream_accept: Option<&'static str>,
+    pub step: RequestStep,
+}
+
+/// A reply the proxy sends itself (a cache hit): status 200, these headers and this body.
+#[derive(Debug)]
+pub struct Reply {
+    hit: HitResponse,
+    status_header: bool,
+}
+
+impl Reply {
+    pub fn headers(&self) -> Vec<(&str, &str)> {
+        proxy::hit_headers(&self.hit, self.status_header)
+    }
+
+    pub fn body(&self) -> &[u8] {
+        &self.hit.body
+    }
+}
+
+/// What the host does with the response's headers.
+#[derive(Debug)]
+pub struct ResponseHead<'a> {
+    /// Changes to the headers, in order.
+    pub edits: Vec<HeaderOp<'a>>,
+    /// Stop the response here: the core holds the headers until it releases them with the body
+    /// (`on_body`).
+    pub hold: bool,
+}
+
+/// The exchange failed: the host answers with this status, or resets the response.
+#[derive(Debug)]
+pub struct Failed {
+    pub failure: Failure,
+    pub why: String,
+}
+
+/// One exchange through the proxy, and through the cache when it is on.
+pub struct ProxyExchange {
+    settings: Arc<Settings>,
+    exchange: Exchange,
+    /// This request's way through the cache, when the cache is on.
+    cache: Option<ProxyCacheRequest>,
+    /// The core waits for the request body (to transcode).
+    body_wanted: bool,
+    /// Nothing more to feed: the core passed the body, finished it or failed, or the cache
+    /// answered.
+    done: bool,
+    /// The core's output since the host last cleared it.
+    out: Vec<u8>,
+    compress_ns: u64,
+    /// What to add to the host's counters, and the compression time to record.
+    counters: Vec<(Counter, u64)>,
+    compress_duration: Option<u64>,
+    /// The store to make, once the node's answer has ended.
+    store: Option<DaemonCall>,
+    /// Worth a line in the host's log.
+    warning: Option<String>,
+}
+
+impl ProxyExchange {
+    pub fn new(settings: Arc<Settings>) -> Self {
+        ProxyExchange {
+            exchange: Exchange::new(Arc::clone(&settings)),
+            settings,
+            cache: None,
+            body_wanted: false,
+            done: false,
+            out: Vec::new(),
+            compress_ns: 0,
+            counters: Vec::new(),
+            compress_duration: None,
+            store: None,
+            warning: None,
+        }
+    }
+
+    /// The request's headers (pseudo-headers included, names in lower case). `route_namespace`
+    /// gives the cache namespace set on the route the request took, read only when the cache is
+    /// on.
+    pub fn on_request_headers<N: AsRef<[u8]>, V: AsRef<[u8]>, R: AsRef<[u8]>>(
+        &mut self,
+        headers: &[(N, V)],
+        end_of_stream: bool,
+        route_namespace: impl FnOnce() -> Option<R>,
+    ) -> RequestHead {
+        for (name, value) in headers {
+            match name.as_ref() {
+                b":method" => self.exchange.request_method(value.as_ref()),
+                b":path" => self.exchange.request_path(value.as_ref()),
+                name => self.exchange.request_header(name, value.as_ref()),
+            }
+        }
+        self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
+        let cache_waits = self.settings.cache.as_ref().filter(|cache| cache.enabled).is_some_and(|config| {
+            let route_namespace = route_namespace();
+            let request = ProxyCacheRequest::new(config, route_namespace.as_ref().map(R::as_ref), headers, end_of_stream);
+            self.cache.insert(request).awaits_body()
+        });
+        RequestHead {
+            upstream_accept: if self.body_wanted { None } else { self.upstream_accept() },
+            // Asking the node for SSZ may wait for the body's method: the headers wait with it.
+            wait_for_body: cache_waits || (self.body_wanted && self.settings.transcode_upstream_ssz),
+        }
+    }
+
+    /// A request body callback, with the body's size so far; `body` reads it (at most once).
+    pub fn on_request_body(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+        body: impl FnOnce() -> Vec<u8>,
+        hot: Option<&dyn HotRegion>,
+        now_ms: u64,
+    ) -> RequestBody {
+        let mut body = LazyBody::new(body);
+        let mut upstream_accept = None;
+        if self.body_wanted {
+            if Exchange::takes_request_body(body_size) {
+                if !end_of_stream {
+                    // the proxy holds it until it is whole
+                    return RequestBody { upstream_accept, step: RequestStep::Wait };
+                }
+                self.exchange.request_body(body.get());
+                upstream_accept = self.upstream_accept();
+            }
+            self.body_wanted = false;
+        }
+        let step = self.look_up(body_size, end_of_stream, body, hot, now_ms);
+        RequestBody { upstream_accept, step }
+    }
+
+    /// The cache's part of a request body callback: once the body is in, a hit from the hot tier,
+    /// or the daemon's lookup to wait for.
+    fn look_up<F: FnOnce() -> Vec<u8>>(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+        mut body: LazyBody<F>,
+        hot: Option<&dyn HotRegion>,
+        now_ms: u64,
+    ) -> RequestStep {
+        let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
+            return RequestStep::Continue;
+        };
+        let min_length = self.settings.min_length;
+        match request.on_body(body_size, end_of_stream, &mut body, config, hot, min_length, now_ms / 1000) {
+            AfterBody::Continue => RequestStep::Continue,
+            AfterBody::Wait => RequestStep::Wait,
+            AfterBody::Lookup(call) => RequestStep::Lookup(call),
+            AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit)),
+        }
+    }
+
+    /// The lookup could not be made, or got no answer in time: the request goes on to the node.
+    pub fn lookup_failed(&mut self) {
+        if let Some(request) = &mut self.cache {
+            request.lookup_failed();
+        }
+    }
+
+    /// The daemon's answer to the lookup (no `:status`: it failed): the reply to send, or none
+    /// when the request goes on to the node.
+    pub fn on_lookup_answer<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        headers: &[(N, V)],
+        body: &[u8],
+        hot: Option<&dyn HotRegion>,
+        now_ms: u64,
+    ) -> Option<Reply> {
+        let request = self.cache.as_mut()?;
+        let hit = request.on_lookup_answer(headers, body, self.settings.min_length, hot, now_ms / 1000)?;
+        Some(self.reply(hit))
+    }
+
+    fn reply(&mut self, hit: HitResponse) -> Reply {
+        self.counters.push((Counter::CacheResponses(CacheStatus::Hit), 1));
+        self.done = true;
+        Reply { hit, status_header: self.status_header() }
+    }
+
+    /// The response's headers (`:status` included). The host applies the edits and, if told to,
+    /// stops the response until the core releases the headers.
+    pub fn on_response_headers<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        headers: &[(N, V)],
+        end_of_stream: bool,
+        now_ms: u64,
+    ) -> Result<ResponseHead<'_>, Failed> {
+        let mut edits = Vec::new();
+        if self.cache.as_ref().is_some_and(ProxyCacheRequest::is_hit) {
+            // the cache's own reply
+            return Ok(ResponseHead { edits, hold: false });
+        }
+        let mut status = 0;
+        for (name, value) in headers {
+            match name.as_ref() {
+                b":status" => status = std::str::from_utf8(value.as_ref()).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
+                name => self.exchange.response_header(name, value.as_ref()),
+            }
+        }
+        if let Some(request) = &mut self.cache {
+            let cache_status = request.on_response_head(headers, end_of_stream);
+            self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
+            if self.settings.cache.as_ref().is_some_and(|c| c.status_header) {
+                edits.push(HeaderOp::Append(proxy::status_header(), cache_status.as_str()));
+            }
+            if end_of_stream {
+                self.store_in_cache();
+            }
+        }
+        if end_of_stream {
+            // no body follows: the core sees an empty one
+            self.exchange.response_content_length(Some(0));
+        }
+        let hold = match self.exchange.response_head(status) {
+            BodyPlan::Pass => {
+                self.finish(self.exchange.mode());
+                false
+            }
+            BodyPlan::Stream => false,
+            // An empty body: the core only settles the headers.
+            BodyPlan::Buffer if end_of_stream => {
+                self.feed(&[], true, false, now_ms)?;
+                false
+            }
+            BodyPlan::Buffer => true,
+        };
+        if !hold {
+            edits.extend(self.exchange.edits().operations());
+        }
+        Ok(ResponseHead { edits, hold })
+    }
+
+    /// Whether the host reads the response body: to feed the core or to hold it for the cache.
+    pub fn reads_body(&self) -> bool {
+        !self.done || self.cache.as_ref().is_some_and(ProxyCacheRequest::holds)
+    }
+
+    /// A chunk of the node's body (`end`: its last): held for the cache where it keeps it, and
+    /// fed to the core, whose output goes to [`ProxyExchange::output`]. The header edits the core
+    /// releases with it come back (once); a failure says what to do instead.
+    pub fn on_body(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
+            request.hold(chunk);
+        }
+        if end {
+            self.store_in_cache();
+        }
+        if self.done {
+            return Ok(None);
+        }
+        self.feed(chunk, end, flush, now_ms)
+    }
+
+    /// The response's trailers: its body has ended.
+    pub fn on_trailers(&mut self, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        self.on_body(&[], true, false, now_ms)
+    }
+
+    fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        let started = Instant::now();
+        let (released, ended) = match self.exchange.feed(chunk, end, flush, now_ms) {
+            Ok(output) => {
+                self.out.extend_from_slice(output.data);
+                (output.headers.is_some(), output.end)
+            }
+            Err(e) => {
+                let failure = self.exchange.failure();
+                return Err(self.fail(e.to_string(), failure));
+            }
+        };
+        self.compress_ns += started.elapsed().as_nanos() as u64;
+        if ended {
+            self.finish(self.exchange.mode());
+        }
+        Ok(released.then(|| self.exchange.edits().operations()))
+    }
+
+    /// The host cannot end the body as the core asks (its output has nowhere to go): the exchange
+    /// fails as if it were aborted.
+    pub fn abort(&mut self, why: &str) -> Failed {
+        let failure = self.exchange.abort();
+        self.fail(why.to_string(), failure)
+    }
+
+    fn fail(&mut self, why: String, failure: Failure) -> Failed {
+        self.finish(Mode::Failed);
+        Failed { failure, why }
+    }
+
+    /// The stream is over (its end, a reset, a local reply): an exchange still under way was
+    /// aborted.
+    pub fn on_stream_complete(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.counters.push((Counter::Aborted, 1));
+        }
+    }
+
+    /// The exchange is over: count it once.
+    fn finish(&mut self, mode: Mode) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let outcome = self.exchange.transcode_outcome();
+        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_ns / 1000, outcome);
+        self.counters.extend(amounts);
+        self.compress_duration = duration;
+        if let Some(why) = self.exchange.transcode_refusal() {
+            self.warning = Some(format!("not transcoded, sent as it came: {why}"));
+        }
+    }
+
+    /// The node's answer has ended: its store, or why the core refuses it.
+    fn store_in_cache(&mut self) {
+        let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else { return };
+        match request.store(config) {
+            Ok(Some(store)) => self.store = Some(store),
+            Ok(None) => {}
+            Err(refusal) => self.counters.extend(metrics::store_refused(refusal).map(|c| (c, 1))),
+        }
+    }
+
+    /// Ask the node for SSZ where the core says so.
+    fn upstream_accept(&mut self) -> Option<&'static str> {
+        self.exchange.upstream_accept().and_then(|accept| accept.to_str().ok())
+    }
+
+    fn status_header(&self) -> bool {
+        self.settings.cache.as_ref().is_some_and(|c| c.status_header)
+    }
+
+    /// The core's output since the last [`ProxyExchange::clear_output`].
+    pub fn output(&self) -> &[u8] {
+        &self.out
+    }
+
+    pub fn clear_output(&mut self) {
+        self.out.clear();
+    }
+
+    /// Nothing more to feed.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// When the core wants to be fed again (`on_body` with an empty chunk), in the clock of
+    /// `now_ms`, while it holds data.
+    pub fn deadline(&self) -> Option<u64> {
+        self.exchange.deadline().filter(|_| !self.done)
+    }
+
+    /// What to add to the host's counters since the last call, and the compression time to record
+    /// in its histogram (microseconds), once the exchange has ended.
+    pub fn take_counters(&mut self) -> (Vec<(Counter, u64)>, Option<u64>) {
+        (std::mem::take(&mut self.counters), self.compress_duration.take())
+    }
+
+    /// The store to make, once the node's answer has ended.
+    pub fn take_store(&mut self) -> Option<DaemonCall> {
+        self.store.take()
+    }
+
+    /// A line for the host's log, when there is one.
+    pub fn take_warning(&mut self) -> Option<String> {
+        self.warning.take()
+    }
+}
+
+#[cfg(test)]
+mod tests;

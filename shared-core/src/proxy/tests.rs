@@ -1,0 +1,156 @@
+//! One exchange through a proxy, hook by hook, as both Envoy adapters drive it: what the host is
+//! told to do and what it counts.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use super::*;
+use crate::cache::Entry;
+use crate::{Config, Mode};
+
+const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
+
+fn settings(json: &str) -> Arc<Settings> {
+    Arc::new(Config::from_json(json.as_bytes()).unwrap())
+}
+
+fn cached() -> Arc<Settings> {
+    settings(r#"{"cache": {"clusters": ["cached"], "hot_bytes": 65536}}"#)
+}
+
+struct Hot(RefCell<Vec<u8>>);
+
+impl HotRegion for Hot {
+    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8])) {
+        use_region(&mut self.0.borrow_mut());
+    }
+}
+
+fn request_headers(length: usize) -> Vec<(&'static str, String)> {
+    vec![
+        (":method", "POST".into()),
+        (":path", "/".into()),
+        ("content-type", "application/json".into()),
+        ("content-length", length.to_string()),
+        ("accept-encoding", "gzip".into()),
+    ]
+}
+
+fn block_request(id: u32) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#)
+}
+
+fn block_answer(id: u32) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"hash":"{HASH}","number":"0x1"}}}}"#)
+}
+
+fn counted(exchange: &mut ProxyExchange) -> Vec<(Counter, u64)> {
+    exchange.take_counters().0
+}
+
+/// A request whose body has come, through the cache: the step it takes.
+fn ask(exchange: &mut ProxyExchange, body: &str, hot: Option<&dyn HotRegion>) -> RequestStep {
+    let head = exchange.on_request_headers(&request_headers(body.len()), false, || Some("mainnet"));
+    assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: true });
+    let wait = exchange.on_request_body(body.len() - 1, false, || unreachable!("read before its end"), hot, 0);
+    assert!(matches!(wait.step, RequestStep::Wait));
+    exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), hot, 0).step
+}
+
+#[test]
+fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
+    let (settings, hot) = (cached(), Hot(RefCell::new(vec![0; 65536])));
+    let mut miss = ProxyExchange::new(Arc::clone(&settings));
+    let RequestStep::Lookup(lookup) = ask(&mut miss, &block_request(7), Some(&hot)) else { panic!("no lookup") };
+    assert_eq!((lookup.cluster.as_str(), &lookup.headers[0]), ("cached", &(":method", "GET".to_string())));
+    let answer: [(&str, &str); 2] = [(":status", "404"), ("x-rpcedge-miss", "absent")];
+    assert!(miss.on_lookup_answer(&answer, b"", Some(&hot), 0).is_none());
+
+    let body = block_answer(7);
+    let length = body.len().to_string();
+    let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
+    let head = miss.on_response_headers(&node, false, 0).unwrap();
+    assert!(!head.hold, "a small answer passes as it is");
+    assert_eq!(head.edits[0], HeaderOp::Append("x-rpcedge-cache", "MISS"));
+    assert!(miss.reads_body() && miss.is_done(), "passed on, but held for the store");
+    assert_eq!(miss.on_body(body.as_bytes(), true, false, 0).unwrap(), None);
+    assert!(miss.output().is_empty(), "a passed body is the host's to send");
+    let store = miss.take_store().expect("a store");
+    assert_eq!(store.headers[0], (":method", "PUT".to_string()));
+    let counters = counted(&mut miss);
+    assert!(counters.contains(&(Counter::CacheResponses(CacheStatus::Miss), 1)), "{counters:?}");
+    assert!(counters.contains(&(Counter::Responses(Mode::Small), 1)), "{counters:?}");
+
+    // the daemon keeps what the store carried; the next request with another id is a hit
+    let kept = Entry::decode(&store.body).unwrap().compact().unwrap();
+    let mut hit = ProxyExchange::new(Arc::clone(&settings));
+    let RequestStep::Lookup(_) = ask(&mut hit, &block_request(8), Some(&hot)) else { panic!("no lookup") };
+    let reply = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), 0).expect("a hit");
+    assert_eq!(reply.body(), block_answer(8).as_bytes());
+    assert!(reply.headers().contains(&("x-rpcedge-cache", "HIT")));
+    assert_eq!(counted(&mut hit), [(Counter::CacheResponses(CacheStatus::Hit), 1)]);
+    assert!(hit.is_done() && !hit.reads_body());
+
+    // kept in the hot tier: the third asks no daemon
+    let mut hot_hit = ProxyExchange::new(settings);
+    let RequestStep::Reply(reply) = ask(&mut hot_hit, &block_request(9), Some(&hot)) else { panic!("not hot") };
+    assert_eq!(reply.body(), block_answer(9).as_bytes());
+}
+
+#[test]
+fn a_large_answer_is_compressed_and_counted_once() {
+    let mut exchange = ProxyExchange::new(settings("{}"));
+    let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+    assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: false });
+    let body: Vec<u8> = br#"{"hash":"0x00","gasUsed":"0x5208"},"#.iter().cycle().take(50_000).copied().collect();
+    let length = body.len().to_string();
+    let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
+    let head = exchange.on_response_headers(&node, false, 0).unwrap();
+    assert!(head.hold && head.edits.is_empty(), "the headers wait for the compressed length");
+    let (first, rest) = body.split_at(20_000);
+    assert_eq!(exchange.on_body(first, false, false, 0).unwrap(), None);
+    assert!(exchange.output().is_empty() && !exchange.is_done());
+    let edits = exchange.on_body(rest, true, false, 0).unwrap().expect("the headers, released");
+    assert!(edits.contains(&HeaderOp::Set("content-encoding", b"gzip"[..].into())), "{edits:?}");
+    let length = edits.iter().find_map(|op| match op {
+        HeaderOp::Set("content-length", value) => Some(value.to_vec()),
+        _ => None,
+    });
+    let gzip = exchange.output().to_vec();
+    assert_eq!(length, Some(gzip.len().to_string().into_bytes()));
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gzip[..]), &mut plain).unwrap();
+    assert_eq!(plain, body);
+    let (counters, duration) = exchange.take_counters();
+    assert!(counters.contains(&(Counter::Responses(Mode::Oneshot), 1)), "{counters:?}");
+    assert!(counters.contains(&(Counter::BodyBytesIn, 50_000)));
+    assert!(duration.is_some());
+    exchange.on_stream_complete();
+    assert!(counted(&mut exchange).is_empty(), "an ended exchange is not aborted");
+}
+
+#[test]
+fn a_stream_that_ends_early_is_aborted_once() {
+    let mut exchange = ProxyExchange::new(settings("{}"));
+    exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+    let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "50000")];
+    assert!(exchange.on_response_headers(&node, false, 0).unwrap().hold);
+    exchange.on_body(&[b' '; 1000], false, false, 0).unwrap();
+    exchange.on_stream_complete();
+    exchange.on_stream_complete();
+    assert_eq!(counted(&mut exchange), [(Counter::Aborted, 1)]);
+}
+
+#[test]
+fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
+    let mut exchange = ProxyExchange::new(cached());
+    let body = block_request(1);
+    exchange.on_request_headers(&request_headers(body.len()), false, || None::<&str>);
+    let after = exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), None, 0);
+    assert!(matches!(after.step, RequestStep::Continue), "nothing to look up");
+    let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "10")];
+    let head = exchange.on_response_headers(&node, false, 0).unwrap();
+    assert_eq!(head.edits[0], HeaderOp::Append("x-rpcedge-cache", "BYPASS"));
+    let counters = counted(&mut exchange);
+    assert!(counters.contains(&(Counter::CacheBypassed(crate::cache::Bypass::Namespace), 1)), "{counters:?}");
+}
