@@ -72,7 +72,7 @@ build: deps
 	$(MAKE) -C nginx-module
 	$(MAKE) -C envoy-filter wasm
 
-# The Envoy filter's own tests run natively, against a model of Envoy (envoy-filter/src/tests.rs).
+# The Envoy filter's own tests run natively, against a model of Envoy (envoy-filter/wasm/src/tests.rs).
 test-rust: build
 	$(CARGO) test --release --locked
 	$(CARGO) test --release --locked -p rpcedge-envoy-filter

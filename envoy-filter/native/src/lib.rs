@@ -1,6 +1,6 @@
 //! rpcedge as a native Envoy HTTP filter: a dynamic module (`librpcedge_envoy_native.so`) that
 //! Envoy loads at run time through its dynamic-modules ABI, over the same core, configuration and
-//! counters as the proxy-wasm filter (`envoy-filter/`). It only moves headers and body bytes
+//! counters as the proxy-wasm filter (`envoy-filter/wasm/`). It only moves headers and body bytes
 //! between Envoy's hooks and the core's `Exchange` (`filter`).
 //!
 //! # Keeping in step with Envoy
