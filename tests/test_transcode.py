@@ -160,7 +160,7 @@ def test_both_hosts_send_the_same_bytes(hosts):
                 assert a.header(name) == b.header(name), name
 
 
-# Beacon-API routes the replay node answers (see loadtest/replay/src/beacon.rs), with their version.
+# Beacon-API routes the replay node answers (see loadtest/corpus/src/beacon.rs), with their version.
 BEACON_ROUTES = [
     ("/eth/v2/beacon/blocks/deneb:case_0", "deneb"),
     ("/eth/v2/beacon/blocks/electra:case_1", "electra"),

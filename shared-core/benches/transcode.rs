@@ -219,7 +219,7 @@ fn block_baseline_to_json(ssz: &[u8]) -> Vec<u8> {
 /// The largest deneb `SignedBeaconBlock` of the ssz_static cases, as Beacon-API JSON, and its SSZ.
 fn block() -> (Vec<u8>, Vec<u8>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/ssz/ssz_static/tests/mainnet/deneb/ssz_static/SignedBeaconBlock/ssz_random");
-    let cases = std::fs::read_dir(&dir).expect("the corpus is there").flatten().map(|case| rpcedge_replay::beacon::ssz_static_case(&case.path()).unwrap());
+    let cases = std::fs::read_dir(&dir).expect("the corpus is there").flatten().map(|case| rpcedge_corpus::beacon::ssz_static_case(&case.path()).unwrap());
     let (json, ssz) = cases.max_by_key(|(_, ssz)| ssz.len()).unwrap();
     (json.into_bytes(), ssz)
 }

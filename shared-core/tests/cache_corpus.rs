@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry, Head};
-use rpcedge_replay::json::{self, Json};
+use rpcedge_corpus::json::{self, Json};
 
 fn corpus() -> PathBuf {
     std::env::var_os("RPCEDGE_CORPUS")

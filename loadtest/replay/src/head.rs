@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::json::Json;
+use rpcedge_corpus::json::Json;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tag {
@@ -61,7 +61,7 @@ pub fn parse_setting(text: &str) -> Result<(String, u64), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
+    use rpcedge_corpus::json;
 
     #[test]
     fn a_set_tag_answers_with_its_number_and_the_callers_id() {

@@ -1,7 +1,8 @@
 //! rpcedge-replay: an Ethereum JSON-RPC "node" that answers with recorded real responses.
 //! See README.md for the command line, the routes and the `X-Replay-*` headers.
 
-use rpcedge_replay::{beacon, cache, corpus, delivery, head, server};
+use rpcedge_corpus::{beacon, cache, corpus};
+use rpcedge_replay::{delivery, head, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

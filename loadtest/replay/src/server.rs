@@ -20,12 +20,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::beacon::BeaconRoutes;
-use crate::corpus::{Corpus, RecordingTable};
+use rpcedge_corpus::beacon::BeaconRoutes;
+use rpcedge_corpus::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
 use crate::head::{Heads, Tag};
-use crate::json;
-use crate::rpc::{self, RequestKey};
+use rpcedge_corpus::json;
+use rpcedge_corpus::rpc::{self, RequestKey};
 
 /// Request bodies larger than this are refused (413); recorded requests are a few KiB.
 const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rpcedge_replay::cache::Cache;
-use rpcedge_replay::corpus::Corpus;
+use rpcedge_corpus::cache::Cache;
+use rpcedge_corpus::corpus::Corpus;
 
 /// A recorded response body and where it came from.
 pub struct Body {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rpcedge_replay::beacon::{ssz_static_case, REAL_BLINDED_BLOCK_ROOT};
+use rpcedge_corpus::beacon::{ssz_static_case, REAL_BLINDED_BLOCK_ROOT};
 use sha2::{Digest, Sha256};
 
 use super::ssz_type::{to_json, to_ssz, Ty};
