@@ -21,7 +21,7 @@ use rpcedge_core::{BodyPlan, Exchange, Settings};
 
 /// The request every exchange starts with: what wrk sends in the load test.
 fn request(settings: &Arc<Settings>) -> Exchange {
-    let mut exchange = Exchange::new(Arc::clone(settings));
+    let mut exchange = Exchange::new(Arc::clone(settings), Arc::default());
     exchange.request_method(b"POST");
     exchange.request_path(b"/mainnet");
     exchange.request_header(b"host", b"127.0.0.1:18080");

@@ -139,7 +139,7 @@ typedef struct rpcedge_exchange_t rpcedge_exchange_t;
 typedef struct rpcedge_job_t rpcedge_job_t;
 
 /**
- * Opaque validated settings.
+ * Opaque validated settings, and what their exchanges learn about the node.
  */
 typedef struct rpcedge_settings_t rpcedge_settings_t;
 

@@ -6,8 +6,6 @@
 
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -334,7 +332,7 @@ impl Config {
             check_type(pattern)?;
             types.push(pattern.to_ascii_lowercase());
         }
-        Ok(Settings { config: Config { types, ..self }, node: Arc::default() })
+        Ok(Settings { config: Config { types, ..self } })
     }
 }
 
@@ -342,35 +340,6 @@ impl Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     config: Config,
-    /// What the exchanges of this configuration learn about its node, shared by them.
-    node: Arc<Node>,
-}
-
-/// What rpcedge learns about a node from its answers: not configured, so not compared.
-#[derive(Debug, Default)]
-pub struct Node {
-    /// The node's SSZ answers on Beacon-API routes carry `Eth-Execution-Optimistic` and
-    /// `Eth-Consensus-Finalized`, as its JSON envelope's members.
-    beacon_metadata: AtomicBool,
-}
-
-impl PartialEq for Node {
-    fn eq(&self, _: &Node) -> bool {
-        true
-    }
-}
-
-impl Eq for Node {}
-
-impl Node {
-    pub fn sends_beacon_metadata(&self) -> bool {
-        self.beacon_metadata.load(Ordering::Relaxed)
-    }
-
-    /// One of the node's SSZ answers on a Beacon-API route did or did not carry them.
-    pub fn saw_beacon_metadata(&self, carried: bool) {
-        self.beacon_metadata.store(carried, Ordering::Relaxed);
-    }
 }
 
 impl Default for Settings {
@@ -387,11 +356,6 @@ impl std::ops::Deref for Settings {
 }
 
 impl Settings {
-    /// What this configuration's exchanges have learned about the node.
-    pub fn node(&self) -> &Node {
-        &self.node
-    }
-
     /// For a host that counts what the filter writes at once against a buffer limit (Envoy):
     /// the most it writes at once (a one-shot body, or a transcoded or untranscoded whole body)
     /// must stay below that limit, with room for one upstream read besides. Envoy answers a write

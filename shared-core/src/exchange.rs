@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::compress::{compress_whole, Push, StreamEncoder, StreamError};
 use crate::config::Settings;
+use crate::node::Node;
 use crate::negotiate::{media_type, Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::{
     beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, BeaconEnvelope, BeaconObject,
@@ -286,6 +287,8 @@ enum Phase {
 /// One request/response exchange.
 pub struct Exchange {
     settings: Arc<Settings>,
+    /// What the exchanges of this configuration learn about its node.
+    node: Arc<Node>,
     accept: AcceptEncoding,
     media: Accept,
     head_request: bool,
@@ -315,9 +318,12 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    pub fn new(settings: Arc<Settings>) -> Self {
+    /// An exchange under a configuration's settings, with what that configuration's exchanges
+    /// have learned about its node.
+    pub fn new(settings: Arc<Settings>, node: Arc<Node>) -> Self {
         Exchange {
             settings,
+            node,
             accept: AcceptEncoding::default(),
             media: Accept::default(),
             head_request: false,
@@ -419,7 +425,7 @@ impl Exchange {
             if let Some(call) = self.call.take().filter(|_| self.post_request) {
                 self.transcoding = Transcoding::AskedResult(call);
             } else if let Some(object) = self.beacon_object.filter(|&object| {
-                self.get_request && object != BeaconObject::State && self.settings.node().sends_beacon_metadata()
+                self.get_request && object != BeaconObject::State && self.node.sends_beacon_metadata()
             }) {
                 self.transcoding = Transcoding::AskedObject(object);
             }
@@ -487,7 +493,7 @@ impl Exchange {
             transformable && coding.is_some() && !self.head_request && status != 304 && !facts.bad_length;
         self.compressible = self.compressible_as_type && facts.compressible_type;
         if let (Some(_), 200, Some(_)) = (self.beacon_object, status, facts.ssz) {
-            self.settings.node().saw_beacon_metadata(facts.execution_optimistic.is_some() && facts.finalized.is_some());
+            self.node.saw_beacon_metadata(facts.execution_optimistic.is_some() && facts.finalized.is_some());
         }
         if let (Transcoding::None, Some(object), true) = (&self.transcoding, self.beacon_object, self.get_request) {
             if self.settings.transcode && matches!(self.media.choose(), Some(MediaType::Ssz(_))) {

@@ -16,6 +16,7 @@ use crate::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
 use crate::negotiate::{AcceptEncoding, Coding};
+use crate::node::Node;
 
 mod cache;
 #[cfg(test)]
@@ -23,8 +24,8 @@ mod tests;
 
 pub use cache::*;
 
-/// Opaque validated settings.
-pub struct RpcedgeSettings(Arc<Settings>);
+/// Opaque validated settings, and what their exchanges learn about the node.
+pub struct RpcedgeSettings(Arc<Settings>, Arc<Node>);
 
 /// Opaque per-request exchange, with the header list its last edits point to.
 pub struct RpcedgeExchange(Exchange, Vec<RpcedgeHeader>);
@@ -318,7 +319,7 @@ pub unsafe extern "C" fn rpcedge_settings_from_json(json: *const u8, len: usize,
 
 fn settings_handle(result: Result<Settings, ConfigError>, err: *mut RpcedgeError) -> *mut RpcedgeSettings {
     match result {
-        Ok(settings) => Box::into_raw(Box::new(RpcedgeSettings(Arc::new(settings)))),
+        Ok(settings) => Box::into_raw(Box::new(RpcedgeSettings(Arc::new(settings), Arc::default()))),
         Err(e) => {
             write_error(err, &e);
             ptr::null_mut()
@@ -363,8 +364,8 @@ pub unsafe extern "C" fn rpcedge_settings_free(settings: *mut RpcedgeSettings) {
 pub unsafe extern "C" fn rpcedge_exchange_new(settings: *const RpcedgeSettings) -> *mut RpcedgeExchange {
     guard(ptr::null_mut(), || {
         let Some(settings) = settings.as_ref() else { return ptr::null_mut() };
-        let settings = Arc::clone(&settings.0);
-        Box::into_raw(Box::new(RpcedgeExchange(Exchange::new(settings), Vec::new())))
+        let exchange = Exchange::new(Arc::clone(&settings.0), Arc::clone(&settings.1));
+        Box::into_raw(Box::new(RpcedgeExchange(exchange, Vec::new())))
     })
 }
 

@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod ffi;
 pub mod metrics;
 pub mod negotiate;
+pub mod node;
 pub mod proxy;
 pub mod transcode;
 
@@ -19,3 +20,4 @@ pub use exchange::{
     CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
 };
 pub use negotiate::{Accept, AcceptEncoding, Coding, MediaType};
+pub use node::Node;

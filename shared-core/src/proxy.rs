@@ -14,7 +14,7 @@ use crate::cache::{HitResponse, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
-use crate::Settings;
+use crate::{Node, Settings};
 
 /// What the host does with the request's headers.
 #[derive(Debug, PartialEq, Eq)]
@@ -106,9 +106,11 @@ pub struct ProxyExchange {
 }
 
 impl ProxyExchange {
-    pub fn new(settings: Arc<Settings>) -> Self {
+    /// An exchange under a configuration's settings, with what its exchanges have learned about
+    /// the node.
+    pub fn new(settings: Arc<Settings>, node: Arc<Node>) -> Self {
         ProxyExchange {
-            exchange: Exchange::new(Arc::clone(&settings)),
+            exchange: Exchange::new(Arc::clone(&settings), node),
             settings,
             cache: None,
             body_wanted: false,

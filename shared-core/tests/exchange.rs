@@ -167,7 +167,7 @@ fn a_small_flushed_piece_goes_out_within_stream_delay_of_its_flush() {
 fn failures_answer_with_502_before_the_headers_and_reset_after() {
     // A declared length overrun while the headers are held.
     let body = json_body(5_000);
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     ex.request_header(b"Accept-Encoding", b"gzip");
     ex.response_header(b"Content-Type", b"application/json");
     ex.response_header(b"Content-Length", b"4000");
@@ -176,7 +176,7 @@ fn failures_answer_with_502_before_the_headers_and_reset_after() {
     assert_eq!((ex.failure(), ex.mode()), (Failure::Respond(502), Mode::Failed));
 
     // The headers went out with the stream: an abort resets.
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     ex.request_header(b"Accept-Encoding", b"gzip");
     ex.response_header(b"Content-Type", b"application/json");
     assert_eq!(ex.response_head(200), BodyPlan::Buffer);
@@ -188,7 +188,7 @@ fn failures_answer_with_502_before_the_headers_and_reset_after() {
     assert!(ex.feed(&body[2_000..], true, false, 150).is_err(), "nothing after a failure");
 
     // Passed through untouched: the headers are out at once.
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     assert_eq!(ex.response_head(200), BodyPlan::Pass);
     assert_eq!(ex.abort(), Failure::Reset);
 }
@@ -375,7 +375,7 @@ struct Offloaded {
 
 /// Runs `spec` with offloading on, each job on a thread of its own as a host's pool would.
 fn run_offloaded(spec: &Exchange1) -> Offloaded {
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     ex.offload_whole_bodies();
     ex.request_header(b"Accept-Encoding", spec.request_headers[0].1.as_bytes());
     ex.response_header(b"Content-Type", b"application/json");
@@ -441,7 +441,7 @@ fn offloaded_whole_bodies_give_the_same_bytes_as_inline() {
 #[test]
 fn a_job_given_back_unrun_is_run_then() {
     let body = json_body(300_000);
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     ex.offload_whole_bodies();
     ex.request_header(b"Accept-Encoding", b"gzip");
     ex.response_header(b"Content-Type", b"application/json");
@@ -457,7 +457,7 @@ fn a_job_given_back_unrun_is_run_then() {
 #[test]
 fn without_offloading_large_bodies_are_compressed_inline() {
     let body = json_body(1 << 20);
-    let mut ex = Exchange::new(settings());
+    let mut ex = Exchange::new(settings(), Arc::default());
     ex.request_header(b"Accept-Encoding", b"gzip");
     ex.response_header(b"Content-Type", b"application/json");
     ex.response_head(200);

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chunked, run, Exchange1};
+use common::{chunked, run, run_on, Exchange1};
 use rpcedge_core::transcode::{beacon_data_to_ssz, ssz_to_json, BeaconObject, Fork, Schema, WitnessForm};
 use rpcedge_core::{
     BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, CONSENSUS_VERSION_HEADER,
@@ -305,7 +305,7 @@ fn a_json_clients_call_with_a_schema_is_asked_of_the_node_in_ssz_and_rendered_as
 
 #[test]
 fn a_json_clients_beacon_object_is_asked_in_ssz_only_once_the_node_has_shown_it_sends_the_envelope() {
-    let settings = asking_the_node(Config::default());
+    let (settings, node) = (asking_the_node(Config::default()), Arc::default());
     let data = blinded_block_json();
     let ssz = beacon_data_to_ssz(&data, BeaconObject::BlindedBlock, Fork::Deneb).unwrap();
     let path = "/eth/v1/beacon/blinded_blocks/348241";
@@ -326,12 +326,12 @@ fn a_json_clients_beacon_object_is_asked_in_ssz_only_once_the_node_has_shown_it_
     ssz_client.request_headers.retain(|(_, value)| *value != "application/json");
 
     // Nothing known of the node yet: a JSON client's request goes as it came.
-    assert_eq!(run(&settings, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
+    assert_eq!(run_on(&settings, &node, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
     // An SSZ client's answer shows the node sends the envelope's members as headers.
-    let wire = run(&settings, &ssz_client).unwrap();
+    let wire = run_on(&settings, &node, &ssz_client).unwrap();
     assert_eq!((wire.upstream_accept, wire.body.len()), (None, ssz.len()));
 
-    let wire = run(&settings, &node_ssz(true)).unwrap();
+    let wire = run_on(&settings, &node, &node_ssz(true)).unwrap();
     assert_eq!(wire.upstream_accept.as_deref(), Some(UPSTREAM_ACCEPT));
     assert_eq!(wire.edits.content_type, Some("application/json"));
     let json: serde_json::Value = serde_json::from_slice(&wire.decoded()).unwrap();
@@ -341,12 +341,12 @@ fn a_json_clients_beacon_object_is_asked_in_ssz_only_once_the_node_has_shown_it_
 
     // States are never asked for; nor is anything on other routes.
     for other in ["/eth/v2/debug/beacon/states/head", "/eth/v1/beacon/headers/head"] {
-        assert_eq!(run(&settings, &beacon_get(&data, other, "application/json")).unwrap().upstream_accept, None);
+        assert_eq!(run_on(&settings, &node, &beacon_get(&data, other, "application/json")).unwrap().upstream_accept, None);
     }
 
     // An answer without them: the cautious reading, and the node is not asked again.
-    let wire = run(&settings, &node_ssz(false)).unwrap();
+    let wire = run_on(&settings, &node, &node_ssz(false)).unwrap();
     let json: serde_json::Value = serde_json::from_slice(&wire.decoded()).unwrap();
     assert_eq!((&json["execution_optimistic"], json.get("finalized")), (&true.into(), None));
-    assert_eq!(run(&settings, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
+    assert_eq!(run_on(&settings, &node, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
 }

@@ -40,7 +40,7 @@ pub struct Filter {
 impl Filter {
     pub fn new(shared: Arc<Shared>) -> Filter {
         Filter {
-            exchange: ProxyExchange::new(Arc::clone(&shared.settings)),
+            exchange: ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node)),
             shared,
             stopped: false,
             headers_released: false,

@@ -41,7 +41,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::{Config, Settings};
+use rpcedge_core::{Config, Node, Settings};
 
 use abi::{
     BodyStatus, EnvoyBuffer, EnvoyHeader, FilterConfigEnvoy, FilterEnvoy, HeadersStatus, LogLevel,
@@ -54,6 +54,8 @@ use host::{log, Host};
 /// What one filter configuration shares with its filters, on every worker.
 pub struct Shared {
     settings: Arc<Settings>,
+    /// What this configuration's exchanges learn about the node.
+    node: Arc<Node>,
     /// Counter ids by `Counter::index`.
     counters: Vec<usize>,
     /// Each compressing exchange's compression time, in microseconds.
@@ -96,6 +98,7 @@ impl Shared {
             compress_duration: define(true, metrics::compress_duration_name())?,
             cache: settings.cache.clone().filter(|cache| cache.enabled).map(|cache| CacheShared::new(config, cache)),
             settings: Arc::new(settings),
+            node: Arc::default(),
         })
     }
 

@@ -30,7 +30,7 @@ use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Metr
 use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::proxy::{Failed, ProxyExchange, RequestStep};
-use rpcedge_core::{Config, Failure, HeaderOp, Settings};
+use rpcedge_core::{Config, Failure, HeaderOp, Node, Settings};
 
 mod cache;
 use cache::WorkerHot;
@@ -54,6 +54,8 @@ struct Root {
 /// What a root shares with its exchanges (one Wasm VM per worker thread, so no locking).
 struct Shared {
     settings: Arc<Settings>,
+    /// What this configuration's exchanges learn about the node.
+    node: Arc<Node>,
     metrics: Metrics,
     /// Exchanges that need a tick, by context id.
     waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
@@ -116,6 +118,7 @@ impl RootContext for Root {
         self.shared = Some(Rc::new(Shared {
             hot: (hot_bytes > 0).then(|| WorkerHot(RefCell::new(vec![0; hot_bytes]))),
             settings: Arc::new(settings),
+            node: Arc::default(),
             metrics,
             waiting: Default::default(),
             tick: Cell::new(Duration::ZERO),
@@ -149,7 +152,7 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
-        let exchange = ProxyExchange::new(Arc::clone(&shared.settings));
+        let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node));
         let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
         Some(Box::new(Filter { stream, lookup: None }))
     }

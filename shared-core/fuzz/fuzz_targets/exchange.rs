@@ -65,7 +65,7 @@ fuzz_target!(|case: Case| {
         ..Config::default()
     };
     let settings = Arc::new(config.validate().expect("in range"));
-    let mut ex = Exchange::new(settings);
+    let mut ex = Exchange::new(settings, Default::default());
     ex.request_method(if case.head { b"HEAD" } else { b"POST" });
     ex.request_header(b"accept-encoding", case.accept);
     let upstream_ssz = case.transcode_max.is_some() && case.upstream_ssz;

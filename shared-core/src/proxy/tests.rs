@@ -60,7 +60,7 @@ fn ask(exchange: &mut ProxyExchange, body: &str, hot: Option<&dyn HotRegion>) ->
 #[test]
 fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let (settings, hot) = (cached(), Hot(RefCell::new(vec![0; 65536])));
-    let mut miss = ProxyExchange::new(Arc::clone(&settings));
+    let mut miss = ProxyExchange::new(Arc::clone(&settings), Arc::default());
     let RequestStep::Lookup(lookup) = ask(&mut miss, &block_request(7), Some(&hot)) else { panic!("no lookup") };
     assert_eq!((lookup.cluster.as_str(), &lookup.headers[0]), ("cached", &(":method", "GET".to_string())));
     let answer: [(&str, &str); 2] = [(":status", "404"), ("x-rpcedge-miss", "absent")];
@@ -83,7 +83,7 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
 
     // the daemon keeps what the store carried; the next request with another id is a hit
     let kept = Entry::decode(&store.body).unwrap().compact().unwrap();
-    let mut hit = ProxyExchange::new(Arc::clone(&settings));
+    let mut hit = ProxyExchange::new(Arc::clone(&settings), Arc::default());
     let RequestStep::Lookup(_) = ask(&mut hit, &block_request(8), Some(&hot)) else { panic!("no lookup") };
     let reply = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), 0).expect("a hit");
     assert_eq!(reply.body(), block_answer(8).as_bytes());
@@ -92,14 +92,14 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     assert!(hit.is_done() && !hit.reads_body());
 
     // kept in the hot tier: the third asks no daemon
-    let mut hot_hit = ProxyExchange::new(settings);
+    let mut hot_hit = ProxyExchange::new(settings, Arc::default());
     let RequestStep::Reply(reply) = ask(&mut hot_hit, &block_request(9), Some(&hot)) else { panic!("not hot") };
     assert_eq!(reply.body(), block_answer(9).as_bytes());
 }
 
 #[test]
 fn a_large_answer_is_compressed_and_counted_once() {
-    let mut exchange = ProxyExchange::new(settings("{}"));
+    let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
     let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
     assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: false });
     let body: Vec<u8> = br#"{"hash":"0x00","gasUsed":"0x5208"},"#.iter().cycle().take(50_000).copied().collect();
@@ -131,7 +131,7 @@ fn a_large_answer_is_compressed_and_counted_once() {
 
 #[test]
 fn a_stream_that_ends_early_is_aborted_once() {
-    let mut exchange = ProxyExchange::new(settings("{}"));
+    let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
     exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "50000")];
     assert!(exchange.on_response_headers(&node, false, 0).unwrap().hold);
@@ -143,7 +143,7 @@ fn a_stream_that_ends_early_is_aborted_once() {
 
 #[test]
 fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
-    let mut exchange = ProxyExchange::new(cached());
+    let mut exchange = ProxyExchange::new(cached(), Arc::default());
     let body = block_request(1);
     exchange.on_request_headers(&request_headers(body.len()), false, || None::<&str>);
     let after = exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), None, 0);

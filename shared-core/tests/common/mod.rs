@@ -7,7 +7,7 @@ pub mod corpus;
 use std::io::Read;
 use std::sync::Arc;
 
-use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Settings, TranscodeOutcome};
+use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Node, Settings, TranscodeOutcome};
 
 /// One upstream body chunk and when it arrived.
 #[derive(Clone, Debug)]
@@ -87,7 +87,12 @@ impl<'a> Exchange1<'a> {
 
 /// Runs one exchange through the core, ticking timers as a host's event loop would.
 pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
-    let mut ex = Exchange::new(Arc::clone(settings));
+    run_on(settings, &Arc::default(), spec)
+}
+
+/// As [`run`], for a node that earlier exchanges of the same configuration have learned about.
+pub fn run_on(settings: &Arc<Settings>, node: &Arc<Node>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
+    let mut ex = Exchange::new(Arc::clone(settings), Arc::clone(node));
     ex.request_method(spec.method.as_bytes());
     ex.request_path(spec.path.as_bytes());
     for (name, value) in &spec.request_headers {
