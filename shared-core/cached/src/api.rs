@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use rpcedge_core::cache::Entry;
+use rpcedge_core::cache::{protocol, Entry};
 
 use crate::finality::Finality;
 use crate::store::{Lookup, Store};
@@ -53,7 +53,7 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/metrics") => metrics(&state),
         (&Method::GET, "/v1/stats") => stats(&state),
-        (method, path) => match path.strip_prefix("/v1/entries/").map(parse_key) {
+        (method, path) => match path.strip_prefix(protocol::ENTRIES_PATH).map(parse_key) {
             Some(Some(key)) => match *method {
                 Method::GET => get(&state, &key),
                 Method::PUT => put(request, state, key).await,
@@ -89,7 +89,7 @@ fn get(state: &State, key: &[u8]) -> Response<Body> {
             response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
             if let Some(left_s) = left_s {
                 // so that a proxy's hot tier keeps it no longer than this
-                response.headers_mut().insert("x-rpcedge-ttl", HeaderValue::from(left_s));
+                response.headers_mut().insert(protocol::TTL_HEADER, HeaderValue::from(left_s));
             }
             return response;
         }
@@ -99,7 +99,7 @@ fn get(state: &State, key: &[u8]) -> Response<Body> {
         Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
     };
     let mut response = text(StatusCode::NOT_FOUND, "not stored\n");
-    response.headers_mut().insert("x-rpcedge-miss", HeaderValue::from_static(miss));
+    response.headers_mut().insert(protocol::MISS_HEADER, HeaderValue::from_static(miss));
     response
 }
 
@@ -123,12 +123,12 @@ fn admit(headers: &HeaderMap, finality: &Finality) -> Result<Admission, String> 
             .map(|value| value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or(format!("{name}: not a number")))
             .transpose()
     };
-    let ttl_s = number("x-rpcedge-ttl")?;
-    let Some(block) = number("x-rpcedge-requires-final")? else {
+    let ttl_s = number(protocol::TTL_HEADER)?;
+    let Some(block) = number(protocol::REQUIRES_FINAL_HEADER)? else {
         return Ok(Admission::Keep(ttl_s));
     };
     let namespace = headers
-        .get("x-rpcedge-namespace")
+        .get(protocol::NAMESPACE_HEADER)
         .and_then(|ns| ns.to_str().ok())
         .ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")?;
     Ok(match finality.finalized(namespace) {
@@ -145,7 +145,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
             let counter = if reason == "not_final" { &state.refusals.not_final } else { &state.refusals.no_finality };
             counter.fetch_add(1, Ordering::Relaxed);
             let mut response = empty(StatusCode::CONFLICT);
-            response.headers_mut().insert("x-rpcedge-refusal", HeaderValue::from_static(reason));
+            response.headers_mut().insert(protocol::REFUSAL_HEADER, HeaderValue::from_static(reason));
             return response;
         }
         Err(reason) => return text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),

@@ -7,7 +7,7 @@ use std::ffi::CStr;
 
 use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, shard, Bypass, CacheSettings, Entry, Refusal, Request};
+use super::{lookup, protocol, shard, Bypass, CacheSettings, Entry, Refusal, Request};
 use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 use crate::transcode::jsonrpc_request;
 
@@ -157,7 +157,7 @@ impl CacheExchange {
 
     /// The lookup to make, `GET` this path, or `None`: straight to the node.
     pub fn lookup_path(&self) -> Option<String> {
-        self.request.as_ref().ok().map(|request| format!("/v1/entries/{}", request.key.hex()))
+        self.request.as_ref().ok().map(|request| protocol::entry_path(&request.key.hex()))
     }
 
     /// Which of `shards` daemons holds this request's key (0 when it bypasses).
@@ -291,16 +291,16 @@ impl CacheExchange {
                 self.status = Status::Bypass;
             }
         })?;
-        let mut headers = vec![("x-rpcedge-namespace", self.namespace.clone())];
+        let mut headers = vec![(protocol::NAMESPACE_HEADER, self.namespace.clone())];
         if let Some(ttl) = capture.ttl_s {
-            headers.push(("x-rpcedge-ttl", ttl.to_string()));
+            headers.push((protocol::TTL_HEADER, ttl.to_string()));
         }
         if let Some(block) = capture.requires_final {
-            headers.push(("x-rpcedge-requires-final", block.to_string()));
+            headers.push((protocol::REQUIRES_FINAL_HEADER, block.to_string()));
         }
         let head = self.head.as_ref().map_err(|refusal| *refusal)?;
         Ok(StoreCall {
-            path: format!("/v1/entries/{}", capture.key.hex()),
+            path: protocol::entry_path(&capture.key.hex()),
             headers,
             body: super::encode(&capture.envelope, head, &capture.tail),
         })

@@ -8,6 +8,7 @@ mod entry;
 mod flow;
 mod head;
 mod hot;
+pub mod protocol;
 pub mod proxy;
 mod rules;
 mod shard;

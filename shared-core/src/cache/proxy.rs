@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::cache::{
-    Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
+    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
 };
 use crate::config::CacheConfig;
 
@@ -174,7 +174,7 @@ impl ProxyCacheRequest {
             return None;
         };
         let answer =
-            DaemonAnswer { status, miss: header(headers, "x-rpcedge-miss"), ttl: header(headers, "x-rpcedge-ttl"), body };
+            DaemonAnswer { status, miss: header(headers, protocol::MISS_HEADER), ttl: header(headers, protocol::TTL_HEADER), body };
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
         if let (true, Some(hot)) = (self.hit, hot) {

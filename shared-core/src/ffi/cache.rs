@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeHeader, RpcedgeStr};
-use crate::cache::{CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall};
+use crate::cache::{protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall};
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -339,9 +339,9 @@ fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(NONE, |(_, v)| c_str(v.as_bytes()));
     RpcedgeStoreCall {
         path: c_str(store.path.as_bytes()),
-        ns: header("x-rpcedge-namespace"),
-        ttl: header("x-rpcedge-ttl"),
-        requires_final: header("x-rpcedge-requires-final"),
+        ns: header(protocol::NAMESPACE_HEADER),
+        ttl: header(protocol::TTL_HEADER),
+        requires_final: header(protocol::REQUIRES_FINAL_HEADER),
         body: c_str(&store.body),
     }
 }
