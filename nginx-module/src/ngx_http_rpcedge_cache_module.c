@@ -497,62 +497,6 @@ ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
 }
 
 
-/* the request body in one piece, or NULL data when nginx did not keep it
- * whole in memory (spilled to a file): the core then does without it */
-
-rpcedge_str_t
-ngx_http_rpcedge_request_body(ngx_http_request_t *r)
-{
-    size_t         len;
-    u_char        *p;
-    ngx_buf_t     *b;
-    ngx_chain_t   *cl;
-    rpcedge_str_t  body;
-
-    ngx_memzero(&body, sizeof(rpcedge_str_t));
-
-    if (r->request_body == NULL || r->request_body->temp_file) {
-        return body;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file || (ngx_buf_size(b) && !ngx_buf_in_memory(b))) {
-            return body;
-        }
-
-        len += b->last - b->pos;
-    }
-
-    cl = r->request_body->bufs;
-
-    if (cl && cl->next == NULL) {
-        body.data = cl->buf->pos;
-        body.len = len;
-        return body;
-    }
-
-    /* an empty body is still a body, and bypasses as malformed */
-
-    p = ngx_pnalloc(r->pool, len + 1);
-    if (p == NULL) {
-        return body;
-    }
-
-    body.data = p;
-    body.len = len;
-
-    for ( /* void */ ; cl; cl = cl->next) {
-        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
-    }
-
-    return body;
-}
-
-
 static ngx_int_t
 ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     ngx_int_t rc)
@@ -673,6 +617,10 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_table_elt_t  *h;
 
     ctx->state = ngx_http_rpcedge_cache_answered;
+
+    if (ngx_http_rpcedge_answer_from_cache(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     r->headers_out.status = NGX_HTTP_OK;
 
@@ -1260,17 +1208,6 @@ ngx_http_rpcedge_cache_stop_timer(void *data)
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
-}
-
-
-ngx_uint_t
-ngx_http_rpcedge_cache_answering(ngx_http_request_t *r)
-{
-    ngx_http_rpcedge_cache_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
-
-    return ctx && ctx->state == ngx_http_rpcedge_cache_answered;
 }
 
 
