@@ -80,6 +80,10 @@ typedef struct {
     /* the node's plain answer, for the store */
     ngx_http_rpcedge_cache_bytes_t  held;
     unsigned                    holding:1;
+    /* the status is counted once, at the answer's head */
+    unsigned                    counted:1;
+    /* the answer's last buffer has passed */
+    unsigned                    ended:1;
 } ngx_http_rpcedge_cache_ctx_t;
 
 
@@ -98,6 +102,8 @@ typedef struct {
 
 static ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r);
+static void ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body);
 static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
@@ -272,6 +278,7 @@ static ngx_int_t
 ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
+    rpcedge_str_t                   body;
     ngx_pool_cleanup_t             *cln;
     ngx_http_cleanup_t             *hcln;
     ngx_http_rpcedge_cache_ctx_t   *ctx;
@@ -342,13 +349,17 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     /*
      * JSON-RPC is POST; anything else, and a body too long for a lookup
-     * (not worth reading first), is a BYPASS (ctx->cache stays NULL)
+     * (not worth reading first), is a BYPASS: the core, without the body,
+     * says why
      */
 
     if (r->method != NGX_HTTP_POST
         || (r->headers_in.content_length_n > 0
             && !rpcedge_cache_takes_length(r->headers_in.content_length_n)))
     {
+        ngx_memzero(&body, sizeof(rpcedge_str_t));
+        ngx_http_rpcedge_cache_new(r, ctx, body);
+
         ctx->state = ngx_http_rpcedge_cache_pass_on;
         return NGX_DECLINED;
     }
@@ -381,21 +392,19 @@ ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r)
 }
 
 
+/* the core's cache exchange for r, whose body is body (NULL data: not held) */
+
 static void
-ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx)
+ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body)
 {
     size_t                          n;
     ngx_str_t                       value;
-    rpcedge_str_t                   body, ns, path;
+    rpcedge_str_t                   ns;
     rpcedge_header_t               *headers;
-    ngx_http_request_t             *sr;
-    ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
-
-    ctx->state = ngx_http_rpcedge_cache_pass_on;
 
     /*
      * the namespace is where nginx routed the request, as configured: never
@@ -419,9 +428,24 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
-    body = ngx_http_rpcedge_request_body(r);
-
     ctx->cache = rpcedge_cache_new(ns, body.data, body.len, headers, n);
+}
+
+
+static void
+ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    rpcedge_str_t                   path;
+    ngx_http_request_t             *sr;
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    ngx_http_rpcedge_cache_new(r, ctx, ngx_http_rpcedge_request_body(r));
 
     if (ctx->cache == NULL
         || !rpcedge_cache_lookup_path(ctx->cache, &path))
@@ -707,6 +731,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     rpcedge_str_t                values[3];
     ngx_http_request_t          *sr;
     rpcedge_store_call_t         put;
+    rpcedge_count_t              counts[RPCEDGE_COUNTS_MAX];
     ngx_http_request_body_t     *rb;
     ngx_http_post_subrequest_t  *ps;
 
@@ -727,7 +752,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     cl = ngx_alloc_chain_link(r->pool);
 
     if (ps == NULL || rb == NULL || b == NULL || cl == NULL) {
-        return;
+        goto failed;
     }
 
     ps->handler = ngx_http_rpcedge_cache_stored;
@@ -735,7 +760,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 
     sr = ngx_http_rpcedge_cache_call(r, ctx, put.path, ps, 0);
     if (sr == NULL) {
-        return;
+        goto failed;
     }
 
     sr->method = NGX_HTTP_PUT;
@@ -774,6 +799,14 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     rb->bufs = cl;
     sr->request_body = rb;
     sr->headers_in.content_length_n = put.body.len;
+
+    return;
+
+failed:
+
+    /* a store never made counts as one the daemon never answered */
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_store(0, counts));
 }
 
 
@@ -781,15 +814,22 @@ static ngx_int_t
 ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
     ngx_int_t rc)
 {
+    ngx_uint_t                      status;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_call_t  *call;
 
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (call == NULL || rc != NGX_OK || call->status != NGX_HTTP_NO_CONTENT) {
+    status = (call && rc == NGX_OK) ? call->status : 0;
+
+    if (status != NGX_HTTP_NO_CONTENT) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: store not taken (%i, status %ui)",
                       rc, call ? call->status : 0);
     }
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_store((uint16_t) status,
+                                                       counts));
 
     /* the client has its answer whatever the daemon said */
 
@@ -865,6 +905,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     rpcedge_header_t               *headers;
     ngx_http_upstream_t            *u;
     ngx_table_elt_t                *h;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -987,6 +1028,13 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         }
     }
 
+    /* an error page after the answer began is the same request's */
+
+    if (!ctx->counted) {
+        ctx->counted = 1;
+        ngx_http_rpcedge_count(counts, rpcedge_count_cache(ctx->cache, counts));
+    }
+
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     if (conf->status_header) {
@@ -1011,6 +1059,7 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ngx_int_t                       rc;
     ngx_uint_t                      last;
     ngx_chain_t                    *cl;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
 
@@ -1046,33 +1095,46 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (ctx == NULL || !ctx->holding) {
+    if (ctx == NULL || ctx->ended
+        || ctx->state == ngx_http_rpcedge_cache_answered)
+    {
         return ngx_http_next_body_filter(r, in);
     }
 
     last = 0;
 
-    for (cl = in; cl && ctx->holding; cl = cl->next) {
+    for (cl = in; cl; cl = cl->next) {
 
-        if (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
-                                        (size_t) -1)
-            != NGX_OK
-            || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len))
+        if (ctx->holding
+            && (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
+                                            (size_t) -1)
+                != NGX_OK
+                || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len)))
         {
             ctx->holding = 0;
         }
 
-        last = cl->buf->last_buf;
+        last |= cl->buf->last_buf;
     }
 
     rc = ngx_http_next_body_filter(r, in);
 
+    if (!last) {
+        return rc;
+    }
+
+    ctx->ended = 1;
+
     /* the client has the whole answer on its way: store it behind it */
 
-    if (last && ctx->holding && rc != NGX_ERROR) {
+    if (ctx->holding && rc != NGX_ERROR) {
         ctx->holding = 0;
         ngx_http_rpcedge_cache_store(r, ctx);
     }
+
+    /* or why the core would not keep it */
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_refusal(ctx->cache, counts));
 
     return rc;
 }

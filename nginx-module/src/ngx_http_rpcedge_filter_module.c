@@ -73,6 +73,9 @@ typedef struct {
     ngx_uint_t                 bufs;
     ngx_event_t                timer;
 
+    /* time spent in the core's feeds and jobs, counted as compress_time_us */
+    uint64_t                   compress_ns;
+
     /* a job taken from the core, to run in a thread or complete */
     rpcedge_job_t             *job;
 
@@ -91,6 +94,18 @@ typedef struct {
     unsigned                   done:1;
     unsigned                   offloaded:1;
 } ngx_http_rpcedge_ctx_t;
+
+
+#if (NGX_THREADS)
+
+/* what a thread sees of an exchange: its job alone, never the request */
+typedef struct {
+    rpcedge_job_t             *job;
+    /* how long the job ran, for compress_time_us */
+    uint64_t                   ns;
+} ngx_http_rpcedge_thread_ctx_t;
+
+#endif
 
 
 static ngx_int_t ngx_http_rpcedge_header_filter(ngx_http_request_t *r);
@@ -139,6 +154,7 @@ static ngx_int_t ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 static void ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log);
 static void ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev);
 #endif
+static uint64_t ngx_http_rpcedge_now_ns(void);
 static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
 static void ngx_http_rpcedge_cleanup(void *data);
@@ -1169,8 +1185,12 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     uint32_t           flags;
     ngx_buf_t         *b;
     ngx_chain_t       *cl;
+    uint64_t           started;
     rpcedge_error_t    err;
     rpcedge_output_t   out;
+#if (NGX_THREADS)
+    rpcedge_count_t    counts[RPCEDGE_COUNTS_MAX];
+#endif
 
     if (ctx->done) {
         return NGX_DONE;
@@ -1181,8 +1201,10 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     if (ctx->job) {
         /* run in a thread, or, when no thread took it, here */
 
+        started = ngx_http_rpcedge_now_ns();
         rc = rpcedge_exchange_complete_job(ctx->exchange, ctx->job, &out,
                                            &err);
+        ctx->compress_ns += ngx_http_rpcedge_now_ns() - started;
         ctx->job = NULL;
 
         goto output;
@@ -1234,8 +1256,10 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         size = 0;
     }
 
+    started = ngx_http_rpcedge_now_ns();
     rc = rpcedge_exchange_feed(ctx->exchange, data, size, flags,
                                ngx_current_msec, &out, &err);
+    ctx->compress_ns += ngx_http_rpcedge_now_ns() - started;
 
 output:
 
@@ -1251,11 +1275,11 @@ output:
 
 #if (NGX_THREADS)
         if (ngx_http_rpcedge_thread_post(r, ctx) == NGX_OK) {
-            ngx_http_rpcedge_count_offload(1);
+            ngx_http_rpcedge_count(counts, rpcedge_count_offload(1, counts));
             return NGX_AGAIN;
         }
 
-        ngx_http_rpcedge_count_offload(0);
+        ngx_http_rpcedge_count(counts, rpcedge_count_offload(0, counts));
 #endif
 
         /* the next feed completes it */
@@ -1439,7 +1463,8 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
     task = ctx->task;
 
     if (task == NULL) {
-        task = ngx_thread_task_alloc(r->pool, sizeof(rpcedge_job_t *));
+        task = ngx_thread_task_alloc(r->pool,
+                                     sizeof(ngx_http_rpcedge_thread_ctx_t));
         if (task == NULL) {
             return NGX_ERROR;
         }
@@ -1450,7 +1475,7 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 
     /* the thread sees the job alone, never the request */
 
-    *(rpcedge_job_t **) task->ctx = ctx->job;
+    ((ngx_http_rpcedge_thread_ctx_t *) task->ctx)->job = ctx->job;
 
     /* what the completion needs: r->ctx may be cleared by then (a redirect) */
 
@@ -1473,11 +1498,15 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 static void
 ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log)
 {
-    rpcedge_job_t  **job = data;
+    ngx_http_rpcedge_thread_ctx_t  *tctx = data;
+
+    uint64_t  started;
 
     ngx_log_debug0(NGX_LOG_DEBUG_CORE, log, 0, "rpcedge thread handler");
 
-    rpcedge_job_run(*job);
+    started = ngx_http_rpcedge_now_ns();
+    rpcedge_job_run(tctx->job);
+    tctx->ns = ngx_http_rpcedge_now_ns() - started;
 }
 
 
@@ -1499,6 +1528,7 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
 
     r->main->blocked--;
     ctx->offloaded = 0;
+    ctx->compress_ns += ((ngx_http_rpcedge_thread_ctx_t *) ctx->task->ctx)->ns;
 
     if (ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module) != ctx
         || c->error)
@@ -1532,6 +1562,19 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
 }
 
 #endif
+
+
+/* the core's work is timed finer than nginx's cached milliseconds */
+
+static uint64_t
+ngx_http_rpcedge_now_ns(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 
 static void
@@ -1592,21 +1635,24 @@ ngx_http_rpcedge_cleanup(void *data)
 {
     ngx_http_rpcedge_ctx_t  *ctx = data;
 
-    ngx_uint_t       transcode;
     rpcedge_error_t  why;
+    rpcedge_count_t  counts[RPCEDGE_COUNTS_MAX];
 
     ngx_http_rpcedge_stop_timer(ctx);
 
     if (ctx->exchange) {
-        transcode = rpcedge_exchange_transcode(ctx->exchange, &why);
-
-        if (transcode == RPCEDGE_TRANSCODE_REFUSED) {
+        if (rpcedge_exchange_transcode(ctx->exchange, &why)
+            == RPCEDGE_TRANSCODE_REFUSED)
+        {
             ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
                           "rpcedge: not transcoded, sent as it came: %s",
                           why.message);
         }
 
-        ngx_http_rpcedge_count_exchange(ctx->exchange, ctx->done, transcode);
+        ngx_http_rpcedge_count(counts,
+                               rpcedge_count_exchange(ctx->exchange, ctx->done,
+                                                      ctx->compress_ns / 1000,
+                                                      counts));
     }
 
     /* a job taken but not given back; a running one blocks the request */

@@ -64,13 +64,8 @@ ngx_uint_t ngx_http_rpcedge_cache_answering(ngx_http_request_t *r);
 ngx_int_t ngx_http_rpcedge_status_init(ngx_conf_t *cf);
 char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
-/* an exchange that ended (done) or was cut short, with its transcoding's
- * outcome (RPCEDGE_TRANSCODE_*) */
-void ngx_http_rpcedge_count_exchange(rpcedge_exchange_t *ex, ngx_uint_t done,
-    ngx_uint_t transcode);
-
-/* a compression posted to the thread pool, or run inline for want of it */
-void ngx_http_rpcedge_count_offload(ngx_uint_t posted);
+/* adds what the core counts for an event (rpcedge_count_*) */
+void ngx_http_rpcedge_count(rpcedge_count_t *counts, size_t n);
 
 
 #endif /* _NGX_HTTP_RPCEDGE_MODULE_H_INCLUDED_ */

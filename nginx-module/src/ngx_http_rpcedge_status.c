@@ -14,19 +14,11 @@
 #include "ngx_http_rpcedge_module.h"
 
 
+/* one number per counter of the core, in its order (rpcedge_counter_name) */
 typedef struct {
-    /* exchanges by the mode they ended in (rpcedge_exchange_mode_code) */
-    ngx_atomic_t               responses[RPCEDGE_MODES];
-    /* exchanges still under way when their request ended (the client left) */
-    ngx_atomic_t               aborted;
-    ngx_atomic_t               bytes_in;
-    ngx_atomic_t               bytes_out;
-    ngx_atomic_t               offloads;
-    /* compressions meant for the thread pool that ran inline (queue full) */
-    ngx_atomic_t               inline_fallbacks;
-    /* bodies sent as SSZ, and bodies that could not be (sent as they came) */
-    ngx_atomic_t               transcoded;
-    ngx_atomic_t               transcode_refused;
+    /* rpcedge_counters() of the module that laid the zone out */
+    ngx_uint_t                 n;
+    ngx_atomic_t               counts[1];
 } ngx_http_rpcedge_counters_t;
 
 
@@ -42,10 +34,9 @@ static ngx_http_rpcedge_counters_t  *ngx_http_rpcedge_counters;
 
 
 void
-ngx_http_rpcedge_count_exchange(rpcedge_exchange_t *ex, ngx_uint_t done,
-    ngx_uint_t transcode)
+ngx_http_rpcedge_count(rpcedge_count_t *counts, size_t n)
 {
-    uint64_t                      in, out;
+    size_t                        i;
     ngx_http_rpcedge_counters_t  *counters;
 
     counters = ngx_http_rpcedge_counters;
@@ -54,43 +45,10 @@ ngx_http_rpcedge_count_exchange(rpcedge_exchange_t *ex, ngx_uint_t done,
         return;
     }
 
-    switch (transcode) {
-
-    case RPCEDGE_TRANSCODE_DONE:
-        (void) ngx_atomic_fetch_add(&counters->transcoded, 1);
-        break;
-
-    case RPCEDGE_TRANSCODE_REFUSED:
-        (void) ngx_atomic_fetch_add(&counters->transcode_refused, 1);
-        break;
+    for (i = 0; i < n; i++) {
+        (void) ngx_atomic_fetch_add(&counters->counts[counts[i].index],
+                                    counts[i].amount);
     }
-
-    if (done) {
-        (void) ngx_atomic_fetch_add(
-                 &counters->responses[rpcedge_exchange_mode_code(ex)], 1);
-
-    } else {
-        (void) ngx_atomic_fetch_add(&counters->aborted, 1);
-    }
-
-    rpcedge_exchange_counts(ex, &in, &out);
-
-    (void) ngx_atomic_fetch_add(&counters->bytes_in, in);
-    (void) ngx_atomic_fetch_add(&counters->bytes_out, out);
-}
-
-
-void
-ngx_http_rpcedge_count_offload(ngx_uint_t posted)
-{
-    if (ngx_http_rpcedge_counters == NULL) {
-        return;
-    }
-
-    (void) ngx_atomic_fetch_add(posted
-                                ? &ngx_http_rpcedge_counters->offloads
-                                : &ngx_http_rpcedge_counters->inline_fallbacks,
-                                1);
 }
 
 
@@ -117,46 +75,45 @@ ngx_http_rpcedge_status_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_rpcedge_init_counters(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_slab_pool_t  *shpool;
+    size_t                        n;
+    ngx_slab_pool_t              *shpool;
+    ngx_http_rpcedge_counters_t  *counters;
 
-    if (data) {
-        /* a reload: the counters go on */
-        shm_zone->data = data;
-        ngx_http_rpcedge_counters = data;
-        return NGX_OK;
-    }
-
+    n = rpcedge_counters();
     shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
 
-    if (shm_zone->shm.exists) {
-        shm_zone->data = shpool->data;
-        ngx_http_rpcedge_counters = shpool->data;
-        return NGX_OK;
+    /* a reload: the counters go on, unless the core now has others */
+
+    counters = data ? data : (shm_zone->shm.exists ? shpool->data : NULL);
+
+    if (counters == NULL || counters->n != n) {
+        counters = ngx_slab_calloc(shpool, sizeof(ngx_http_rpcedge_counters_t)
+                                           + (n - 1) * sizeof(ngx_atomic_t));
+        if (counters == NULL) {
+            return NGX_ERROR;
+        }
+
+        counters->n = n;
+        shpool->data = counters;
     }
 
-    ngx_http_rpcedge_counters = ngx_slab_calloc(shpool,
-                                           sizeof(ngx_http_rpcedge_counters_t));
-    if (ngx_http_rpcedge_counters == NULL) {
-        return NGX_ERROR;
-    }
-
-    shpool->data = ngx_http_rpcedge_counters;
-    shm_zone->data = ngx_http_rpcedge_counters;
+    shm_zone->data = counters;
+    ngx_http_rpcedge_counters = counters;
 
     return NGX_OK;
 }
 
 
-/* the counters in Prometheus' text format */
+/* every counter in Prometheus' text format, as Envoy prints its own */
 
 static ngx_int_t
 ngx_http_rpcedge_status_handler(ngx_http_request_t *r)
 {
-    u_char                       *name;
     size_t                        size;
     ngx_int_t                     rc;
     ngx_buf_t                    *b;
     ngx_uint_t                    i;
+    const char                   *name;
     ngx_chain_t                   out;
     ngx_http_rpcedge_counters_t  *counters;
 
@@ -176,47 +133,24 @@ ngx_http_rpcedge_status_handler(ngx_http_request_t *r)
         return NGX_HTTP_SERVICE_UNAVAILABLE;
     }
 
-    size = sizeof("# TYPE rpcedge_responses_total counter\n") - 1
-           + RPCEDGE_MODES * (sizeof("rpcedge_responses_total{mode=\"\"} \n")
-                              - 1 + 32 + NGX_ATOMIC_T_LEN)
-           + 7 * (2 * sizeof("# TYPE rpcedge_transcode_refused_total counter\n")
-                  + NGX_ATOMIC_T_LEN);
+    size = 0;
+
+    for (i = 0; i < counters->n; i++) {
+        size += sizeof("# TYPE  counter\n{} \n") - 1
+                + 2 * ngx_strlen(rpcedge_counter_name(i)) + NGX_ATOMIC_T_LEN;
+    }
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    b->last = ngx_cpymem(b->last, "# TYPE rpcedge_responses_total counter\n",
-                         sizeof("# TYPE rpcedge_responses_total counter\n") - 1);
+    for (i = 0; i < counters->n; i++) {
+        name = rpcedge_counter_name(i);
 
-    for (i = 0; i < RPCEDGE_MODES; i++) {
-        name = (u_char *) rpcedge_mode_name((uint8_t) i);
-
-        b->last = ngx_sprintf(b->last,
-                              "rpcedge_responses_total{mode=\"%s\"} %uA\n",
-                              name, counters->responses[i]);
+        b->last = ngx_sprintf(b->last, "# TYPE %s counter\n%s{} %uA\n",
+                              name, name, counters->counts[i]);
     }
-
-    b->last = ngx_sprintf(b->last,
-                          "# TYPE rpcedge_aborted_total counter\n"
-                          "rpcedge_aborted_total %uA\n"
-                          "# TYPE rpcedge_body_bytes_in_total counter\n"
-                          "rpcedge_body_bytes_in_total %uA\n"
-                          "# TYPE rpcedge_body_bytes_out_total counter\n"
-                          "rpcedge_body_bytes_out_total %uA\n"
-                          "# TYPE rpcedge_offloads_total counter\n"
-                          "rpcedge_offloads_total %uA\n"
-                          "# TYPE rpcedge_inline_fallbacks_total counter\n"
-                          "rpcedge_inline_fallbacks_total %uA\n"
-                          "# TYPE rpcedge_transcoded_total counter\n"
-                          "rpcedge_transcoded_total %uA\n"
-                          "# TYPE rpcedge_transcode_refused_total counter\n"
-                          "rpcedge_transcode_refused_total %uA\n",
-                          counters->aborted, counters->bytes_in,
-                          counters->bytes_out, counters->offloads,
-                          counters->inline_fallbacks, counters->transcoded,
-                          counters->transcode_refused);
 
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = b->last - b->pos;
