@@ -11,6 +11,7 @@ import wire
 from conftest import CORPUS, REPO
 from harness import Process, free_port
 from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
+from test_nginx_status import nginx  # noqa: F401 (a fixture: the module with rpcedge_status)
 
 CORE_LIB = REPO / "target" / "release" / "librpcedge_core.so"
 MEDIUM = "erigon_getLatestLogs/erigon-rpc-tests__mainnet__test_10.json"  # 56 KiB answer
@@ -202,3 +203,35 @@ def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_co
     finally:
         process.stop()
         node.stop()
+
+
+def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty, nginx):
+    import json
+    import cache_cases as cc
+    from test_nginx_status import parse, scrape
+
+    def lua_counters():
+        r = wire.request(openresty, "/rpcedge_status", accept_encoding=None)
+        assert r.status == 200 and r.header("content-type") == "text/plain; version=0.0.4"
+        return parse(r.body.decode())
+
+    before = lua_counters()
+    assert sorted(before) == sorted(scrape(nginx.port)), "the module's names"
+    assert post(openresty, MEDIUM, "gzip").header("content-encoding") == "gzip"
+    headers = {"Content-Type": "application/json"}
+    null = cc.find(cc.null_result)
+    r = wire.request(openresty, f"/cached/{null.network}", method="POST", body=null.body(), headers=headers)
+    assert r.header("x-rpcedge-cache") == "MISS"
+    batch = cc.batch_case()
+    r = wire.request(openresty, f"/cached/{batch.network}", method="POST", body=json.dumps(batch.request).encode(),
+                     headers=headers)
+    assert r.header("x-rpcedge-cache") == "BYPASS"
+    after = lua_counters()
+    delta = {name: after[name] - before[name] for name in after if after[name] != before[name]}
+    assert delta.pop("rpcedge_body_bytes_in") > delta.pop("rpcedge_body_bytes_out") > 0
+    assert delta.pop("rpcedge_compress_time_us", 0) >= 0
+    assert delta == {
+        "rpcedge_responses_oneshot": 1, "rpcedge_responses_small": 2,
+        "rpcedge_cache_responses_miss": 1, "rpcedge_cache_stores_refused": 1, "rpcedge_cache_stores_refused_null": 1,
+        "rpcedge_cache_responses_bypass": 1, "rpcedge_cache_bypass_batch": 1,
+    }

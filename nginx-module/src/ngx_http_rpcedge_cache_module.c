@@ -80,6 +80,10 @@ typedef struct {
     /* the node's plain answer, for the store */
     ngx_http_rpcedge_cache_bytes_t  held;
     unsigned                    holding:1;
+    /* the status is counted once, at the answer's head */
+    unsigned                    counted:1;
+    /* the answer's last buffer has passed */
+    unsigned                    ended:1;
 } ngx_http_rpcedge_cache_ctx_t;
 
 
@@ -98,6 +102,8 @@ typedef struct {
 
 static ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r);
+static void ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body);
 static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
@@ -272,6 +278,7 @@ static ngx_int_t
 ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
+    rpcedge_str_t                   body;
     ngx_pool_cleanup_t             *cln;
     ngx_http_cleanup_t             *hcln;
     ngx_http_rpcedge_cache_ctx_t   *ctx;
@@ -342,13 +349,17 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     /*
      * JSON-RPC is POST; anything else, and a body too long for a lookup
-     * (not worth reading first), is a BYPASS (ctx->cache stays NULL)
+     * (not worth reading first), is a BYPASS: the core, without the body,
+     * says why
      */
 
     if (r->method != NGX_HTTP_POST
         || (r->headers_in.content_length_n > 0
             && !rpcedge_cache_takes_length(r->headers_in.content_length_n)))
     {
+        ngx_memzero(&body, sizeof(rpcedge_str_t));
+        ngx_http_rpcedge_cache_new(r, ctx, body);
+
         ctx->state = ngx_http_rpcedge_cache_pass_on;
         return NGX_DECLINED;
     }
@@ -381,21 +392,19 @@ ngx_http_rpcedge_cache_body_handler(ngx_http_request_t *r)
 }
 
 
+/* the core's cache exchange for r, whose body is body (NULL data: not held) */
+
 static void
-ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx)
+ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body)
 {
     size_t                          n;
     ngx_str_t                       value;
-    rpcedge_str_t                   body, ns, path;
+    rpcedge_str_t                   ns;
     rpcedge_header_t               *headers;
-    ngx_http_request_t             *sr;
-    ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
-
-    ctx->state = ngx_http_rpcedge_cache_pass_on;
 
     /*
      * the namespace is where nginx routed the request, as configured: never
@@ -419,9 +428,24 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
-    body = ngx_http_rpcedge_request_body(r);
-
     ctx->cache = rpcedge_cache_new(ns, body.data, body.len, headers, n);
+}
+
+
+static void
+ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    rpcedge_str_t                   path;
+    ngx_http_request_t             *sr;
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    ngx_http_rpcedge_cache_new(r, ctx, ngx_http_rpcedge_request_body(r));
 
     if (ctx->cache == NULL
         || !rpcedge_cache_lookup_path(ctx->cache, &path))
@@ -494,62 +518,6 @@ ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_cache_hot_keep(ctx->cache, hot->region, hot->len,
                            call->answer.data, call->answer.len, ngx_time());
     ngx_shmtx_unlock(&hot->shpool->mutex);
-}
-
-
-/* the request body in one piece, or NULL data when nginx did not keep it
- * whole in memory (spilled to a file): the core then does without it */
-
-rpcedge_str_t
-ngx_http_rpcedge_request_body(ngx_http_request_t *r)
-{
-    size_t         len;
-    u_char        *p;
-    ngx_buf_t     *b;
-    ngx_chain_t   *cl;
-    rpcedge_str_t  body;
-
-    ngx_memzero(&body, sizeof(rpcedge_str_t));
-
-    if (r->request_body == NULL || r->request_body->temp_file) {
-        return body;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file || (ngx_buf_size(b) && !ngx_buf_in_memory(b))) {
-            return body;
-        }
-
-        len += b->last - b->pos;
-    }
-
-    cl = r->request_body->bufs;
-
-    if (cl && cl->next == NULL) {
-        body.data = cl->buf->pos;
-        body.len = len;
-        return body;
-    }
-
-    /* an empty body is still a body, and bypasses as malformed */
-
-    p = ngx_pnalloc(r->pool, len + 1);
-    if (p == NULL) {
-        return body;
-    }
-
-    body.data = p;
-    body.len = len;
-
-    for ( /* void */ ; cl; cl = cl->next) {
-        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
-    }
-
-    return body;
 }
 
 
@@ -674,6 +642,10 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
 
     ctx->state = ngx_http_rpcedge_cache_answered;
 
+    if (ngx_http_rpcedge_answer_from_cache(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     r->headers_out.status = NGX_HTTP_OK;
 
     gzip = rpcedge_cache_hit(ctx->cache, &body);
@@ -759,6 +731,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     rpcedge_str_t                values[3];
     ngx_http_request_t          *sr;
     rpcedge_store_call_t         put;
+    rpcedge_count_t              counts[RPCEDGE_COUNTS_MAX];
     ngx_http_request_body_t     *rb;
     ngx_http_post_subrequest_t  *ps;
 
@@ -779,7 +752,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     cl = ngx_alloc_chain_link(r->pool);
 
     if (ps == NULL || rb == NULL || b == NULL || cl == NULL) {
-        return;
+        goto failed;
     }
 
     ps->handler = ngx_http_rpcedge_cache_stored;
@@ -787,7 +760,7 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 
     sr = ngx_http_rpcedge_cache_call(r, ctx, put.path, ps, 0);
     if (sr == NULL) {
-        return;
+        goto failed;
     }
 
     sr->method = NGX_HTTP_PUT;
@@ -826,6 +799,14 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     rb->bufs = cl;
     sr->request_body = rb;
     sr->headers_in.content_length_n = put.body.len;
+
+    return;
+
+failed:
+
+    /* a store never made counts as one the daemon never answered */
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_store(0, counts));
 }
 
 
@@ -833,15 +814,22 @@ static ngx_int_t
 ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
     ngx_int_t rc)
 {
+    ngx_uint_t                      status;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_call_t  *call;
 
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (call == NULL || rc != NGX_OK || call->status != NGX_HTTP_NO_CONTENT) {
+    status = (call && rc == NGX_OK) ? call->status : 0;
+
+    if (status != NGX_HTTP_NO_CONTENT) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: store not taken (%i, status %ui)",
                       rc, call ? call->status : 0);
     }
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_store((uint16_t) status,
+                                                       counts));
 
     /* the client has its answer whatever the daemon said */
 
@@ -917,6 +905,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     rpcedge_header_t               *headers;
     ngx_http_upstream_t            *u;
     ngx_table_elt_t                *h;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -1039,6 +1028,13 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         }
     }
 
+    /* an error page after the answer began is the same request's */
+
+    if (!ctx->counted) {
+        ctx->counted = 1;
+        ngx_http_rpcedge_count(counts, rpcedge_count_cache(ctx->cache, counts));
+    }
+
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     if (conf->status_header) {
@@ -1063,6 +1059,7 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ngx_int_t                       rc;
     ngx_uint_t                      last;
     ngx_chain_t                    *cl;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
 
@@ -1098,33 +1095,46 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
-    if (ctx == NULL || !ctx->holding) {
+    if (ctx == NULL || ctx->ended
+        || ctx->state == ngx_http_rpcedge_cache_answered)
+    {
         return ngx_http_next_body_filter(r, in);
     }
 
     last = 0;
 
-    for (cl = in; cl && ctx->holding; cl = cl->next) {
+    for (cl = in; cl; cl = cl->next) {
 
-        if (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
-                                        (size_t) -1)
-            != NGX_OK
-            || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len))
+        if (ctx->holding
+            && (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
+                                            (size_t) -1)
+                != NGX_OK
+                || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len)))
         {
             ctx->holding = 0;
         }
 
-        last = cl->buf->last_buf;
+        last |= cl->buf->last_buf;
     }
 
     rc = ngx_http_next_body_filter(r, in);
 
+    if (!last) {
+        return rc;
+    }
+
+    ctx->ended = 1;
+
     /* the client has the whole answer on its way: store it behind it */
 
-    if (last && ctx->holding && rc != NGX_ERROR) {
+    if (ctx->holding && rc != NGX_ERROR) {
         ctx->holding = 0;
         ngx_http_rpcedge_cache_store(r, ctx);
     }
+
+    /* or why the core would not keep it */
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_refusal(ctx->cache, counts));
 
     return rc;
 }
@@ -1260,17 +1270,6 @@ ngx_http_rpcedge_cache_stop_timer(void *data)
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
-}
-
-
-ngx_uint_t
-ngx_http_rpcedge_cache_answering(ngx_http_request_t *r)
-{
-    ngx_http_rpcedge_cache_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
-
-    return ctx && ctx->state == ngx_http_rpcedge_cache_answered;
 }
 
 

@@ -36,26 +36,8 @@
 #define NGX_HTTP_RPCEDGE_BUFFERED   0x80
 
 
-/* counters of every worker, in shared memory, served by rpcedge_status */
-typedef struct {
-    /* exchanges by the mode they ended in (rpcedge_exchange_mode_code) */
-    ngx_atomic_t               responses[RPCEDGE_MODES];
-    /* exchanges still under way when their request ended (the client left) */
-    ngx_atomic_t               aborted;
-    ngx_atomic_t               bytes_in;
-    ngx_atomic_t               bytes_out;
-    ngx_atomic_t               offloads;
-    /* compressions meant for the thread pool that ran inline (queue full) */
-    ngx_atomic_t               inline_fallbacks;
-    /* bodies sent as SSZ, and bodies that could not be (sent as they came) */
-    ngx_atomic_t               transcoded;
-    ngx_atomic_t               transcode_refused;
-} ngx_http_rpcedge_counters_t;
-
-
 typedef struct {
     ngx_flag_t                 enable;
-    size_t                     min_length;
     size_t                     max_buffer;
     ngx_int_t                  level;
     ngx_int_t                  stream_level;
@@ -91,6 +73,9 @@ typedef struct {
     ngx_uint_t                 bufs;
     ngx_event_t                timer;
 
+    /* time spent in the core's feeds and jobs, counted as compress_time_us */
+    uint64_t                   compress_ns;
+
     /* a job taken from the core, to run in a thread or complete */
     rpcedge_job_t             *job;
 
@@ -109,6 +94,18 @@ typedef struct {
     unsigned                   done:1;
     unsigned                   offloaded:1;
 } ngx_http_rpcedge_ctx_t;
+
+
+#if (NGX_THREADS)
+
+/* what a thread sees of an exchange: its job alone, never the request */
+typedef struct {
+    rpcedge_job_t             *job;
+    /* how long the job ran, for compress_time_us */
+    uint64_t                   ns;
+} ngx_http_rpcedge_thread_ctx_t;
+
+#endif
 
 
 static ngx_int_t ngx_http_rpcedge_header_filter(ngx_http_request_t *r);
@@ -157,6 +154,7 @@ static ngx_int_t ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 static void ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log);
 static void ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev);
 #endif
+static uint64_t ngx_http_rpcedge_now_ns(void);
 static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
 static void ngx_http_rpcedge_cleanup(void *data);
@@ -168,16 +166,8 @@ static ngx_int_t ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
 static ngx_int_t ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
-static ngx_int_t ngx_http_rpcedge_init_counters(ngx_shm_zone_t *shm_zone,
-    void *data);
-static void ngx_http_rpcedge_count(ngx_http_rpcedge_ctx_t *ctx);
-static ngx_int_t ngx_http_rpcedge_status_handler(ngx_http_request_t *r);
-static char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-
 static char *ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err);
 static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
@@ -187,8 +177,6 @@ static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
 static ngx_int_t ngx_http_rpcedge_filter_init(ngx_conf_t *cf);
 
 
-static ngx_http_rpcedge_check_t  ngx_http_rpcedge_min_length_check =
-    { ngx_http_rpcedge_check, "min_length", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_max_buffer_check =
     { ngx_http_rpcedge_check, "max_buffer", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_stream_level_check =
@@ -213,13 +201,6 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, enable),
       NULL },
-
-    { ngx_string("rpcedge_min_length"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_size_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_rpcedge_conf_t, min_length),
-      &ngx_http_rpcedge_min_length_check },
 
     { ngx_string("rpcedge_max_buffer"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -284,13 +265,6 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       offsetof(ngx_http_rpcedge_conf_t, types),
       NULL },
 
-    { ngx_string("rpcedge_status"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_rpcedge_status,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      0,
-      NULL },
-
       ngx_null_command
 };
 
@@ -336,12 +310,6 @@ static ngx_http_variable_t  ngx_http_rpcedge_vars[] = {
 
       ngx_http_null_variable
 };
-
-
-static ngx_str_t  ngx_http_rpcedge_zone_name = ngx_string("rpcedge_counters");
-
-/* set in every worker once the shared zone is mapped */
-static ngx_http_rpcedge_counters_t  *ngx_http_rpcedge_counters;
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -944,31 +912,6 @@ ngx_http_rpcedge_set_header(ngx_http_request_t *r,
 }
 
 
-ngx_table_elt_t *
-ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key, u_char *value,
-    size_t len)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(headers);
-    if (h == NULL) {
-        return NULL;
-    }
-
-    h->hash = 1;
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = value;
-    h->value.len = len;
-    h->lowcase_key = h->key.data;
-
-    return h;
-}
-
-
 static ngx_int_t
 ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
@@ -1242,8 +1185,12 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     uint32_t           flags;
     ngx_buf_t         *b;
     ngx_chain_t       *cl;
+    uint64_t           started;
     rpcedge_error_t    err;
     rpcedge_output_t   out;
+#if (NGX_THREADS)
+    rpcedge_count_t    counts[RPCEDGE_COUNTS_MAX];
+#endif
 
     if (ctx->done) {
         return NGX_DONE;
@@ -1254,8 +1201,10 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     if (ctx->job) {
         /* run in a thread, or, when no thread took it, here */
 
+        started = ngx_http_rpcedge_now_ns();
         rc = rpcedge_exchange_complete_job(ctx->exchange, ctx->job, &out,
                                            &err);
+        ctx->compress_ns += ngx_http_rpcedge_now_ns() - started;
         ctx->job = NULL;
 
         goto output;
@@ -1307,8 +1256,10 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         size = 0;
     }
 
+    started = ngx_http_rpcedge_now_ns();
     rc = rpcedge_exchange_feed(ctx->exchange, data, size, flags,
                                ngx_current_msec, &out, &err);
+    ctx->compress_ns += ngx_http_rpcedge_now_ns() - started;
 
 output:
 
@@ -1324,18 +1275,11 @@ output:
 
 #if (NGX_THREADS)
         if (ngx_http_rpcedge_thread_post(r, ctx) == NGX_OK) {
-            if (ngx_http_rpcedge_counters) {
-                (void) ngx_atomic_fetch_add(
-                                    &ngx_http_rpcedge_counters->offloads, 1);
-            }
-
+            ngx_http_rpcedge_count(counts, rpcedge_count_offload(1, counts));
             return NGX_AGAIN;
         }
 
-        if (ngx_http_rpcedge_counters) {
-            (void) ngx_atomic_fetch_add(
-                            &ngx_http_rpcedge_counters->inline_fallbacks, 1);
-        }
+        ngx_http_rpcedge_count(counts, rpcedge_count_offload(0, counts));
 #endif
 
         /* the next feed completes it */
@@ -1519,7 +1463,8 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
     task = ctx->task;
 
     if (task == NULL) {
-        task = ngx_thread_task_alloc(r->pool, sizeof(rpcedge_job_t *));
+        task = ngx_thread_task_alloc(r->pool,
+                                     sizeof(ngx_http_rpcedge_thread_ctx_t));
         if (task == NULL) {
             return NGX_ERROR;
         }
@@ -1530,7 +1475,7 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 
     /* the thread sees the job alone, never the request */
 
-    *(rpcedge_job_t **) task->ctx = ctx->job;
+    ((ngx_http_rpcedge_thread_ctx_t *) task->ctx)->job = ctx->job;
 
     /* what the completion needs: r->ctx may be cleared by then (a redirect) */
 
@@ -1553,11 +1498,15 @@ ngx_http_rpcedge_thread_post(ngx_http_request_t *r,
 static void
 ngx_http_rpcedge_thread_handler(void *data, ngx_log_t *log)
 {
-    rpcedge_job_t  **job = data;
+    ngx_http_rpcedge_thread_ctx_t  *tctx = data;
+
+    uint64_t  started;
 
     ngx_log_debug0(NGX_LOG_DEBUG_CORE, log, 0, "rpcedge thread handler");
 
-    rpcedge_job_run(*job);
+    started = ngx_http_rpcedge_now_ns();
+    rpcedge_job_run(tctx->job);
+    tctx->ns = ngx_http_rpcedge_now_ns() - started;
 }
 
 
@@ -1579,6 +1528,7 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
 
     r->main->blocked--;
     ctx->offloaded = 0;
+    ctx->compress_ns += ((ngx_http_rpcedge_thread_ctx_t *) ctx->task->ctx)->ns;
 
     if (ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module) != ctx
         || c->error)
@@ -1612,6 +1562,19 @@ ngx_http_rpcedge_thread_event_handler(ngx_event_t *ev)
 }
 
 #endif
+
+
+/* the core's work is timed finer than nginx's cached milliseconds */
+
+static uint64_t
+ngx_http_rpcedge_now_ns(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 
 static void
@@ -1672,9 +1635,25 @@ ngx_http_rpcedge_cleanup(void *data)
 {
     ngx_http_rpcedge_ctx_t  *ctx = data;
 
+    rpcedge_error_t  why;
+    rpcedge_count_t  counts[RPCEDGE_COUNTS_MAX];
+
     ngx_http_rpcedge_stop_timer(ctx);
 
-    ngx_http_rpcedge_count(ctx);
+    if (ctx->exchange) {
+        if (rpcedge_exchange_transcode(ctx->exchange, &why)
+            == RPCEDGE_TRANSCODE_REFUSED)
+        {
+            ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                          "rpcedge: not transcoded, sent as it came: %s",
+                          why.message);
+        }
+
+        ngx_http_rpcedge_count(counts,
+                               rpcedge_count_exchange(ctx->exchange, ctx->done,
+                                                      ctx->compress_ns / 1000,
+                                                      counts));
+    }
 
     /* a job taken but not given back; a running one blocks the request */
 
@@ -1694,198 +1673,6 @@ ngx_http_rpcedge_stop_timer(void *data)
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
-}
-
-
-static void
-ngx_http_rpcedge_count(ngx_http_rpcedge_ctx_t *ctx)
-{
-    uint64_t                      in, out;
-    rpcedge_error_t               why;
-    ngx_http_rpcedge_counters_t  *counters;
-
-    counters = ngx_http_rpcedge_counters;
-
-    if (counters == NULL || ctx->exchange == NULL) {
-        return;
-    }
-
-    switch (rpcedge_exchange_transcode(ctx->exchange, &why)) {
-
-    case RPCEDGE_TRANSCODE_DONE:
-        (void) ngx_atomic_fetch_add(&counters->transcoded, 1);
-        break;
-
-    case RPCEDGE_TRANSCODE_REFUSED:
-        (void) ngx_atomic_fetch_add(&counters->transcode_refused, 1);
-
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                      "rpcedge: not transcoded, sent as it came: %s",
-                      why.message);
-        break;
-    }
-
-    if (ctx->done) {
-        (void) ngx_atomic_fetch_add(
-                 &counters->responses[rpcedge_exchange_mode_code(ctx->exchange)],
-                 1);
-
-    } else {
-        (void) ngx_atomic_fetch_add(&counters->aborted, 1);
-    }
-
-    rpcedge_exchange_counts(ctx->exchange, &in, &out);
-
-    (void) ngx_atomic_fetch_add(&counters->bytes_in, in);
-    (void) ngx_atomic_fetch_add(&counters->bytes_out, out);
-}
-
-
-static ngx_int_t
-ngx_http_rpcedge_init_counters(ngx_shm_zone_t *shm_zone, void *data)
-{
-    ngx_slab_pool_t  *shpool;
-
-    if (data) {
-        /* a reload: the counters go on */
-        shm_zone->data = data;
-        ngx_http_rpcedge_counters = data;
-        return NGX_OK;
-    }
-
-    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if (shm_zone->shm.exists) {
-        shm_zone->data = shpool->data;
-        ngx_http_rpcedge_counters = shpool->data;
-        return NGX_OK;
-    }
-
-    ngx_http_rpcedge_counters = ngx_slab_calloc(shpool,
-                                           sizeof(ngx_http_rpcedge_counters_t));
-    if (ngx_http_rpcedge_counters == NULL) {
-        return NGX_ERROR;
-    }
-
-    shpool->data = ngx_http_rpcedge_counters;
-    shm_zone->data = ngx_http_rpcedge_counters;
-
-    return NGX_OK;
-}
-
-
-/* the counters in Prometheus' text format */
-
-static ngx_int_t
-ngx_http_rpcedge_status_handler(ngx_http_request_t *r)
-{
-    u_char                       *name;
-    size_t                        size;
-    ngx_int_t                     rc;
-    ngx_buf_t                    *b;
-    ngx_uint_t                    i;
-    ngx_chain_t                   out;
-    ngx_http_rpcedge_counters_t  *counters;
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    counters = ngx_http_rpcedge_counters;
-
-    if (counters == NULL) {
-        return NGX_HTTP_SERVICE_UNAVAILABLE;
-    }
-
-    size = sizeof("# TYPE rpcedge_responses_total counter\n") - 1
-           + RPCEDGE_MODES * (sizeof("rpcedge_responses_total{mode=\"\"} \n")
-                              - 1 + 32 + NGX_ATOMIC_T_LEN)
-           + 7 * (2 * sizeof("# TYPE rpcedge_transcode_refused_total counter\n")
-                  + NGX_ATOMIC_T_LEN);
-
-    b = ngx_create_temp_buf(r->pool, size);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->last = ngx_cpymem(b->last, "# TYPE rpcedge_responses_total counter\n",
-                         sizeof("# TYPE rpcedge_responses_total counter\n") - 1);
-
-    for (i = 0; i < RPCEDGE_MODES; i++) {
-        name = (u_char *) rpcedge_mode_name((uint8_t) i);
-
-        b->last = ngx_sprintf(b->last,
-                              "rpcedge_responses_total{mode=\"%s\"} %uA\n",
-                              name, counters->responses[i]);
-    }
-
-    b->last = ngx_sprintf(b->last,
-                          "# TYPE rpcedge_aborted_total counter\n"
-                          "rpcedge_aborted_total %uA\n"
-                          "# TYPE rpcedge_body_bytes_in_total counter\n"
-                          "rpcedge_body_bytes_in_total %uA\n"
-                          "# TYPE rpcedge_body_bytes_out_total counter\n"
-                          "rpcedge_body_bytes_out_total %uA\n"
-                          "# TYPE rpcedge_offloads_total counter\n"
-                          "rpcedge_offloads_total %uA\n"
-                          "# TYPE rpcedge_inline_fallbacks_total counter\n"
-                          "rpcedge_inline_fallbacks_total %uA\n"
-                          "# TYPE rpcedge_transcoded_total counter\n"
-                          "rpcedge_transcoded_total %uA\n"
-                          "# TYPE rpcedge_transcode_refused_total counter\n"
-                          "rpcedge_transcode_refused_total %uA\n",
-                          counters->aborted, counters->bytes_in,
-                          counters->bytes_out, counters->offloads,
-                          counters->inline_fallbacks, counters->transcoded,
-                          counters->transcode_refused);
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
-}
-
-
-static char *
-ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_rpcedge_status_handler;
-
-    return NGX_CONF_OK;
-}
-
-
-size_t
-ngx_http_rpcedge_min_length(ngx_http_request_t *r)
-{
-    ngx_http_rpcedge_conf_t  *conf;
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
-
-    return conf->min_length;
 }
 
 
@@ -1954,36 +1741,6 @@ ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 }
 
 
-char *
-ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
-{
-    ngx_http_rpcedge_check_t  *check = post;
-
-    uint64_t          value;
-    rpcedge_error_t   err;
-
-    switch (check->slot) {
-
-    case NGX_HTTP_RPCEDGE_NUM_SLOT:
-        value = *(ngx_int_t *) data;
-        break;
-
-    case NGX_HTTP_RPCEDGE_MSEC_SLOT:
-        value = *(ngx_msec_t *) data;
-        break;
-
-    default: /* NGX_HTTP_RPCEDGE_SIZE_SLOT */
-        value = *(size_t *) data;
-    }
-
-    if (rpcedge_check_field(check->field, value, &err) == 0) {
-        return NGX_CONF_OK;
-    }
-
-    return ngx_http_rpcedge_conf_error(cf, &err);
-}
-
-
 /* "auto" or a number: the core parses it, as it does the JSON of the other hosts */
 
 static char *
@@ -2008,27 +1765,6 @@ ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     rcf->level = level;
 
     return NGX_CONF_OK;
-}
-
-
-/* the core's message, which nginx prints after the directive's name */
-
-static char *
-ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err)
-{
-    u_char  *msg;
-    size_t   len;
-
-    len = ngx_strlen(err->message) + 1;
-
-    msg = ngx_pnalloc(cf->pool, len);
-    if (msg == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    ngx_cpystrn(msg, (u_char *) err->message, len);
-
-    return (char *) msg;
 }
 
 
@@ -2081,25 +1817,6 @@ ngx_http_rpcedge_add_variables(ngx_conf_t *cf)
 }
 
 
-ngx_int_t
-ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf, ngx_http_variable_t *vars)
-{
-    ngx_http_variable_t  *var, *v;
-
-    for (v = vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
-}
-
-
 static void *
 ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
 {
@@ -2117,7 +1834,6 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
      */
 
     conf->enable = NGX_CONF_UNSET;
-    conf->min_length = NGX_CONF_UNSET_SIZE;
     conf->max_buffer = NGX_CONF_UNSET_SIZE;
     conf->level = NGX_CONF_UNSET;
     conf->stream_level = NGX_CONF_UNSET;
@@ -2150,8 +1866,6 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config = rpcedge_config_default();
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
-    ngx_conf_merge_size_value(conf->min_length, prev->min_length,
-                              config.min_length);
     ngx_conf_merge_size_value(conf->max_buffer, prev->max_buffer,
                               config.max_buffer);
     ngx_conf_merge_value(conf->level, prev->level, config.level);
@@ -2170,7 +1884,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
                          config.transcode_upstream_ssz);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
 
-    config.min_length = conf->min_length;
+    config.min_length = ngx_http_rpcedge_conf_min_length(cf);
     config.max_buffer = conf->max_buffer;
     config.level = conf->level;
     config.stream_level = conf->stream_level;
@@ -2232,7 +1946,6 @@ ngx_http_rpcedge_settings_cleanup(void *data)
 static ngx_int_t
 ngx_http_rpcedge_filter_init(ngx_conf_t *cf)
 {
-    ngx_shm_zone_t             *shm_zone;
     ngx_http_handler_pt        *h;
     ngx_http_core_main_conf_t  *cmcf;
 
@@ -2246,17 +1959,6 @@ ngx_http_rpcedge_filter_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_rpcedge_ask_handler;
-
-    /* the smallest zone nginx gives a slab pool */
-
-    shm_zone = ngx_shared_memory_add(cf, &ngx_http_rpcedge_zone_name,
-                                     8 * ngx_pagesize,
-                                     &ngx_http_rpcedge_filter_module);
-    if (shm_zone == NULL) {
-        return NGX_ERROR;
-    }
-
-    shm_zone->init = ngx_http_rpcedge_init_counters;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_rpcedge_header_filter;

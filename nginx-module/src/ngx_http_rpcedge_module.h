@@ -1,6 +1,7 @@
 
 /*
- * What the two rpcedge modules of the one .so ask of each other.
+ * What the compression filter and the cache share
+ * (ngx_http_rpcedge_module.c, ngx_http_rpcedge_status.c).
  */
 
 
@@ -26,8 +27,14 @@ typedef struct {
 #define NGX_HTTP_RPCEDGE_NUM_SLOT   1
 #define NGX_HTTP_RPCEDGE_MSEC_SLOT  2
 
+extern ngx_module_t  ngx_http_rpcedge_module;
+
+
 /* the post handler of ngx_http_rpcedge_check_t */
 char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
+
+/* the core's error as a directive's error, which nginx prints after its name */
+char *ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err);
 
 /* a header (key a static string) at the end of a headers_in or headers_out list */
 ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
@@ -43,8 +50,22 @@ rpcedge_str_t ngx_http_rpcedge_request_body(ngx_http_request_t *r);
 /* rpcedge_min_length where r is: below it a cache hit goes out plain */
 size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
 
-/* whether r is being answered from the cache, which costs no compression */
+/* rpcedge_min_length where cf is, merged: ngx_http_rpcedge_module merges
+ * before the modules that read it (see config) */
+size_t ngx_http_rpcedge_conf_min_length(ngx_conf_t *cf);
+
+/* r is being answered from the cache, which costs no compression */
+ngx_int_t ngx_http_rpcedge_answer_from_cache(ngx_http_request_t *r);
 ngx_uint_t ngx_http_rpcedge_cache_answering(ngx_http_request_t *r);
+
+
+/* ngx_http_rpcedge_status.c: the counters zone and its page */
+
+ngx_int_t ngx_http_rpcedge_status_init(ngx_conf_t *cf);
+char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* adds what the core counts for an event (rpcedge_count_*) */
+void ngx_http_rpcedge_count(rpcedge_count_t *counts, size_t n);
 
 
 #endif /* _NGX_HTTP_RPCEDGE_MODULE_H_INCLUDED_ */

@@ -65,11 +65,6 @@
 #define RPCEDGE_FEED_FLUSH 2
 
 /**
- * How many modes there are: `rpcedge_exchange_mode_code` is below this.
- */
-#define RPCEDGE_MODES 7
-
-/**
  * `rpcedge_exchange_transcode`'s outcomes (the core's `TranscodeOutcome`).
  */
 #define RPCEDGE_TRANSCODE_NONE 0
@@ -77,6 +72,11 @@
 #define RPCEDGE_TRANSCODE_DONE 1
 
 #define RPCEDGE_TRANSCODE_REFUSED 2
+
+/**
+ * The most counts one event adds: the length of the array each `rpcedge_count_*` fills.
+ */
+#define RPCEDGE_COUNTS_MAX 5
 
 /**
  * What happened to the body, for logs and metrics.
@@ -265,6 +265,14 @@ typedef struct {
   rpcedge_str_t requires_final;
   rpcedge_str_t body;
 } rpcedge_store_call_t;
+
+/**
+ * One count: add `amount` to the counter at `index` (below `rpcedge_counters()`).
+ */
+typedef struct {
+  uint32_t index;
+  uint64_t amount;
+} rpcedge_count_t;
 
 /**
  * Every mode, in the order of their codes.
@@ -499,19 +507,6 @@ int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_
 int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
 
 /**
- * The mode as a number below `RPCEDGE_MODES`, for counters; `rpcedge_mode_name` names it.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-uint8_t rpcedge_exchange_mode_code(const rpcedge_exchange_t *exchange);
-
-/**
- * A mode's name by its code, NUL-terminated and static; NULL for a code past the last.
- */
-const char *rpcedge_mode_name(uint8_t code);
-
-/**
  * The mode as a NUL-terminated static string ("oneshot", "stream", ...).
  *
  * # Safety
@@ -720,6 +715,61 @@ int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t
  * `cache` is NULL or live.
  */
 const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
+
+/**
+ * How many counters there are.
+ */
+size_t rpcedge_counters(void);
+
+/**
+ * The counter at `index`'s name in Prometheus' text format, as Envoy prints it
+ * (`rpcedge_responses_oneshot`): NUL-terminated and static; NULL past the last.
+ */
+const char *rpcedge_counter_name(size_t index);
+
+/**
+ * The exchange is over: `ended` when it ran to its end (passed, finished or failed), 0 when its
+ * request ended first (the client or the upstream left), which counts as aborted alone;
+ * `compress_us` is the time the host spent in its feeds. Returns how many `counts` it filled.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `counts` is NULL or points to `RPCEDGE_COUNTS_MAX` writable counts.
+ */
+size_t rpcedge_count_exchange(const rpcedge_exchange_t *exchange, uint8_t ended, uint64_t compress_us, rpcedge_count_t *counts);
+
+/**
+ * The request's cache status, once its answer begins (a hit: as it is sent): the status, and
+ * the bypass's reason or, for a hit from the hot tier, a hot hit.
+ *
+ * # Safety
+ * `cache` is NULL or live; `counts` as for `rpcedge_count_exchange`.
+ */
+size_t rpcedge_count_cache(const rpcedge_cache_t *cache, rpcedge_count_t *counts);
+
+/**
+ * The node's answer has ended: why the core would not keep it, if it would not (what
+ * `rpcedge_cache_store` refused, or what the head said already), once.
+ *
+ * # Safety
+ * `cache` is NULL or live; `counts` as for `rpcedge_count_exchange`.
+ */
+size_t rpcedge_count_refusal(rpcedge_cache_t *cache, rpcedge_count_t *counts);
+
+/**
+ * The daemon's answer to a store: its status, 0 when there was none (the call failed).
+ *
+ * # Safety
+ * `counts` as for `rpcedge_count_exchange`.
+ */
+size_t rpcedge_count_store(uint16_t status, rpcedge_count_t *counts);
+
+/**
+ * A compression meant for the host's thread pool: `posted` to it, or 0 when it ran inline.
+ *
+ * # Safety
+ * `counts` as for `rpcedge_count_exchange`.
+ */
+size_t rpcedge_count_offload(uint8_t posted, rpcedge_count_t *counts);
 
 #ifdef __cplusplus
 }  // extern "C"

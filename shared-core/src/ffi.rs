@@ -19,6 +19,7 @@ use crate::negotiate::{AcceptEncoding, Coding};
 use crate::node::Node;
 
 mod cache;
+mod metrics;
 #[cfg(test)]
 mod tests;
 
@@ -692,26 +693,6 @@ fn output_result(result: Result<(), impl Into<String>>, error: *mut RpcedgeError
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_deadline(exchange: *const RpcedgeExchange) -> i64 {
     guard(-1, || exchange.as_ref().and_then(|ex| ex.0.deadline()).map_or(-1, |d| d.min(i64::MAX as u64) as i64))
-}
-
-/// How many modes there are: `rpcedge_exchange_mode_code` is below this.
-pub const RPCEDGE_MODES: u8 = 7;
-
-const _: () = assert!(RPCEDGE_MODES as usize == Mode::ALL.len());
-
-/// The mode as a number below `RPCEDGE_MODES`, for counters; `rpcedge_mode_name` names it.
-///
-/// # Safety
-/// `exchange` is NULL or live.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_exchange_mode_code(exchange: *const RpcedgeExchange) -> u8 {
-    guard(Mode::Failed, || exchange.as_ref().map_or(Mode::Failed, |ex| ex.0.mode())) as u8
-}
-
-/// A mode's name by its code, NUL-terminated and static; NULL for a code past the last.
-#[no_mangle]
-pub extern "C" fn rpcedge_mode_name(code: u8) -> *const c_char {
-    Mode::ALL.get(usize::from(code)).map_or(ptr::null(), |mode| mode.name().as_ptr())
 }
 
 /// The mode as a NUL-terminated static string ("oneshot", "stream", ...).

@@ -1,6 +1,7 @@
-//! The counters an Envoy adapter keeps, named once: the proxy-wasm filter and the native module
-//! define the same names (`rpcedge.<name>`, under each host's own stats prefix) and count the same
-//! events, as this module says.
+//! The counters every host keeps, named once: the proxy-wasm filter and the native module define
+//! the same names (`rpcedge.<name>`, under each host's own stats prefix), nginx and the Lua binding
+//! print them as [`Counter::prometheus_name`] says, and all count the same events, as this module
+//! says (nginx and Lua through the C ABI's `rpcedge_count_*`).
 
 use crate::cache::{Bypass, Refusal, Status as CacheStatus};
 use crate::exchange::{Mode, TranscodeOutcome};
@@ -9,15 +10,18 @@ use crate::exchange::{Mode, TranscodeOutcome};
 const END_MODES: &[Mode] = Mode::ALL.split_at(1).1;
 const CACHE_STATUSES: [CacheStatus; 5] = CacheStatus::all();
 /// The counters after the modes and before the cache statuses, in `Counter::all`'s order.
-const MIDDLE: [Counter; 6] = [
+const MIDDLE: [Counter; 8] = [
     Counter::Aborted,
     Counter::BodyBytesIn,
     Counter::BodyBytesOut,
     Counter::CompressTimeUs,
     Counter::Transcoded,
     Counter::TranscodeRefused,
+    Counter::Offloads,
+    Counter::InlineFallbacks,
 ];
-const STORES: [Counter; 3] = [Counter::StoresTaken, Counter::StoresRefused, Counter::StoresFailed];
+/// The cache's counters after its statuses and before its reasons.
+const STORES: [Counter; 4] = [Counter::HotHits, Counter::StoresTaken, Counter::StoresRefused, Counter::StoresFailed];
 
 /// One counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +37,15 @@ pub enum Counter {
     /// Bodies sent transcoded, and bodies that could have been but went out as they came.
     Transcoded,
     TranscodeRefused,
+    /// Whole-body compressions handed to the host's thread pool, and those meant for it that ran
+    /// inline (its queue was full): both stay 0 on a host without a thread pool (all but nginx
+    /// with `aio threads`).
+    Offloads,
+    InlineFallbacks,
     /// Requests by their cache status.
     CacheResponses(CacheStatus),
+    /// Hits the hot tier answered (each also in `CacheResponses(Hit)`).
+    HotHits,
     /// Stores the daemon took, refused (not final, too large, ...) or that failed; answers the
     /// core refused to store count as refused too.
     StoresTaken,
@@ -70,7 +81,7 @@ impl Counter {
             Counter::CacheResponses(status) => {
                 modes + middle + position(CACHE_STATUSES.iter().position(|&s| s == status))
             }
-            Counter::StoresTaken | Counter::StoresRefused | Counter::StoresFailed => {
+            Counter::HotHits | Counter::StoresTaken | Counter::StoresRefused | Counter::StoresFailed => {
                 modes + middle + statuses + position(STORES.iter().position(|&c| c == self))
             }
             _ => modes + position(MIDDLE.iter().position(|&c| c == self)),
@@ -87,9 +98,12 @@ impl Counter {
             Counter::CompressTimeUs => "compress_time_us".into(),
             Counter::Transcoded => "transcode.done".into(),
             Counter::TranscodeRefused => "transcode.refused".into(),
+            Counter::Offloads => "offload.posted".into(),
+            Counter::InlineFallbacks => "offload.inline".into(),
             Counter::CacheResponses(status) => {
                 format!("cache.responses.{}", status.as_str().to_ascii_lowercase())
             }
+            Counter::HotHits => "cache.hot_hits".into(),
             Counter::StoresTaken => "cache.stores.taken".into(),
             Counter::StoresRefused => "cache.stores.refused".into(),
             Counter::StoresFailed => "cache.stores.failed".into(),
@@ -97,6 +111,22 @@ impl Counter {
             Counter::StoresRefusedFor(refusal) => {
                 format!("cache.stores.refused.{}", refusal.as_str())
             }
+        }
+    }
+
+    /// The name in Prometheus' text format, as Envoy prints a Wasm filter's `rpcedge.<name>`:
+    /// `rpcedge_responses_oneshot`, `rpcedge_cache_stores_taken`.
+    pub fn prometheus_name(self) -> String {
+        format!("rpcedge_{}", self.name().replace('.', "_"))
+    }
+
+    /// What a compression meant for the host's thread pool counts as: posted to it, or run
+    /// inline.
+    pub fn for_offload(posted: bool) -> Counter {
+        if posted {
+            Counter::Offloads
+        } else {
+            Counter::InlineFallbacks
         }
     }
 
@@ -116,6 +146,11 @@ impl Counter {
 pub fn cache_responded(status: CacheStatus, bypass: Option<Bypass>) -> impl Iterator<Item = Counter> {
     let reason = bypass.filter(|_| status == CacheStatus::Bypass).map(Counter::CacheBypassed);
     std::iter::once(Counter::CacheResponses(status)).chain(reason)
+}
+
+/// What a hit adds to the counters: its status, and a hot hit besides when the hot tier answered.
+pub fn cache_hit(hot: bool) -> impl Iterator<Item = Counter> {
+    std::iter::once(Counter::CacheResponses(CacheStatus::Hit)).chain(hot.then_some(Counter::HotHits))
 }
 
 /// What an answer the core refused to store adds to the counters.
@@ -184,6 +219,23 @@ mod tests {
         let (amounts, duration) = exchange_ended(Mode::Oneshot, (9000, 900), 7, TranscodeOutcome::Refused);
         assert_eq!(amounts.count(), 5);
         assert_eq!(duration, Some(7));
+    }
+
+    #[test]
+    fn prometheus_names_are_envoys() {
+        assert_eq!(Counter::Responses(Mode::Oneshot).prometheus_name(), "rpcedge_responses_oneshot");
+        assert_eq!(Counter::CacheBypassed(Bypass::Members).prometheus_name(), "rpcedge_cache_bypass_members");
+        assert_eq!(Counter::HotHits.prometheus_name(), "rpcedge_cache_hot_hits");
+        for counter in Counter::all() {
+            let name = counter.prometheus_name();
+            assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_hot_hit_is_a_hit_too() {
+        assert_eq!(cache_hit(false).collect::<Vec<_>>(), [Counter::CacheResponses(CacheStatus::Hit)]);
+        assert_eq!(cache_hit(true).collect::<Vec<_>>(), [Counter::CacheResponses(CacheStatus::Hit), Counter::HotHits]);
     }
 
     #[test]

@@ -26,6 +26,15 @@
 --         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
 --         -- only once that block is finalized in the namespace
 --     end
+--
+-- The counters every rpcedge host keeps (the core's names, as nginx's rpcedge_status and Envoy
+-- print them) are kept in a lua_shared_dict, "rpcedge_counters" unless rpcedge.count_in(name)
+-- names another (at module load); without that dict nothing is counted. respond and the cache's
+-- calls count as they go; rpcedge.status() prints them, from a content handler:
+--
+--     lua_shared_dict rpcedge_counters 64k;
+--     location = /rpcedge_status { content_by_lua_block { require("resty.rpcedge").status() } }
+--
 -- The shared library is found by ffi.load: set RPCEDGE_LIB (env directive) to its path, or put
 -- librpcedge_core.so where the dynamic linker looks.
 
@@ -40,7 +49,11 @@ local ipairs = ipairs
 local type = type
 local math_max = math.max
 local tostring = tostring
+local tonumber = tonumber
 local error = error
+local os_clock = os.clock
+local table_concat = table.concat
+local format = string.format
 
 ffi.cdef[[
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
@@ -133,6 +146,18 @@ int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
 const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
+
+typedef struct {
+  uint32_t index;
+  uint64_t amount;
+} rpcedge_count_t;
+
+size_t rpcedge_counters(void);
+const char *rpcedge_counter_name(size_t index);
+size_t rpcedge_count_exchange(const rpcedge_exchange_t *exchange, uint8_t ended, uint64_t compress_us,
+                              rpcedge_count_t *counts);
+size_t rpcedge_count_cache(const rpcedge_cache_t *cache, rpcedge_count_t *counts);
+size_t rpcedge_count_refusal(rpcedge_cache_t *cache, rpcedge_count_t *counts);
 ]]
 
 local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge_core")
@@ -143,6 +168,7 @@ local EDIT_SET, EDIT_REMOVE = 1, 2
 local OUT_HEADERS = 1
 local FEED_END = 1
 local TRANSCODE_REFUSED = 2
+local COUNTS_MAX = 5
 
 -- not copied from the node's answer: the framing is this response's own
 local HOP_BY_HOP = {
@@ -150,7 +176,49 @@ local HOP_BY_HOP = {
     ["keep-alive"] = true, ["trailer"] = true, ["upgrade"] = true,
 }
 
-local _M = { version = "0.2.0" }
+local _M = { version = "0.3.0" }
+
+
+-- The counters: their names once, and the dict that holds their numbers by index.
+local counter_names = {}
+local ncounters = tonumber(lib.rpcedge_counters())
+for i = 0, ncounters - 1 do
+    counter_names[i] = C_string(lib.rpcedge_counter_name(i))
+end
+local counters_dict = "rpcedge_counters"
+local counts = ffi_new("rpcedge_count_t[?]", COUNTS_MAX)
+
+
+-- Names the lua_shared_dict that keeps the counters (default "rpcedge_counters").
+function _M.count_in(name)
+    counters_dict = name
+end
+
+
+-- Adds the `n` counts the core just put in `counts`.
+local function count(n)
+    local dict = ngx.shared[counters_dict]
+    if dict == nil then
+        return
+    end
+    for i = 0, tonumber(n) - 1 do
+        dict:incr(counts[i].index, tonumber(counts[i].amount), 0)
+    end
+end
+
+
+-- Prints every counter in Prometheus' text format, as nginx's rpcedge_status and Envoy do.
+function _M.status()
+    local dict = ngx.shared[counters_dict]
+    local lines = {}
+    for i = 0, ncounters - 1 do
+        local name = counter_names[i]
+        local value = dict and dict:get(i) or 0
+        lines[#lines + 1] = format("# TYPE %s counter\n%s{} %.0f\n", name, name, value)
+    end
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.print(table_concat(lines))
+end
 
 
 -- Validated settings from the JSON the Envoy filter takes ("" for the defaults); raises an error
@@ -297,15 +365,19 @@ function Exchange:respond(res)
     if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
         apply_edits(edits, #body)
         ngx.print(body)
-        log_refusal(exchange)
-        return C_string(lib.rpcedge_exchange_mode(exchange))
+        return self:ended(0)
     end
 
     local out = ffi_new("rpcedge_output_t")
     local err = ffi_new("rpcedge_error_t")
-    if lib.rpcedge_exchange_feed(exchange, body, #body, FEED_END, ngx.now() * 1000, out, err) ~= 0 then
+    -- the worker's CPU time, fine enough for one feed (ngx.now() is in milliseconds)
+    local started = os_clock()
+    local failed = lib.rpcedge_exchange_feed(exchange, body, #body, FEED_END, ngx.now() * 1000, out, err) ~= 0
+    local compress_us = (os_clock() - started) * 1e6
+    if failed then
         ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
         local status = lib.rpcedge_exchange_failure(exchange)
+        self:ended(compress_us)
         -- 444: nginx closes the connection, the reset of the one failure policy
         ngx.exit(status ~= 0 and status or 444)
         return "failed"
@@ -313,8 +385,15 @@ function Exchange:respond(res)
     -- with the headers held (buffered), they come with the output; streamed, they are in force
     apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
     ngx.print(C_string(out.data, out.len))
-    log_refusal(exchange)
-    return C_string(lib.rpcedge_exchange_mode(exchange))
+    return self:ended(compress_us)
+end
+
+
+-- The answer is out: counted, a transcoding refusal logged, and the mode.
+function Exchange:ended(compress_us)
+    count(lib.rpcedge_count_exchange(self.handle, 1, compress_us, counts))
+    log_refusal(self.handle)
+    return C_string(lib.rpcedge_exchange_mode(self.handle))
 end
 
 
@@ -420,6 +499,7 @@ function Cache:hit(entry, min_length)
     if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), rstr(nil), entry, #entry, min_length or 1024) == 0 then
         return nil
     end
+    count(lib.rpcedge_count_cache(self.handle, counts))
     local body = ffi_new("rpcedge_str_t")
     local gzip = lib.rpcedge_cache_hit(self.handle, body) == 1
     return lua_string(body), gzip
@@ -438,12 +518,18 @@ end
 
 
 -- The node's response head, its status, length (nil: unknown) and headers (a table as
--- ngx.location.capture's `res.header`): whether to keep its body for `store`.
+-- ngx.location.capture's `res.header`): whether to keep its body for `store`. Call it for every
+-- answer the node gives (a bypass too): it counts the request's cache status.
 function Cache:response_head(status, content_length, headers)
     local array, n, strings = header_array(headers or {})
     anchor[1] = strings
     local take = lib.rpcedge_cache_response_head(self.handle, status, content_length or -1, array, n) == 1
     anchor[1] = nil
+    count(lib.rpcedge_count_cache(self.handle, counts))
+    if not take then
+        -- the head may say already why the answer is not kept
+        count(lib.rpcedge_count_refusal(self.handle, counts))
+    end
     return take
 end
 
@@ -454,9 +540,11 @@ end
 -- that every gzip hit is a splice.
 function Cache:store(body)
     local call = ffi_new("rpcedge_store_call_t")
-    if lib.rpcedge_cache_store(self.handle, body, #body, call) == 0
-        or lib.rpcedge_cache_compact_store(self.handle, call) == 0
-    then
+    if lib.rpcedge_cache_store(self.handle, body, #body, call) == 0 then
+        count(lib.rpcedge_count_refusal(self.handle, counts))
+        return nil
+    end
+    if lib.rpcedge_cache_compact_store(self.handle, call) == 0 then
         return nil
     end
     return {

@@ -5,15 +5,21 @@ use std::ffi::c_char;
 use std::ptr;
 
 use super::{bytes, guard, put, RpcedgeHeader, RpcedgeStr};
-use crate::cache::{protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Status, StoreCall};
+use crate::cache::{
+    protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Refusal, Status, StoreCall,
+};
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
-    exchange: CacheExchange,
+    pub(super) exchange: CacheExchange,
     settings: CacheSettings,
     lookup_path: Option<String>,
     hit: Option<HitResponse>,
+    /// The hit came from the hot tier.
+    pub(super) hot: bool,
     store: Option<StoreCall>,
+    /// Why `rpcedge_cache_store` did not keep the answer, until it is counted.
+    pub(super) refusal: Option<Refusal>,
 }
 
 /// The call that stores an answer: `PUT path`, with these headers (a NULL `data` is an absent
@@ -60,7 +66,8 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         let settings = CacheSettings::default();
         let exchange = CacheExchange::new(namespace.as_deref(), body, &header_list(headers, headers_len), &settings);
         let lookup_path = exchange.lookup_path();
-        Box::into_raw(Box::new(RpcedgeCache { exchange, settings, lookup_path, hit: None, store: None }))
+        let cache = RpcedgeCache { exchange, settings, lookup_path, hit: None, hot: false, store: None, refusal: None };
+        Box::into_raw(Box::new(cache))
     })
 }
 
@@ -206,7 +213,8 @@ pub unsafe extern "C" fn rpcedge_cache_hot_hit(cache: *mut RpcedgeCache, min_len
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         cache.hit = cache.exchange.hot_answer(min_length);
-        cache.hit.is_some().into()
+        cache.hot = cache.hit.is_some();
+        cache.hot.into()
     })
 }
 
@@ -308,7 +316,9 @@ pub unsafe extern "C" fn rpcedge_cache_store(
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         let settings = &cache.settings;
-        cache.store = cache.exchange.store(bytes(body, len), settings).ok();
+        let store = cache.exchange.store(bytes(body, len), settings);
+        cache.refusal = store.as_ref().err().copied();
+        cache.store = store.ok();
         put(call, store_call(cache.store.as_ref()));
         cache.store.is_some().into()
     })

@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use std::io::Read;
 use std::mem::MaybeUninit;
 
+use super::metrics::*;
 use super::*;
 use crate::compress::{auto_level, compress_whole};
 
@@ -286,14 +287,72 @@ fn edits_carry_the_coding_token_and_the_etag_op() {
     }
 }
 
+/// What one `rpcedge_count_*` call adds, as (counter name, amount).
+unsafe fn counted(count: impl FnOnce(*mut RpcedgeCount) -> usize) -> Vec<(String, u64)> {
+    let mut counts = [garbage::<RpcedgeCount>(); RPCEDGE_COUNTS_MAX];
+    let n = count(counts.as_mut_ptr());
+    let name = |index: u32| CStr::from_ptr(rpcedge_counter_name(index as usize)).to_str().unwrap().to_string();
+    counts[..n].iter().map(|count| (name(count.index), count.amount)).collect()
+}
+
+fn adds(counts: &[(&str, u64)]) -> Vec<(String, u64)> {
+    counts.iter().map(|&(name, amount)| (name.to_string(), amount)).collect()
+}
+
 #[test]
-fn mode_codes_name_every_mode_once() {
-    let names: Vec<_> = (0..RPCEDGE_MODES).map(|code| unsafe { CStr::from_ptr(rpcedge_mode_name(code)) }).collect();
-    assert_eq!(names, Mode::ALL.map(Mode::name));
-    assert!(rpcedge_mode_name(RPCEDGE_MODES).is_null());
+fn counters_are_named_as_envoy_prints_them_and_each_event_says_what_it_adds() {
+    let names: Vec<_> =
+        (0..rpcedge_counters()).map(|i| unsafe { CStr::from_ptr(rpcedge_counter_name(i)) }.to_str().unwrap()).collect();
+    assert!(names.contains(&"rpcedge_responses_oneshot") && names.contains(&"rpcedge_cache_hot_hits"));
+    assert!(rpcedge_counter_name(rpcedge_counters()).is_null());
     let h = Handles::new("");
-    assert_eq!(unsafe { rpcedge_exchange_mode_code(h.exchange) }, Mode::Pending as u8);
-    assert_eq!(unsafe { rpcedge_exchange_mode_code(ptr::null()) }, Mode::Failed as u8);
+    unsafe {
+        rpcedge_exchange_response_content_length(h.exchange, 10);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_PASS);
+        let ended = counted(|counts| rpcedge_count_exchange(h.exchange, 1, 0, counts));
+        assert_eq!(ended, adds(&[("rpcedge_responses_small", 1)]), "no zeros");
+        let aborted = counted(|counts| rpcedge_count_exchange(h.exchange, 0, 7, counts));
+        assert_eq!(aborted, adds(&[("rpcedge_responses_aborted", 1)]), "an aborted exchange counts alone");
+        assert!(counted(|counts| rpcedge_count_exchange(ptr::null(), 1, 0, counts)).is_empty());
+        assert_eq!(rpcedge_count_exchange(h.exchange, 1, 0, ptr::null_mut()), 0);
+        assert_eq!(counted(|counts| rpcedge_count_store(204, counts)), adds(&[("rpcedge_cache_stores_taken", 1)]));
+        assert_eq!(counted(|counts| rpcedge_count_store(0, counts)), adds(&[("rpcedge_cache_stores_failed", 1)]));
+        assert_eq!(counted(|counts| rpcedge_count_offload(0, counts)), adds(&[("rpcedge_offload_inline", 1)]));
+    }
+}
+
+#[test]
+fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
+    unsafe {
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
+        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let bypass = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_batch", 1)]);
+        assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), bypass);
+        rpcedge_cache_free(cache);
+
+        const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
+        let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
+        let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
+        let cache = rpcedge_cache_new(rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
+        assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
+        assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
+        let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_null", 1)]);
+        assert_eq!(counted(|counts| rpcedge_count_refusal(cache, counts)), refused);
+        assert!(counted(|counts| rpcedge_count_refusal(cache, counts)).is_empty(), "once");
+        rpcedge_cache_free(cache);
+
+        // refused by its head: the host holds no body and makes no store
+        let cache = rpcedge_cache_new(rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        let cookie = [c_header("Set-Cookie", "a=b")];
+        assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
+        let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_set_cookie", 1)]);
+        assert_eq!(counted(|counts| rpcedge_count_refusal(cache, counts)), refused);
+        rpcedge_cache_free(cache);
+        assert!(counted(|counts| rpcedge_count_cache(ptr::null(), counts)).is_empty());
+    }
 }
 
 #[test]
@@ -404,6 +463,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         ];
         assert_eq!(hit_headers, expected.map(|(n, v)| (n.to_vec(), v.to_vec())), "the node's headers kept");
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(hit)), c"HIT");
+        assert_eq!(counted(|counts| rpcedge_count_cache(hit, counts)), adds(&[("rpcedge_cache_responses_hit", 1)]));
 
         // the daemon's hit kept in a hot tier answers the next request without the daemon
         let mut region = vec![0u8; rpcedge_cache_hot_min_region()];
@@ -419,6 +479,8 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
         assert_eq!(CStr::from_ptr(rpcedge_cache_status(from_hot)), c"HIT");
+        let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
+        assert_eq!(counted(|counts| rpcedge_count_cache(from_hot, counts)), hot_hit);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + crate::cache::HOT_MAX_AGE_S), 0, "aged out");
         rpcedge_cache_free(from_hot);
         assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0), 0);
