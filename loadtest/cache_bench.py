@@ -38,7 +38,7 @@ from harness import LOOPBACK, REPO, free_port  # noqa: E402
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
 SCRIPT = LOADTEST / "wrk" / "cache_mix.lua"
-NAMESPACE = f"{cc.NAMESPACE_HOST}/{cc.CacheStack.LATE}"
+NAMESPACE = cc.CacheStack.LATE  # one namespace for every call, whose finality the run moves
 CONNECTIONS = 16
 # room in the hot tier for every call's entry (the make run configs give 32 MiB)
 HOT_BYTES = 32 * 1024 * 1024
