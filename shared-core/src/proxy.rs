@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cache::proxy::{self, AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
-use crate::cache::{HitResponse, Status as CacheStatus};
+use crate::cache::HitResponse;
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
@@ -197,7 +197,7 @@ impl ProxyExchange {
             AfterBody::Continue => RequestStep::Continue,
             AfterBody::Wait => RequestStep::Wait,
             AfterBody::Lookup(call) => RequestStep::Lookup(call),
-            AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit)),
+            AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit, true)),
         }
     }
 
@@ -219,11 +219,12 @@ impl ProxyExchange {
     ) -> Option<Reply> {
         let request = self.cache.as_mut()?;
         let hit = request.on_lookup_answer(headers, body, self.settings.min_length, hot, now_ms / 1000)?;
-        Some(self.reply(hit))
+        Some(self.reply(hit, false))
     }
 
-    fn reply(&mut self, hit: HitResponse) -> Reply {
-        self.counters.push((Counter::CacheResponses(CacheStatus::Hit), 1));
+    /// A hit, from the hot tier or the daemon.
+    fn reply(&mut self, hit: HitResponse, hot: bool) -> Reply {
+        self.counters.extend(metrics::cache_hit(hot).map(|c| (c, 1)));
         self.done = true;
         Reply { hit, status_header: self.status_header() }
     }

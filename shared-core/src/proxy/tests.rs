@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::*;
-use crate::cache::Entry;
+use crate::cache::{Entry, Status as CacheStatus};
 use crate::{Config, Mode};
 
 const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
@@ -95,6 +95,7 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let mut hot_hit = ProxyExchange::new(settings, Arc::default());
     let RequestStep::Reply(reply) = ask(&mut hot_hit, &block_request(9), Some(&hot)) else { panic!("not hot") };
     assert_eq!(reply.body(), block_answer(9).as_bytes());
+    assert_eq!(counted(&mut hot_hit), [(Counter::CacheResponses(CacheStatus::Hit), 1), (Counter::HotHits, 1)]);
 }
 
 #[test]
