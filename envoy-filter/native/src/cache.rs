@@ -140,10 +140,11 @@ pub unsafe fn answer<'hook>(
     }
     let headers: &[EnvoyHeader] = raw_slice(headers, headers_length);
     let body: &[EnvoyBuffer] = raw_slice(body, body_length);
-    (
-        headers.iter().map(|h| (h.key.bytes(), h.value.bytes())).collect(),
-        body.iter().flat_map(|chunk| chunk.bytes()).copied().collect(),
-    )
+    let mut whole = Vec::with_capacity(body.iter().map(|chunk| chunk.bytes().len()).sum());
+    for chunk in body {
+        whole.extend_from_slice(chunk.bytes());
+    }
+    (headers.iter().map(|h| (h.key.bytes(), h.value.bytes())).collect(), whole)
 }
 
 /// # Safety
