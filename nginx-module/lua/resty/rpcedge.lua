@@ -270,11 +270,12 @@ local function apply_edits(edits, length)
         length = nil
     end
     ngx.header["Content-Length"] = length
-    if edits.add_vary ~= 0 then
-        add_vary("Accept-Encoding")
-    end
+    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding
     if edits.add_vary_accept ~= 0 then
         add_vary("Accept")
+    end
+    if edits.add_vary ~= 0 then
+        add_vary("Accept-Encoding")
     end
     if edits.content_type ~= nil then
         ngx.header["Content-Type"] = C_string(edits.content_type, edits.content_type_len)
@@ -420,9 +421,6 @@ end
 local Cache = {}
 Cache.__index = Cache
 
-local ENTRY_PATH = "/v1/entries/"
-
-
 -- Keeps Lua strings that an FFI array points to reachable while the core reads them: a local
 -- that is not read again may be collected before the call.
 local anchor = {}
@@ -479,7 +477,8 @@ function Cache:key()
     if lib.rpcedge_cache_lookup_path(self.handle, path) == 0 then
         return nil
     end
-    return lua_string(path):sub(#ENTRY_PATH + 1)
+    -- the path's last segment (the daemon's protocol is the core's: cache::protocol)
+    return lua_string(path):match("[^/]+$")
 end
 
 
