@@ -17,11 +17,11 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 
-use rpcedge_core::{BodyPlan, Exchange, Settings};
+use rpcedge_core::{BodyPlan, Exchange, Node, Settings};
 
 /// The request every exchange starts with: what wrk sends in the load test.
-fn request(settings: &Arc<Settings>) -> Exchange {
-    let mut exchange = Exchange::new(Arc::clone(settings), Arc::default());
+fn request(settings: &Arc<Settings>, node: &Arc<Node>) -> Exchange {
+    let mut exchange = Exchange::new(Arc::clone(settings), Arc::clone(node));
     exchange.request_method(b"POST");
     exchange.request_path(b"/mainnet");
     exchange.request_header(b"host", b"127.0.0.1:18080");
@@ -41,18 +41,18 @@ fn respond(exchange: &mut Exchange, length: usize) -> BodyPlan {
 }
 
 #[inline(never)]
-fn untouched(settings: &Arc<Settings>, body: &[u8], exchanges: u32) {
+fn untouched(settings: &Arc<Settings>, node: &Arc<Node>, body: &[u8], exchanges: u32) {
     for _ in 0..exchanges {
-        let mut exchange = request(settings);
+        let mut exchange = request(settings, node);
         assert_eq!(respond(&mut exchange, body.len()), BodyPlan::Pass);
         black_box(exchange.edits());
     }
 }
 
 #[inline(never)]
-fn one_shot_30k(settings: &Arc<Settings>, body: &[u8], exchanges: u32) {
+fn one_shot_30k(settings: &Arc<Settings>, node: &Arc<Node>, body: &[u8], exchanges: u32) {
     for _ in 0..exchanges {
-        let mut exchange = request(settings);
+        let mut exchange = request(settings, node);
         assert_eq!(respond(&mut exchange, body.len()), BodyPlan::Buffer);
         let output = exchange.feed(black_box(body), true, false, 0).expect("compresses");
         assert!(output.end && output.data.len() < body.len());
@@ -68,14 +68,15 @@ fn main() {
     // cargo bench passes --bench; the path and the count follow
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let exchanges = args.get(1).map_or(1000, |n| n.parse().expect("a number of exchanges"));
-    let settings = Arc::new(Settings::default());
+    // one configuration, and what its exchanges learn about the node, as a host keeps them
+    let (settings, node) = (Arc::new(Settings::default()), Arc::default());
     match args.first().map(String::as_str) {
-        Some("untouched") => untouched(&settings, &sample_body("small.json"), exchanges),
-        Some("one_shot_30k") => one_shot_30k(&settings, &sample_body("30k.json"), exchanges),
+        Some("untouched") => untouched(&settings, &node, &sample_body("small.json"), exchanges),
+        Some("one_shot_30k") => one_shot_30k(&settings, &node, &sample_body("30k.json"), exchanges),
         // `cargo bench` with no arguments runs every bench binary: one quick pass of each path
         None => {
-            untouched(&settings, &sample_body("small.json"), 1);
-            one_shot_30k(&settings, &sample_body("30k.json"), 1);
+            untouched(&settings, &node, &sample_body("small.json"), 1);
+            one_shot_30k(&settings, &node, &sample_body("30k.json"), 1);
         }
         Some(other) => panic!("unknown path {other}: untouched or one_shot_30k"),
     }

@@ -153,14 +153,21 @@ impl ProxyExchange {
         }
     }
 
+    /// Whether the request body is the core's business (to transcode it, or for the cache): else
+    /// the host lets it pass without reading it, or its size.
+    pub fn reads_request_body(&self) -> bool {
+        self.body_wanted || self.cache.as_ref().is_some_and(ProxyCacheRequest::awaits_body)
+    }
+
     /// A request body callback, with the body's size so far; `body` reads it (at most once).
+    /// The clocks (`now_ms`, here and below) are read only when the core needs the time.
     pub fn on_request_body(
         &mut self,
         body_size: usize,
         end_of_stream: bool,
         body: impl FnOnce() -> Vec<u8>,
         hot: Option<&dyn HotRegion>,
-        now_ms: u64,
+        now_ms: impl FnOnce() -> u64,
     ) -> RequestBody {
         let mut body = LazyBody::new(body);
         let mut upstream_accept = None;
@@ -187,13 +194,13 @@ impl ProxyExchange {
         end_of_stream: bool,
         mut body: LazyBody<F>,
         hot: Option<&dyn HotRegion>,
-        now_ms: u64,
+        now_ms: impl FnOnce() -> u64,
     ) -> RequestStep {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
             return RequestStep::Continue;
         };
         let min_length = self.settings.min_length;
-        match request.on_body(body_size, end_of_stream, &mut body, config, hot, min_length, now_ms / 1000) {
+        match request.on_body(body_size, end_of_stream, &mut body, config, hot, min_length, now_ms() / 1000) {
             AfterBody::Continue => RequestStep::Continue,
             AfterBody::Wait => RequestStep::Wait,
             AfterBody::Lookup(call) => RequestStep::Lookup(call),
@@ -215,10 +222,10 @@ impl ProxyExchange {
         headers: &[(N, V)],
         body: &[u8],
         hot: Option<&dyn HotRegion>,
-        now_ms: u64,
+        now_ms: impl FnOnce() -> u64,
     ) -> Option<Reply> {
         let request = self.cache.as_mut()?;
-        let hit = request.on_lookup_answer(headers, body, self.settings.min_length, hot, now_ms / 1000)?;
+        let hit = request.on_lookup_answer(headers, body, self.settings.min_length, hot, now_ms() / 1000)?;
         Some(self.reply(hit, false))
     }
 
@@ -235,11 +242,10 @@ impl ProxyExchange {
         &mut self,
         headers: &[(N, V)],
         end_of_stream: bool,
-        now_ms: u64,
+        now_ms: impl FnOnce() -> u64,
     ) -> Result<ResponseHead<'_>, Failed> {
         let mut edits = Vec::new();
-        if self.cache.as_ref().is_some_and(ProxyCacheRequest::is_hit) {
-            // the cache's own reply
+        if self.replied() {
             return Ok(ResponseHead { edits, hold: false });
         }
         let mut status = 0;
@@ -271,15 +277,23 @@ impl ProxyExchange {
             BodyPlan::Stream => false,
             // An empty body: the core only settles the headers.
             BodyPlan::Buffer if end_of_stream => {
-                self.feed(&[], true, false, now_ms)?;
+                self.feed(&[], true, false, now_ms())?;
                 false
             }
             BodyPlan::Buffer => true,
         };
-        if !hold {
+        if !hold && edits.is_empty() {
+            edits = self.exchange.edits().operations();
+        } else if !hold {
             edits.extend(self.exchange.edits().operations());
         }
         Ok(ResponseHead { edits, hold })
+    }
+
+    /// The cache answered: the response is the host's own reply, which passes untouched (the host
+    /// need not read its headers).
+    pub fn replied(&self) -> bool {
+        self.cache.as_ref().is_some_and(ProxyCacheRequest::is_hit)
     }
 
     /// Whether the host reads the response body: to feed the core or to hold it for the cache.
@@ -290,7 +304,13 @@ impl ProxyExchange {
     /// A chunk of the node's body (`end`: its last): held for the cache where it keeps it, and
     /// fed to the core, whose output goes to [`ProxyExchange::output`]. The header edits the core
     /// releases with it come back (once); a failure says what to do instead.
-    pub fn on_body(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+    pub fn on_body(
+        &mut self,
+        chunk: &[u8],
+        end: bool,
+        flush: bool,
+        now_ms: impl FnOnce() -> u64,
+    ) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
             request.hold(chunk);
         }
@@ -300,11 +320,11 @@ impl ProxyExchange {
         if self.done {
             return Ok(None);
         }
-        self.feed(chunk, end, flush, now_ms)
+        self.feed(chunk, end, flush, now_ms())
     }
 
     /// The response's trailers: its body has ended.
-    pub fn on_trailers(&mut self, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+    pub fn on_trailers(&mut self, now_ms: impl FnOnce() -> u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         self.on_body(&[], true, false, now_ms)
     }
 

@@ -63,10 +63,13 @@ impl Filter {
     }
 
     pub fn on_request_body(&mut self, host: Host, end_of_stream: bool) -> BodyStatus {
+        if !self.exchange.reads_request_body() {
+            return BodyStatus::Continue;
+        }
         let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
         let body = || [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat().concat();
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms());
+        let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
         ask_upstream(host, after.upstream_accept);
         let status = match after.step {
             RequestStep::Continue => BodyStatus::Continue,
@@ -102,7 +105,7 @@ impl Filter {
         }
         self.lookup = None;
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        match self.exchange.on_lookup_answer(headers, body, hot, now_ms()) {
+        match self.exchange.on_lookup_answer(headers, body, hot, now_ms) {
             Some(reply) => send_reply(host, &reply),
             None => host.continue_request(),
         }
@@ -110,9 +113,13 @@ impl Filter {
     }
 
     pub fn on_response_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
+        if self.exchange.replied() {
+            // the cache's own reply
+            return HeadersStatus::Continue;
+        }
         let headers = host.headers(HeaderType::Response);
         // (Envoy's header bytes are not read past here: setting a header may move them.)
-        let status = match self.exchange.on_response_headers(&headers, end_of_stream, now_ms()) {
+        let status = match self.exchange.on_response_headers(&headers, end_of_stream, now_ms) {
             Ok(head) => {
                 apply_edits(host, head.edits);
                 if head.hold {
@@ -262,7 +269,7 @@ impl Filter {
     /// Feeds the core and applies the headers it releases; its bytes gather in its output. False
     /// when the exchange failed (and the response is being answered or reset).
     fn feed(&mut self, host: Host, chunk: &[u8], end: bool, flush: bool) -> bool {
-        match self.exchange.on_body(chunk, end, flush, now_ms()) {
+        match self.exchange.on_body(chunk, end, flush, now_ms) {
             Ok(Some(edits)) => {
                 apply_edits(host, edits);
                 self.headers_released = true;

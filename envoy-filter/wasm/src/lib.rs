@@ -203,7 +203,7 @@ impl Context for Filter {
         };
         self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
-            match stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms()) {
+            match stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms) {
                 Some(reply) if cache::send_reply(&reply) => {}
                 _ => {
                     let _ = hostcalls::resume_http_request();
@@ -238,11 +238,14 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.stream.borrow().exchange.reads_request_body() {
+            return Action::Continue;
+        }
         let body = || hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
         let mut lookup = None;
         let action = self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
-            let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms());
+            let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms);
             ask_upstream(after.upstream_accept);
             match after.step {
                 RequestStep::Continue => Action::Continue,
@@ -269,6 +272,10 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.stream.borrow().exchange.replied() {
+            // the cache's own reply
+            return Action::Continue;
+        }
         let headers = self.get_http_response_headers_bytes();
         self.with_stream(|stream| stream.on_headers(&headers, end_of_stream))
     }
@@ -302,7 +309,7 @@ impl Stream {
     }
 
     fn on_headers(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Action {
-        match self.exchange.on_response_headers(headers, end_of_stream, now_ms()) {
+        match self.exchange.on_response_headers(headers, end_of_stream, now_ms) {
             Ok(head) => {
                 apply_edits(head.edits);
                 self.stopped = head.hold;
@@ -441,7 +448,7 @@ impl Stream {
     fn feed(&mut self, chunk: &[u8], end: bool) -> bool {
         self.exchange.clear_output();
         // Envoy has no notion of an upstream flush: every chunk is fed as unflushed.
-        match self.exchange.on_body(chunk, end, false, now_ms()) {
+        match self.exchange.on_body(chunk, end, false, now_ms) {
             Ok(edits) => {
                 edits.map(apply_edits);
                 true

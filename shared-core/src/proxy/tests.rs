@@ -52,9 +52,10 @@ fn counted(exchange: &mut ProxyExchange) -> Vec<(Counter, u64)> {
 fn ask(exchange: &mut ProxyExchange, body: &str, hot: Option<&dyn HotRegion>) -> RequestStep {
     let head = exchange.on_request_headers(&request_headers(body.len()), false, || Some("mainnet"));
     assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: true });
-    let wait = exchange.on_request_body(body.len() - 1, false, || unreachable!("read before its end"), hot, 0);
+    assert!(exchange.reads_request_body());
+    let wait = exchange.on_request_body(body.len() - 1, false, || unreachable!("read before its end"), hot, || 0);
     assert!(matches!(wait.step, RequestStep::Wait));
-    exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), hot, 0).step
+    exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), hot, || 0).step
 }
 
 #[test]
@@ -64,16 +65,16 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let RequestStep::Lookup(lookup) = ask(&mut miss, &block_request(7), Some(&hot)) else { panic!("no lookup") };
     assert_eq!((lookup.cluster.as_str(), &lookup.headers[0]), ("cached", &(":method", "GET".to_string())));
     let answer: [(&str, &str); 2] = [(":status", "404"), ("x-rpcedge-miss", "absent")];
-    assert!(miss.on_lookup_answer(&answer, b"", Some(&hot), 0).is_none());
+    assert!(miss.on_lookup_answer(&answer, b"", Some(&hot), || 0).is_none());
 
     let body = block_answer(7);
     let length = body.len().to_string();
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
-    let head = miss.on_response_headers(&node, false, 0).unwrap();
+    let head = miss.on_response_headers(&node, false, || 0).unwrap();
     assert!(!head.hold, "a small answer passes as it is");
     assert_eq!(head.edits[0], HeaderOp::Append("x-rpcedge-cache", "MISS"));
     assert!(miss.reads_body() && miss.is_done(), "passed on, but held for the store");
-    assert_eq!(miss.on_body(body.as_bytes(), true, false, 0).unwrap(), None);
+    assert_eq!(miss.on_body(body.as_bytes(), true, false, || 0).unwrap(), None);
     assert!(miss.output().is_empty(), "a passed body is the host's to send");
     let store = miss.take_store().expect("a store");
     assert_eq!(store.headers[0], (":method", "PUT".to_string()));
@@ -85,11 +86,12 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let kept = Entry::decode(&store.body).unwrap().compact().unwrap();
     let mut hit = ProxyExchange::new(Arc::clone(&settings), Arc::default());
     let RequestStep::Lookup(_) = ask(&mut hit, &block_request(8), Some(&hot)) else { panic!("no lookup") };
-    let reply = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), 0).expect("a hit");
+    let reply = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), || 0).expect("a hit");
     assert_eq!(reply.body(), block_answer(8).as_bytes());
     assert!(reply.headers().contains(&("x-rpcedge-cache", "HIT")));
     assert_eq!(counted(&mut hit), [(Counter::CacheResponses(CacheStatus::Hit), 1)]);
-    assert!(hit.is_done() && !hit.reads_body());
+    assert!(hit.is_done() && hit.replied() && !hit.reads_body());
+    assert!(!miss.replied());
 
     // kept in the hot tier: the third asks no daemon
     let mut hot_hit = ProxyExchange::new(settings, Arc::default());
@@ -103,15 +105,16 @@ fn a_large_answer_is_compressed_and_counted_once() {
     let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
     let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
     assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: false });
+    assert!(!exchange.reads_request_body(), "no body is the core's business");
     let body: Vec<u8> = br#"{"hash":"0x00","gasUsed":"0x5208"},"#.iter().cycle().take(50_000).copied().collect();
     let length = body.len().to_string();
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
-    let head = exchange.on_response_headers(&node, false, 0).unwrap();
+    let head = exchange.on_response_headers(&node, false, || 0).unwrap();
     assert!(head.hold && head.edits.is_empty(), "the headers wait for the compressed length");
     let (first, rest) = body.split_at(20_000);
-    assert_eq!(exchange.on_body(first, false, false, 0).unwrap(), None);
+    assert_eq!(exchange.on_body(first, false, false, || 0).unwrap(), None);
     assert!(exchange.output().is_empty() && !exchange.is_done());
-    let edits = exchange.on_body(rest, true, false, 0).unwrap().expect("the headers, released");
+    let edits = exchange.on_body(rest, true, false, || 0).unwrap().expect("the headers, released");
     assert!(edits.contains(&HeaderOp::Set("content-encoding", b"gzip"[..].into())), "{edits:?}");
     let length = edits.iter().find_map(|op| match op {
         HeaderOp::Set("content-length", value) => Some(value.to_vec()),
@@ -135,8 +138,8 @@ fn a_stream_that_ends_early_is_aborted_once() {
     let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
     exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "50000")];
-    assert!(exchange.on_response_headers(&node, false, 0).unwrap().hold);
-    exchange.on_body(&[b' '; 1000], false, false, 0).unwrap();
+    assert!(exchange.on_response_headers(&node, false, || 0).unwrap().hold);
+    exchange.on_body(&[b' '; 1000], false, false, || 0).unwrap();
     exchange.on_stream_complete();
     exchange.on_stream_complete();
     assert_eq!(counted(&mut exchange), [(Counter::Aborted, 1)]);
@@ -147,10 +150,10 @@ fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
     let mut exchange = ProxyExchange::new(cached(), Arc::default());
     let body = block_request(1);
     exchange.on_request_headers(&request_headers(body.len()), false, || None::<&str>);
-    let after = exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), None, 0);
+    let after = exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), None, || 0);
     assert!(matches!(after.step, RequestStep::Continue), "nothing to look up");
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "10")];
-    let head = exchange.on_response_headers(&node, false, 0).unwrap();
+    let head = exchange.on_response_headers(&node, false, || 0).unwrap();
     assert_eq!(head.edits[0], HeaderOp::Append("x-rpcedge-cache", "BYPASS"));
     let counters = counted(&mut exchange);
     assert!(counters.contains(&(Counter::CacheBypassed(crate::cache::Bypass::Namespace), 1)), "{counters:?}");
