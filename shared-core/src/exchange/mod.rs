@@ -1,0 +1,564 @@
+//! One exchange's way through rpcedge, as a sans-IO state machine.
+//!
+//! Two stages, chained: the transcoding stage ([`transcoding`]) holds a body that goes out in
+//! the other encoding (JSON or SSZ) and hands on the transcoded body, or the body as it came; the
+//! compression stage ([`compression`]) compresses what it is handed, whole or chunk by chunk.
+//! Both write into one set of header edits.
+//!
+//! The host feeds the request head, then the response head, which yields a [`BodyPlan`], then the
+//! body chunk by chunk (with end and flush flags and the time each arrived), getting back header
+//! edits and the bytes to send. It also asks [`Exchange::deadline`] when to feed an empty chunk
+//! as a timer tick, so held data never waits longer than `stream_delay`.
+//!
+//! A host that can run work off its event loop may say so ([`Exchange::offload_whole_bodies`]);
+//! a large buffered body then ends as a [`WholeBody`] job for the host to run on a thread and
+//! give back, rather than being compressed inside [`Exchange::feed`].
+
+use std::ffi::CStr;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::compress::StreamError;
+use crate::config::Settings;
+use crate::negotiate::{media_type, Coding};
+use crate::node::Node;
+use crate::transcode::{TranscodeError, WitnessForm};
+
+mod compression;
+mod transcoding;
+
+use compression::{Compression, Sink, Step};
+use transcoding::{Transcoding, REQUEST_BODY_MAX};
+
+/// The response headers that carry a JSON-RPC envelope's members when its result goes out as SSZ:
+/// the id's JSON text (`1`, `"a"`) and the `jsonrpc` version.
+pub const JSONRPC_ID_HEADER: &str = "X-Rpcedge-Jsonrpc-Id";
+pub const JSONRPC_VERSION_HEADER: &str = "X-Rpcedge-Jsonrpc-Version";
+/// The Beacon-API's header for a response's consensus version.
+pub const CONSENSUS_VERSION_HEADER: &str = "Eth-Consensus-Version";
+/// The headers in which a node's SSZ answer says what the JSON envelope's `execution_optimistic`
+/// and `finalized` say (Lodestar's names; rpcedge sends them on the SSZ it transcodes).
+pub const EXECUTION_OPTIMISTIC_HEADER: &str = "Eth-Execution-Optimistic";
+pub const FINALIZED_HEADER: &str = "Eth-Consensus-Finalized";
+/// What the host does with the body, decided at the response head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BodyPlan {
+    /// Apply [`Exchange::edits`], send the headers and pass the body on untouched: stop feeding.
+    Pass = 0,
+    /// Hold the headers and feed the body; an [`Output`] carries the headers when they may go.
+    Buffer = 1,
+    /// Apply [`Exchange::edits`], send the headers now and feed the body.
+    Stream = 2,
+}
+
+/// What happened to the body, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Not decided yet (headers held while buffering).
+    Pending = 0,
+    /// Not eligible: type, status, method, encoding, no-transform, or the client's choice.
+    Untouched = 1,
+    /// Below `min_length`: sent as it was.
+    Small = 2,
+    /// Buffered and compressed whole, with an exact Content-Length.
+    Oneshot = 3,
+    /// Compressed chunk by chunk.
+    Stream = 4,
+    /// Buffered, but compressing did not make it smaller: sent as it was.
+    Incompressible = 5,
+    /// Ended as failed; the host resets the connection.
+    Failed = 6,
+}
+
+impl Mode {
+    /// Every mode, in the order of their codes.
+    pub const ALL: [Mode; 7] =
+        [Mode::Pending, Mode::Untouched, Mode::Small, Mode::Oneshot, Mode::Stream, Mode::Incompressible, Mode::Failed];
+
+    /// The name in logs and metric names, NUL-terminated for C hosts.
+    pub fn name(self) -> &'static CStr {
+        match self {
+            Mode::Pending => c"pending",
+            Mode::Untouched => c"untouched",
+            Mode::Small => c"small",
+            Mode::Oneshot => c"oneshot",
+            Mode::Stream => c"stream",
+            Mode::Incompressible => c"incompressible",
+            Mode::Failed => c"failed",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.name().to_str().expect("ASCII")
+    }
+}
+
+/// What the host does when an exchange fails: the one failure policy of every host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing has reached the client yet: drop the held response and answer with this status.
+    Respond(u16),
+    /// The headers (and maybe some body) are out: reset the stream, so that the client sees a
+    /// broken response rather than a complete-looking, truncated one.
+    Reset,
+}
+
+/// What to do with the Content-Length header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LengthEdit {
+    #[default]
+    Keep,
+    Set(u64),
+    Remove,
+}
+
+/// What to do with the ETag header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EtagEdit {
+    #[default]
+    Keep,
+    /// Replace it with this: a strong ETag weakened, as the bytes changed but not their meaning.
+    Set(Vec<u8>),
+    /// Drop it: not a valid entity tag, so it cannot be weakened.
+    Remove,
+}
+
+/// The response header changes the host applies before the headers go out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderEdits {
+    /// Set Content-Encoding to this coding.
+    pub content_encoding: Option<Coding>,
+    pub content_length: LengthEdit,
+    /// Replace Content-Type with this: the body was transcoded.
+    pub content_type: Option<&'static str>,
+    /// Append `Vary: Accept-Encoding`.
+    pub add_vary: bool,
+    /// Append `Vary: Accept`: the body's encoding (JSON or SSZ) follows the client's Accept.
+    pub add_vary_accept: bool,
+    /// Set these headers (replacing any of the same name).
+    pub set: Vec<(&'static str, Vec<u8>)>,
+    /// A compressed body's ETag is always weak or absent.
+    pub etag: EtagEdit,
+    /// Drop Accept-Ranges: ranges of the original do not apply to the encoded body.
+    pub remove_accept_ranges: bool,
+}
+
+/// The bytes to send for one feed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Output<'a> {
+    /// Present once, when held headers are to go out now, edited as it says.
+    pub headers: Option<&'a HeaderEdits>,
+    pub data: &'a [u8],
+    /// Push `data` to the client now.
+    pub flush: bool,
+    /// The body is complete.
+    pub end: bool,
+    /// The body is in and a [`WholeBody`] job waits: take it with [`Exchange::take_whole_body`],
+    /// run it off the event loop and give it back with [`Exchange::complete_whole_body`].
+    pub work: bool,
+}
+
+/// A whole buffered body to compress, self-contained so that it can run on any thread.
+#[derive(Debug)]
+pub struct WholeBody {
+    coding: Coding,
+    level: u32,
+    body: Vec<u8>,
+    /// Set by [`WholeBody::run`]: the compressed bytes, or `None` when they were not smaller.
+    compressed: Option<Option<Vec<u8>>>,
+}
+
+/// What became of transcoding, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TranscodeOutcome {
+    /// Not asked for, not configured, or not a body with a schema.
+    None = 0,
+    /// The body went out transcoded.
+    Transcoded = 1,
+    /// The body could have been transcoded but went out as it came
+    /// ([`Exchange::transcode_refusal`] says why).
+    Refused = 2,
+}
+
+/// Why an exchange ended as failed. Before the headers are out the host may answer with an
+/// error status; after, it must reset the connection rather than end the body cleanly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The body did not match its Content-Length.
+    LengthMismatch {
+        declared: u64,
+        received: u64,
+    },
+    Stream(StreamError),
+    /// A call out of order (body before head, body after end).
+    OutOfOrder(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LengthMismatch { declared, received } => {
+                write!(f, "upstream body does not match its Content-Length: declared {declared}, received {received}")
+            }
+            Error::Stream(e) => e.fmt(f),
+            Error::OutOfOrder(what) => write!(f, "call out of order: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// What the response head says that matters here.
+#[derive(Debug, Default)]
+struct ResponseFacts {
+    content_length: Option<u64>,
+    bad_length: bool,
+    compressible_type: bool,
+    encoded: bool,
+    no_transform: bool,
+    content_range: bool,
+    etag: Option<Vec<u8>>,
+    varies_already: bool,
+    /// `application/json`: a body the transcoders read.
+    json: bool,
+    /// `Eth-Consensus-Version`.
+    consensus_version: Option<Vec<u8>>,
+    /// `application/octet-stream`, in this witness form (its `witness` parameter).
+    ssz: Option<WitnessForm>,
+    /// `Eth-Execution-Optimistic` and `Eth-Consensus-Finalized`.
+    execution_optimistic: Option<bool>,
+    finalized: Option<bool>,
+}
+
+/// What the request head says that matters here.
+#[derive(Debug, Default)]
+struct RequestFacts {
+    head: bool,
+    post: bool,
+    get: bool,
+}
+
+/// One request/response exchange: the transcoding stage, then the compression stage over what it
+/// hands on.
+pub struct Exchange {
+    settings: Arc<Settings>,
+    /// What the exchanges of this configuration learn about its node.
+    node: Arc<Node>,
+    request: RequestFacts,
+    response: ResponseFacts,
+    transcoding: Transcoding,
+    compression: Compression,
+    edits: HeaderEdits,
+    out: Vec<u8>,
+    bytes_in: u64,
+    bytes_out: u64,
+    /// The response headers have gone to the client (as far as the core knows).
+    headers_out: bool,
+}
+
+impl Exchange {
+    /// An exchange under a configuration's settings, with what that configuration's exchanges
+    /// have learned about its node.
+    pub fn new(settings: Arc<Settings>, node: Arc<Node>) -> Self {
+        Exchange {
+            settings,
+            node,
+            request: RequestFacts::default(),
+            response: ResponseFacts::default(),
+            transcoding: Transcoding::new(),
+            compression: Compression::new(),
+            edits: HeaderEdits::default(),
+            out: Vec::new(),
+            bytes_in: 0,
+            bytes_out: 0,
+            headers_out: false,
+        }
+    }
+
+    /// The host can run [`WholeBody`] jobs off its event loop: a buffered body of at least
+    /// `offload_min_length` then ends with [`Output::work`] rather than compressed.
+    pub fn offload_whole_bodies(&mut self) {
+        self.compression.offload_whole_bodies();
+    }
+
+    pub fn request_method(&mut self, method: &[u8]) {
+        self.request = RequestFacts {
+            head: method.eq_ignore_ascii_case(b"HEAD"),
+            post: method.eq_ignore_ascii_case(b"POST"),
+            get: method.eq_ignore_ascii_case(b"GET"),
+        };
+    }
+
+    /// The request's path (with or without its query): a Beacon-API route that can answer in SSZ
+    /// matters.
+    pub fn request_path(&mut self, path: &[u8]) {
+        self.transcoding.request_path(path);
+    }
+
+    /// Any request header; Accept-Encoding and Accept matter.
+    pub fn request_header(&mut self, name: &[u8], value: &[u8]) {
+        if name.eq_ignore_ascii_case(b"accept-encoding") {
+            self.compression.accept_encoding(value);
+        } else if name.eq_ignore_ascii_case(b"accept") {
+            self.transcoding.accept(value);
+        }
+    }
+
+    /// Whether the core needs the request body (after the request head; see
+    /// [`Exchange::takes_request_body`] for its bound): a JSON-RPC call whose client asks for SSZ,
+    /// which only the method in the body can say has a schema.
+    pub fn wants_request_body(&self) -> bool {
+        self.transcoding.wants_request_body(&self.settings, &self.request)
+    }
+
+    /// Whether a request body of `length` bytes is one the core reads; a host holding a longer
+    /// one stops and lets the request go on.
+    pub fn takes_request_body(length: usize) -> bool {
+        length <= REQUEST_BODY_MAX
+    }
+
+    /// The whole request body, when [`Exchange::wants_request_body`] said so. A host that cannot
+    /// hold it whole does not call this: the response then goes out as it comes.
+    pub fn request_body(&mut self, body: &[u8]) {
+        self.transcoding.request_body(body, &self.settings, &self.request);
+    }
+
+    /// After the request head (and its body, where [`Exchange::wants_request_body`] said so):
+    /// the Accept to send the node in place of the client's, when it is to be asked for SSZ.
+    /// The host then also drops Accept-Encoding towards the node: an encoded answer could not be
+    /// rendered. A JSON-RPC call with a schema is always asked; a Beacon-API object only once the
+    /// node's SSZ answers have shown that they carry what the JSON envelope needs besides the
+    /// data (otherwise the JSON client gets the node's JSON as before), and never a state, which
+    /// is too large to hold whole.
+    pub fn upstream_accept(&mut self) -> Option<&'static CStr> {
+        self.transcoding.upstream_accept(&self.settings, &self.node, &self.request)
+    }
+
+    /// Any response header. A host may instead pass the length with
+    /// [`Exchange::response_content_length`] where it keeps it apart.
+    pub fn response_header(&mut self, name: &[u8], value: &[u8]) {
+        let facts = &mut self.response;
+        let value = value.trim_ascii();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            match std::str::from_utf8(value)
+                .ok()
+                .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse().ok())
+            {
+                Some(n) => self.response_content_length(Some(n)),
+                None => facts.bad_length = true,
+            }
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            facts.compressible_type = self.settings.compresses_type(value);
+            let media = media_type(value);
+            facts.json = media.eq_ignore_ascii_case(b"application/json");
+            facts.ssz =
+                media.eq_ignore_ascii_case(b"application/octet-stream").then(|| crate::negotiate::witness_form(value));
+        } else if name.eq_ignore_ascii_case(b"content-encoding") {
+            facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
+        } else if name.eq_ignore_ascii_case(b"cache-control") {
+            facts.no_transform |= list_has(value, b"no-transform");
+        } else if name.eq_ignore_ascii_case(b"content-range") {
+            facts.content_range = true;
+        } else if name.eq_ignore_ascii_case(b"etag") {
+            facts.etag = Some(value.to_vec());
+        } else if name.eq_ignore_ascii_case(b"eth-consensus-version") {
+            facts.consensus_version = Some(value.to_vec());
+        } else if name.eq_ignore_ascii_case(EXECUTION_OPTIMISTIC_HEADER.as_bytes()) {
+            facts.execution_optimistic = parse_flag(value);
+        } else if name.eq_ignore_ascii_case(FINALIZED_HEADER.as_bytes()) {
+            facts.finalized = parse_flag(value);
+        } else if name.eq_ignore_ascii_case(b"vary") {
+            facts.varies_already |= list_has(value, b"accept-encoding") || list_has(value, b"*");
+        }
+    }
+
+    pub fn response_content_length(&mut self, length: Option<u64>) {
+        let facts = &mut self.response;
+        match (facts.content_length, length) {
+            // Two different lengths: the framing is unknowable, so leave the response alone.
+            (Some(a), Some(b)) if a != b => facts.bad_length = true,
+            _ => facts.content_length = length.or(facts.content_length),
+        }
+    }
+
+    /// Decides what happens to the body, once all response headers are in.
+    pub fn response_head(&mut self, status: u16) -> BodyPlan {
+        self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
+        let holds = self.transcoding.response_head(
+            status,
+            &self.response,
+            &self.settings,
+            &self.node,
+            &self.request,
+            &mut self.edits,
+        );
+        let plan = if holds {
+            BodyPlan::Buffer
+        } else {
+            let mut sink =
+                Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+            self.compression.plan(&mut sink)
+        };
+        self.headers_out = plan != BodyPlan::Buffer;
+        plan
+    }
+
+    /// The header edits in force: after [`Exchange::response_head`] for `Pass` and `Stream`, and
+    /// as given with the [`Output`] that releases held headers.
+    pub fn edits(&self) -> &HeaderEdits {
+        &self.edits
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.compression.mode()
+    }
+
+    pub fn transcode_outcome(&self) -> TranscodeOutcome {
+        self.transcoding.outcome()
+    }
+
+    /// Why a body that could have been transcoded went out as it came.
+    pub fn transcode_refusal(&self) -> Option<&TranscodeError> {
+        self.transcoding.refusal()
+    }
+
+    /// Body bytes fed in and sent out, for the compression ratio.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.bytes_in, self.bytes_out)
+    }
+
+    /// When the host should feed an empty chunk as a timer tick (milliseconds, on the clock of
+    /// `now_ms`), or `None` when nothing is held.
+    pub fn deadline(&self) -> Option<u64> {
+        self.compression.deadline(&self.settings, self.response.content_length.is_some())
+    }
+
+    /// Feeds one body chunk (possibly empty: a timer tick or a bare flush or end).
+    pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
+        self.out.clear();
+        self.bytes_in += chunk.len() as u64;
+        let (headers, flush) = match self.check_length(end).and_then(|()| self.step(chunk, end, flush, now_ms)) {
+            Ok(step) => step,
+            Err(e) => {
+                self.fail();
+                return Err(e);
+            }
+        };
+        self.headers_out |= headers;
+        let work = self.compression.has_job();
+        let end = end && !work;
+        self.bytes_out += self.out.len() as u64;
+        Ok(Output { headers: headers.then_some(&self.edits), data: &self.out, flush: flush || end, end, work })
+    }
+
+    /// What the host does now that the exchange failed (a feed returned an error).
+    pub fn failure(&self) -> Failure {
+        if self.headers_out {
+            Failure::Reset
+        } else {
+            Failure::Respond(502)
+        }
+    }
+
+    /// The host lost the body before its end (the upstream reset, or its codec gave up): the
+    /// exchange fails, and this says what to do about it.
+    pub fn abort(&mut self) -> Failure {
+        self.fail();
+        self.failure()
+    }
+
+    fn fail(&mut self) {
+        self.compression.fail();
+        self.out.clear();
+    }
+
+    /// The job that [`Output::work`] announced; `None` when there is none (or it was taken).
+    pub fn take_whole_body(&mut self) -> Option<WholeBody> {
+        self.compression.take_whole_body()
+    }
+
+    /// Takes a job back, run or not (then it runs here), and gives what the body's end would
+    /// have given inline: the headers, the body and the end.
+    pub fn complete_whole_body(&mut self, mut job: WholeBody) -> Result<Output<'_>, Error> {
+        self.out.clear();
+        if !self.compression.awaits_job() {
+            self.fail();
+            return Err(Error::OutOfOrder("a whole body given back that was not taken"));
+        }
+        job.run();
+        let mut sink =
+            Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+        self.compression.send_whole(job, &mut sink);
+        self.headers_out = true;
+        self.bytes_out += self.out.len() as u64;
+        Ok(Output { headers: Some(&self.edits), data: &self.out, flush: true, end: true, work: false })
+    }
+
+    /// A body this filter transforms must match its declared length, however it is sent: a
+    /// longer one is cut at the length by the host's codec, a shorter one was truncated.
+    fn check_length(&self, end: bool) -> Result<(), Error> {
+        let declared = match self.response.content_length {
+            Some(declared) if self.transcoding.holding() || self.compression.transforms() => declared,
+            _ => return Ok(()),
+        };
+        let received = self.bytes_in;
+        if received > declared || (end && received < declared) {
+            Err(Error::LengthMismatch { declared, received })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs one feed through the stages: the transcoding stage holds the body until its end, then
+    /// hands the compression stage the whole body, transcoded or as it came; one that outgrows
+    /// `transcode_max` goes to the compression stage as it comes.
+    fn step(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Step, Error> {
+        let mut sink =
+            Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+        if !self.transcoding.holding() {
+            return self.compression.feed(chunk, end, flush, now_ms, &mut sink);
+        }
+        if let Err(held) = self.transcoding.hold(chunk, &self.settings) {
+            return self.compression.resume(held, chunk, end, flush, now_ms, &mut sink);
+        }
+        if !end {
+            return Ok((false, false));
+        }
+        let finished = self.transcoding.finish(&mut self.response, &mut self.edits);
+        let mut sink =
+            Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+        let body = match finished {
+            Ok(transcoded) => {
+                let content_type = sink.edits.content_type.unwrap_or_default();
+                self.compression.retype(content_type.as_bytes(), &mut sink);
+                transcoded
+            }
+            Err(untranscoded) => untranscoded,
+        };
+        let sent = self.compression.whole(body, &mut sink);
+        Ok((sent, sent))
+    }
+}
+
+/// A `true` or `false` header value.
+fn parse_flag(value: &[u8]) -> Option<bool> {
+    if value.eq_ignore_ascii_case(b"true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case(b"false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Whether a comma-separated header list names `token` (case-insensitive, parameters ignored).
+fn list_has(value: &[u8], token: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|item| {
+        let name = item.split(|&b| b == b'=' || b == b';').next().unwrap_or_default();
+        name.trim_ascii().eq_ignore_ascii_case(token)
+    })
+}
