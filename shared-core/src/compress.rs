@@ -28,12 +28,7 @@ pub fn auto_level(length: usize) -> u32 {
 /// Compresses `input` whole. Returns `None` when the result would not be smaller than the input,
 /// so the caller sends the original.
 pub fn compress_whole(coding: Coding, level: u32, input: &[u8]) -> Option<Vec<u8>> {
-    // A buffer one byte short of the input makes libdeflate itself give up on output that would
-    // not be smaller, without compressing into a worst-case-sized buffer first.
-    let mut out = vec![0; input.len().checked_sub(1)?];
-    let written = compress_into(coding, level, input, &mut out)?;
-    out.truncate(written);
-    Some(out)
+    smaller(input, |out| compress_into(coding, level, input, out))
 }
 
 /// Compresses `input` whole into `out`; `None` when it does not fit.
@@ -47,10 +42,36 @@ pub fn compress_into(coding: Coding, level: u32, input: &[u8], out: &mut [u8]) -
 /// Compresses `input` as a raw DEFLATE stream (no header, no trailer); `None` when that would
 /// not be smaller.
 pub fn deflate_raw(level: u32, input: &[u8]) -> Option<Vec<u8>> {
-    let mut out = vec![0; input.len().checked_sub(1)?];
-    let written = with_compressor(level, |compressor| compressor.deflate_compress(input, &mut out))?;
-    out.truncate(written);
-    Some(out)
+    smaller(input, |out| with_compressor(level, |compressor| compressor.deflate_compress(input, out)))
+}
+
+/// Bodies up to this size are compressed into a buffer kept per thread and copied out at their
+/// compressed length: a fresh buffer of the input's size is zero-filled first, which for bodies
+/// below the allocator's mmap threshold costs more than copying the compressed bytes.
+const SCRATCH_MAX: usize = 128 * 1024;
+
+/// Runs `compress` into a buffer one byte short of the input, which makes libdeflate itself
+/// give up on output that would not be smaller, without compressing into a worst-case-sized
+/// buffer first; returns the output at its length.
+fn smaller(input: &[u8], compress: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<Vec<u8>> {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let room = input.len().checked_sub(1)?;
+    if room > SCRATCH_MAX {
+        let mut out = vec![0; room];
+        let written = compress(&mut out)?;
+        out.truncate(written);
+        return Some(out);
+    }
+    SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        if scratch.len() < room {
+            scratch.resize(room, 0);
+        }
+        let written = compress(&mut scratch[..room])?;
+        Some(scratch[..written].to_vec())
+    })
 }
 
 /// Runs `f` on this thread's libdeflate compressor for `level` (1 to 12).
