@@ -532,26 +532,6 @@ uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_e
 void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes_in, uint64_t *bytes_out);
 
 /**
- * Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate (`rpcedge_compress`'s
- * `coding`).
- *
- * # Safety
- * `value` points to `len` readable bytes.
- */
-uint8_t rpcedge_negotiate(const uint8_t *value, size_t len);
-
-/**
- * Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes), at `level`
- * 1 to 12 or, for 0, the level `auto` picks for `len`. Returns the compressed size, or 0 when
- * the result would not be smaller than the input (or `coding` or `level` are not valid, or `out`
- * is NULL): then send the original.
- *
- * # Safety
- * `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
- */
-size_t rpcedge_compress(uint8_t coding, uint32_t level, const uint8_t *data, size_t len, uint8_t *out, size_t out_cap);
-
-/**
  * A cache exchange for a request in namespace `ns`, the one configured where the request was
  * routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
  * whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the

@@ -10,12 +10,10 @@ use std::ptr;
 use std::slice;
 use std::sync::Arc;
 
-use crate::compress::compress_into;
 use crate::config::{check_field, check_type, Config, ConfigError, Level, Settings};
 use crate::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
-use crate::negotiate::{AcceptEncoding, Coding};
 use crate::node::Node;
 
 mod cache;
@@ -741,43 +739,4 @@ pub unsafe extern "C" fn rpcedge_exchange_counts(exchange: *const RpcedgeExchang
     let (i, o) = guard((0, 0), || exchange.as_ref().map_or((0, 0), |ex| ex.0.counts()));
     put(bytes_in, i);
     put(bytes_out, o);
-}
-
-/// Negotiates an Accept-Encoding value: 0 identity, 1 gzip, 2 deflate (`rpcedge_compress`'s
-/// `coding`).
-///
-/// # Safety
-/// `value` points to `len` readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_negotiate(value: *const u8, len: usize) -> u8 {
-    guard(0, || AcceptEncoding::parse(bytes(value, len)).choose().map_or(0, |c| c as u8))
-}
-
-/// Compresses `len` bytes whole with libdeflate into `out` (room for `out_cap` bytes), at `level`
-/// 1 to 12 or, for 0, the level `auto` picks for `len`. Returns the compressed size, or 0 when
-/// the result would not be smaller than the input (or `coding` or `level` are not valid, or `out`
-/// is NULL): then send the original.
-///
-/// # Safety
-/// `data` points to `len` readable bytes, `out` is NULL or points to `out_cap` writable ones.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_compress(coding: u8, level: u32, data: *const u8, len: usize, out: *mut u8, out_cap: usize) -> usize {
-    guard(0, || {
-        let coding = match coding {
-            1 => Coding::Gzip,
-            2 => Coding::Deflate,
-            _ => return 0,
-        };
-        if level != 0 && check_field("level", level.into()).is_err() {
-            return 0;
-        }
-        let input = bytes(data, len);
-        let level = Level::from_raw(level).for_length(input.len());
-        // Never more than the input less one byte: a result that is not smaller is refused.
-        let room = out_cap.min(input.len().saturating_sub(1));
-        if room == 0 || out.is_null() {
-            return 0;
-        }
-        compress_into(coding, level, input, slice::from_raw_parts_mut(out, room)).unwrap_or(0)
-    })
 }

@@ -223,10 +223,13 @@ fn incompressible_bodies_go_out_as_they_were() {
     }
 }
 
+/// A named change to an exchange's spec.
+type Variation = (&'static str, Box<dyn Fn(&mut Exchange1)>);
+
 #[test]
 fn ineligible_responses_are_untouched() {
     let body = json_body(5_000);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Exchange1)>)> = vec![
+    let cases: Vec<Variation> = vec![
         ("HEAD", Box::new(|s| s.method = "HEAD")),
         ("204", Box::new(|s| s.status = 204)),
         ("304", Box::new(|s| s.status = 304)),

@@ -7,7 +7,6 @@ use std::mem::MaybeUninit;
 
 use super::metrics::*;
 use super::*;
-use crate::compress::{auto_level, compress_whole};
 
 fn json(n: usize) -> Vec<u8> {
     br#"{"hash":"0x8f1c2d3e4b5a69788796a5b4c3d2e1f0","gasUsed":"0x5208"},"#.iter().cycle().take(n).copied().collect()
@@ -137,12 +136,6 @@ fn panics_in_the_other_entry_points_are_caught() {
         panic_next();
         assert!(rpcedge_settings_from_json(b"{}".as_ptr(), 2, &mut err).is_null());
         assert_eq!(message(&err), "internal error");
-        panic_next();
-        assert_eq!(rpcedge_negotiate(b"gzip".as_ptr(), 4), 0);
-        panic_next();
-        let body = json(5000);
-        let mut out = vec![0; 5000];
-        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len()), 0);
     }
 }
 
@@ -370,38 +363,6 @@ fn a_level_parses_as_auto_or_a_number_in_range() {
         }
     }
     assert_eq!(message(&err), r#"must be auto or a number from 1 to 12, got "6 ""#);
-}
-
-#[test]
-fn compress_stays_within_its_bounds() {
-    let body = json(10_000);
-    let mut out = vec![0u8; body.len()];
-    unsafe {
-        let n = rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len());
-        assert!(n > 0 && n < body.len());
-        assert_eq!(gunzip(&out[..n]), body);
-        // Too little room, no room, no output buffer: refused, nothing written past the room.
-        let mut small = vec![0xeeu8; n + 16];
-        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), small.as_mut_ptr(), n - 1), 0);
-        assert!(small[n - 1..].iter().all(|&b| b == 0xee), "wrote past out_cap");
-        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), out.as_mut_ptr(), 0), 0);
-        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), body.len(), ptr::null_mut(), 100), 0);
-        // Level 0 is `auto`: the level it picks for this length.
-        let auto = rpcedge_compress(1, 0, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len());
-        let picked = compress_whole(Coding::Gzip, auto_level(body.len()), &body).unwrap();
-        assert_eq!(&out[..auto], &picked[..]);
-        // Bad coding or level, empty or one-byte input, NULL input.
-        for (coding, level) in [(0, 6), (3, 6), (1, 13), (1, u32::MAX)] {
-            assert_eq!(rpcedge_compress(coding, level, body.as_ptr(), body.len(), out.as_mut_ptr(), out.len()), 0);
-        }
-        assert_eq!(rpcedge_compress(1, 6, body.as_ptr(), 1, out.as_mut_ptr(), out.len()), 0);
-        assert_eq!(rpcedge_compress(1, 6, ptr::null(), 100, out.as_mut_ptr(), out.len()), 0);
-        // A room larger than the input never lets a result that is not smaller through.
-        let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        let mut big = vec![0u8; 2 * noise.len()];
-        let n = rpcedge_compress(2, 6, noise.as_ptr(), noise.len(), big.as_mut_ptr(), big.len());
-        assert!(n < noise.len());
-    }
 }
 
 fn rstr(text: &[u8]) -> RpcedgeStr {
