@@ -332,7 +332,8 @@ impl Config {
             check_type(pattern)?;
             types.push(pattern.to_ascii_lowercase());
         }
-        Ok(Settings { config: Config { types, ..self } })
+        let patterns = types.iter().map(|pattern| TypePattern::new(pattern)).collect();
+        Ok(Settings { config: Config { types, ..self }, patterns })
     }
 }
 
@@ -340,6 +341,29 @@ impl Config {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     config: Config,
+    /// `types`, split once here rather than for every response.
+    patterns: Vec<TypePattern>,
+}
+
+/// A media type pattern of `types`: its type and subtype, `None` for `*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TypePattern {
+    top: Option<Box<[u8]>>,
+    sub: Option<Box<[u8]>>,
+}
+
+impl TypePattern {
+    /// From a validated pattern (`type/subtype`, `type/*` or `*/*`).
+    fn new(pattern: &str) -> Self {
+        let part = |part: &str| (part != "*").then(|| part.as_bytes().into());
+        let (top, sub) = pattern.split_once('/').expect("validated");
+        TypePattern { top: part(top), sub: part(sub) }
+    }
+
+    fn matches(&self, top: &[u8], sub: &[u8]) -> bool {
+        let fits = |part: &Option<Box<[u8]>>, given: &[u8]| part.as_deref().map_or(true, |p| given.eq_ignore_ascii_case(p));
+        fits(&self.top, top) && fits(&self.sub, sub)
+    }
 }
 
 impl Default for Settings {
@@ -390,11 +414,7 @@ impl Settings {
             return false;
         };
         let (top, sub) = (&media[..slash], &media[slash + 1..]);
-        self.config.types.iter().any(|pattern| {
-            let (ptop, psub) = pattern.split_once('/').expect("validated");
-            (ptop == "*" || top.eq_ignore_ascii_case(ptop.as_bytes()))
-                && (psub == "*" || sub.eq_ignore_ascii_case(psub.as_bytes()))
-        })
+        self.patterns.iter().any(|pattern| pattern.matches(top, sub))
     }
 }
 
