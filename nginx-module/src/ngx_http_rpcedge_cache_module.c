@@ -25,10 +25,6 @@
 #include "ngx_http_rpcedge_module.h"
 
 
-/* an entry's answer is bounded by the daemon's --max-entry (9 MiB default) */
-#define NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER  (32 * 1024 * 1024)
-
-
 /* the hot tier: a region of a shared memory zone, laid out by the core */
 typedef struct {
     ngx_slab_pool_t            *shpool;
@@ -48,6 +44,11 @@ typedef struct {
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
     ngx_int_t                   shards;
+    size_t                      max_request;
+    size_t                      max_entry;
+    time_t                      chain_ttl;
+    /* the core's settings, with the limits above */
+    rpcedge_settings_t         *settings;
 } ngx_http_rpcedge_cache_conf_t;
 
 
@@ -148,6 +149,7 @@ static char *ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
     ngx_http_rpcedge_cache_conf_t *conf);
 static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static void ngx_http_rpcedge_cache_settings_cleanup(void *data);
 static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
 
 
@@ -162,6 +164,16 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_timeout_check =
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_shards_check =
     { ngx_http_rpcedge_check, "cache_shards", NGX_HTTP_RPCEDGE_NUM_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_request_check =
+    { ngx_http_rpcedge_check, "cache_max_request",
+      NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_entry_check =
+    { ngx_http_rpcedge_check, "cache_max_entry", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_chain_ttl_check =
+    { ngx_http_rpcedge_check, "cache_chain_ttl_s", NGX_HTTP_RPCEDGE_SEC_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
@@ -214,6 +226,27 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, shards),
       &ngx_http_rpcedge_cache_shards_check },
+
+    { ngx_string("rpcedge_cache_max_request"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, max_request),
+      &ngx_http_rpcedge_cache_max_request_check },
+
+    { ngx_string("rpcedge_cache_max_entry"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, max_entry),
+      &ngx_http_rpcedge_cache_max_entry_check },
+
+    { ngx_string("rpcedge_cache_chain_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, chain_ttl),
+      &ngx_http_rpcedge_cache_chain_ttl_check },
 
       ngx_null_command
 };
@@ -355,7 +388,8 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     if (r->method != NGX_HTTP_POST
         || (r->headers_in.content_length_n > 0
-            && !rpcedge_cache_takes_length(r->headers_in.content_length_n)))
+            && !rpcedge_cache_takes_length(conf->settings,
+                                           r->headers_in.content_length_n)))
     {
         ngx_memzero(&body, sizeof(rpcedge_str_t));
         ngx_http_rpcedge_cache_new(r, ctx, body);
@@ -428,7 +462,8 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
         return;
     }
 
-    ctx->cache = rpcedge_cache_new(ns, body.data, body.len, headers, n);
+    ctx->cache = rpcedge_cache_new(conf->settings, ns, body.data, body.len,
+                                   headers, n);
 }
 
 
@@ -960,7 +995,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 
         length = r->headers_out.content_length_n;
 
-        if (length > NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER) {
+        if (length > (off_t) RPCEDGE_CACHE_MAX_ANSWER) {
             call->too_large = 1;
 
         } else if (length > 0 && call->lookup) {
@@ -1076,7 +1111,7 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
             if (call->lookup && !call->too_large
                 && ngx_http_rpcedge_cache_hold(r->pool, &call->answer, cl->buf,
-                                         NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER)
+                                               RPCEDGE_CACHE_MAX_ANSWER)
                    != NGX_OK)
             {
                 call->too_large = 1;
@@ -1501,6 +1536,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
      *     conf->pass = { 0, NULL };
      *     conf->ns = { 0, NULL };
      *     conf->default_ns = { 0, NULL };
+     *     conf->settings = NULL;
      */
 
     conf->enable = NGX_CONF_UNSET;
@@ -1508,6 +1544,9 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
     conf->shards = NGX_CONF_UNSET;
+    conf->max_request = NGX_CONF_UNSET_SIZE;
+    conf->max_entry = NGX_CONF_UNSET_SIZE;
+    conf->chain_ttl = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -1519,15 +1558,60 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_rpcedge_cache_conf_t *prev = parent;
     ngx_http_rpcedge_cache_conf_t *conf = child;
 
+    rpcedge_error_t      err;
+    rpcedge_config_t     config;
+    ngx_pool_cleanup_t  *cln;
+
+    /* the core's defaults, as every host has them */
+
+    config = rpcedge_config_default();
+
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
     ngx_conf_merge_ptr_value(conf->hot, prev->hot, NULL);
     ngx_conf_merge_str_value(conf->ns, prev->ns, "");
-    ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
+    ngx_conf_merge_msec_value(conf->timeout, prev->timeout,
+                              config.cache_timeout_ms);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
     ngx_conf_merge_value(conf->shards, prev->shards, 1);
+    ngx_conf_merge_size_value(conf->max_request, prev->max_request,
+                              config.cache_max_request);
+    ngx_conf_merge_size_value(conf->max_entry, prev->max_entry,
+                              config.cache_max_entry);
+    ngx_conf_merge_sec_value(conf->chain_ttl, prev->chain_ttl,
+                             (time_t) config.cache_chain_ttl_s);
+
+    if (conf->enable) {
+        config.cache_timeout_ms = conf->timeout;
+        config.cache_max_request = conf->max_request;
+        config.cache_max_entry = conf->max_entry;
+        config.cache_chain_ttl_s = conf->chain_ttl;
+
+        conf->settings = rpcedge_settings_new(&config, &err);
+        if (conf->settings == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"rpcedge_%s\" %s", err.field, err.message);
+            return NGX_CONF_ERROR;
+        }
+
+        cln = ngx_pool_cleanup_add(cf->pool, 0);
+        if (cln == NULL) {
+            rpcedge_settings_free(conf->settings);
+            return NGX_CONF_ERROR;
+        }
+
+        cln->handler = ngx_http_rpcedge_cache_settings_cleanup;
+        cln->data = conf->settings;
+    }
 
     return ngx_http_rpcedge_cache_default_ns(cf, conf);
+}
+
+
+static void
+ngx_http_rpcedge_cache_settings_cleanup(void *data)
+{
+    rpcedge_settings_free(data);
 }
 
 

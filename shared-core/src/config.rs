@@ -255,7 +255,7 @@ pub const FIELDS: [Field; 14] = [
 ];
 
 /// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
-pub const MAX_ENTRY: u64 = 64 * MIB;
+pub(crate) const MAX_ENTRY: u64 = 64 * MIB;
 
 /// A configuration value that is out of range or malformed, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
