@@ -72,7 +72,7 @@ pub struct CacheConfig {
     pub store_timeout_s: u64,
     /// Longer request bodies bypass the cache (`too_large`).
     pub max_request: u64,
-    /// Longer answers go to the client but are not stored (refused as `too_large`).
+    /// Longer answers go to the client but are not stored (a bypass: `answer`).
     pub max_entry: u64,
     /// How long chain properties (`eth_chainId`, `net_version`) are kept.
     pub chain_ttl_s: u64,
