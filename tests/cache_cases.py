@@ -137,11 +137,24 @@ def hot_bytes(hot):
     return HOT_BYTES if hot is True else int(hot)
 
 
-def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, hot=False, extra=""):
+# the cache's settings as the plugin JSON names them, and nginx's directive for each value
+NGINX_CACHE_SETTINGS = {
+    "max_request": "rpcedge_cache_max_request {};",
+    "max_entry": "rpcedge_cache_max_entry {};",
+    "chain_ttl_s": "rpcedge_cache_chain_ttl {}s;",
+    "store_timeout_s": "rpcedge_cache_store_timeout {}s;",
+}
+
+
+def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, namespace=None, hot=False, extra="",
+                 settings=None):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
     in the server. As in the example config, each network has its location and its namespace
-    (the network's name); `namespace` instead puts every request of the server in that one."""
+    (the network's name); `namespace` instead puts every request of the server in that one.
+    `settings` are the cache's, named as in the plugin JSON."""
     cache = "on" if cache else "off"
+    for name, value in (settings or {}).items():
+        extra += "\n        " + NGINX_CACHE_SETTINGS[name].format(value)
     if namespace:
         extra += f"\n        rpcedge_cache_namespace {namespace};"
         networks = ""
@@ -185,11 +198,12 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=50, name
 """
 
 
-def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",), hot=False):
-    """The plugin configuration: compression, and the cache unless `cache` is false."""
+def envoy_plugin(cache=True, timeout_ms=50, namespace=None, clusters=("rpcedge_cached",), hot=False, settings=None):
+    """The plugin configuration: compression, and the cache unless `cache` is false, with
+    `settings` in its section."""
     if not cache:
         return COMPRESSION_PLUGIN_CONFIG
-    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms}
+    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms, **(settings or {})}
     if hot:
         settings["hot_bytes"] = hot_bytes(hot)
     if namespace:

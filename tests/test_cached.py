@@ -194,7 +194,7 @@ def test_bad_requests_get_a_4xx_and_the_daemon_serves_on(tmp_path):
         assert put(daemon, good, bytes(damaged))[0] == 400, "a tail that fails its CRC-32"
         assert put(daemon, good, entry(b'{"a":1}}'), {"X-Rpcedge-Ttl": "soon"})[0] == 400
         assert put(daemon, good, entry(b"1}"), {"X-Rpcedge-Requires-Final": "5"})[0] == 400, "no namespace"
-        assert put(daemon, good, entry(b'"' + b"a" * 70000 + b'"}'))[0] == 413
+        assert put(daemon, good, entry(b'"' + b"a" * 80000 + b'"}'))[0] == 413, "past 64 KiB and an envelope"
         for garbage in [b"\x00\x01\x02 nonsense\r\n\r\n", b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 100000 + b"\r\n\r\n",
                         b"PUT /v1/entries/" + good.encode() + b" HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort"]:
             with socket.create_connection((LOOPBACK, daemon.port), timeout=5) as s:

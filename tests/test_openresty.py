@@ -19,11 +19,14 @@ SMALL = "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json"  # 102 B answer
 LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 MiB answer
 
 
-def start_openresty(prefix, node_port):
-    """The shipped OpenResty example in front of the node on `node_port`: its port and process."""
+def start_openresty(prefix, node_port, settings=None):
+    """The shipped OpenResty example in front of the node on `node_port` (with the settings JSON
+    `settings` in place of its own): its port and process."""
     port = free_port()
     text = (REPO / "configs" / "openresty" / "nginx.conf").read_text()
+    example_settings = """settings('{"level": "auto", "transcode": true}')"""
     for old, new in {
+        example_settings: f"settings('{settings}')" if settings else example_settings,
         "/opt/rpcedge/target/release/librpcedge_core.so": str(CORE_LIB),
         "/opt/rpcedge/": f"{REPO}/",
         "127.0.0.1:18545": f"127.0.0.1:{node_port}",

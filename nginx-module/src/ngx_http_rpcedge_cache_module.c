@@ -8,7 +8,8 @@
  * to it (rpcedge_cache_pass), waiting at most rpcedge_cache_timeout. A hit
  * is answered from there; otherwise the request goes on to the node, this
  * module's body filter holds the node's plain answer, and once the answer
- * has gone out a second background subrequest stores it. With
+ * has gone out a second background subrequest stores it, ended if it takes
+ * longer than rpcedge_cache_store_timeout. With
  * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
  * zone (the core's hot tier), which answers them again without the trip. The filter sits
  * just above postpone, so that it sees the daemon's answers before postpone
@@ -23,10 +24,6 @@
 #include <rpcedge.h>
 
 #include "ngx_http_rpcedge_module.h"
-
-
-/* an entry's answer is bounded by the daemon's --max-entry (9 MiB default) */
-#define NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER  (32 * 1024 * 1024)
 
 
 /* the hot tier: a region of a shared memory zone, laid out by the core */
@@ -48,6 +45,12 @@ typedef struct {
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
     ngx_int_t                   shards;
+    time_t                      store_timeout;
+    size_t                      max_request;
+    size_t                      max_entry;
+    time_t                      chain_ttl;
+    /* the core's settings, with the limits above */
+    rpcedge_settings_t         *settings;
 } ngx_http_rpcedge_cache_conf_t;
 
 
@@ -74,8 +77,8 @@ typedef struct {
     rpcedge_cache_t            *cache;
     ngx_http_rpcedge_cache_state_e  state;
     ngx_uint_t                  shard;
-    /* the lookup, cancelled if it outlives the timeout */
-    ngx_http_request_t         *lookup;
+    /* the lookup, then the store: ended if it outlives its timeout */
+    ngx_http_request_t         *call;
     ngx_event_t                 timer;
     /* the node's plain answer, for the store */
     ngx_http_rpcedge_cache_bytes_t  held;
@@ -113,6 +116,7 @@ static void ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
 static ngx_int_t ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev);
+static void ngx_http_rpcedge_cache_store_timed_out(ngx_event_t *ev);
 static ngx_int_t ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static void ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
@@ -148,6 +152,7 @@ static char *ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
     ngx_http_rpcedge_cache_conf_t *conf);
 static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static void ngx_http_rpcedge_cache_settings_cleanup(void *data);
 static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
 
 
@@ -162,6 +167,20 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_timeout_check =
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_shards_check =
     { ngx_http_rpcedge_check, "cache_shards", NGX_HTTP_RPCEDGE_NUM_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_store_timeout_check =
+    { ngx_http_rpcedge_check, "cache_store_timeout_s",
+      NGX_HTTP_RPCEDGE_SEC_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_request_check =
+    { ngx_http_rpcedge_check, "cache_max_request",
+      NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_entry_check =
+    { ngx_http_rpcedge_check, "cache_max_entry", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_chain_ttl_check =
+    { ngx_http_rpcedge_check, "cache_chain_ttl_s", NGX_HTTP_RPCEDGE_SEC_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
@@ -214,6 +233,34 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, shards),
       &ngx_http_rpcedge_cache_shards_check },
+
+    { ngx_string("rpcedge_cache_store_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, store_timeout),
+      &ngx_http_rpcedge_cache_store_timeout_check },
+
+    { ngx_string("rpcedge_cache_max_request"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, max_request),
+      &ngx_http_rpcedge_cache_max_request_check },
+
+    { ngx_string("rpcedge_cache_max_entry"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, max_entry),
+      &ngx_http_rpcedge_cache_max_entry_check },
+
+    { ngx_string("rpcedge_cache_chain_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, chain_ttl),
+      &ngx_http_rpcedge_cache_chain_ttl_check },
 
       ngx_null_command
 };
@@ -355,7 +402,8 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     if (r->method != NGX_HTTP_POST
         || (r->headers_in.content_length_n > 0
-            && !rpcedge_cache_takes_length(r->headers_in.content_length_n)))
+            && !rpcedge_cache_takes_length(conf->settings,
+                                           r->headers_in.content_length_n)))
     {
         ngx_memzero(&body, sizeof(rpcedge_str_t));
         ngx_http_rpcedge_cache_new(r, ctx, body);
@@ -428,7 +476,8 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
         return;
     }
 
-    ctx->cache = rpcedge_cache_new(ns, body.data, body.len, headers, n);
+    ctx->cache = rpcedge_cache_new(conf->settings, ns, body.data, body.len,
+                                   headers, n);
 }
 
 
@@ -480,7 +529,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     sr->request_body = NULL;
     sr->headers_in.content_length_n = -1;
 
-    ctx->lookup = sr;
+    ctx->call = sr;
 
     ngx_add_timer(&ctx->timer, conf->timeout);
 
@@ -617,14 +666,42 @@ ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
      * connection (keepalive, an HTTP/2 stream) until it ends
      */
 
-    u = ctx->lookup->upstream;
+    u = ctx->call->upstream;
 
     if (u && u->cleanup && *u->cleanup) {
-        (*u->cleanup)(ctx->lookup);
+        (*u->cleanup)(ctx->call);
     }
 
     r->write_event_handler(r);
     ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_rpcedge_cache_store_timed_out(ngx_event_t *ev)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx = ev->data;
+
+    rpcedge_count_t       counts[RPCEDGE_COUNTS_MAX];
+    ngx_http_upstream_t  *u;
+
+    u = ctx->call->upstream;
+
+    /* a store not yet (or no longer) with the daemon ends on its own */
+
+    if (u == NULL || u->cleanup == NULL || *u->cleanup == NULL) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "rpcedge cache: no answer to the store in time");
+
+    /* as a store the daemon never answered: its subrequest ends without
+     * its post handler, and with it maybe the request and ctx */
+
+    ngx_http_rpcedge_count(counts, rpcedge_count_store(0, counts));
+
+    (*u->cleanup)(ctx->call);
 }
 
 
@@ -725,15 +802,16 @@ static void
 ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    ngx_uint_t                   i;
-    ngx_buf_t                   *b;
-    ngx_chain_t                 *cl;
-    rpcedge_str_t                values[3];
-    ngx_http_request_t          *sr;
-    rpcedge_store_call_t         put;
-    rpcedge_count_t              counts[RPCEDGE_COUNTS_MAX];
-    ngx_http_request_body_t     *rb;
-    ngx_http_post_subrequest_t  *ps;
+    ngx_uint_t                      i;
+    ngx_buf_t                      *b;
+    ngx_chain_t                    *cl;
+    rpcedge_str_t                   values[3];
+    ngx_http_request_t             *sr;
+    rpcedge_store_call_t            put;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
+    ngx_http_request_body_t        *rb;
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
 
     if (!rpcedge_cache_store(ctx->cache, ctx->held.data, ctx->held.len,
                              &put))
@@ -800,6 +878,15 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     sr->request_body = rb;
     sr->headers_in.content_length_n = put.body.len;
 
+    /* the daemon deflates the entry before it answers: a timeout of its own */
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ctx->call = sr;
+    ctx->timer.handler = ngx_http_rpcedge_cache_store_timed_out;
+
+    ngx_add_timer(&ctx->timer, (ngx_msec_t) conf->store_timeout * 1000);
+
     return;
 
 failed:
@@ -814,9 +901,15 @@ static ngx_int_t
 ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
     ngx_int_t rc)
 {
+    ngx_http_rpcedge_cache_ctx_t   *ctx = data;
+
     ngx_uint_t                      status;
     rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_call_t  *call;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
 
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
@@ -960,7 +1053,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 
         length = r->headers_out.content_length_n;
 
-        if (length > NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER) {
+        if (length > (off_t) RPCEDGE_CACHE_MAX_ANSWER) {
             call->too_large = 1;
 
         } else if (length > 0 && call->lookup) {
@@ -1076,7 +1169,7 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
             if (call->lookup && !call->too_large
                 && ngx_http_rpcedge_cache_hold(r->pool, &call->answer, cl->buf,
-                                         NGX_HTTP_RPCEDGE_CACHE_MAX_ANSWER)
+                                               RPCEDGE_CACHE_MAX_ANSWER)
                    != NGX_OK)
             {
                 call->too_large = 1;
@@ -1501,6 +1594,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
      *     conf->pass = { 0, NULL };
      *     conf->ns = { 0, NULL };
      *     conf->default_ns = { 0, NULL };
+     *     conf->settings = NULL;
      */
 
     conf->enable = NGX_CONF_UNSET;
@@ -1508,6 +1602,10 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
     conf->shards = NGX_CONF_UNSET;
+    conf->store_timeout = NGX_CONF_UNSET;
+    conf->max_request = NGX_CONF_UNSET_SIZE;
+    conf->max_entry = NGX_CONF_UNSET_SIZE;
+    conf->chain_ttl = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -1519,15 +1617,63 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_rpcedge_cache_conf_t *prev = parent;
     ngx_http_rpcedge_cache_conf_t *conf = child;
 
+    rpcedge_error_t      err;
+    rpcedge_config_t     config;
+    ngx_pool_cleanup_t  *cln;
+
+    /* the core's defaults, as every host has them */
+
+    config = rpcedge_config_default();
+
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
     ngx_conf_merge_ptr_value(conf->hot, prev->hot, NULL);
     ngx_conf_merge_str_value(conf->ns, prev->ns, "");
-    ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
+    ngx_conf_merge_msec_value(conf->timeout, prev->timeout,
+                              config.cache_timeout_ms);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
     ngx_conf_merge_value(conf->shards, prev->shards, 1);
+    ngx_conf_merge_sec_value(conf->store_timeout, prev->store_timeout,
+                             (time_t) config.cache_store_timeout_s);
+    ngx_conf_merge_size_value(conf->max_request, prev->max_request,
+                              config.cache_max_request);
+    ngx_conf_merge_size_value(conf->max_entry, prev->max_entry,
+                              config.cache_max_entry);
+    ngx_conf_merge_sec_value(conf->chain_ttl, prev->chain_ttl,
+                             (time_t) config.cache_chain_ttl_s);
+
+    if (conf->enable) {
+        config.cache_timeout_ms = conf->timeout;
+        config.cache_store_timeout_s = conf->store_timeout;
+        config.cache_max_request = conf->max_request;
+        config.cache_max_entry = conf->max_entry;
+        config.cache_chain_ttl_s = conf->chain_ttl;
+
+        conf->settings = rpcedge_settings_new(&config, &err);
+        if (conf->settings == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"rpcedge_%s\" %s", err.field, err.message);
+            return NGX_CONF_ERROR;
+        }
+
+        cln = ngx_pool_cleanup_add(cf->pool, 0);
+        if (cln == NULL) {
+            rpcedge_settings_free(conf->settings);
+            return NGX_CONF_ERROR;
+        }
+
+        cln->handler = ngx_http_rpcedge_cache_settings_cleanup;
+        cln->data = conf->settings;
+    }
 
     return ngx_http_rpcedge_cache_default_ns(cf, conf);
+}
+
+
+static void
+ngx_http_rpcedge_cache_settings_cleanup(void *data)
+{
+    rpcedge_settings_free(data);
 }
 
 

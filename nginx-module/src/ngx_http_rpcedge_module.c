@@ -158,6 +158,10 @@ ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
         value = *(ngx_msec_t *) data;
         break;
 
+    case NGX_HTTP_RPCEDGE_SEC_SLOT:
+        value = *(time_t *) data;
+        break;
+
     default: /* NGX_HTTP_RPCEDGE_SIZE_SLOT */
         value = *(size_t *) data;
     }

@@ -26,6 +26,7 @@ typedef struct {
 #define NGX_HTTP_RPCEDGE_SIZE_SLOT  0
 #define NGX_HTTP_RPCEDGE_NUM_SLOT   1
 #define NGX_HTTP_RPCEDGE_MSEC_SLOT  2
+#define NGX_HTTP_RPCEDGE_SEC_SLOT   3
 
 extern ngx_module_t  ngx_http_rpcedge_module;
 

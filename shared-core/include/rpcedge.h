@@ -74,6 +74,12 @@
 #define RPCEDGE_TRANSCODE_REFUSED 2
 
 /**
+ * The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
+ * configure (with its envelope), whichever host stored it.
+ */
+#define RPCEDGE_CACHE_MAX_ANSWER 67117110
+
+/**
  * The most counts one event adds: the length of the array each `rpcedge_count_*` fills.
  */
 #define RPCEDGE_COUNTS_MAX 5
@@ -187,6 +193,15 @@ typedef struct {
    */
   const rpcedge_str_t *types;
   size_t types_len;
+  /**
+   * The cache's settings (nginx's `rpcedge_cache_*` directives): the lookup's and the store's
+   * timeouts, which the host applies itself, and the limits its exchanges run with.
+   */
+  uint64_t cache_timeout_ms;
+  uint64_t cache_store_timeout_s;
+  uint64_t cache_max_request;
+  uint64_t cache_max_entry;
+  uint64_t cache_chain_ttl_s;
 } rpcedge_config_t;
 
 /**
@@ -532,23 +547,28 @@ uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_e
 void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes_in, uint64_t *bytes_out);
 
 /**
- * A cache exchange for a request in namespace `ns`, the one configured where the request was
- * routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
- * whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
- * cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
- * gzip; a client that asks for the SSZ of a result bypasses the cache, which holds JSON; the rest
- * decide which stored variant is the client's). NULL only on a panic.
+ * A cache exchange under the cache's settings of `settings` (its limits), for a request in
+ * namespace `ns`, the one configured where the request was routed (a NULL `data`: none, so the
+ * request bypasses the cache; never one from the request), whose body is `body` (NULL: the host
+ * does not hold it whole, so the request bypasses the cache), with the client's `headers_len`
+ * headers (Accept-Encoding says whether a hit may be gzip; a client that asks for the SSZ of a
+ * result bypasses the cache, which holds JSON; the rest decide which stored variant is the
+ * client's). NULL when `settings` is NULL, or on a panic.
  *
  * # Safety
- * The strings point to readable bytes of their lengths; `headers` to `headers_len` headers.
+ * `settings` is NULL or live; the strings point to readable bytes of their lengths; `headers`
+ * to `headers_len` headers.
  */
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
+rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, const uint8_t *body, size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
- * Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so
- * that the host need not read it first.
+ * Whether a request body of `content_length` bytes may be looked up under `settings`: 0 when it
+ * is too long (or `settings` is NULL), so that the host need not read it first.
+ *
+ * # Safety
+ * `settings` is NULL or live.
  */
-int32_t rpcedge_cache_takes_length(uint64_t content_length);
+int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t content_length);
 
 /**
  * # Safety

@@ -6,8 +6,11 @@
 
 use std::fmt;
 use std::ops::RangeInclusive;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::cache::CacheSettings;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -65,6 +68,14 @@ pub struct CacheConfig {
     pub status_header: bool,
     /// Bytes of each worker's hot tier (the daemon's recent hits, in the worker's memory); 0: none.
     pub hot_bytes: u64,
+    /// How long a store may take (the daemon deflates the entry at level 12 before it answers).
+    pub store_timeout_s: u64,
+    /// Longer request bodies bypass the cache (`too_large`).
+    pub max_request: u64,
+    /// Longer answers go to the client but are not stored (a bypass: `answer`).
+    pub max_entry: u64,
+    /// How long chain properties (`eth_chainId`, `net_version`) are kept.
+    pub chain_ttl_s: u64,
 }
 
 impl Default for CacheConfig {
@@ -76,13 +87,37 @@ impl Default for CacheConfig {
             timeout_ms: 50,
             status_header: true,
             hot_bytes: 0,
+            store_timeout_s: 5,
+            max_request: 64 * 1024,
+            max_entry: 8 * MIB,
+            chain_ttl_s: 3600,
         }
     }
 }
 
 impl CacheConfig {
+    /// Checks every bound; the settings the cache's exchanges run with.
+    pub fn settings(&self) -> Result<CacheSettings, ConfigError> {
+        self.check()?;
+        // within their bounds, both fit a 32-bit usize
+        Ok(CacheSettings {
+            max_request: self.max_request as usize,
+            max_entry: self.max_entry as usize,
+            chain_ttl_s: self.chain_ttl_s,
+        })
+    }
+
+    /// How long a host waits for the daemon's answer to a store.
+    pub fn store_timeout(&self) -> Duration {
+        Duration::from_secs(self.store_timeout_s)
+    }
+
     fn check(&self) -> Result<(), ConfigError> {
         check_field("cache_timeout_ms", self.timeout_ms)?;
+        check_field("cache_store_timeout_s", self.store_timeout_s)?;
+        check_field("cache_max_request", self.max_request)?;
+        check_field("cache_max_entry", self.max_entry)?;
+        check_field("cache_chain_ttl_s", self.chain_ttl_s)?;
         check_field("cache_shards", self.clusters.len() as u64)?;
         check_field("cache_hot_bytes", self.hot_bytes)?;
         if self.hot_bytes != 0 && self.hot_bytes < crate::cache::HOT_MIN_REGION as u64 {
@@ -202,7 +237,7 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 10] = [
+pub const FIELDS: [Field; 14] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
@@ -213,7 +248,14 @@ pub const FIELDS: [Field; 10] = [
     Field { name: "cache_timeout_ms", range: 1..=60_000 },
     Field { name: "cache_shards", range: 1..=1024 },
     Field { name: "cache_hot_bytes", range: 0..=1024 * MIB },
+    Field { name: "cache_store_timeout_s", range: 1..=60 },
+    Field { name: "cache_max_request", range: 0..=16 * MIB },
+    Field { name: "cache_max_entry", range: 0..=MAX_ENTRY },
+    Field { name: "cache_chain_ttl_s", range: 1..=86_400 },
 ];
+
+/// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
+pub(crate) const MAX_ENTRY: u64 = 64 * MIB;
 
 /// A configuration value that is out of range or malformed, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -297,7 +339,16 @@ impl Config {
     }
 
     /// Checks every bound and turns the config into the [`Settings`] an exchange runs with.
+    /// Without a `cache` section the cache's settings are its defaults (the Lua binding's own
+    /// storage runs with them).
     pub fn validate(self) -> Result<Settings, ConfigError> {
+        let cache = self.cache.clone().unwrap_or_default();
+        self.validate_with(&cache)
+    }
+
+    /// [`Config::validate`], with the cache's settings from `cache` (nginx: its directives)
+    /// rather than the configuration's own section.
+    pub(crate) fn validate_with(self, cache: &CacheConfig) -> Result<Settings, ConfigError> {
         if let Level::Fixed(level) = self.level {
             check_field("level", level.into())?;
         }
@@ -324,16 +375,14 @@ impl Config {
         if self.types.is_empty() {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
-        if let Some(cache) = &self.cache {
-            cache.check()?;
-        }
+        let cache = cache.settings()?;
         let mut types = Vec::with_capacity(self.types.len());
         for pattern in &self.types {
             check_type(pattern)?;
             types.push(pattern.to_ascii_lowercase());
         }
         let patterns = types.iter().map(|pattern| TypePattern::new(pattern)).collect();
-        Ok(Settings { config: Config { types, ..self }, patterns })
+        Ok(Settings { config: Config { types, ..self }, patterns, cache_settings: cache })
     }
 }
 
@@ -343,6 +392,7 @@ pub struct Settings {
     config: Config,
     /// `types`, split once here rather than for every response.
     patterns: Vec<TypePattern>,
+    cache_settings: CacheSettings,
 }
 
 /// A media type pattern of `types`: its type and subtype, `None` for `*`.
@@ -380,18 +430,27 @@ impl std::ops::Deref for Settings {
 }
 
 impl Settings {
+    /// The settings the cache's exchanges run with.
+    pub fn cache_settings(&self) -> &CacheSettings {
+        &self.cache_settings
+    }
+
     /// For a host that counts what the filter writes at once against a buffer limit (Envoy):
     /// the most it writes at once (a one-shot body, or a transcoded or untranscoded whole body)
-    /// must stay below that limit, with room for one upstream read besides. Envoy answers a write
-    /// past it with a local reply from inside the filter's callback, so such a configuration is
-    /// refused rather than left to fail at run time.
+    /// must stay below that limit, with room for one upstream read besides; so must the request
+    /// body the cache holds (up to `max_request`, and one read). Envoy answers a write past it
+    /// with a local reply from inside the filter's callback (a request body past it with a 413),
+    /// so such a configuration is refused rather than left to fail at run time.
     pub fn check_buffer_limit(&self) -> Result<(), ConfigError> {
         let transcodes = self.transcode || self.transcode_upstream_ssz;
-        let (written, what) = if transcodes && self.transcode_max > self.max_buffer {
+        let (mut written, mut what) = if transcodes && self.transcode_max > self.max_buffer {
             (self.transcode_max, "transcode_max")
         } else {
             (self.max_buffer, "max_buffer")
         };
+        if let Some(cache) = self.cache.as_ref().filter(|cache| cache.enabled && cache.max_request > written) {
+            (written, what) = (cache.max_request, "the cache's max_request");
+        }
         match self.buffer_limit {
             None if transcodes => Err(ConfigError::new(
                 "buffer_limit",
@@ -485,6 +544,51 @@ mod tests {
         }
         let err = Config::from_json(br#"{"cache": {"timeout": 5}}"#).unwrap_err();
         assert!(err.message.contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn the_caches_limits_come_from_its_section_within_their_bounds() {
+        let defaults = CacheSettings { max_request: 64 * 1024, max_entry: 8 * MIB as usize, chain_ttl_s: 3600 };
+        assert_eq!(
+            Settings::default().cache_settings(),
+            &defaults,
+            "without a cache section (the Lua binding's storage)"
+        );
+        let s = Config::from_json(br#"{"cache": {}}"#).unwrap();
+        assert_eq!(
+            (s.cache_settings(), s.cache.as_ref().unwrap().store_timeout()),
+            (&defaults, Duration::from_secs(5))
+        );
+        let json = br#"{"cache": {"max_request": 300, "max_entry": 1000, "chain_ttl_s": 60, "store_timeout_s": 20}}"#;
+        let s = Config::from_json(json).unwrap();
+        let expected = CacheSettings { max_request: 300, max_entry: 1000, chain_ttl_s: 60 };
+        assert_eq!(
+            (s.cache_settings(), s.cache.as_ref().unwrap().store_timeout()),
+            (&expected, Duration::from_secs(20))
+        );
+        for (json, message) in [
+            (
+                &br#"{"cache": {"max_request": 16777217}}"#[..],
+                "cache_max_request: must be between 0 and 16777216, got 16777217",
+            ),
+            (br#"{"cache": {"max_entry": 67108865}}"#, "cache_max_entry: must be between 0 and 67108864, got 67108865"),
+            (br#"{"cache": {"chain_ttl_s": 0}}"#, "cache_chain_ttl_s: must be between 1 and 86400, got 0"),
+            (br#"{"cache": {"store_timeout_s": 0}}"#, "cache_store_timeout_s: must be between 1 and 60, got 0"),
+            (br#"{"cache": {"store_timeout_s": 61}}"#, "cache_store_timeout_s: must be between 1 and 60, got 61"),
+        ] {
+            assert_eq!(Config::from_json(json).unwrap_err().to_string(), message);
+        }
+        for (name, max) in
+            [("cache_max_request", 16 * MIB), ("cache_max_entry", MAX_ENTRY), ("cache_chain_ttl_s", 86_400)]
+        {
+            assert!(check_field(name, max).is_ok() && check_field(name, max + 1).is_err(), "{name}");
+        }
+        // Envoy holds a request body the cache may take: the listener's limit must exceed it
+        let check = |json: &[u8]| Config::from_json(json).unwrap().check_buffer_limit();
+        let err = check(br#"{"buffer_limit": 2097152, "cache": {"max_request": 2097152}}"#).unwrap_err();
+        assert!(err.message.contains("the cache's max_request (2097152)"), "{err}");
+        assert!(check(br#"{"buffer_limit": 2097152, "cache": {"max_request": 1048576}}"#).is_ok());
+        assert!(check(br#"{"buffer_limit": 2097152, "cache": {"enabled": false, "max_request": 4194304}}"#).is_ok());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::ptr;
 use std::slice;
 use std::sync::Arc;
 
-use crate::config::{check_field, check_type, Config, ConfigError, Level, Settings};
+use crate::config::{check_field, check_type, CacheConfig, Config, ConfigError, Level, Settings};
 use crate::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
@@ -57,6 +57,13 @@ pub struct RpcedgeConfig {
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
+    /// The cache's settings (nginx's `rpcedge_cache_*` directives): the lookup's and the store's
+    /// timeouts, which the host applies itself, and the limits its exchanges run with.
+    pub cache_timeout_ms: u64,
+    pub cache_store_timeout_s: u64,
+    pub cache_max_request: u64,
+    pub cache_max_entry: u64,
+    pub cache_chain_ttl_s: u64,
 }
 
 /// Where a configuration error is written: the field's name and a message, NUL-terminated and
@@ -286,6 +293,14 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
                 .map(|t| String::from_utf8_lossy(bytes(t.data, t.len)).into_owned())
                 .collect()
         };
+        let cache = CacheConfig {
+            timeout_ms: c.cache_timeout_ms,
+            store_timeout_s: c.cache_store_timeout_s,
+            max_request: c.cache_max_request,
+            max_entry: c.cache_max_entry,
+            chain_ttl_s: c.cache_chain_ttl_s,
+            ..CacheConfig::default()
+        };
         Config {
             min_length: c.min_length,
             max_buffer: c.max_buffer,
@@ -300,7 +315,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             types,
             cache: None,
         }
-        .validate()
+        .validate_with(&cache)
     });
     settings_handle(result, err)
 }
@@ -329,7 +344,7 @@ fn settings_handle(result: Result<Settings, ConfigError>, err: *mut RpcedgeError
 /// The defaults, for a host that sets only some fields.
 #[no_mangle]
 pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
-    let d = Config::default();
+    let (d, cache) = (Config::default(), CacheConfig::default());
     RpcedgeConfig {
         min_length: d.min_length,
         max_buffer: d.max_buffer,
@@ -342,6 +357,11 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         transcode_upstream_ssz: d.transcode_upstream_ssz.into(),
         types: ptr::null(),
         types_len: 0,
+        cache_timeout_ms: cache.timeout_ms,
+        cache_store_timeout_s: cache.store_timeout_s,
+        cache_max_request: cache.max_request,
+        cache_max_entry: cache.max_entry,
+        cache_chain_ttl_s: cache.chain_ttl_s,
     }
 }
 

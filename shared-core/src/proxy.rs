@@ -142,8 +142,9 @@ impl ProxyExchange {
         }
         self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
         let cache_waits = self.settings.cache.as_ref().filter(|cache| cache.enabled).is_some_and(|config| {
-            let route_namespace = route_namespace();
-            let request = ProxyCacheRequest::new(config, route_namespace.as_ref().map(R::as_ref), headers, end_of_stream);
+            let (route_namespace, settings) = (route_namespace(), self.settings.cache_settings());
+            let route_namespace = route_namespace.as_ref().map(R::as_ref);
+            let request = ProxyCacheRequest::new(config, settings, route_namespace, headers, end_of_stream);
             self.cache.insert(request).awaits_body()
         });
         RequestHead {
@@ -199,8 +200,8 @@ impl ProxyExchange {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
             return RequestStep::Continue;
         };
-        let min_length = self.settings.min_length;
-        match request.on_body(body_size, end_of_stream, &mut body, config, hot, min_length, now_ms() / 1000) {
+        let (settings, min_length) = (self.settings.cache_settings(), self.settings.min_length);
+        match request.on_body(body_size, end_of_stream, &mut body, config, settings, hot, min_length, now_ms() / 1000) {
             AfterBody::Continue => RequestStep::Continue,
             AfterBody::Wait => RequestStep::Wait,
             AfterBody::Lookup(call) => RequestStep::Lookup(call),
@@ -256,7 +257,7 @@ impl ProxyExchange {
             }
         }
         if let Some(request) = &mut self.cache {
-            let cache_status = request.on_response_head(headers, end_of_stream);
+            let cache_status = request.on_response_head(headers, end_of_stream, self.settings.cache_settings());
             self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
             if self.settings.cache.as_ref().is_some_and(|c| c.status_header) {
                 edits.push(HeaderOp::Append(proxy::status_header(), cache_status.as_str()));
@@ -312,7 +313,7 @@ impl ProxyExchange {
         now_ms: impl FnOnce() -> u64,
     ) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
-            request.hold(chunk);
+            request.hold(chunk, self.settings.cache_settings());
         }
         if end {
             self.store_in_cache();
@@ -386,7 +387,7 @@ impl ProxyExchange {
     /// The node's answer has ended: its store, or why the core refuses it.
     fn store_in_cache(&mut self) {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else { return };
-        match request.store(config) {
+        match request.store(config, self.settings.cache_settings()) {
             Ok(Some(store)) => self.store = Some(store),
             Ok(None) => {}
             Err(refusal) => self.counters.extend(metrics::store_refused(refusal).map(|c| (c, 1))),

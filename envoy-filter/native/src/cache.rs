@@ -9,7 +9,7 @@
 
 use std::sync::Mutex;
 
-use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
+use rpcedge_core::cache::proxy::{DaemonCall, HotRegion};
 use rpcedge_core::metrics::Counter;
 use rpcedge_core::CacheConfig;
 
@@ -88,7 +88,7 @@ impl CacheShared {
                     headers.as_ptr(),
                     headers.len(),
                     call.body.as_slice().into(),
-                    proxy::store_timeout().as_millis() as u64,
+                    self.config.store_timeout().as_millis() as u64,
                 )
             };
             if started != abi::CALLOUT_STARTED {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
+use rpcedge_core::cache::proxy::{DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::proxy::{Failed, ProxyExchange, RequestStep};
 use rpcedge_core::{Config, Failure, HeaderOp, Node, Settings};
@@ -129,9 +129,12 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
-        for store in shared.stores.take() {
-            if cache::dispatch(&store, proxy::store_timeout()).is_none() {
-                shared.metrics.stored(None);
+        // stores are queued only where the cache is configured
+        if let Some(config) = &shared.settings.cache {
+            for store in shared.stores.take() {
+                if cache::dispatch(&store, config.store_timeout()).is_none() {
+                    shared.metrics.stored(None);
+                }
             }
         }
         let now = now_ms();

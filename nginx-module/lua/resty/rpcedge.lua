@@ -12,9 +12,10 @@
 -- The response cache's key and decisions, for a config that keeps entries in its own storage
 -- (a shared dict, Redis, ...) rather than in rpcedge-cached:
 --
---     local c = rpcedge.cache(body, "mainnet") -- the request body, and the namespace: the network
---                                              -- this location's node serves (never the client's
---                                              -- Host or path; default: $server_name)
+--     local c = rpcedge.cache(settings, body, "mainnet")
+--     -- settings: its "cache" section's max_request, max_entry and chain_ttl_s apply (without
+--     -- one, their defaults); body: the request's; the namespace: the network this location's
+--     -- node serves (never the client's Host or path; default: $server_name)
 --     if c:key() then                          -- nil: the cache does not take this request
 --         local entry = my_store:get(c:key())
 --         local hit, gzip = c:hit(entry, 1024) -- the client's own id spliced in; gzip if it takes it
@@ -131,8 +132,8 @@ typedef struct {
   rpcedge_str_t body;
 } rpcedge_store_call_t;
 
-rpcedge_cache_t *rpcedge_cache_new(rpcedge_str_t ns, const uint8_t *body, size_t body_len,
-                                   const rpcedge_header_t *headers, size_t headers_len);
+rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, const uint8_t *body,
+                                   size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
@@ -449,12 +450,13 @@ local function header_array(headers)
 end
 
 
--- The cache's view of the current request, whose body is `body` (nil when it is not held whole:
--- a BYPASS). `namespace` names where the request is routed, as the configuration says (one per
--- network); it defaults to the server block's first server_name. Never pass anything the client
--- sends (its Host, its path): a client must not choose where its answers are stored. Without
--- either, the request bypasses the cache.
-function _M.cache(body, namespace)
+-- The cache's view of the current request under `settings` (rpcedge.settings: the limits of its
+-- "cache" section), whose body is `body` (nil when it is not held whole: a BYPASS). `namespace`
+-- names where the request is routed, as the configuration says (one per network); it defaults to
+-- the server block's first server_name. Never pass anything the client sends (its Host, its
+-- path): a client must not choose where its answers are stored. Without either, the request
+-- bypasses the cache.
+function _M.cache(settings, body, namespace)
     if namespace == nil and ngx.var.server_name ~= "" then
         namespace = ngx.var.server_name
     end
@@ -462,7 +464,7 @@ function _M.cache(body, namespace)
     -- points to reachable through the call
     local headers, n, strings = header_array(ngx.req.get_headers(0, true))
     anchor[1] = strings
-    local handle = lib.rpcedge_cache_new(rstr(namespace), body, body and #body or 0, headers, n)
+    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), body, body and #body or 0, headers, n)
     anchor[1] = nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)

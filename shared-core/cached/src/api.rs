@@ -27,7 +27,7 @@ use crate::store::{Lookup, Store};
 pub struct State {
     pub store: Store,
     pub finality: Arc<Finality>,
-    /// Bound on a PUT's body: the hosts' `max_entry` plus the envelope.
+    /// Bound on a PUT's body: `entry_bound` of the hosts' `max_entry`.
     pub max_body: usize,
     pub refusals: Refusals,
 }

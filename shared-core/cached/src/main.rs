@@ -15,6 +15,7 @@ use clap::Parser;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use rpcedge_core::cache::entry_bound;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, SignalKind};
@@ -51,8 +52,9 @@ struct Cli {
     /// Size of each column family's memtable.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     memtable_size: u64,
-    /// Bound on a stored entry as sent (the hosts' `max_entry` plus its envelope).
-    #[arg(long, default_value = "9MiB", value_parser = parse_size)]
+    /// The hosts' `max_entry`, the largest answer they store: a PUT may be that plus the entry's
+    /// envelope (`entry_bound`), so that no store a host makes is refused for its size.
+    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
     max_entry: u64,
     /// The node that says what is final in a namespace, as NAMESPACE=http://host:port/path;
     /// repeat per namespace.
@@ -162,7 +164,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     let state = Arc::new(api::State {
         store,
         finality: finality.clone(),
-        max_body: usize::try_from(cli.max_entry).unwrap_or(usize::MAX),
+        max_body: usize::try_from(entry_bound(cli.max_entry)).unwrap_or(usize::MAX),
         refusals: api::Refusals::default(),
     });
     let connections = Arc::new(Semaphore::new(cli.max_connections.max(1)));

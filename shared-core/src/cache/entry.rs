@@ -14,7 +14,7 @@ use std::fmt;
 use crc32fast::Hasher;
 use flate2::{Decompress, FlushDecompress, Status};
 
-use super::head::Head;
+use super::head::{Head, MAX_HEAD};
 use crate::compress::deflate_raw;
 
 /// 2: with the node's head.
@@ -26,11 +26,23 @@ const DEFLATED: u8 = 1;
 const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4;
 /// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
 const MAX_ENVELOPE_PART: usize = 1024;
+/// The standard envelope: JSON-RPC 2.0 as geth writes it.
+const STANDARD_BEFORE_ID: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+const STANDARD_AFTER_ID: &[u8] = br#","result":"#;
 /// The longest tail an entry holds (entries are bounded far below by `max_entry`): a corrupt
 /// length must not make a hit reserve more.
 const MAX_TAIL: u64 = 256 * 1024 * 1024;
 /// The level a tail is compressed at once, for every later hit: libdeflate's highest.
 const STORE_LEVEL: u32 = 12;
+
+/// The longest entry, as a host sends it and as the store keeps it, for an answer of at most
+/// `max_entry` bytes: the entry's own head, the kept head at its longest, and the answer but for
+/// the id, or its tail (`<result>}`) with the standard envelope standing in for the node's. The
+/// daemon bounds a store by it, so that it never refuses an entry that a host with the same
+/// `max_entry` sent.
+pub const fn entry_bound(max_entry: u64) -> u64 {
+    max_entry.saturating_add((HEAD + MAX_HEAD + STANDARD_BEFORE_ID.len() + STANDARD_AFTER_ID.len()) as u64)
+}
 
 /// The node's envelope around the id: what comes before it, and between it and the result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +54,7 @@ pub struct Envelope {
 impl Default for Envelope {
     /// JSON-RPC 2.0 as geth writes it.
     fn default() -> Self {
-        Envelope { before_id: br#"{"jsonrpc":"2.0","id":"#.to_vec(), after_id: br#","result":"#.to_vec() }
+        Envelope { before_id: STANDARD_BEFORE_ID.to_vec(), after_id: STANDARD_AFTER_ID.to_vec() }
     }
 }
 

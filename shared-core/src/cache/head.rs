@@ -7,8 +7,8 @@
 
 use super::Refusal;
 
-/// The most bytes of names and values an entry keeps.
-const MAX_HEAD: usize = 8 * 1024;
+/// The most bytes an entry's kept head takes, as stored (`entry::encode_head`).
+pub(super) const MAX_HEAD: usize = 8 * 1024;
 
 /// Headers a hit does not send again: hop-by-hop ones, what the hit's own body and encoding
 /// decide, what the proxy sends itself, validators of a representation the hit may re-encode.
@@ -113,10 +113,12 @@ impl Head {
         !ours && !NOT_KEPT.contains(&name)
     }
 
+    /// Its length as an entry stores it: two counts, each string with its u16 length, and
+    /// whether the request had each varied-on header.
     fn size(&self) -> usize {
-        let headers = self.headers.iter().map(|(n, v)| n.len() + v.len());
-        let vary = self.vary.iter().map(|(n, v)| n.len() + v.as_ref().map_or(0, String::len));
-        headers.chain(vary).sum()
+        let headers = self.headers.iter().map(|(n, v)| 2 + n.len() + 2 + v.len());
+        let vary = self.vary.iter().map(|(n, v)| 2 + n.len() + 1 + 2 + v.as_ref().map_or(0, String::len));
+        2 + 2 + headers.chain(vary).sum::<usize>()
     }
 }
 

@@ -4,18 +4,10 @@
 //! to make. The host makes the calls and moves the bytes; headers come as (name, value) pairs,
 //! names in lower case.
 
-use std::time::Duration;
-
 use crate::cache::{
     protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
 };
 use crate::config::CacheConfig;
-
-/// A store may take this long: the daemon deflates an entry (up to `max_entry`) at level 12
-/// before it answers.
-pub fn store_timeout() -> Duration {
-    Duration::from_secs(5)
-}
 
 /// Where a route's cache namespace is set, in its metadata: `filter_metadata` under this
 /// filter namespace, the key [`ROUTE_NAMESPACE`].
@@ -84,6 +76,7 @@ impl ProxyCacheRequest {
     /// configuration's namespace applies; without either, the request bypasses the cache.
     pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         config: &CacheConfig,
+        settings: &CacheSettings,
         route_namespace: Option<&[u8]>,
         headers: &[(N, V)],
         end_of_stream: bool,
@@ -91,12 +84,12 @@ impl ProxyCacheRequest {
         // an empty (or not text) value names no namespace
         let route_namespace = route_namespace.and_then(|ns| std::str::from_utf8(ns).ok()).filter(|ns| !ns.is_empty());
         let namespace = route_namespace.or(config.namespace.as_deref()).map(str::to_string);
-        let settings = CacheSettings::default();
-        let too_large = number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, &settings));
+        let too_large =
+            number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, settings));
         let awaiting_body = header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large;
         let own = |(name, value): &(N, V)| (name.as_ref().to_vec(), value.as_ref().to_vec());
         ProxyCacheRequest {
-            exchange: CacheExchange::new(namespace.as_deref(), None, headers, &settings),
+            exchange: CacheExchange::new(namespace.as_deref(), None, headers, settings),
             namespace,
             headers: if awaiting_body { headers.iter().map(own).collect() } else { Vec::new() },
             awaiting_body,
@@ -119,6 +112,7 @@ impl ProxyCacheRequest {
         end: bool,
         body: &mut LazyBody<F>,
         config: &CacheConfig,
+        settings: &CacheSettings,
         hot: Option<&dyn HotRegion>,
         min_length: u64,
         now_s: u64,
@@ -126,8 +120,7 @@ impl ProxyCacheRequest {
         if !self.awaiting_body {
             return AfterBody::Continue;
         }
-        let settings = CacheSettings::default();
-        if !CacheExchange::takes_length(body_size as u64, &settings) {
+        if !CacheExchange::takes_length(body_size as u64, settings) {
             // a bypass: the proxy passes what it holds and the rest
             self.awaiting_body = false;
             return AfterBody::Continue;
@@ -137,7 +130,7 @@ impl ProxyCacheRequest {
         }
         self.awaiting_body = false;
         let headers = std::mem::take(&mut self.headers);
-        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(body.get()), &headers, &settings);
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(body.get()), &headers, settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;
@@ -193,11 +186,15 @@ impl ProxyCacheRequest {
 
     /// The node's response head: the status to report, once the core knows whether the body is
     /// held for the store.
-    pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(&mut self, headers: &[(N, V)], end_of_stream: bool) -> Status {
+    pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        headers: &[(N, V)],
+        end_of_stream: bool,
+        settings: &CacheSettings,
+    ) -> Status {
         let status = number(headers, ":status").unwrap_or(0);
         let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
-        let settings = CacheSettings::default();
-        if self.exchange.response_head(status, length, headers, &settings) {
+        if self.exchange.response_head(status, length, headers, settings) {
             self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
         }
         self.exchange.status()
@@ -209,11 +206,10 @@ impl ProxyCacheRequest {
     }
 
     /// More of the node's plain body.
-    pub fn hold(&mut self, chunk: &[u8]) {
-        let settings = CacheSettings::default();
+    pub fn hold(&mut self, chunk: &[u8], settings: &CacheSettings) {
         if let Some(held) = &mut self.held {
             held.extend_from_slice(chunk);
-            if !self.exchange.keep_holding(held.len() as u64, &settings) {
+            if !self.exchange.keep_holding(held.len() as u64, settings) {
                 self.held = None;
             }
         }
@@ -221,9 +217,9 @@ impl ProxyCacheRequest {
 
     /// The node's body has ended: the store to make, or why the core refuses to keep the
     /// answer (`Ok(None)`: nothing was held).
-    pub fn store(&mut self, config: &CacheConfig) -> Result<Option<DaemonCall>, Refusal> {
+    pub fn store(&mut self, config: &CacheConfig, settings: &CacheSettings) -> Result<Option<DaemonCall>, Refusal> {
         let Some(held) = self.held.take() else { return self.exchange.take_head_refusal().map_or(Ok(None), Err) };
-        let StoreCall { path, headers, body } = self.exchange.store(&held, &CacheSettings::default())?;
+        let StoreCall { path, headers, body } = self.exchange.store(&held, settings)?;
         Ok(Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body)))
     }
 

@@ -2,6 +2,7 @@ use std::io::Read;
 
 use proptest::prelude::*;
 
+use super::head::MAX_HEAD;
 use super::*;
 
 const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
@@ -713,4 +714,38 @@ fn credentials_bypass_and_a_stored_head_is_checked_again() {
     }
     let trace = capture("debug_traceTransaction", &format!(r#"["{TX}",{{"tracer":"x"}}]"#), &answer(r#"{"blockNumber":"0x1"}"#));
     assert_eq!(trace, Err(Refusal::NoBlock), "a tracer's own output claims no block");
+}
+
+/// The daemon takes stores up to `entry_bound(max_entry)`: no entry a host sends for an answer
+/// of `max_entry` bytes is longer, whether the node's envelope is kept (its parts as long as an
+/// entry keeps them) or the standard one stands in for it (the id after the result), with the
+/// kept head at its longest; the bound is within a few bytes of the longest; a head one byte
+/// longer is not kept.
+#[test]
+fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
+    let s = CacheSettings { max_entry: 8192, ..settings() };
+    // the envelope's parts at 1024 bytes each; the result fills the answer up to `max_entry`
+    let (part, between) =
+        ("x".repeat(1024 - r#"{"a":"","id":"#.len()), "y".repeat(1024 - r#","b":"","result":"#.len()));
+    let fill = |shape: usize| "z".repeat(s.max_entry - shape);
+    let kept = format!(r#"{{"a":"{part}","id":7,"b":"{between}","result":"{}"}}"#, fill(2048 + 1 + 3));
+    let standard = format!(r#"{{"result":"{}","id":7}}"#, fill(r#"{"result":"","id":7}"#.len()));
+    assert_eq!((kept.len(), standard.len()), (s.max_entry, s.max_entry));
+    let asked = request("eth_chainId", "[]");
+    let value = "v".repeat(MAX_HEAD - (2 + 2 + 2 + "x-a".len() + 2));
+    let bound = entry_bound(s.max_entry as u64);
+    let mut longest = 0;
+    for body in [&kept, &standard] {
+        let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), NONE, &s);
+        assert!(exchange.response_head(200, Some(body.len() as u64), &[("x-a", value.as_str())], &s));
+        let call = exchange.store(body.as_bytes(), &s).unwrap();
+        assert!(call.body.len() as u64 <= bound, "{} > {bound}", call.body.len());
+        assert!(daemon_keeps(&call).len() <= call.body.len(), "what the daemon keeps and answers");
+        longest = longest.max(call.body.len() as u64);
+    }
+    assert!(bound - longest < 32, "{longest} is far below {bound}");
+    let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), NONE, &s);
+    let longer = value + "v";
+    assert!(!exchange.response_head(200, Some(kept.len() as u64), &[("x-a", longer.as_str())], &s));
+    assert_eq!(exchange.take_head_refusal(), Some(Refusal::TooLarge));
 }

@@ -4,10 +4,12 @@
 use std::ffi::c_char;
 use std::ptr;
 
-use super::{bytes, guard, put, RpcedgeHeader, RpcedgeStr};
+use super::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 use crate::cache::{
-    protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Refusal, Status, StoreCall,
+    entry_bound, protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Refusal, Status,
+    StoreCall,
 };
+use crate::config::MAX_ENTRY;
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -35,6 +37,12 @@ pub struct RpcedgeStoreCall {
 
 const NONE: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
 
+/// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
+/// configure (with its envelope), whichever host stored it.
+pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_110;
+
+const _: () = assert!(RPCEDGE_CACHE_MAX_ANSWER == entry_bound(MAX_ENTRY));
+
 fn c_str(text: &[u8]) -> RpcedgeStr {
     RpcedgeStr { data: text.as_ptr(), len: text.len() }
 }
@@ -43,17 +51,20 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
     (!s.data.is_null()).then(|| bytes(s.data, s.len))
 }
 
-/// A cache exchange for a request in namespace `ns`, the one configured where the request was
-/// routed (a NULL `data`: none, so the request bypasses the cache; never one from the request),
-/// whose body is `body` (NULL: the host does not hold it whole, so the request bypasses the
-/// cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
-/// gzip; a client that asks for the SSZ of a result bypasses the cache, which holds JSON; the rest
-/// decide which stored variant is the client's). NULL only on a panic.
+/// A cache exchange under the cache's settings of `settings` (its limits), for a request in
+/// namespace `ns`, the one configured where the request was routed (a NULL `data`: none, so the
+/// request bypasses the cache; never one from the request), whose body is `body` (NULL: the host
+/// does not hold it whole, so the request bypasses the cache), with the client's `headers_len`
+/// headers (Accept-Encoding says whether a hit may be gzip; a client that asks for the SSZ of a
+/// result bypasses the cache, which holds JSON; the rest decide which stored variant is the
+/// client's). NULL when `settings` is NULL, or on a panic.
 ///
 /// # Safety
-/// The strings point to readable bytes of their lengths; `headers` to `headers_len` headers.
+/// `settings` is NULL or live; the strings point to readable bytes of their lengths; `headers`
+/// to `headers_len` headers.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_new(
+    settings: *const RpcedgeSettings,
     ns: RpcedgeStr,
     body: *const u8,
     body_len: usize,
@@ -61,9 +72,9 @@ pub unsafe extern "C" fn rpcedge_cache_new(
     headers_len: usize,
 ) -> *mut RpcedgeCache {
     guard(ptr::null_mut(), || {
+        let Some(settings) = settings.as_ref().map(|s| s.0.cache_settings().clone()) else { return ptr::null_mut() };
         let namespace = string(&ns).map(String::from_utf8_lossy);
         let body = (!body.is_null()).then(|| bytes(body, body_len));
-        let settings = CacheSettings::default();
         let exchange = CacheExchange::new(namespace.as_deref(), body, &header_list(headers, headers_len), &settings);
         let lookup_path = exchange.lookup_path();
         let cache = RpcedgeCache { exchange, settings, lookup_path, hit: None, hot: false, store: None, refusal: None };
@@ -71,11 +82,16 @@ pub unsafe extern "C" fn rpcedge_cache_new(
     })
 }
 
-/// Whether a request body of `content_length` bytes may be looked up: 0 when it is too long, so
-/// that the host need not read it first.
+/// Whether a request body of `content_length` bytes may be looked up under `settings`: 0 when it
+/// is too long (or `settings` is NULL), so that the host need not read it first.
+///
+/// # Safety
+/// `settings` is NULL or live.
 #[no_mangle]
-pub extern "C" fn rpcedge_cache_takes_length(content_length: u64) -> i32 {
-    guard(0, || CacheExchange::takes_length(content_length, &CacheSettings::default()).into())
+pub unsafe extern "C" fn rpcedge_cache_takes_length(settings: *const RpcedgeSettings, content_length: u64) -> i32 {
+    guard(0, || {
+        settings.as_ref().is_some_and(|s| CacheExchange::takes_length(content_length, s.0.cache_settings())).into()
+    })
 }
 
 /// # Safety

@@ -60,6 +60,23 @@ impl Drop for Handles {
     }
 }
 
+/// A settings handle from a JSON configuration, freed when dropped.
+struct SettingsHandle(*mut RpcedgeSettings);
+
+impl SettingsHandle {
+    fn new(json_config: &str) -> SettingsHandle {
+        let settings = unsafe { rpcedge_settings_from_json(json_config.as_ptr(), json_config.len(), ptr::null_mut()) };
+        assert!(!settings.is_null());
+        SettingsHandle(settings)
+    }
+}
+
+impl Drop for SettingsHandle {
+    fn drop(&mut self) {
+        unsafe { rpcedge_settings_free(self.0) };
+    }
+}
+
 unsafe fn header(exchange: *mut RpcedgeExchange, request: bool, name: &str, value: &str) {
     let f = if request { rpcedge_exchange_request_header } else { rpcedge_exchange_response_header };
     f(exchange, name.as_ptr(), name.len(), value.as_ptr(), value.len());
@@ -316,9 +333,10 @@ fn counters_are_named_as_envoy_prints_them_and_each_event_says_what_it_adds() {
 
 #[test]
 fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
+    let s = SettingsHandle::new("");
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let bypass = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_batch", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), bypass);
         rpcedge_cache_free(cache);
@@ -326,7 +344,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
@@ -337,7 +355,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         rpcedge_cache_free(cache);
 
         // refused by its head: the host holds no body and makes no store
-        let cache = rpcedge_cache_new(rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
@@ -375,6 +393,7 @@ unsafe fn owned(s: &RpcedgeStr) -> Vec<u8> {
 
 #[test]
 fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
+    let s = SettingsHandle::new("");
     const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
     let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
     let transactions = vec![r#"{"gasUsed":"0x5208","value":"0x0"}"#; 100].join(",");
@@ -382,7 +401,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
         let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
-        let miss = rpcedge_cache_new(rstr(b"h/mainnet"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
+        let miss = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
@@ -405,7 +424,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
-        let hit = rpcedge_cache_new(rstr(b"h/mainnet"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
+        let hit = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
         assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
@@ -434,7 +453,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
-        let from_hot = rpcedge_cache_new(rstr(b"h/mainnet"), third.as_ptr(), third.len(), ptr::null(), 0);
+        let from_hot = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), third.as_ptr(), third.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
@@ -450,9 +469,10 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 
 #[test]
 fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
+    let s = SettingsHandle::new("");
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
     let path_in = |ns| unsafe {
-        let cache = rpcedge_cache_new(ns, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, ns, request.as_ptr(), request.len(), ptr::null(), 0);
         let mut path = garbage();
         let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
         let path = found.then(|| owned(&path));
@@ -473,9 +493,10 @@ fn c_header(name: &'static str, value: &'static str) -> RpcedgeHeader {
 
 #[test]
 fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
+    let s = SettingsHandle::new("");
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
@@ -483,7 +504,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(rstr(b"n"), ptr::null(), 0, ptr::null(), 0);
+        let spilled = rpcedge_cache_new(s.0, rstr(b"n"), ptr::null(), 0, ptr::null(), 0);
         assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
@@ -496,5 +517,69 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert!(call.path.data.is_null() && call.body.data.is_null());
         rpcedge_cache_failed(null);
         rpcedge_cache_free(null);
+    }
+}
+
+/// The cache's settings come from the configuration, through either constructor: nginx's struct
+/// (with the core's defaults and bounds) and the JSON of Envoy and the Lua binding.
+#[test]
+fn the_cache_runs_with_the_settings_it_is_given() {
+    let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+    let answer = br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+    let d = rpcedge_config_default();
+    let defaults = (d.cache_timeout_ms, d.cache_store_timeout_s, d.cache_max_request, d.cache_max_entry);
+    assert_eq!((defaults, d.cache_chain_ttl_s), ((50, 5, 64 * 1024, 8 << 20), 3600));
+    unsafe {
+        let limited = |max_request: usize, max_entry: usize| {
+            let config = RpcedgeConfig {
+                cache_max_request: max_request as u64,
+                cache_max_entry: max_entry as u64,
+                cache_chain_ttl_s: 60,
+                ..rpcedge_config_default()
+            };
+            let settings = rpcedge_settings_new(&config, ptr::null_mut());
+            assert!(!settings.is_null());
+            SettingsHandle(settings)
+        };
+        let json = format!(r#"{{"cache": {{"max_request": {}, "max_entry": {}}}}}"#, request.len(), answer.len() - 1);
+        for s in [limited(request.len(), answer.len() - 1), SettingsHandle::new(&json)] {
+            assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64), 1);
+            assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
+            let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+            assert_eq!(rpcedge_cache_lookup_path(cache, ptr::null_mut()), 1);
+            assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+            assert_eq!(
+                rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),
+                0,
+                "over max_entry"
+            );
+            assert_eq!(CStr::from_ptr(rpcedge_cache_status(cache)), c"BYPASS");
+            rpcedge_cache_free(cache);
+        }
+        let s = limited(request.len() - 1, answer.len());
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        let too_large = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_too_large", 1)]);
+        assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), too_large);
+        rpcedge_cache_free(cache);
+        // the chain TTL the store carries
+        let s = limited(request.len(), answer.len());
+        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
+        let mut call = garbage();
+        assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);
+        assert_eq!(owned(&call.ttl), b"60");
+        rpcedge_cache_free(cache);
+
+        // out of bounds, named as the field; without settings, no cache
+        let mut err = garbage::<RpcedgeError>();
+        let config = RpcedgeConfig { cache_max_entry: (64 << 20) + 1, ..rpcedge_config_default() };
+        assert!(rpcedge_settings_new(&config, &mut err).is_null());
+        assert_eq!(CStr::from_ptr(err.field.as_ptr()), c"cache_max_entry");
+        let config = RpcedgeConfig { cache_store_timeout_s: 0, ..rpcedge_config_default() };
+        assert!(rpcedge_settings_new(&config, &mut err).is_null());
+        assert_eq!(CStr::from_ptr(err.field.as_ptr()), c"cache_store_timeout_s");
+        assert!(rpcedge_cache_new(ptr::null(), rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0).is_null());
+        assert_eq!(rpcedge_cache_takes_length(ptr::null(), 0), 0);
     }
 }

@@ -158,3 +158,41 @@ fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
     let counters = counted(&mut exchange);
     assert!(counters.contains(&(Counter::CacheBypassed(crate::cache::Bypass::Namespace), 1)), "{counters:?}");
 }
+
+#[test]
+fn the_configured_limits_decide_what_is_looked_up_and_what_is_stored() {
+    let (request, answer) = (block_request(7), block_answer(7));
+    let limited = |max_request: usize, max_entry: usize| {
+        let json = format!(
+            r#"{{"cache": {{"clusters": ["cached"], "max_request": {max_request}, "max_entry": {max_entry}}}}}"#
+        );
+        ProxyExchange::new(settings(&json), Arc::default())
+    };
+    let length = answer.len().to_string();
+    let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
+    // a request body over max_request is not waited for, and bypasses the cache
+    let mut over = limited(request.len() - 1, answer.len());
+    let head = over.on_request_headers(&request_headers(request.len()), false, || Some("mainnet"));
+    assert!(!head.wait_for_body && !over.reads_request_body());
+    assert_eq!(
+        over.on_response_headers(&node, false, || 0).unwrap().edits[0],
+        HeaderOp::Append("x-rpcedge-cache", "BYPASS")
+    );
+    assert!(counted(&mut over).contains(&(Counter::CacheBypassed(crate::cache::Bypass::TooLarge), 1)));
+    // at both limits: looked up and stored
+    for (max_entry, stored) in [(answer.len(), true), (answer.len() - 1, false)] {
+        let mut exchange = limited(request.len(), max_entry);
+        let RequestStep::Lookup(_) = ask(&mut exchange, &request, None) else { panic!("no lookup") };
+        assert!(exchange.on_lookup_answer(&[(":status", "404")], b"", None, || 0).is_none());
+        let status = if stored { "MISS" } else { "BYPASS" };
+        assert_eq!(
+            exchange.on_response_headers(&node, false, || 0).unwrap().edits[0],
+            HeaderOp::Append("x-rpcedge-cache", status)
+        );
+        exchange.on_body(answer.as_bytes(), true, false, || 0).unwrap();
+        assert_eq!(exchange.take_store().is_some(), stored, "max_entry {max_entry}");
+        // an answer over max_entry goes to the client, and counts as the answer's bypass
+        let bypassed = (Counter::CacheBypassed(crate::cache::Bypass::Answer), 1);
+        assert_eq!(counted(&mut exchange).contains(&bypassed), !stored);
+    }
+}
