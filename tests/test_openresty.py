@@ -13,7 +13,7 @@ from harness import Process, free_port
 from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
 from test_nginx_status import nginx  # noqa: F401 (a fixture: the module with rpcedge_status)
 
-CORE_LIB = REPO / "target" / "release" / "librpcedge_core.so"
+CORE_LIB = REPO / "target" / "release" / "librpcedge.so"
 MEDIUM = "erigon_getLatestLogs/erigon-rpc-tests__mainnet__test_10.json"  # 56 KiB answer
 SMALL = "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json"  # 102 B answer
 LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 MiB answer
@@ -27,7 +27,7 @@ def start_openresty(prefix, node_port, settings=None):
     example_settings = """settings('{"level": "auto", "transcode": true}')"""
     for old, new in {
         example_settings: f"settings('{settings}')" if settings else example_settings,
-        "/opt/rpcedge/target/release/librpcedge_core.so": str(CORE_LIB),
+        "/opt/rpcedge/target/release/librpcedge.so": str(CORE_LIB),
         "/opt/rpcedge/": f"{REPO}/",
         "127.0.0.1:18545": f"127.0.0.1:{node_port}",
         "127.0.0.1:18082": f"127.0.0.1:{port}",

@@ -580,6 +580,9 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     ngx_http_request_t             *mr;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
+#if (NGX_DEBUG)
+    rpcedge_str_t                   status;
+#endif
 
     /* the client has gone on without us (the timeout), or this is the
      * error page after a failed call */
@@ -629,9 +632,12 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
         ctx->state = ngx_http_rpcedge_cache_pass_on;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "rpcedge cache lookup: %s",
-                   rpcedge_cache_status(ctx->cache));
+#if (NGX_DEBUG)
+    status = rpcedge_cache_status(ctx->cache);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge cache lookup: %*s", status.len, status.data);
+#endif
 
     if (ngx_http_post_request(mr, NULL) != NGX_OK) {
         return NGX_ERROR;
@@ -992,8 +998,8 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 {
     off_t                           length;
     size_t                          n;
-    u_char                         *status;
     ngx_uint_t                      i;
+    rpcedge_str_t                   status;
     ngx_list_part_t                *part;
     rpcedge_header_t               *headers;
     ngx_http_upstream_t            *u;
@@ -1131,11 +1137,11 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     if (conf->status_header) {
-        status = (u_char *) rpcedge_cache_status(ctx->cache);
+        status = rpcedge_cache_status(ctx->cache);
 
         if (ngx_http_rpcedge_push_header(&r->headers_out.headers,
-                                         "X-Rpcedge-Cache", status,
-                                         ngx_strlen(status))
+                                         "X-Rpcedge-Cache",
+                                         (u_char *) status.data, status.len)
             == NULL)
         {
             return NGX_ERROR;
@@ -1370,6 +1376,7 @@ static ngx_int_t
 ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
+    rpcedge_str_t                  status;
     ngx_http_rpcedge_cache_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
@@ -1379,8 +1386,10 @@ ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    v->data = (u_char *) rpcedge_cache_status(ctx->cache);
-    v->len = ngx_strlen(v->data);
+    status = rpcedge_cache_status(ctx->cache);
+
+    v->data = (u_char *) status.data;
+    v->len = status.len;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -323,6 +323,9 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     rpcedge_header_edits_t    edits;
     ngx_http_rpcedge_ctx_t   *ctx;
     ngx_http_rpcedge_conf_t  *conf;
+#if (NGX_DEBUG)
+    rpcedge_str_t             mode;
+#endif
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
 
@@ -391,9 +394,12 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
                                           (uint16_t) r->headers_out.status,
                                           &edits);
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "rpcedge plan:%ui mode:%s", plan,
-                   rpcedge_exchange_mode(ctx->exchange));
+#if (NGX_DEBUG)
+    mode = rpcedge_exchange_mode(ctx->exchange);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge plan:%ui mode:%*s", plan, mode.len, mode.data);
+#endif
 
     if (plan == RPCEDGE_PLAN_PASS) {
         ctx->done = 1;
@@ -618,13 +624,13 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
     ngx_uint_t        i;
     ngx_list_t        headers;
-    const char       *accept;
+    rpcedge_str_t     accept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h, *copy;
 
     accept = rpcedge_exchange_upstream_accept(ctx->exchange);
 
-    if (accept == NULL) {
+    if (accept.data == NULL) {
         return NGX_DECLINED;
     }
 
@@ -669,8 +675,8 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 
     /* hashed as nginx hashes a request header: proxy_set_header still wins */
 
-    copy = ngx_http_rpcedge_push_header(&headers, "accept", (u_char *) accept,
-                                        ngx_strlen(accept));
+    copy = ngx_http_rpcedge_push_header(&headers, "accept",
+                                        (u_char *) accept.data, accept.len);
     if (copy == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -687,8 +693,8 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     r->headers_in.accept = copy;
 #endif
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "rpcedge asks the node: Accept: %s", accept);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "rpcedge asks the node: Accept: %*s", accept.len, accept.data);
 
     return NGX_DECLINED;
 }
@@ -776,11 +782,11 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         }
     }
 
-    if (edits->content_encoding) {
+    if (edits->content_encoding.data) {
         h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
                                          "Content-Encoding",
-                                         (u_char *) edits->content_encoding,
-                                         ngx_strlen(edits->content_encoding));
+                                         (u_char *) edits->content_encoding.data,
+                                         edits->content_encoding.len);
         if (h == NULL) {
             return NGX_ERROR;
         }
@@ -1680,7 +1686,7 @@ static ngx_int_t
 ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    const char              *mode;
+    rpcedge_str_t            mode;
     ngx_http_rpcedge_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
@@ -1695,8 +1701,8 @@ ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
-    v->data = (u_char *) mode;
-    v->len = ngx_strlen(mode);
+    v->data = (u_char *) mode.data;
+    v->len = mode.len;
 
     return NGX_OK;
 }

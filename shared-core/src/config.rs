@@ -255,7 +255,7 @@ pub const FIELDS: [Field; 14] = [
 ];
 
 /// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
-pub(crate) const MAX_ENTRY: u64 = 64 * MIB;
+pub const MAX_ENTRY: u64 = 64 * MIB;
 
 /// A configuration value that is out of range or malformed, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -348,7 +348,7 @@ impl Config {
 
     /// [`Config::validate`], with the cache's settings from `cache` (nginx: its directives)
     /// rather than the configuration's own section.
-    pub(crate) fn validate_with(self, cache: &CacheConfig) -> Result<Settings, ConfigError> {
+    pub fn validate_with(self, cache: &CacheConfig) -> Result<Settings, ConfigError> {
         if let Level::Fixed(level) = self.level {
             check_field("level", level.into())?;
         }

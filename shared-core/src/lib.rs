@@ -6,7 +6,6 @@ pub mod cache;
 pub mod config;
 pub mod edits;
 pub mod exchange;
-pub mod ffi;
 pub mod metrics;
 pub mod negotiate;
 pub mod node;

@@ -5,7 +5,6 @@
 //! that does not parse is ignored as a whole, so a bad header never matters more than a missing
 //! one.
 
-use std::ffi::CStr;
 
 use crate::transcode::WitnessForm;
 
@@ -19,17 +18,12 @@ pub enum Coding {
 }
 
 impl Coding {
-    /// The token for Content-Encoding, NUL-terminated for C hosts.
-    pub fn name(self) -> &'static CStr {
-        match self {
-            Coding::Gzip => c"gzip",
-            Coding::Deflate => c"deflate",
-        }
-    }
-
     /// The token for Content-Encoding.
     pub fn token(self) -> &'static str {
-        self.name().to_str().expect("ASCII")
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Deflate => "deflate",
+        }
     }
 }
 

@@ -148,7 +148,7 @@ impl ProxyExchange {
             self.cache.insert(request).awaits_body()
         });
         RequestHead {
-            upstream_accept: if self.body_wanted { None } else { self.upstream_accept() },
+            upstream_accept: if self.body_wanted { None } else { self.exchange.upstream_accept() },
             // Asking the node for SSZ may wait for the body's method: the headers wait with it.
             wait_for_body: cache_waits || (self.body_wanted && self.settings.transcode_upstream_ssz),
         }
@@ -179,7 +179,7 @@ impl ProxyExchange {
                     return RequestBody { upstream_accept, step: RequestStep::Wait };
                 }
                 self.exchange.request_body(body.get());
-                upstream_accept = self.upstream_accept();
+                upstream_accept = self.exchange.upstream_accept();
             }
             self.body_wanted = false;
         }
@@ -392,11 +392,6 @@ impl ProxyExchange {
             Ok(None) => {}
             Err(refusal) => self.counters.extend(metrics::store_refused(refusal).map(|c| (c, 1))),
         }
-    }
-
-    /// Ask the node for SSZ where the core says so.
-    fn upstream_accept(&mut self) -> Option<&'static str> {
-        self.exchange.upstream_accept().and_then(|accept| accept.to_str().ok())
     }
 
     fn status_header(&self) -> bool {

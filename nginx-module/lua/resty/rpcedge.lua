@@ -37,7 +37,7 @@
 --     location = /rpcedge_status { content_by_lua_block { require("resty.rpcedge").status() } }
 --
 -- The shared library is found by ffi.load: set RPCEDGE_LIB (env directive) to its path, or put
--- librpcedge_core.so where the dynamic linker looks.
+-- librpcedge.so where the dynamic linker looks.
 
 local ffi = require "ffi"
 
@@ -61,6 +61,11 @@ typedef struct rpcedge_exchange_t rpcedge_exchange_t;
 typedef struct rpcedge_settings_t rpcedge_settings_t;
 
 typedef struct {
+  const uint8_t *data;
+  size_t len;
+} rpcedge_str_t;
+
+typedef struct {
   char field[32];
   char message[224];
 } rpcedge_error_t;
@@ -73,7 +78,7 @@ typedef struct {
 } rpcedge_header_t;
 
 typedef struct {
-  const char *content_encoding;
+  rpcedge_str_t content_encoding;
   uint8_t content_length_op;
   uint8_t etag_op;
   uint8_t add_vary;
@@ -108,21 +113,16 @@ void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_
 void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
 uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
-const char *rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
+rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
                                        rpcedge_header_edits_t *edits);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
-const char *rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
+rpcedge_str_t rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
 
 typedef struct rpcedge_cache_t rpcedge_cache_t;
-
-typedef struct {
-  const uint8_t *data;
-  size_t len;
-} rpcedge_str_t;
 
 typedef struct {
   rpcedge_str_t path;
@@ -146,7 +146,7 @@ int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int
                                     const rpcedge_header_t *headers, size_t headers_len);
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
-const char *rpcedge_cache_status(const rpcedge_cache_t *cache);
+rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache);
 
 typedef struct {
   uint32_t index;
@@ -161,7 +161,7 @@ size_t rpcedge_count_cache(const rpcedge_cache_t *cache, rpcedge_count_t *counts
 size_t rpcedge_count_refusal(rpcedge_cache_t *cache, rpcedge_count_t *counts);
 ]]
 
-local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge_core")
+local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
 
 -- rpcedge.h's constants
 local PLAN_PASS = 0
@@ -262,8 +262,8 @@ end
 
 
 local function apply_edits(edits, length)
-    if edits.content_encoding ~= nil then
-        ngx.header["Content-Encoding"] = C_string(edits.content_encoding)
+    if edits.content_encoding.data ~= nil then
+        ngx.header["Content-Encoding"] = C_string(edits.content_encoding.data, edits.content_encoding.len)
     end
     if edits.content_length_op == EDIT_SET then
         length = tonumber(edits.content_length)
@@ -335,10 +335,10 @@ end
 -- subrequest that follows to inherit. Returns whether it did.
 function Exchange:ask_upstream()
     local accept = lib.rpcedge_exchange_upstream_accept(self.handle)
-    if accept == nil then
+    if accept.data == nil then
         return false
     end
-    ngx.req.set_header("Accept", C_string(accept))
+    ngx.req.set_header("Accept", C_string(accept.data, accept.len))
     ngx.req.clear_header("Accept-Encoding")
     return true
 end
@@ -395,7 +395,8 @@ end
 function Exchange:ended(compress_us)
     count(lib.rpcedge_count_exchange(self.handle, 1, compress_us, counts))
     log_refusal(self.handle)
-    return C_string(lib.rpcedge_exchange_mode(self.handle))
+    local mode = lib.rpcedge_exchange_mode(self.handle)
+    return C_string(mode.data, mode.len)
 end
 
 
@@ -558,7 +559,8 @@ end
 
 -- HIT, MISS, BYPASS, EXPIRED or ERROR.
 function Cache:status()
-    return C_string(lib.rpcedge_cache_status(self.handle))
+    local status = lib.rpcedge_cache_status(self.handle)
+    return C_string(status.data, status.len)
 end
 
 

@@ -7,7 +7,7 @@ use std::ptr;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rpcedge_core::ffi::*;
+use rpcedge::*;
 
 #[derive(Arbitrary, Debug)]
 enum Call<'a> {

@@ -3,7 +3,6 @@
 //! subrequests or HTTP calls, with its own timeout); every decision, the daemon's API and the
 //! status a host reports are here, so that nginx and Envoy cannot differ.
 
-use std::ffi::CStr;
 
 use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
@@ -32,18 +31,15 @@ impl Status {
         [Status::Hit, Status::Miss, Status::Bypass, Status::Expired, Status::Error]
     }
 
-    pub fn as_c_str(self) -> &'static CStr {
-        match self {
-            Status::Hit => c"HIT",
-            Status::Miss => c"MISS",
-            Status::Bypass => c"BYPASS",
-            Status::Expired => c"EXPIRED",
-            Status::Error => c"ERROR",
-        }
-    }
-
+    /// The status header's value.
     pub fn as_str(self) -> &'static str {
-        self.as_c_str().to_str().expect("ASCII")
+        match self {
+            Status::Hit => "HIT",
+            Status::Miss => "MISS",
+            Status::Bypass => "BYPASS",
+            Status::Expired => "EXPIRED",
+            Status::Error => "ERROR",
+        }
     }
 }
 

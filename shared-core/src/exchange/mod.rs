@@ -14,7 +14,6 @@
 //! a large buffered body then ends as a [`WholeBody`] job for the host to run on a thread and
 //! give back, rather than being compressed inside [`Exchange::feed`].
 
-use std::ffi::CStr;
 use std::fmt;
 use std::sync::Arc;
 
@@ -77,21 +76,17 @@ impl Mode {
     pub const ALL: [Mode; 7] =
         [Mode::Pending, Mode::Untouched, Mode::Small, Mode::Oneshot, Mode::Stream, Mode::Incompressible, Mode::Failed];
 
-    /// The name in logs and metric names, NUL-terminated for C hosts.
-    pub fn name(self) -> &'static CStr {
-        match self {
-            Mode::Pending => c"pending",
-            Mode::Untouched => c"untouched",
-            Mode::Small => c"small",
-            Mode::Oneshot => c"oneshot",
-            Mode::Stream => c"stream",
-            Mode::Incompressible => c"incompressible",
-            Mode::Failed => c"failed",
-        }
-    }
-
+    /// The name in logs and metric names.
     pub fn as_str(self) -> &'static str {
-        self.name().to_str().expect("ASCII")
+        match self {
+            Mode::Pending => "pending",
+            Mode::Untouched => "untouched",
+            Mode::Small => "small",
+            Mode::Oneshot => "oneshot",
+            Mode::Stream => "stream",
+            Mode::Incompressible => "incompressible",
+            Mode::Failed => "failed",
+        }
     }
 }
 
@@ -333,7 +328,7 @@ impl Exchange {
     /// node's SSZ answers have shown that they carry what the JSON envelope needs besides the
     /// data (otherwise the JSON client gets the node's JSON as before), and never a state, which
     /// is too large to hold whole.
-    pub fn upstream_accept(&mut self) -> Option<&'static CStr> {
+    pub fn upstream_accept(&mut self) -> Option<&'static str> {
         self.transcoding.upstream_accept(&self.settings, &self.node, &self.request)
     }
 

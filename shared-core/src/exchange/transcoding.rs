@@ -3,8 +3,6 @@
 //! compression stage either the transcoded body or, when it cannot be transcoded, the body as it
 //! came.
 
-use std::ffi::CStr;
-
 use crate::config::Settings;
 use crate::negotiate::{Accept, MediaType};
 use crate::node::Node;
@@ -24,7 +22,7 @@ pub(super) const REQUEST_BODY_MAX: usize = 64 * 1024;
 
 /// The Accept a host sends the node in place of a JSON client's, to ask for SSZ; a node without
 /// SSZ still answers JSON.
-const UPSTREAM_SSZ_ACCEPT: &CStr = c"application/octet-stream;q=1, application/json;q=0.9";
+const UPSTREAM_SSZ_ACCEPT: &str = "application/octet-stream;q=1, application/json;q=0.9";
 
 /// Where transcoding stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +114,7 @@ impl Transcoding {
         settings: &Settings,
         node: &Node,
         request: &RequestFacts,
-    ) -> Option<&'static CStr> {
+    ) -> Option<&'static str> {
         if self.state == State::None && self.may_ask_for_ssz(settings) {
             if let Some(call) = self.call.take().filter(|_| request.post) {
                 self.state = State::AskedResult(call);

@@ -101,7 +101,7 @@ pub fn run_on(settings: &Arc<Settings>, node: &Arc<Node>, spec: &Exchange1) -> R
     if ex.wants_request_body() {
         ex.request_body(&spec.request_body);
     }
-    let upstream_accept = ex.upstream_accept().map(|accept| accept.to_str().unwrap().to_owned());
+    let upstream_accept = ex.upstream_accept().map(str::to_owned);
     for (name, value) in &spec.response_headers {
         ex.response_header(name.as_bytes(), value.as_bytes());
     }

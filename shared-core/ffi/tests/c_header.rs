@@ -20,7 +20,7 @@ fn committed_header_matches_the_abi() {
     let committed = std::fs::read(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "include/rpcedge.h is stale: run `RPCEDGE_BLESS=1 cargo test -p rpcedge-core --test c_header`"
+        "include/rpcedge.h is stale: run `RPCEDGE_BLESS=1 cargo test -p rpcedge-ffi --test c_header`"
     );
 }
 
@@ -30,7 +30,7 @@ fn committed_header_matches_the_abi() {
 fn lua_declarations_match_the_header() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(crate_dir.join("include/rpcedge.h")).unwrap();
-    let lua = std::fs::read_to_string(crate_dir.join("../nginx-module/lua/resty/rpcedge.lua")).unwrap();
+    let lua = std::fs::read_to_string(crate_dir.join("../../nginx-module/lua/resty/rpcedge.lua")).unwrap();
     let declared = statements(&header);
     let cdef = lua.split_once("ffi.cdef[[").and_then(|(_, rest)| rest.split_once("]]")).expect("an ffi.cdef").0;
     let used = statements(cdef);

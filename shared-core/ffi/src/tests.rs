@@ -98,7 +98,7 @@ fn is_none(out: &RpcedgeOutput) -> bool {
 }
 
 fn is_no_edit(edits: &RpcedgeHeaderEdits) -> bool {
-    edits.content_encoding.is_null()
+    edits.content_encoding.data.is_null()
         && edits.content_length_op == RPCEDGE_EDIT_KEEP
         && edits.etag_op == RPCEDGE_EDIT_KEEP
         && edits.add_vary == 0
@@ -140,7 +140,7 @@ fn panics_in_the_other_entry_points_are_caught() {
         panic_next();
         assert_eq!(rpcedge_exchange_deadline(h.exchange), -1);
         panic_next();
-        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"failed");
+        assert_eq!(owned(&rpcedge_exchange_mode(h.exchange)), b"failed");
         let (mut i, mut o) = (7, 7);
         panic_next();
         rpcedge_exchange_counts(h.exchange, &mut i, &mut o);
@@ -176,7 +176,7 @@ fn null_arguments_are_refused_not_followed() {
         assert_eq!(message(&err), "no exchange");
         assert_eq!(rpcedge_exchange_feed(null, ptr::null(), 0, 0, 0, ptr::null_mut(), ptr::null_mut()), -1);
         assert_eq!(rpcedge_exchange_deadline(null), -1);
-        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(null)), c"failed");
+        assert_eq!(owned(&rpcedge_exchange_mode(null)), b"failed");
         rpcedge_exchange_counts(null, ptr::null_mut(), ptr::null_mut());
         assert_eq!(rpcedge_exchange_failure(null), RPCEDGE_FAILURE_RESET);
         assert_eq!(rpcedge_exchange_abort(null), RPCEDGE_FAILURE_RESET);
@@ -220,10 +220,10 @@ fn a_job_is_taken_once_run_anywhere_and_given_back() {
         let mut err = garbage::<RpcedgeError>();
         assert_eq!(rpcedge_exchange_complete_job(h.exchange, job as *mut RpcedgeJob, &mut out, &mut err), 0);
         assert_eq!(out.flags, RPCEDGE_OUT_HEADERS | RPCEDGE_OUT_FLUSH | RPCEDGE_OUT_END);
-        assert_eq!(CStr::from_ptr(out.edits.content_encoding), c"gzip");
+        assert_eq!(owned(&out.edits.content_encoding), b"gzip");
         assert_eq!((out.edits.content_length_op, out.edits.content_length), (RPCEDGE_EDIT_SET, out.len as u64));
         assert_eq!(gunzip(slice::from_raw_parts(out.data, out.len)), body);
-        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"oneshot");
+        assert_eq!(owned(&rpcedge_exchange_mode(h.exchange)), b"oneshot");
     }
 }
 
@@ -264,7 +264,7 @@ fn failures_say_respond_before_the_headers_and_reset_after() {
         assert!(is_none(&out));
         assert!(message(&err).contains("Content-Length"), "{}", message(&err));
         assert_eq!(rpcedge_exchange_failure(h.exchange), 502);
-        assert_eq!(CStr::from_ptr(rpcedge_exchange_mode(h.exchange)), c"failed");
+        assert_eq!(owned(&rpcedge_exchange_mode(h.exchange)), b"failed");
 
         // Streaming from the head: the headers are out, so an abort resets.
         let h = Handles::new(r#"{"max_buffer": 1024}"#);
@@ -290,7 +290,7 @@ fn edits_carry_the_coding_token_and_the_etag_op() {
         rpcedge_exchange_response_content_length(h.exchange, 5000);
         let mut edits = garbage::<RpcedgeHeaderEdits>();
         assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_STREAM);
-        assert_eq!(CStr::from_ptr(edits.content_encoding), c"gzip");
+        assert_eq!(owned(&edits.content_encoding), b"gzip");
         assert_eq!(edits.content_length_op, RPCEDGE_EDIT_REMOVE);
         assert_eq!(edits.etag_op, RPCEDGE_EDIT_SET);
         assert_eq!(slice::from_raw_parts(edits.etag, edits.etag_len), b"W/\"v1\"");
@@ -336,7 +336,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
     let s = SettingsHandle::new("");
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let bypass = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_batch", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), bypass);
         rpcedge_cache_free(cache);
@@ -344,8 +344,8 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
         assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
@@ -355,8 +355,8 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         rpcedge_cache_free(cache);
 
         // refused by its head: the host holds no body and makes no store
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
         let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_set_cookie", 1)]);
@@ -383,10 +383,6 @@ fn a_level_parses_as_auto_or_a_number_in_range() {
     assert_eq!(message(&err), r#"must be auto or a number from 1 to 12, got "6 ""#);
 }
 
-fn rstr(text: &[u8]) -> RpcedgeStr {
-    RpcedgeStr { data: text.as_ptr(), len: text.len() }
-}
-
 unsafe fn owned(s: &RpcedgeStr) -> Vec<u8> {
     bytes(s.data, s.len).to_vec()
 }
@@ -401,13 +397,13 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
         let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
-        let miss = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
+        let miss = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
         let path = owned(&path);
         assert!(rpcedge_cache_shard(miss, 3) < 3);
-        assert_eq!(rpcedge_cache_answered(miss, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
-        assert_eq!(CStr::from_ptr(rpcedge_cache_status(miss)), c"MISS");
+        assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(owned(&rpcedge_cache_status(miss)), b"MISS");
         let cors =
             [c_header("Content-Type", "application/json; charset=utf-8"), c_header("Access-Control-Allow-Origin", "*")];
         assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
@@ -415,7 +411,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_store(miss, answer.as_ptr(), answer.len(), &mut call), 1);
         assert_eq!((owned(&call.path), owned(&call.ns)), (path.clone(), b"h/mainnet".to_vec()));
         assert!(call.ttl.data.is_null() && call.requires_final.data.is_null());
-        let kept = crate::cache::Entry::decode(bytes(call.body.data, call.body.len)).unwrap().compact().unwrap();
+        let kept = rpcedge_core::cache::Entry::decode(bytes(call.body.data, call.body.len)).unwrap().compact().unwrap();
         let mut compacted = garbage();
         assert_eq!(rpcedge_cache_compact_store(miss, &mut compacted), 1, "as a host with its own storage");
         assert_eq!(owned(&compacted.body), kept);
@@ -424,8 +420,8 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
-        let hit = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
-        assert_eq!(rpcedge_cache_answered(hit, 200, NONE_STR, NONE_STR, kept.as_ptr(), kept.len(), 1024), 1);
+        let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
+        assert_eq!(rpcedge_cache_answered(hit, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
@@ -442,7 +438,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
             (b"access-control-allow-origin", b"*"),
         ];
         assert_eq!(hit_headers, expected.map(|(n, v)| (n.to_vec(), v.to_vec())), "the node's headers kept");
-        assert_eq!(CStr::from_ptr(rpcedge_cache_status(hit)), c"HIT");
+        assert_eq!(owned(&rpcedge_cache_status(hit)), b"HIT");
         assert_eq!(counted(|counts| rpcedge_count_cache(hit, counts)), adds(&[("rpcedge_cache_responses_hit", 1)]));
 
         // the daemon's hit kept in a hot tier answers the next request without the daemon
@@ -453,15 +449,15 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
-        let from_hot = rpcedge_cache_new(s.0, rstr(b"h/mainnet"), third.as_ptr(), third.len(), ptr::null(), 0);
+        let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), third.as_ptr(), third.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
-        assert_eq!(CStr::from_ptr(rpcedge_cache_status(from_hot)), c"HIT");
+        assert_eq!(owned(&rpcedge_cache_status(from_hot)), b"HIT");
         let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(from_hot, counts)), hot_hit);
-        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + crate::cache::HOT_MAX_AGE_S), 0, "aged out");
+        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + rpcedge_core::cache::HOT_MAX_AGE_S), 0, "aged out");
         rpcedge_cache_free(from_hot);
         assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0), 0);
     }
@@ -476,16 +472,14 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
         let mut path = garbage();
         let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
         let path = found.then(|| owned(&path));
-        let status = CStr::from_ptr(rpcedge_cache_status(cache)).to_owned();
+        let status = owned(&rpcedge_cache_status(cache));
         rpcedge_cache_free(cache);
         (path, status)
     };
-    assert_eq!(path_in(NONE_STR), (None, c"BYPASS".to_owned()));
-    let mainnet = path_in(rstr(b"mainnet")).0.expect("a lookup");
-    assert_ne!(Some(mainnet), path_in(rstr(b"sepolia")).0);
+    assert_eq!(path_in(RpcedgeStr::NONE), (None, b"BYPASS".to_vec()));
+    let mainnet = path_in(RpcedgeStr::of(b"mainnet")).0.expect("a lookup");
+    assert_ne!(Some(mainnet), path_in(RpcedgeStr::of(b"sepolia")).0);
 }
-
-const NONE_STR: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
 
 fn c_header(name: &'static str, value: &'static str) -> RpcedgeHeader {
     RpcedgeHeader { name: name.as_ptr(), name_len: name.len(), value: value.as_ptr(), value_len: value.len() }
@@ -496,22 +490,22 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
     let s = SettingsHandle::new("");
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
-        assert_eq!(CStr::from_ptr(rpcedge_cache_status(cache)), c"BYPASS");
+        assert_eq!(owned(&rpcedge_cache_status(cache)), b"BYPASS");
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(s.0, rstr(b"n"), ptr::null(), 0, ptr::null(), 0);
+        let spilled = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), ptr::null(), 0, ptr::null(), 0);
         assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_answered(null, 200, NONE_STR, NONE_STR, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(null, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
@@ -545,26 +539,26 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         for s in [limited(request.len(), answer.len() - 1), SettingsHandle::new(&json)] {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64), 1);
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
-            let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+            let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
             assert_eq!(rpcedge_cache_lookup_path(cache, ptr::null_mut()), 1);
-            assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+            assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
             assert_eq!(
                 rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),
                 0,
                 "over max_entry"
             );
-            assert_eq!(CStr::from_ptr(rpcedge_cache_status(cache)), c"BYPASS");
+            assert_eq!(owned(&rpcedge_cache_status(cache)), b"BYPASS");
             rpcedge_cache_free(cache);
         }
         let s = limited(request.len() - 1, answer.len());
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
         let too_large = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_too_large", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), too_large);
         rpcedge_cache_free(cache);
         // the chain TTL the store carries
         let s = limited(request.len(), answer.len());
-        let cache = rpcedge_cache_new(s.0, rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, rstr(b"absent"), NONE_STR, ptr::null(), 0, 0), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);
@@ -579,7 +573,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         let config = RpcedgeConfig { cache_store_timeout_s: 0, ..rpcedge_config_default() };
         assert!(rpcedge_settings_new(&config, &mut err).is_null());
         assert_eq!(CStr::from_ptr(err.field.as_ptr()), c"cache_store_timeout_s");
-        assert!(rpcedge_cache_new(ptr::null(), rstr(b"n"), request.as_ptr(), request.len(), ptr::null(), 0).is_null());
+        assert!(rpcedge_cache_new(ptr::null(), RpcedgeStr::of(b"n"), request.as_ptr(), request.len(), ptr::null(), 0).is_null());
         assert_eq!(rpcedge_cache_takes_length(ptr::null(), 0), 0);
     }
 }

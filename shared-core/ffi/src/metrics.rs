@@ -1,14 +1,14 @@
-//! The counters' C ABI (`crate::metrics`), for nginx and the Lua binding: how many counters there
+//! The counters' C ABI (`rpcedge_core::metrics`), for nginx and the Lua binding: how many counters there
 //! are and their names, and for each event the counters it adds, so that a host keeps an array of
 //! `rpcedge_counters()` numbers and adds what it is told.
 
 use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
-use super::cache::RpcedgeCache;
-use super::{guard, RpcedgeExchange};
-use crate::cache::Status;
-use crate::metrics::{self, Counter};
+use crate::cache::RpcedgeCache;
+use crate::{guard, RpcedgeExchange};
+use rpcedge_core::cache::Status;
+use rpcedge_core::metrics::{self, Counter};
 
 /// The most counts one event adds: the length of the array each `rpcedge_count_*` fills.
 pub const RPCEDGE_COUNTS_MAX: usize = 5;

@@ -1,15 +1,14 @@
 //! The cache's C ABI: one `CacheExchange` per request (see `cache::flow`), for the nginx module
 //! and the Lua binding. Strings handed out are valid until the next call on the same handle.
 
-use std::ffi::c_char;
 use std::ptr;
 
-use super::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
-use crate::cache::{
+use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
+use rpcedge_core::cache::{
     entry_bound, protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Refusal, Status,
     StoreCall,
 };
-use crate::config::MAX_ENTRY;
+use rpcedge_core::config::MAX_ENTRY;
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -35,17 +34,11 @@ pub struct RpcedgeStoreCall {
     pub body: RpcedgeStr,
 }
 
-const NONE: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
-
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
 /// configure (with its envelope), whichever host stored it.
 pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_110;
 
 const _: () = assert!(RPCEDGE_CACHE_MAX_ANSWER == entry_bound(MAX_ENTRY));
-
-fn c_str(text: &[u8]) -> RpcedgeStr {
-    RpcedgeStr { data: text.as_ptr(), len: text.len() }
-}
 
 unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
     (!s.data.is_null()).then(|| bytes(s.data, s.len))
@@ -109,10 +102,10 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
 /// `cache` is NULL or live; `path` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_lookup_path(cache: *const RpcedgeCache, path: *mut RpcedgeStr) -> i32 {
-    put(path, NONE);
+    put(path, RpcedgeStr::NONE);
     guard(0, || {
         let Some(lookup) = cache.as_ref().and_then(|c| c.lookup_path.as_ref()) else { return 0 };
-        put(path, c_str(lookup.as_bytes()));
+        put(path, RpcedgeStr::of(lookup.as_bytes()));
         1
     })
 }
@@ -157,10 +150,10 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
 /// `cache` is NULL or live; `body` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, body: *mut RpcedgeStr) -> i32 {
-    put(body, NONE);
+    put(body, RpcedgeStr::NONE);
     guard(0, || {
         let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
-        put(body, c_str(&hit.body));
+        put(body, RpcedgeStr::of(&hit.body));
         hit.gzip.into()
     })
 }
@@ -178,13 +171,13 @@ pub unsafe extern "C" fn rpcedge_cache_hit_header(
     name: *mut RpcedgeStr,
     value: *mut RpcedgeStr,
 ) -> i32 {
-    put(name, NONE);
-    put(value, NONE);
+    put(name, RpcedgeStr::NONE);
+    put(value, RpcedgeStr::NONE);
     guard(0, || {
         let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
         let Some((n, v)) = hit.headers.get(index) else { return 0 };
-        put(name, c_str(n.as_bytes()));
-        put(value, c_str(v.as_bytes()));
+        put(name, RpcedgeStr::of(n.as_bytes()));
+        put(value, RpcedgeStr::of(v.as_bytes()));
         1
     })
 }
@@ -202,7 +195,7 @@ pub unsafe extern "C" fn rpcedge_cache_hot_init(region: *mut u8, len: usize) -> 
 /// The smallest region `rpcedge_cache_hot_init` takes.
 #[no_mangle]
 pub extern "C" fn rpcedge_cache_hot_min_region() -> usize {
-    crate::cache::HOT_MIN_REGION
+    rpcedge_core::cache::HOT_MIN_REGION
 }
 
 /// Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
@@ -360,24 +353,24 @@ pub unsafe extern "C" fn rpcedge_cache_compact_store(cache: *mut RpcedgeCache, c
 
 fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     let Some(store) = store else {
-        return RpcedgeStoreCall { path: NONE, ns: NONE, ttl: NONE, requires_final: NONE, body: NONE };
+        return RpcedgeStoreCall { path: RpcedgeStr::NONE, ns: RpcedgeStr::NONE, ttl: RpcedgeStr::NONE, requires_final: RpcedgeStr::NONE, body: RpcedgeStr::NONE };
     };
-    let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(NONE, |(_, v)| c_str(v.as_bytes()));
+    let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(RpcedgeStr::NONE, |(_, v)| RpcedgeStr::of(v.as_bytes()));
     RpcedgeStoreCall {
-        path: c_str(store.path.as_bytes()),
+        path: RpcedgeStr::of(store.path.as_bytes()),
         ns: header(protocol::NAMESPACE_HEADER),
         ttl: header(protocol::TTL_HEADER),
         requires_final: header(protocol::REQUIRES_FINAL_HEADER),
-        body: c_str(&store.body),
+        body: RpcedgeStr::of(&store.body),
     }
 }
 
-/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static, NUL-terminated).
+/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static).
 ///
 /// # Safety
 /// `cache` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_status(cache: *const RpcedgeCache) -> *const c_char {
+pub unsafe extern "C" fn rpcedge_cache_status(cache: *const RpcedgeCache) -> RpcedgeStr {
     let status = guard(Status::Error, || cache.as_ref().map_or(Status::Bypass, |c| c.exchange.status()));
-    status.as_c_str().as_ptr()
+    RpcedgeStr::of(status.as_str().as_bytes())
 }

@@ -10,11 +10,11 @@ use std::ptr;
 use std::slice;
 use std::sync::Arc;
 
-use crate::config::{check_field, check_type, CacheConfig, Config, ConfigError, Level, Settings};
-use crate::exchange::{
+use rpcedge_core::config::{check_field, check_type, CacheConfig, Config, ConfigError, Level, Settings};
+use rpcedge_core::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
-use crate::node::Node;
+use rpcedge_core::node::Node;
 
 mod cache;
 mod metrics;
@@ -32,11 +32,22 @@ pub struct RpcedgeExchange(Exchange, Vec<RpcedgeHeader>);
 /// Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
 pub struct RpcedgeJob(WholeBody);
 
-/// A byte string the caller owns, e.g. one of nginx's `ngx_str_t` rearranged.
+/// A byte string: given by the caller, who owns it (e.g. one of nginx's `ngx_str_t`
+/// rearranged), or given back, owned by the core (a static name, or bytes that live as long as
+/// the handle they came from). Not NUL-terminated.
 #[repr(C)]
 pub struct RpcedgeStr {
     pub data: *const u8,
     pub len: usize,
+}
+
+impl RpcedgeStr {
+    /// None: NULL data, no length.
+    const NONE: RpcedgeStr = RpcedgeStr { data: ptr::null(), len: 0 };
+
+    fn of(bytes: &[u8]) -> RpcedgeStr {
+        RpcedgeStr { data: bytes.as_ptr(), len: bytes.len() }
+    }
 }
 
 /// The configuration as a host with its own parser (nginx) holds it.
@@ -106,8 +117,8 @@ pub struct RpcedgeHeader {
 /// the exchange.
 #[repr(C)]
 pub struct RpcedgeHeaderEdits {
-    /// NULL: leave Content-Encoding alone; otherwise the coding's token, NUL-terminated, static.
-    pub content_encoding: *const c_char,
+    /// No data: leave Content-Encoding alone; otherwise the coding's token (static).
+    pub content_encoding: RpcedgeStr,
     /// One of `RPCEDGE_EDIT_*`.
     pub content_length_op: u8,
     /// One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
@@ -131,7 +142,7 @@ pub struct RpcedgeHeaderEdits {
 impl RpcedgeHeaderEdits {
     /// No edits: what a host applies when it learns nothing else.
     const NONE: RpcedgeHeaderEdits = RpcedgeHeaderEdits {
-        content_encoding: ptr::null(),
+        content_encoding: RpcedgeStr::NONE,
         content_length_op: RPCEDGE_EDIT_KEEP,
         etag_op: RPCEDGE_EDIT_KEEP,
         add_vary: 0,
@@ -480,15 +491,16 @@ pub unsafe extern "C" fn rpcedge_exchange_request_body(exchange: *mut RpcedgeExc
 }
 
 /// After the request head (and its body, when the core wanted it), before the request goes on:
-/// the Accept to send the node in place of the client's, NUL-terminated and static, or NULL to
-/// leave the request alone. With one, the host also drops Accept-Encoding towards the node.
+/// the Accept to send the node in place of the client's (static), or no data to leave the
+/// request alone. With one, the host also drops Accept-Encoding towards the node.
 ///
 /// # Safety
 /// `exchange` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_exchange_upstream_accept(exchange: *mut RpcedgeExchange) -> *const c_char {
-    guard(ptr::null(), || {
-        exchange.as_mut().and_then(|ex| ex.0.upstream_accept()).map_or(ptr::null(), |accept| accept.as_ptr())
+pub unsafe extern "C" fn rpcedge_exchange_upstream_accept(exchange: *mut RpcedgeExchange) -> RpcedgeStr {
+    guard(RpcedgeStr::NONE, || {
+        let accept = exchange.as_mut().and_then(|ex| ex.0.upstream_accept());
+        accept.map_or(RpcedgeStr::NONE, |accept| RpcedgeStr::of(accept.as_bytes()))
     })
 }
 
@@ -532,7 +544,7 @@ fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEd
         EtagEdit::Remove => (RPCEDGE_EDIT_REMOVE, &[][..]),
     };
     RpcedgeHeaderEdits {
-        content_encoding: edits.content_encoding.map_or(ptr::null(), |c| c.name().as_ptr()),
+        content_encoding: edits.content_encoding.map_or(RpcedgeStr::NONE, |c| RpcedgeStr::of(c.token().as_bytes())),
         content_length_op,
         etag_op,
         add_vary: edits.add_vary.into(),
@@ -713,14 +725,14 @@ pub unsafe extern "C" fn rpcedge_exchange_deadline(exchange: *const RpcedgeExcha
     guard(-1, || exchange.as_ref().and_then(|ex| ex.0.deadline()).map_or(-1, |d| d.min(i64::MAX as u64) as i64))
 }
 
-/// The mode as a NUL-terminated static string ("oneshot", "stream", ...).
+/// The mode's name ("oneshot", "stream", ...; static).
 ///
 /// # Safety
 /// `exchange` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_exchange_mode(exchange: *const RpcedgeExchange) -> *const c_char {
+pub unsafe extern "C" fn rpcedge_exchange_mode(exchange: *const RpcedgeExchange) -> RpcedgeStr {
     let mode = guard(Mode::Failed, || exchange.as_ref().map_or(Mode::Failed, |ex| ex.0.mode()));
-    mode.name().as_ptr()
+    RpcedgeStr::of(mode.as_str().as_bytes())
 }
 
 /// `rpcedge_exchange_transcode`'s outcomes (the core's `TranscodeOutcome`).
