@@ -200,7 +200,9 @@ impl Filter {
     /// A deadline passed, or a stopped response is to continue.
     pub fn on_scheduled(&mut self, host: Host, event: u64) {
         if event == timer::DEADLINE {
-            self.armed = None;
+            // The deadline that fired, or one armed since it fired (a callback ran in between):
+            // that one is taken back, and armed again below if it is still wanted.
+            self.disarm();
         }
         if !self.stopped {
             return;

@@ -24,7 +24,9 @@
 //! - a local reply ends the stream with its own headers and body (Envoy sets Content-Length),
 //!   a reset ends it broken; after either the filter sees no callback but the stream's end;
 //! - scheduler commits come from any thread and run on the stream's worker, and never once the
-//!   filter is destroyed; the configuration's run on the main thread;
+//!   filter is destroyed; the configuration's run on the main thread; a commit after Envoy
+//!   deleted the scheduler (a use after free in Envoy) fails the test;
+//! - the worker may stall in a callback (preempted) while the module's timer thread goes on;
 //! - a callout needs `:path`, `:method` and a host; the test answers it.
 
 use std::cell::RefCell;
@@ -116,6 +118,8 @@ enum CallState {
 }
 
 /// A filter's scheduler: committed to from any thread (the module's timer thread among them).
+/// The model never frees one (`kept`), so that a commit after Envoy deleted it is recorded
+/// rather than a use after free in the test process.
 #[derive(Default)]
 struct SchedulerModel {
     events: Mutex<VecDeque<u64>>,
@@ -135,6 +139,18 @@ impl SchedulerModel {
 
     fn take(&self) -> Vec<u64> {
         self.events.lock().unwrap().drain(..).collect()
+    }
+
+    /// A new scheduler, kept alive for the process.
+    fn kept() -> Arc<SchedulerModel> {
+        static KEPT: Mutex<Vec<Arc<SchedulerModel>>> = Mutex::new(Vec::new());
+        let scheduler = Arc::new(SchedulerModel::default());
+        KEPT.lock().unwrap().push(Arc::clone(&scheduler));
+        scheduler
+    }
+
+    fn late_commits(&self) -> usize {
+        self.late_commits.lock().unwrap().len()
     }
 }
 
@@ -177,6 +193,8 @@ struct ConfigModel {
     counters: RefCell<BTreeMap<String, u64>>,
     histograms: RefCell<BTreeMap<String, Vec<u64>>>,
     scheduler: RefCell<Option<Arc<SchedulerModel>>>,
+    /// Every scheduler made for this configuration and its filters.
+    schedulers: RefCell<Vec<Arc<SchedulerModel>>>,
     callouts: RefCell<Vec<Callout>>,
     next_callout: RefCell<u64>,
 }
@@ -249,6 +267,9 @@ struct StreamState {
     client: Client,
 
     schedulers: Vec<Arc<SchedulerModel>>,
+    /// Envoy's worker stalls this long in the module's next drain, as any thread may be
+    /// preempted: other threads (the module's timer) go on meanwhile.
+    stall_in_drain: Option<Duration>,
     /// Bytes drained or replaced during the callback, kept until it returns.
     retired: Vec<Vec<u8>>,
     /// What Envoy would refuse, assert, or lose; reported when the module's callback returns (a
@@ -440,6 +461,9 @@ impl StreamState {
     }
 
     fn drain(&mut self, kind: BodyType, length: usize) -> bool {
+        if let Some(stall) = self.stall_in_drain.take() {
+            std::thread::sleep(stall);
+        }
         let mut retired = std::mem::take(&mut self.retired);
         let drained = match self.body_mut(kind, false) {
             Some(body) => {
@@ -737,8 +761,10 @@ extern "C" fn envoy_dynamic_module_callback_http_filter_continue_encoding(envoy:
 
 #[no_mangle]
 extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_new(envoy: FilterEnvoy) -> Scheduler {
-    let scheduler = Arc::new(SchedulerModel::default());
-    stream(envoy).borrow_mut().schedulers.push(Arc::clone(&scheduler));
+    let scheduler = SchedulerModel::kept();
+    let mut state = stream(envoy).borrow_mut();
+    state.config.schedulers.borrow_mut().push(Arc::clone(&scheduler));
+    state.schedulers.push(Arc::clone(&scheduler));
     Arc::into_raw(scheduler) as Scheduler
 }
 
@@ -759,7 +785,8 @@ extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(schedul
 extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
     envoy: FilterConfigEnvoy,
 ) -> ConfigScheduler {
-    let scheduler = Arc::new(SchedulerModel::default());
+    let scheduler = SchedulerModel::kept();
+    config(envoy).schedulers.borrow_mut().push(Arc::clone(&scheduler));
     *config(envoy).scheduler.borrow_mut() = Some(Arc::clone(&scheduler));
     Arc::into_raw(scheduler) as ConfigScheduler
 }
@@ -830,6 +857,7 @@ extern "C" fn envoy_dynamic_module_callback_http_filter_config_http_callout(
 struct Envoy {
     model: Rc<ConfigModel>,
     module: *const c_void,
+    stream_delay: Duration,
 }
 
 impl Envoy {
@@ -843,7 +871,8 @@ impl Envoy {
             let envoy = Rc::as_ptr(&model) as FilterConfigEnvoy;
             let module = crate::envoy_dynamic_module_on_http_filter_config_new(envoy, name, json);
             assert!(!module.is_null(), "the configuration was refused");
-            Envoy { model, module }
+            let settings = rpcedge_core::Config::from_json(json.bytes()).expect("valid");
+            Envoy { model, module, stream_delay: Duration::from_millis(settings.stream_delay_ms) }
         }
     }
 
@@ -873,6 +902,7 @@ impl Envoy {
             saw_body: false,
             client: Client::default(),
             schedulers: Vec::new(),
+            stall_in_drain: None,
             retired: Vec::new(),
             violations: Vec::new(),
         }));
@@ -934,14 +964,18 @@ impl Envoy {
 
 impl Drop for Envoy {
     fn drop(&mut self) {
-        // SAFETY: every stream of the configuration is gone (they borrow it).
+        // SAFETY: the configuration's streams, made after it, were dropped before it.
         unsafe { crate::envoy_dynamic_module_on_http_filter_config_destroy(self.module) };
-        if let Some(scheduler) = self.model.scheduler.borrow().as_ref() {
-            assert!(
-                scheduler.deleted.load(Ordering::SeqCst) || std::thread::panicking(),
-                "the config scheduler leaked"
-            );
+        if std::thread::panicking() {
+            return;
         }
+        if let Some(scheduler) = self.model.scheduler.borrow().as_ref() {
+            assert!(scheduler.deleted.load(Ordering::SeqCst), "the config scheduler leaked");
+        }
+        // A deadline left armed fires within stream_delay.
+        std::thread::sleep(self.stream_delay * 2 + Duration::from_millis(20));
+        let late: usize = self.model.schedulers.borrow().iter().map(|s| s.late_commits()).sum();
+        assert_eq!(late, 0, "a deadline fired into a scheduler Envoy had deleted with its filter");
     }
 }
 
@@ -1253,7 +1287,7 @@ impl Stream {
 
     /// Commits to a scheduler after Envoy deleted it (a use after free in Envoy).
     fn late_commits(&self) -> usize {
-        self.with(|s| s.schedulers.iter().map(|s| s.late_commits.lock().unwrap().len()).sum())
+        self.with(|s| s.schedulers.iter().map(|s| s.late_commits()).sum())
     }
 
     fn client<T>(&self, f: impl FnOnce(&Client) -> T) -> T {
@@ -1473,6 +1507,26 @@ fn every_interleaving_of_chunks_and_deadlines_delivers_the_whole_body() {
             stream.assert_delivered_gzip(&original);
         }
     }
+}
+
+#[test]
+fn a_deadline_that_fires_during_a_callback_is_not_lost() {
+    // The timer is another thread: a deadline may fire in a chunk's callback after the core read
+    // the clock, and its event then runs after the callback armed the next deadline. The filter
+    // must keep track of that one, else it fires into the scheduler Envoy deletes with the
+    // filter (Envoy's drop checks). Envoy's worker stalls in the callback to meet that moment.
+    let envoy = Envoy::configure(r#"{"min_length": 1024, "max_buffer": 65536, "stream_delay_ms": 100}"#);
+    let original = json(6_000);
+    let stream = envoy.stream();
+    stream.request(GZIP_CLIENT, None);
+    stream.response_headers(CHUNKED, false);
+    stream.body(&original[..3_000], false); // held, its deadline at +100 ms
+    std::thread::sleep(Duration::from_millis(50));
+    stream.with(|s| s.stall_in_drain = Some(Duration::from_millis(70)));
+    stream.body(&original[3_000..4_000], false); // held: the next deadline at +150 ms
+    assert_eq!(stream.run_scheduled(), 1, "the first deadline fired in the callback");
+    stream.body(&original[4_000..], true);
+    stream.assert_delivered_gzip(&original);
 }
 
 #[test]
