@@ -158,3 +158,21 @@ fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
     let counters = counted(&mut exchange);
     assert!(counters.contains(&(Counter::CacheBypassed(crate::cache::Bypass::Namespace), 1)), "{counters:?}");
 }
+
+#[test]
+fn a_header_is_removed_only_when_the_node_sent_it() {
+    let body = vec![b' '; 5_000];
+    let length = body.len().to_string();
+    for sent in [false, true] {
+        let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
+        exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+        let mut node = vec![(":status", "200"), ("content-type", "application/json"), ("content-length", &length)];
+        if sent {
+            node.push(("Accept-Ranges", "bytes"));
+        }
+        assert!(exchange.on_response_headers(&node, false, || 0).unwrap().hold);
+        let edits = exchange.on_body(&body, true, false, || 0).unwrap().expect("the headers, released");
+        assert!(edits.contains(&HeaderOp::Set("content-encoding", b"gzip"[..].into())), "{edits:?}");
+        assert_eq!(edits.contains(&HeaderOp::Remove("accept-ranges")), sent, "{edits:?}");
+    }
+}
