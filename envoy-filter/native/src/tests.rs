@@ -1606,17 +1606,17 @@ fn ask(envoy: &Envoy, id: u32) -> Stream {
     stream
 }
 
-#[test]
-fn a_miss_is_stored_then_a_hit_never_reaches_the_node() {
-    let envoy = Envoy::configure(CACHED);
-    let miss = ask(&envoy, 7);
+/// A miss for call `id`, whose answer the node gives and the module stores from the main thread:
+/// what the daemon keeps of it.
+fn store_a_miss(envoy: &Envoy, id: u32) -> Vec<u8> {
+    let miss = ask(envoy, id);
     let lookup =
         miss.with(|s| (s.callouts[0].cluster.clone(), header(&s.callouts[0].headers, ":method").map(str::to_string)));
     assert_eq!(lookup, ("cached".into(), Some("GET".into())));
     assert!(miss.with(|s| s.upstream.headers.is_none()), "the request waits for the daemon");
     miss.answer_lookup("404", &[]);
-    assert_eq!(miss.with(|s| s.upstream.body.clone()), block_request(7), "the node got the request whole");
-    let answer = block_answer(7);
+    assert_eq!(miss.with(|s| s.upstream.body.clone()), block_request(id), "the node got the request whole");
+    let answer = block_answer(id);
     let length = answer.len().to_string();
     miss.response_headers(&with_length(&length), false);
     miss.body(&answer, true);
@@ -1624,26 +1624,31 @@ fn a_miss_is_stored_then_a_hit_never_reaches_the_node() {
     assert_eq!(miss.client_header("x-rpcedge-cache").as_deref(), Some("MISS"));
     miss.finish();
 
-    // the store is made from the main thread; the daemon keeps what it carried
     envoy.run_main_thread();
     let stores = envoy.take_callouts();
     assert_eq!(stores.len(), 1);
     assert_eq!(header(&stores[0].headers, ":method"), Some("PUT"));
     envoy.answer_store(&stores[0], "204");
     assert_eq!(envoy.counter("cache.stores.taken"), 1);
-    let kept = Entry::decode(&stores[0].body).unwrap().compact().unwrap();
+    Entry::decode(&stores[0].body).unwrap().compact().unwrap()
+}
 
-    // the daemon's answer comes in slices
-    let hit = ask(&envoy, 8);
-    let (a, b) = kept.split_at(kept.len() / 3);
-    let (b, c) = b.split_at(b.len() / 2);
-    hit.answer_lookup("200", &[a, b, c]);
-    assert_eq!(hit.delivered(), block_answer(8));
+/// A hit of the daemon's, its answer in these slices: the client gets call `id`'s answer.
+fn assert_hit(envoy: &Envoy, id: u32, answer: &[&[u8]]) {
+    let hit = ask(envoy, id);
+    hit.answer_lookup("200", answer);
+    assert_eq!(hit.delivered(), block_answer(id));
     assert_eq!(hit.client_header(":status").as_deref(), Some("200"));
     assert_eq!(hit.client_header("x-rpcedge-cache").as_deref(), Some("HIT"));
     assert_eq!(hit.client_header("content-type").as_deref(), Some("application/json"));
     assert!(hit.with(|s| s.upstream.headers.is_none()), "the node never saw it");
-    hit.finish();
+}
+
+#[test]
+fn a_miss_is_stored_then_a_hit_never_reaches_the_node() {
+    let envoy = Envoy::configure(CACHED);
+    let kept = store_a_miss(&envoy, 7);
+    assert_hit(&envoy, 8, &[&kept]);
     assert_eq!(envoy.counter("cache.responses.hit"), 1);
 
     // kept in the hot tier all workers share: the next asks no daemon
@@ -1652,6 +1657,17 @@ fn a_miss_is_stored_then_a_hit_never_reaches_the_node() {
     assert_eq!(hot.delivered(), block_answer(9));
     hot.finish();
     assert_eq!((envoy.counter("cache.responses.hit"), envoy.counter("cache.hot_hits")), (2, 1));
+}
+
+#[test]
+fn a_hit_the_daemon_sends_in_slices_is_whole() {
+    let envoy = Envoy::configure(r#"{"cache": {"clusters": ["cached"], "namespace": "mainnet"}}"#);
+    let kept = store_a_miss(&envoy, 7);
+    let (a, b) = kept.split_at(kept.len() / 3);
+    let (b, c) = b.split_at(b.len() / 2);
+    assert_hit(&envoy, 8, &[a, b, c]);
+    assert_hit(&envoy, 9, &[&kept]);
+    assert_eq!(envoy.counter("cache.responses.hit"), 2);
 }
 
 #[test]
