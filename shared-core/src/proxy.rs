@@ -75,6 +75,11 @@ pub struct ResponseHead<'a> {
     pub hold: bool,
 }
 
+/// The header the core removes from every answer it encodes (`edits.rs`), which few nodes send:
+/// the exchange notes whether the node sent it, and leaves out its removal when it did not, which
+/// would cost the host a call for nothing.
+const ACCEPT_RANGES: &str = "accept-ranges";
+
 /// The exchange failed: the host answers with this status, or resets the response.
 #[derive(Debug)]
 pub struct Failed {
@@ -95,6 +100,8 @@ pub struct ProxyExchange {
     done: bool,
     /// The core's output since the host last cleared it.
     out: Vec<u8>,
+    /// The node's response has an `ACCEPT_RANGES`.
+    accept_ranges_sent: bool,
     compress_ns: u64,
     /// What to add to the host's counters, and the compression time to record.
     counters: Vec<(Counter, u64)>,
@@ -116,6 +123,7 @@ impl ProxyExchange {
             body_wanted: false,
             done: false,
             out: Vec::new(),
+            accept_ranges_sent: false,
             compress_ns: 0,
             counters: Vec::new(),
             compress_duration: None,
@@ -253,7 +261,10 @@ impl ProxyExchange {
         for (name, value) in headers {
             match name.as_ref() {
                 b":status" => status = std::str::from_utf8(value.as_ref()).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
-                name => self.exchange.response_header(name, value.as_ref()),
+                name => {
+                    self.accept_ranges_sent |= name.eq_ignore_ascii_case(ACCEPT_RANGES.as_bytes());
+                    self.exchange.response_header(name, value.as_ref())
+                }
             }
         }
         if let Some(request) = &mut self.cache {
@@ -284,9 +295,9 @@ impl ProxyExchange {
             BodyPlan::Buffer => true,
         };
         if !hold && edits.is_empty() {
-            edits = self.exchange.edits().operations();
+            edits = self.edits();
         } else if !hold {
-            edits.extend(self.exchange.edits().operations());
+            edits.extend(self.edits());
         }
         Ok(ResponseHead { edits, hold })
     }
@@ -345,7 +356,16 @@ impl ProxyExchange {
         if ended {
             self.finish(self.exchange.mode());
         }
-        Ok(released.then(|| self.exchange.edits().operations()))
+        Ok(released.then(|| self.edits()))
+    }
+
+    /// The exchange's header edits, less the removal of an Accept-Ranges the node did not send.
+    fn edits(&self) -> Vec<HeaderOp<'_>> {
+        let mut ops = self.exchange.edits().operations();
+        if !self.accept_ranges_sent {
+            ops.retain(|op| *op != HeaderOp::Remove(ACCEPT_RANGES));
+        }
+        ops
     }
 
     /// The host cannot end the body as the core asks (its output has nowhere to go): the exchange

@@ -7,6 +7,7 @@
 //! also kept in one hot tier for all of Envoy's workers, behind a lock held only while an entry
 //! is copied in or out (the Wasm filter has one per worker: its VMs share no memory).
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 
 use rpcedge_core::cache::proxy::{DaemonCall, HotRegion};
@@ -124,7 +125,9 @@ impl Drop for CacheShared {
 /// Header names and values as Envoy hands them over.
 pub type Headers<'hook> = Vec<(&'hook [u8], &'hook [u8])>;
 
-/// A callout's answer as Envoy hands it over: its headers (none when the call failed) and body.
+/// A callout's answer as Envoy hands it over: its headers (none when the call failed) and body,
+/// Envoy's own bytes when they are in one slice (as an answer of the daemon's usually is), else
+/// joined.
 ///
 /// # Safety
 /// The pointers are Envoy's, valid for the hook that passes them, and null only with a length of 0.
@@ -134,17 +137,23 @@ pub unsafe fn answer<'hook>(
     headers_length: usize,
     body: *const EnvoyBuffer,
     body_length: usize,
-) -> (Headers<'hook>, Vec<u8>) {
+) -> (Headers<'hook>, Cow<'hook, [u8]>) {
     if result != abi::CALLOUT_SUCCESS {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Cow::Borrowed(&[]));
     }
     let headers: &[EnvoyHeader] = raw_slice(headers, headers_length);
-    let body: &[EnvoyBuffer] = raw_slice(body, body_length);
-    let mut whole = Vec::with_capacity(body.iter().map(|chunk| chunk.bytes().len()).sum());
-    for chunk in body {
-        whole.extend_from_slice(chunk.bytes());
-    }
-    (headers.iter().map(|h| (h.key.bytes(), h.value.bytes())).collect(), whole)
+    let body = match raw_slice(body, body_length) {
+        [] => Cow::Borrowed(&[][..]),
+        [slice] => Cow::Borrowed(slice.bytes()),
+        slices => {
+            let mut whole = Vec::with_capacity(slices.iter().map(|slice| slice.length).sum());
+            for slice in slices {
+                whole.extend_from_slice(slice.bytes());
+            }
+            Cow::Owned(whole)
+        }
+    };
+    (headers.iter().map(|h| (h.key.bytes(), h.value.bytes())).collect(), body)
 }
 
 /// # Safety

@@ -67,7 +67,13 @@ impl Filter {
             return BodyStatus::Continue;
         }
         let size = host.body_size(BodyType::BufferedRequest) + host.body_size(BodyType::ReceivedRequest);
-        let body = || [host.body(BodyType::BufferedRequest), host.body(BodyType::ReceivedRequest)].concat().concat();
+        let body = || {
+            let mut whole = Vec::with_capacity(size);
+            for slice in host.body(BodyType::BufferedRequest).into_iter().chain(host.body(BodyType::ReceivedRequest)) {
+                whole.extend_from_slice(slice);
+            }
+            whole
+        };
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
         ask_upstream(host, after.upstream_accept);
@@ -200,7 +206,9 @@ impl Filter {
     /// A deadline passed, or a stopped response is to continue.
     pub fn on_scheduled(&mut self, host: Host, event: u64) {
         if event == timer::DEADLINE {
-            self.armed = None;
+            // The deadline that fired, or one armed since it fired (a callback ran in between):
+            // that one is taken back, and armed again below if it is still wanted.
+            self.disarm();
         }
         if !self.stopped {
             return;

@@ -33,6 +33,8 @@ mod abi;
 mod cache;
 mod filter;
 mod host;
+#[cfg(test)]
+mod tests;
 mod timer;
 
 use std::ffi::{c_char, c_void};

@@ -196,3 +196,21 @@ fn the_configured_limits_decide_what_is_looked_up_and_what_is_stored() {
         assert_eq!(counted(&mut exchange).contains(&bypassed), !stored);
     }
 }
+
+#[test]
+fn a_header_is_removed_only_when_the_node_sent_it() {
+    let body = vec![b' '; 5_000];
+    let length = body.len().to_string();
+    for sent in [false, true] {
+        let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
+        exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+        let mut node = vec![(":status", "200"), ("content-type", "application/json"), ("content-length", &length)];
+        if sent {
+            node.push(("Accept-Ranges", "bytes"));
+        }
+        assert!(exchange.on_response_headers(&node, false, || 0).unwrap().hold);
+        let edits = exchange.on_body(&body, true, false, || 0).unwrap().expect("the headers, released");
+        assert!(edits.contains(&HeaderOp::Set("content-encoding", b"gzip"[..].into())), "{edits:?}");
+        assert_eq!(edits.contains(&HeaderOp::Remove("accept-ranges")), sent, "{edits:?}");
+    }
+}
