@@ -152,7 +152,6 @@ static char *ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
     ngx_http_rpcedge_cache_conf_t *conf);
 static char *ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static void ngx_http_rpcedge_cache_settings_cleanup(void *data);
 static ngx_int_t ngx_http_rpcedge_cache_init(ngx_conf_t *cf);
 
 
@@ -1626,9 +1625,7 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_rpcedge_cache_conf_t *prev = parent;
     ngx_http_rpcedge_cache_conf_t *conf = child;
 
-    rpcedge_error_t      err;
-    rpcedge_config_t     config;
-    ngx_pool_cleanup_t  *cln;
+    rpcedge_config_t  config;
 
     /* the core's defaults, as every host has them */
 
@@ -1658,31 +1655,13 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_max_entry = conf->max_entry;
         config.cache_chain_ttl_s = conf->chain_ttl;
 
-        conf->settings = rpcedge_settings_new(&config, &err);
+        conf->settings = ngx_http_rpcedge_settings(cf, &config);
         if (conf->settings == NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"rpcedge_%s\" %s", err.field, err.message);
             return NGX_CONF_ERROR;
         }
-
-        cln = ngx_pool_cleanup_add(cf->pool, 0);
-        if (cln == NULL) {
-            rpcedge_settings_free(conf->settings);
-            return NGX_CONF_ERROR;
-        }
-
-        cln->handler = ngx_http_rpcedge_cache_settings_cleanup;
-        cln->data = conf->settings;
     }
 
     return ngx_http_rpcedge_cache_default_ns(cf, conf);
-}
-
-
-static void
-ngx_http_rpcedge_cache_settings_cleanup(void *data)
-{
-    rpcedge_settings_free(data);
 }
 
 

@@ -159,7 +159,6 @@ static void ngx_http_rpcedge_set_timer(ngx_http_rpcedge_ctx_t *ctx);
 static void ngx_http_rpcedge_timer_handler(ngx_event_t *ev);
 static void ngx_http_rpcedge_cleanup(void *data);
 static void ngx_http_rpcedge_stop_timer(void *data);
-static void ngx_http_rpcedge_settings_cleanup(void *data);
 
 static ngx_int_t ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -1860,12 +1859,10 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_rpcedge_conf_t *prev = parent;
     ngx_http_rpcedge_conf_t *conf = child;
 
-    ngx_uint_t           i;
-    ngx_str_t           *type;
-    rpcedge_str_t       *types;
-    rpcedge_error_t      err;
-    rpcedge_config_t     config;
-    ngx_pool_cleanup_t  *cln;
+    ngx_uint_t         i;
+    ngx_str_t         *type;
+    rpcedge_str_t     *types;
+    rpcedge_config_t   config;
 
     /* the core's defaults are the one source of defaults */
 
@@ -1922,30 +1919,9 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_OK;
     }
 
-    conf->settings = rpcedge_settings_new(&config, &err);
-    if (conf->settings == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"rpcedge_%s\" %s", err.field, err.message);
-        return NGX_CONF_ERROR;
-    }
+    conf->settings = ngx_http_rpcedge_settings(cf, &config);
 
-    cln = ngx_pool_cleanup_add(cf->pool, 0);
-    if (cln == NULL) {
-        rpcedge_settings_free(conf->settings);
-        return NGX_CONF_ERROR;
-    }
-
-    cln->handler = ngx_http_rpcedge_settings_cleanup;
-    cln->data = conf->settings;
-
-    return NGX_CONF_OK;
-}
-
-
-static void
-ngx_http_rpcedge_settings_cleanup(void *data)
-{
-    rpcedge_settings_free(data);
+    return conf->settings ? NGX_CONF_OK : NGX_CONF_ERROR;
 }
 
 

@@ -29,6 +29,7 @@ typedef struct {
 } ngx_http_rpcedge_request_t;
 
 
+static void ngx_http_rpcedge_settings_cleanup(void *data);
 static void *ngx_http_rpcedge_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
@@ -171,6 +172,40 @@ ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data)
     }
 
     return ngx_http_rpcedge_conf_error(cf, &err);
+}
+
+
+rpcedge_settings_t *
+ngx_http_rpcedge_settings(ngx_conf_t *cf, rpcedge_config_t *config)
+{
+    rpcedge_error_t      err;
+    rpcedge_settings_t  *settings;
+    ngx_pool_cleanup_t  *cln;
+
+    settings = rpcedge_settings_new(config, &err);
+    if (settings == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rpcedge_%s\" %s", err.field, err.message);
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        rpcedge_settings_free(settings);
+        return NULL;
+    }
+
+    cln->handler = ngx_http_rpcedge_settings_cleanup;
+    cln->data = settings;
+
+    return settings;
+}
+
+
+static void
+ngx_http_rpcedge_settings_cleanup(void *data)
+{
+    rpcedge_settings_free(data);
 }
 
 

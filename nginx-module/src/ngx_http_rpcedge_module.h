@@ -37,6 +37,11 @@ char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
 /* the core's error as a directive's error, which nginx prints after its name */
 char *ngx_http_rpcedge_conf_error(ngx_conf_t *cf, rpcedge_error_t *err);
 
+/* the core's settings for a location's configuration, freed with the cycle's
+ * pool; NULL when the core refuses it (the error logged) */
+rpcedge_settings_t *ngx_http_rpcedge_settings(ngx_conf_t *cf,
+    rpcedge_config_t *config);
+
 /* a header (key a static string) at the end of a headers_in or headers_out list */
 ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
     u_char *value, size_t len);
