@@ -80,6 +80,7 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
+        let limits = CacheSettings::default();
         CacheConfig {
             enabled: true,
             clusters: vec!["rpcedge_cached".into()],
@@ -88,9 +89,9 @@ impl Default for CacheConfig {
             status_header: true,
             hot_bytes: 0,
             store_timeout_s: 5,
-            max_request: 64 * 1024,
-            max_entry: 8 * MIB,
-            chain_ttl_s: 3600,
+            max_request: limits.max_request as u64,
+            max_entry: limits.max_entry as u64,
+            chain_ttl_s: limits.chain_ttl_s,
         }
     }
 }
@@ -183,7 +184,7 @@ impl Level {
         }
     }
 
-    /// The C form ([`crate::ffi::RpcedgeConfig`]): 0 for `auto`.
+    /// The C form (`rpcedge_config_t` of the C ABI, shared-core/ffi): 0 for `auto`.
     pub fn from_raw(raw: u32) -> Level {
         if raw == 0 { Level::Auto } else { Level::Fixed(raw) }
     }

@@ -18,7 +18,6 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::config::CacheConfig;
 use call::{Call, Unread};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -30,7 +29,7 @@ pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION}
 pub use rules::{rule, Asked, BlockRef, Names, Rule, TABLE};
 pub use shard::shard;
 
-/// The cache's settings, shared by every host: each configures them ([`CacheConfig::settings`],
+/// The cache's settings, shared by every host: each configures them (`config::CacheConfig::settings`,
 /// nginx's directives) and its exchanges run with them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheSettings {
@@ -43,9 +42,9 @@ pub struct CacheSettings {
 }
 
 impl Default for CacheSettings {
-    /// Those of a configuration that sets none.
+    /// Those of a configuration that sets none (`CacheConfig`'s defaults are these).
     fn default() -> Self {
-        CacheConfig::default().settings().expect("the defaults are valid")
+        CacheSettings { max_request: 64 * 1024, max_entry: 8 * 1024 * 1024, chain_ttl_s: 3600 }
     }
 }
 

@@ -1,8 +1,8 @@
 //! One exchange's way through rpcedge, as a sans-IO state machine.
 //!
-//! Two stages, chained: the transcoding stage ([`transcoding`]) holds a body that goes out in
+//! Two stages, chained: the transcoding stage (`transcoding.rs`) holds a body that goes out in
 //! the other encoding (JSON or SSZ) and hands on the transcoded body, or the body as it came; the
-//! compression stage ([`compression`]) compresses what it is handed, whole or chunk by chunk.
+//! compression stage (`compression.rs`) compresses what it is handed, whole or chunk by chunk.
 //! Both write into one set of header edits.
 //!
 //! The host feeds the request head, then the response head, which yields a [`BodyPlan`], then the
