@@ -115,6 +115,8 @@ def traffic(host):
     host.settled(lambda counters: counters["rpcedge_cache_stores_taken"] == 1)
     for id_ in (2, 3):
         assert post(host.port, block, id_=id_).header("x-rpcedge-cache") == "HIT"
+    # a GET where the cache is on bypasses it as not a POST
+    assert wire.request(host.port, block.path).header("x-rpcedge-cache") == "BYPASS"
     # a bypass, with its reason, and an answer the core refuses to store
     batch = cc.batch_case()
     assert post(host.port, batch, body=json.dumps(batch.request).encode()).header("x-rpcedge-cache") == "BYPASS"
@@ -141,13 +143,15 @@ def test_the_same_traffic_counts_the_same_on_every_host(stack, tmp_path):
     # what the traffic was meant to count, so that the comparison compares something: the answers
     # to the two GETs for the corpus's 56 KiB (gzip, identity), its 102 B, its 1.5 MiB and the
     # Beacon block (SSZ, not compressed), and to the block by hash (a miss), its two hits (the
-    # daemon's, then the hot tier's), a batch and a null (a miss); every GET goes to the node past
-    # the cache, whose namespaces name only the JSON-RPC paths
+    # daemon's, then the hot tier's), a GET on the block's path (not a POST: the node's small
+    # answer), a batch and a null (a miss); every other GET goes to the node past the cache, whose
+    # namespaces name only the JSON-RPC paths
     expected = {
-        "rpcedge_responses_oneshot": 2, "rpcedge_responses_untouched": 2, "rpcedge_responses_small": 3,
+        "rpcedge_responses_oneshot": 2, "rpcedge_responses_untouched": 2, "rpcedge_responses_small": 4,
         "rpcedge_responses_stream": 1, "rpcedge_transcode_done": 1,
-        "rpcedge_cache_responses_miss": 2, "rpcedge_cache_responses_hit": 2, "rpcedge_cache_hot_hits": 1, "rpcedge_cache_responses_bypass": 6,
+        "rpcedge_cache_responses_miss": 2, "rpcedge_cache_responses_hit": 2, "rpcedge_cache_hot_hits": 1, "rpcedge_cache_responses_bypass": 7,
         "rpcedge_cache_bypass_namespace": 5, "rpcedge_cache_bypass_batch": 1,
+        "rpcedge_cache_bypass_not_post": 1,
         "rpcedge_cache_stores_taken": 1, "rpcedge_cache_stores_refused": 1, "rpcedge_cache_stores_refused_null": 1,
     }
     bytes_counted = {"rpcedge_body_bytes_in", "rpcedge_body_bytes_out", *TIMED}

@@ -447,11 +447,14 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
 {
     size_t                          n;
     ngx_str_t                       value;
-    rpcedge_str_t                   ns;
+    rpcedge_str_t                   ns, method;
     rpcedge_header_t               *headers;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    method.data = r->method_name.data;
+    method.len = r->method_name.len;
 
     /*
      * the namespace is where nginx routed the request, as configured: never
@@ -475,8 +478,8 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
         return;
     }
 
-    ctx->cache = rpcedge_cache_new(conf->settings, ns, body.data, body.len,
-                                   headers, n);
+    ctx->cache = rpcedge_cache_new(conf->settings, ns, method, body.data,
+                                   body.len, headers, n);
 }
 
 

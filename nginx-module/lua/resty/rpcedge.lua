@@ -132,8 +132,9 @@ typedef struct {
   rpcedge_str_t body;
 } rpcedge_store_call_t;
 
-rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, const uint8_t *body,
-                                   size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
+rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method,
+                                   const uint8_t *body, size_t body_len, const rpcedge_header_t *headers,
+                                   size_t headers_len);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
 uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
@@ -465,7 +466,9 @@ function _M.cache(settings, body, namespace)
     -- points to reachable through the call
     local headers, n, strings = header_array(ngx.req.get_headers(0, true))
     anchor[1] = strings
-    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), body, body and #body or 0, headers, n)
+    local method = ngx.req.get_method()
+    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), body, body and #body or 0,
+                                         headers, n)
     anchor[1] = nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)

@@ -46,7 +46,8 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
 
 /// A cache exchange under the cache's settings of `settings` (its limits), for a request in
 /// namespace `ns`, the one configured where the request was routed (a NULL `data`: none, so the
-/// request bypasses the cache; never one from the request), whose body is `body` (NULL: the host
+/// request bypasses the cache; never one from the request), whose method is `method` (only a
+/// POST is looked up), whose body is `body` (NULL: the host
 /// does not hold it whole, so the request bypasses the cache), with the client's `headers_len`
 /// headers (Accept-Encoding says whether a hit may be gzip; a client that asks for the SSZ of a
 /// result bypasses the cache, which holds JSON; the rest decide which stored variant is the
@@ -59,6 +60,7 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
 pub unsafe extern "C" fn rpcedge_cache_new(
     settings: *const RpcedgeSettings,
     ns: RpcedgeStr,
+    method: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     headers: *const RpcedgeHeader,
@@ -68,7 +70,9 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         let Some(settings) = settings.as_ref().map(|s| s.0.cache_settings().clone()) else { return ptr::null_mut() };
         let namespace = string(&ns).map(String::from_utf8_lossy);
         let body = (!body.is_null()).then(|| bytes(body, body_len));
-        let exchange = CacheExchange::new(namespace.as_deref(), body, &header_list(headers, headers_len), &settings);
+        let method = string(&method).unwrap_or_default();
+        let headers = header_list(headers, headers_len);
+        let exchange = CacheExchange::new(namespace.as_deref(), method, body, &headers, &settings);
         let lookup_path = exchange.lookup_path();
         let cache = RpcedgeCache { exchange, settings, lookup_path, hit: None, hot: false, store: None, refusal: None };
         Box::into_raw(Box::new(cache))

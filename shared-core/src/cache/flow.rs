@@ -106,13 +106,14 @@ impl CacheExchange {
         length <= settings.max_request as u64
     }
 
-    /// From the request: the namespace configured where it was routed (none: a bypass), its body
-    /// (`None` when the host does not hold it whole, as when nginx spilled it to a file) and its
-    /// headers, as (name, value) pairs, repeats kept (Accept-Encoding says whether a hit may be
-    /// gzip; a client that asks for SSZ of a result with a schema bypasses the cache, which holds
-    /// JSON; the rest decide which stored variant is the client's).
+    /// From the request: the namespace configured where it was routed (none: a bypass), its
+    /// method, its body (`None` when the host does not hold it whole, as when nginx spilled it to
+    /// a file) and its headers, as (name, value) pairs, repeats kept (Accept-Encoding says whether
+    /// a hit may be gzip; a client that asks for SSZ of a result with a schema bypasses the cache,
+    /// which holds JSON; the rest decide which stored variant is the client's).
     pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         namespace: Option<&str>,
+        method: &[u8],
         body: Option<&[u8]>,
         headers: &[(N, V)],
         settings: &CacheSettings,
@@ -125,6 +126,9 @@ impl CacheExchange {
         let request = namespace.and_then(|namespace| {
             if credentials {
                 return Err(Bypass::Credentials);
+            }
+            if method != b"POST" {
+                return Err(Bypass::NotPost);
             }
             let body = body.ok_or(Bypass::TooLarge)?;
             // a hit would be JSON: the node's answer, transcoded, is what such a client gets

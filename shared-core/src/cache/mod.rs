@@ -94,11 +94,13 @@ pub enum Bypass {
     /// The request carries credentials (`Authorization`, `Cookie`): the node's answer may be for
     /// this client only (RFC 9111, 3.5).
     Credentials,
+    /// Not a POST: a JSON-RPC call comes as a POST's body, so no other request is looked up.
+    NotPost,
 }
 
 impl Bypass {
     /// Every reason, for a host's counters.
-    pub const fn all() -> [Bypass; 11] {
+    pub const fn all() -> [Bypass; 12] {
         [
             Bypass::Batch,
             Bypass::TooLarge,
@@ -111,6 +113,7 @@ impl Bypass {
             Bypass::Namespace,
             Bypass::Answer,
             Bypass::Credentials,
+            Bypass::NotPost,
         ]
     }
 
@@ -127,6 +130,7 @@ impl Bypass {
             Bypass::Namespace => "namespace",
             Bypass::Answer => "answer",
             Bypass::Credentials => "credentials",
+            Bypass::NotPost => "not_post",
         }
     }
 }

@@ -86,10 +86,11 @@ impl ProxyCacheRequest {
         let namespace = route_namespace.or(config.namespace.as_deref()).map(str::to_string);
         let too_large =
             number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, settings));
-        let awaiting_body = header(headers, ":method") == Some(b"POST") && !end_of_stream && !too_large;
+        let method = header(headers, ":method").unwrap_or_default();
+        let awaiting_body = method == b"POST" && !end_of_stream && !too_large;
         let own = |(name, value): &(N, V)| (name.as_ref().to_vec(), value.as_ref().to_vec());
         ProxyCacheRequest {
-            exchange: CacheExchange::new(namespace.as_deref(), None, headers, settings),
+            exchange: CacheExchange::new(namespace.as_deref(), method, None, headers, settings),
             namespace,
             headers: if awaiting_body { headers.iter().map(own).collect() } else { Vec::new() },
             awaiting_body,
@@ -130,7 +131,7 @@ impl ProxyCacheRequest {
         }
         self.awaiting_body = false;
         let headers = std::mem::take(&mut self.headers);
-        self.exchange = CacheExchange::new(self.namespace.as_deref(), Some(body.get()), &headers, settings);
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), b"POST", Some(body.get()), &headers, settings);
         let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;

@@ -22,7 +22,7 @@ fn exchange(namespace: Option<&str>, body: Option<&[u8]>, gzip: bool, ssz: bool)
     if ssz {
         headers.push(("accept", "application/octet-stream"));
     }
-    CacheExchange::new(namespace, body, &headers, &settings())
+    CacheExchange::new(namespace, b"POST", body, &headers, &settings())
 }
 
 fn request(method: &str, params: &str) -> String {
@@ -652,7 +652,7 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     let ask = |origin: Option<&str>| {
         let mut headers = vec![("accept-encoding", "identity")];
         headers.extend(origin.map(|origin| ("Origin", origin)));
-        CacheExchange::new(Some("n"), Some(asked.as_bytes()), &headers, &s)
+        CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), &headers, &s)
     };
     let mut first = ask(Some("https://a.example"));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}"}}}}"#);
@@ -683,6 +683,19 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     assert_eq!((cookie.take_head_refusal(), cookie.take_head_refusal()), (Some(Refusal::SetCookie), None));
 }
 
+/// Only a POST is looked up: a JSON-RPC call is a POST's body (methods are case-sensitive).
+#[test]
+fn a_request_other_than_a_post_bypasses_under_its_own_reason() {
+    let asked = request("eth_chainId", "[]");
+    let not_post = Some(Bypass::NotPost);
+    for (method, bypass) in [(&b"GET"[..], not_post), (b"post", not_post), (b"PUT", not_post), (b"POST", None)] {
+        let exchange = CacheExchange::new(Some("n"), method, Some(asked.as_bytes()), NONE, &settings());
+        assert_eq!(exchange.bypass(), bypass, "{}", String::from_utf8_lossy(method));
+    }
+    // a POST whose body the host does not hold stays too large
+    assert_eq!(CacheExchange::new(Some("n"), b"POST", None, NONE, &settings()).bypass(), Some(Bypass::TooLarge));
+}
+
 /// A request with credentials may get an answer for that client only (RFC 9111, 3.5); a stored
 /// head that could not have come from `Head::of` (a name a hit must not send, CR or LF in a
 /// value) is a bad entry, whoever wrote it; a transaction's answer that does not name the
@@ -692,7 +705,7 @@ fn credentials_bypass_and_a_stored_head_is_checked_again() {
     let s = settings();
     let asked = request("eth_chainId", "[]");
     for credentials in [("Authorization", "Bearer x"), ("cookie", "session=1")] {
-        let exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), &[credentials], &s);
+        let exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), &[credentials], &s);
         assert_eq!(exchange.bypass(), Some(Bypass::Credentials), "{credentials:?}");
     }
     let tail = br#""0x1"}"#;
@@ -736,7 +749,7 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
     let bound = entry_bound(s.max_entry as u64);
     let mut longest = 0;
     for body in [&kept, &standard] {
-        let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), NONE, &s);
+        let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
         assert!(exchange.response_head(200, Some(body.len() as u64), &[("x-a", value.as_str())], &s));
         let call = exchange.store(body.as_bytes(), &s).unwrap();
         assert!(call.body.len() as u64 <= bound, "{} > {bound}", call.body.len());
@@ -744,7 +757,7 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
         longest = longest.max(call.body.len() as u64);
     }
     assert!(bound - longest < 32, "{longest} is far below {bound}");
-    let mut exchange = CacheExchange::new(Some("n"), Some(asked.as_bytes()), NONE, &s);
+    let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
     let longer = value + "v";
     assert!(!exchange.response_head(200, Some(kept.len() as u64), &[("x-a", longer.as_str())], &s));
     assert_eq!(exchange.take_head_refusal(), Some(Refusal::TooLarge));
