@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 import cache_cases as cc
+import replay_corpus as rc
 import wire
 from cache_cases import envoy_plugin, nginx_server, start_proxy
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from nginx_harness import free_port, start_nginx
 from harness import LOOPBACK, REPO
+from test_sample import single_calls
 
 # a store lands within this long of the answer's end (the issue's bound)
 VISIBLE_WITHIN = 1.0
@@ -152,6 +154,21 @@ def test_what_the_cache_never_takes_always_reaches_the_node(proxies, stack, name
         assert json.loads(response.decoded()) == sent.response
         assert stack.node_requests() == before + 1
         time.sleep(0.1)
+
+
+def test_a_batch_of_calls_recorded_alone_comes_back_call_by_call(proxies, stack):
+    """What ethers v6 sends by default: calls batched as they come, each recorded alone. The node
+    answers each call of the batch, and the client gets them all, in its order, with its ids."""
+    proxy = proxies()
+    network = case("receipt").network
+    calls = [{**call, "id": number} for number, call in enumerate(single_calls(cc.CORPUS, network, 10), start=1)]
+    assert len(calls) >= 6
+    alone = [json.loads(stack.replay.request("POST", f"/{network}", rc.compact(call))[2]) for call in calls]
+    for accept_encoding in ("gzip", None):
+        response = wire.request(proxy.port, f"/{network}", "POST", {"Content-Type": "application/json"},
+                                rc.compact(calls), accept_encoding=accept_encoding)
+        assert (response.status, status(response)) == (200, "BYPASS")
+        assert json.loads(response.decoded()) == alone
 
 
 def raw_block_by_number(request, response):

@@ -82,3 +82,44 @@ def test_the_replay_serves_the_sampled_witness_and_beacon_objects(sample_replay)
         r = wire.request(sample_replay.port, path, accept_encoding=None)
         assert r.status == 200 and json.loads(r.body)["data"], path
         assert (r.header("eth-consensus-version") is not None) == (path in versioned), path
+
+
+def single_calls(corpus, network, most):
+    """Calls of `network` recorded alone, of different methods, with small answers: what a client
+    puts in one batch (ethers v6 and viem batch whatever calls come within a few milliseconds)."""
+    calls, methods, rows = [], set(), rc.index_rows(corpus)
+    for path in rc.corpus_files(corpus):
+        if rc.network_of(path) != network or not path.endswith(".json"):
+            continue
+        placeholders = [pair["placeholder_response"] for pair in rows.get(path, {}).get("pairs", [])]
+        for index, (request, response) in enumerate(rc.read_pairs(corpus / path)):
+            if (isinstance(request, dict) and request.get("method") not in methods
+                    and not (index < len(placeholders) and placeholders[index])
+                    and len(rc.compact(response)) < 4096 and not isinstance(response, list)):
+                methods.add(request["method"])
+                calls.append({"jsonrpc": "2.0", "method": request["method"], "params": request.get("params", [])})
+    return calls[:most]
+
+
+def test_a_batch_of_calls_recorded_alone_is_answered_call_by_call(sample_replay):
+    calls = single_calls(SAMPLE_CORPUS / "rpc", "mainnet", 12)
+    assert len(calls) >= 6
+    alone = []
+    for number, call in enumerate(calls, start=1):
+        status, _, body = sample_replay.request("POST", "/mainnet", rc.compact({**call, "id": number}))
+        assert status == 200 and json.loads(body)["id"] == number
+        alone.append(json.loads(body))
+
+    # ids as ethers v6 numbers them, a string id, a call no recording holds, and a notification
+    batch = [{**call, "id": number} for number, call in enumerate(calls, start=1)]
+    batch.insert(2, {"jsonrpc": "2.0", "method": "eth_noSuchMethod", "params": [], "id": "x"})
+    batch.insert(4, {"jsonrpc": "2.0", "method": calls[0]["method"], "params": calls[0]["params"]})
+    status, headers, body = sample_replay.request("POST", "/mainnet", rc.compact(batch))
+    answers = json.loads(body)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert answers[2] == {"jsonrpc": "2.0", "id": "x", "error": {
+        "code": -32601, "message": f"rpcedge-replay: no recording for eth_noSuchMethod (in a batch of {len(batch)})"}}
+    assert answers[:2] + answers[3:] == alone, "each call's own answer, in the batch's order, the notification none"
+
+    notifications = rc.compact([calls[0], calls[1]])
+    assert sample_replay.request("POST", "/mainnet", notifications)[::2] == (200, b"")

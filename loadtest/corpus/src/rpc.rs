@@ -120,6 +120,49 @@ pub fn no_recording_answer(request: &Json) -> Vec<u8> {
     out
 }
 
+/// The answer to a batch that was not recorded whole, as a node gives it: one answer per call, in
+/// the calls' order. `answer_call` gives a call's own answer (with its id), if it has one; a call
+/// without gets a "no recording" error, a member that is not a call an invalid-request error, and
+/// a notification (a call without an `id` member) nothing. A batch of notifications alone is
+/// answered with no body at all (JSON-RPC 2.0: never an empty array).
+pub fn batch_answer(
+    calls: &[Json],
+    mut answer_call: impl FnMut(&Json) -> Option<Vec<Bytes>>,
+) -> Vec<Bytes> {
+    let in_batch = format!(" (in a batch of {})", calls.len());
+    let mut segments = Vec::with_capacity(2 * calls.len() + 1);
+    for call in calls {
+        let answer = match call {
+            Json::Object(_) if call.get("id").is_none() => continue,
+            Json::Object(_) => answer_call(call).unwrap_or_else(|| {
+                let mut out = Vec::with_capacity(160);
+                write_no_recording(&mut out, call, &in_batch);
+                vec![Bytes::from(out)]
+            }),
+            _ => {
+                let mut out = Vec::with_capacity(96);
+                write_error(
+                    &mut out,
+                    b"null",
+                    INVALID_REQUEST,
+                    "rpcedge-replay: invalid request",
+                );
+                vec![Bytes::from(out)]
+            }
+        };
+        segments.push(Bytes::from_static(if segments.is_empty() {
+            b"["
+        } else {
+            b","
+        }));
+        segments.extend(answer);
+    }
+    if !segments.is_empty() {
+        segments.push(Bytes::from_static(b"]"));
+    }
+    segments
+}
+
 pub fn parse_error_answer(error: &json::ParseError) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     write_error(
@@ -170,6 +213,46 @@ mod tests {
         assert_ne!(
             key(r#"{"method":"m","params":[1]}"#),
             key(r#"[{"method":"m","params":[1]}]"#)
+        );
+    }
+
+    fn batch(text: &str, known: &[(&str, &str)]) -> String {
+        let Json::Array(calls) = json::parse(text).unwrap() else {
+            panic!("not a batch")
+        };
+        let answer = batch_answer(&calls, |call| {
+            let method = call.get("method")?.as_str()?;
+            let (_, result) = known.iter().find(|(name, _)| *name == method)?;
+            let id = call.get("id").unwrap().to_compact();
+            Some(vec![Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#,
+                String::from_utf8(id).unwrap()
+            ))])
+        });
+        String::from_utf8(answer.concat()).unwrap()
+    }
+
+    #[test]
+    fn a_batch_is_answered_call_by_call_in_order() {
+        assert_eq!(
+            batch(
+                r#"[{"id":"a","method":"b"},{"id":7,"method":"x"},{"id":null,"method":"a"},{"method":"a"},3]"#,
+                &[("a", "1"), ("b", "2")]
+            ),
+            concat!(
+                r#"[{"jsonrpc":"2.0","id":"a","result":2},"#,
+                r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"rpcedge-replay: no recording for x (in a batch of 5)"}},"#,
+                r#"{"jsonrpc":"2.0","id":null,"result":1},"#,
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"rpcedge-replay: invalid request"}}]"#
+            )
+        );
+        // notifications alone: no answer at all
+        assert_eq!(
+            batch(
+                r#"[{"method":"a"},{"method":"b","params":[]}]"#,
+                &[("a", "1")]
+            ),
+            ""
         );
     }
 

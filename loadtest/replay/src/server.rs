@@ -24,7 +24,7 @@ use rpcedge_corpus::beacon::BeaconRoutes;
 use rpcedge_corpus::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
 use crate::head::{Heads, Tag};
-use rpcedge_corpus::json;
+use rpcedge_corpus::json::{self, Json};
 use rpcedge_corpus::rpc::{self, RequestKey};
 
 /// Request bodies larger than this are refused (413); recorded requests are a few KiB.
@@ -267,16 +267,33 @@ fn answer<'t>(
         Ok(request) => request,
         Err(error) => return (vec![Bytes::from(rpc::parse_error_answer(&error))], None),
     };
+    let key = RequestKey::of(&request);
+    let recorded = table.get(&key);
+    if let (Json::Array(calls), None) = (&request, recorded) {
+        if !calls.is_empty() {
+            // Not recorded whole: each call from its own recording, in one array, as a node answers.
+            return (rpc::batch_answer(calls, |call| call_answer(table, heads, network, call)), None);
+        }
+    }
     if let Some(head) = heads.answer(network, &request) {
         return (vec![Bytes::from(head)], None);
     }
-    match table.get(&RequestKey::of(&request)) {
+    match recorded {
         Some(recording) => (
             recording.template.live_body(&rpc::live_ids(&request)),
             Some(&recording.origin),
         ),
         None => (vec![Bytes::from(rpc::no_recording_answer(&request))], None),
     }
+}
+
+/// A single call's answer with its id: the head's block for a set tag, else its recording.
+fn call_answer(table: &RecordingTable, heads: &Heads, network: &str, call: &Json) -> Option<Vec<Bytes>> {
+    if let Some(head) = heads.answer(network, call) {
+        return Some(vec![Bytes::from(head)]);
+    }
+    let recording = table.get(&RequestKey::of(call))?;
+    Some(recording.template.live_body(&rpc::live_ids(call)))
 }
 
 /// `own`: the route's headers, replacing the defaults (requested headers replace them in turn).
