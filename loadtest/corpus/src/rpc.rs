@@ -86,38 +86,10 @@ const METHOD_NOT_FOUND: i32 = -32601;
 const INVALID_REQUEST: i32 = -32600;
 const PARSE_ERROR: i32 = -32700;
 
-/// The answer to a request no recording matches: a JSON-RPC error per call, with its id.
+/// The answer to a request that is not a batch (batches: [`batch_answer`]) and that no recording
+/// matches: a JSON-RPC error with the call's id, or an invalid-request error for what is no call.
 pub fn no_recording_answer(request: &Json) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160);
-    match request {
-        Json::Object(_) => write_no_recording(&mut out, request, ""),
-        Json::Array(calls) if !calls.is_empty() => {
-            let in_batch = format!(" (in a batch of {})", calls.len());
-            out.push(b'[');
-            for (i, call) in calls.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                match call {
-                    Json::Object(_) => write_no_recording(&mut out, call, &in_batch),
-                    _ => write_error(
-                        &mut out,
-                        b"null",
-                        INVALID_REQUEST,
-                        "rpcedge-replay: invalid request",
-                    ),
-                }
-            }
-            out.push(b']');
-        }
-        _ => write_error(
-            &mut out,
-            b"null",
-            INVALID_REQUEST,
-            "rpcedge-replay: invalid request",
-        ),
-    }
-    out
+    no_recording(request, "")
 }
 
 /// The answer to a batch that was not recorded whole, as a node gives it: one answer per call, in
@@ -134,33 +106,34 @@ pub fn batch_answer(
     for call in calls {
         let answer = match call {
             Json::Object(_) if call.get("id").is_none() => continue,
-            Json::Object(_) => answer_call(call).unwrap_or_else(|| {
-                let mut out = Vec::with_capacity(160);
-                write_no_recording(&mut out, call, &in_batch);
-                vec![Bytes::from(out)]
-            }),
-            _ => {
-                let mut out = Vec::with_capacity(96);
-                write_error(
-                    &mut out,
-                    b"null",
-                    INVALID_REQUEST,
-                    "rpcedge-replay: invalid request",
-                );
-                vec![Bytes::from(out)]
-            }
+            Json::Object(_) => answer_call(call),
+            _ => None,
         };
         segments.push(Bytes::from_static(if segments.is_empty() {
             b"["
         } else {
             b","
         }));
-        segments.extend(answer);
+        segments.extend(answer.unwrap_or_else(|| vec![Bytes::from(no_recording(call, &in_batch))]));
     }
     if !segments.is_empty() {
         segments.push(Bytes::from_static(b"]"));
     }
     segments
+}
+
+fn no_recording(request: &Json, suffix: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160);
+    match request {
+        Json::Object(_) => write_no_recording(&mut out, request, suffix),
+        _ => write_error(
+            &mut out,
+            b"null",
+            INVALID_REQUEST,
+            "rpcedge-replay: invalid request",
+        ),
+    }
+    out
 }
 
 pub fn parse_error_answer(error: &json::ParseError) -> Vec<u8> {
