@@ -120,3 +120,23 @@ def expected_answer(recorded_request, recorded_response, live_ids):
     if isinstance(recorded_response, list):
         return [fix(item) for item in recorded_response]
     return fix(recorded_response)
+
+
+def single_calls(corpus, network, most):
+    """Calls of `network` recorded alone, of different methods, with small answers: what a client
+    puts in one batch (ethers v6 and viem batch whatever calls come within a few milliseconds)."""
+    calls, methods, rows = [], set(), index_rows(corpus)
+    for path in corpus_files(corpus):
+        if network_of(path) != network or not path.endswith(".json"):
+            continue
+        placeholders = [pair["placeholder_response"] for pair in rows.get(path, {}).get("pairs", [])]
+        for index, (request, response) in enumerate(read_pairs(corpus / path)):
+            if (isinstance(request, dict) and request.get("method") not in methods
+                    and not (index < len(placeholders) and placeholders[index])
+                    and len(compact(response)) < 4096 and not isinstance(response, list)):
+                methods.add(request["method"])
+                calls.append({"jsonrpc": "2.0", "method": request["method"], "params": request.get("params", [])})
+                if len(calls) == most:
+                    return calls
+    return calls
+

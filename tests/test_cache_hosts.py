@@ -19,7 +19,6 @@ from cache_cases import envoy_plugin, nginx_server, start_proxy
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from nginx_harness import free_port, start_nginx
 from harness import LOOPBACK, REPO
-from test_sample import single_calls
 
 # a store lands within this long of the answer's end (the issue's bound)
 VISIBLE_WITHIN = 1.0
@@ -161,7 +160,7 @@ def test_a_batch_of_calls_recorded_alone_comes_back_call_by_call(proxies, stack)
     answers each call of the batch, and the client gets them all, in its order, with its ids."""
     proxy = proxies()
     network = case("receipt").network
-    calls = [{**call, "id": number} for number, call in enumerate(single_calls(cc.CORPUS, network, 10), start=1)]
+    calls = [{**call, "id": number} for number, call in enumerate(rc.single_calls(cc.CORPUS, network, 10), start=1)]
     assert len(calls) >= 6
     alone = [json.loads(stack.replay.request("POST", f"/{network}", rc.compact(call))[2]) for call in calls]
     for accept_encoding in ("gzip", None):

@@ -84,25 +84,8 @@ def test_the_replay_serves_the_sampled_witness_and_beacon_objects(sample_replay)
         assert (r.header("eth-consensus-version") is not None) == (path in versioned), path
 
 
-def single_calls(corpus, network, most):
-    """Calls of `network` recorded alone, of different methods, with small answers: what a client
-    puts in one batch (ethers v6 and viem batch whatever calls come within a few milliseconds)."""
-    calls, methods, rows = [], set(), rc.index_rows(corpus)
-    for path in rc.corpus_files(corpus):
-        if rc.network_of(path) != network or not path.endswith(".json"):
-            continue
-        placeholders = [pair["placeholder_response"] for pair in rows.get(path, {}).get("pairs", [])]
-        for index, (request, response) in enumerate(rc.read_pairs(corpus / path)):
-            if (isinstance(request, dict) and request.get("method") not in methods
-                    and not (index < len(placeholders) and placeholders[index])
-                    and len(rc.compact(response)) < 4096 and not isinstance(response, list)):
-                methods.add(request["method"])
-                calls.append({"jsonrpc": "2.0", "method": request["method"], "params": request.get("params", [])})
-    return calls[:most]
-
-
 def test_a_batch_of_calls_recorded_alone_is_answered_call_by_call(sample_replay):
-    calls = single_calls(SAMPLE_CORPUS / "rpc", "mainnet", 12)
+    calls = rc.single_calls(SAMPLE_CORPUS / "rpc", "mainnet", 12)
     assert len(calls) >= 6
     alone = []
     for number, call in enumerate(calls, start=1):
