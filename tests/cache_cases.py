@@ -143,6 +143,7 @@ NGINX_CACHE_SETTINGS = {
     "max_entry": "rpcedge_cache_max_entry {};",
     "chain_ttl_s": "rpcedge_cache_chain_ttl {}s;",
     "store_timeout_s": "rpcedge_cache_store_timeout {}s;",
+    "status_reason": "rpcedge_cache_status_reason {};",
 }
 
 
@@ -160,6 +161,7 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
     `settings` are the cache's, named as in the plugin JSON."""
     cache = "on" if cache else "off"
     for name, value in (settings or {}).items():
+        value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
         extra += "\n        " + NGINX_CACHE_SETTINGS[name].format(value)
     if namespace:
         extra += f"\n        rpcedge_cache_namespace {namespace};"

@@ -123,6 +123,18 @@ def test_an_answer_over_max_entry_goes_to_the_client_and_is_not_stored(proxy, st
     hit_soon(at, block)
 
 
+def test_a_bypass_says_its_reason_only_where_the_operator_asks(proxy, stack):
+    moving, unlisted = case("at_tag"), case("not_in_the_table")
+    quiet, telling = proxy({}), proxy({"status_reason": True})
+    for started, reason in ((quiet, ""), (telling, "; reason=")):
+        assert status(post(started.port, moving)) == f"BYPASS{reason and reason + 'moving'}"
+        assert status(post(started.port, unlisted)) == f"BYPASS{reason and reason + 'method'}"
+        # a status that is not a bypass has no reason
+        assert status(post(started.port, case("block_by_hash"))) in ("MISS", "HIT")
+        wait_for(lambda: counters(started).get("rpcedge_cache_bypass_moving") == 1)
+        assert counters(started)["rpcedge_cache_bypass_method"] == 1
+
+
 def test_a_request_over_max_request_bypasses_the_cache(proxy, stack):
     block = case("block_by_hash")
     length = len(block.body(1))

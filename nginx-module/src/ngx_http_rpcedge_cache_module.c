@@ -44,6 +44,7 @@ typedef struct {
     ngx_str_t                   default_ns;
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
+    ngx_flag_t                  status_reason;
     ngx_int_t                   shards;
     time_t                      store_timeout;
     size_t                      max_request;
@@ -224,6 +225,13 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, status_header),
+      NULL },
+
+    { ngx_string("rpcedge_cache_status_reason"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, status_reason),
       NULL },
 
     { ngx_string("rpcedge_cache_shards"),
@@ -635,7 +643,7 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     }
 
 #if (NGX_DEBUG)
-    status = rpcedge_cache_status(ctx->cache);
+    status = rpcedge_cache_status(ctx->cache, 1);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "rpcedge cache lookup: %*s", status.len, status.data);
@@ -1139,7 +1147,7 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     if (conf->status_header) {
-        status = rpcedge_cache_status(ctx->cache);
+        status = rpcedge_cache_status(ctx->cache, conf->status_reason);
 
         if (ngx_http_rpcedge_push_header(&r->headers_out.headers,
                                          "X-Rpcedge-Cache",
@@ -1388,7 +1396,7 @@ ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    status = rpcedge_cache_status(ctx->cache);
+    status = rpcedge_cache_status(ctx->cache, 0);
 
     v->data = (u_char *) status.data;
     v->len = status.len;
@@ -1612,6 +1620,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->hot = NGX_CONF_UNSET_PTR;
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
+    conf->status_reason = NGX_CONF_UNSET;
     conf->shards = NGX_CONF_UNSET;
     conf->store_timeout = NGX_CONF_UNSET;
     conf->max_request = NGX_CONF_UNSET_SIZE;
@@ -1641,6 +1650,7 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout,
                               config.cache_timeout_ms);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
+    ngx_conf_merge_value(conf->status_reason, prev->status_reason, 0);
     ngx_conf_merge_value(conf->shards, prev->shards, 1);
     ngx_conf_merge_sec_value(conf->store_timeout, prev->store_timeout,
                              (time_t) config.cache_store_timeout_s);

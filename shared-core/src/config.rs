@@ -66,6 +66,9 @@ pub struct CacheConfig {
     pub timeout_ms: u64,
     /// Whether answers carry `X-Rpcedge-Cache`.
     pub status_header: bool,
+    /// Whether a bypass's status header gives its reason, `BYPASS; reason=method`: off by
+    /// default, as the reasons tell a client how the cache decides.
+    pub status_reason: bool,
     /// Bytes of each worker's hot tier (the daemon's recent hits, in the worker's memory); 0: none.
     pub hot_bytes: u64,
     /// How long a store may take (the daemon deflates the entry at level 12 before it answers).
@@ -87,6 +90,7 @@ impl Default for CacheConfig {
             namespace: None,
             timeout_ms: 50,
             status_header: true,
+            status_reason: false,
             hot_bytes: 0,
             store_timeout_s: 5,
             max_request: limits.max_request as u64,

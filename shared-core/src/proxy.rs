@@ -270,8 +270,8 @@ impl ProxyExchange {
         if let Some(request) = &mut self.cache {
             let cache_status = request.on_response_head(headers, end_of_stream, self.settings.cache_settings());
             self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
-            if self.settings.cache.as_ref().is_some_and(|c| c.status_header) {
-                edits.push(HeaderOp::Append(proxy::status_header(), cache_status.as_str()));
+            if let Some(config) = self.settings.cache.as_ref().filter(|c| c.status_header) {
+                edits.push(HeaderOp::Append(proxy::status_header(), request.status_value(config.status_reason)));
             }
             if end_of_stream {
                 self.store_in_cache();

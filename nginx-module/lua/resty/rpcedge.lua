@@ -147,7 +147,7 @@ int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int
                                     const rpcedge_header_t *headers, size_t headers_len);
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
-rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache);
+rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 typedef struct {
   uint32_t index;
@@ -560,9 +560,10 @@ function Cache:store(body)
 end
 
 
--- HIT, MISS, BYPASS, EXPIRED or ERROR.
-function Cache:status()
-    local status = lib.rpcedge_cache_status(self.handle)
+-- HIT, MISS, BYPASS, EXPIRED or ERROR; with `reasons`, a bypass with its reason
+-- ("BYPASS; reason=method").
+function Cache:status(reasons)
+    local status = lib.rpcedge_cache_status(self.handle, reasons and 1 or 0)
     return C_string(status.data, status.len)
 end
 

@@ -652,12 +652,13 @@ int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t 
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
 
 /**
- * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static).
+ * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR`; with `reasons` not 0, a
+ * bypass with its reason, `BYPASS; reason=method` (static).
  *
  * # Safety
  * `cache` is NULL or live.
  */
-rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache);
+rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 /**
  * How many counters there are.

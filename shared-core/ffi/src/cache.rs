@@ -369,12 +369,15 @@ fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     }
 }
 
-/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR` (static).
+/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR`; with `reasons` not 0, a
+/// bypass with its reason, `BYPASS; reason=method` (static).
 ///
 /// # Safety
 /// `cache` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_status(cache: *const RpcedgeCache) -> RpcedgeStr {
-    let status = guard(Status::Error, || cache.as_ref().map_or(Status::Bypass, |c| c.exchange.status()));
-    RpcedgeStr::of(status.as_str().as_bytes())
+pub unsafe extern "C" fn rpcedge_cache_status(cache: *const RpcedgeCache, reasons: u32) -> RpcedgeStr {
+    let value = guard(Status::Error.as_str(), || {
+        cache.as_ref().map_or(Status::Bypass.as_str(), |c| c.exchange.status_value(reasons != 0))
+    });
+    RpcedgeStr::of(value.as_bytes())
 }

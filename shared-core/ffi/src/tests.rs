@@ -403,7 +403,8 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let path = owned(&path);
         assert!(rpcedge_cache_shard(miss, 3) < 3);
         assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
-        assert_eq!(owned(&rpcedge_cache_status(miss)), b"MISS");
+        assert_eq!(owned(&rpcedge_cache_status(miss, 0)), b"MISS");
+        assert_eq!(owned(&rpcedge_cache_status(miss, 1)), b"MISS", "only a bypass has a reason");
         let cors =
             [c_header("Content-Type", "application/json; charset=utf-8"), c_header("Access-Control-Allow-Origin", "*")];
         assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
@@ -438,7 +439,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
             (b"access-control-allow-origin", b"*"),
         ];
         assert_eq!(hit_headers, expected.map(|(n, v)| (n.to_vec(), v.to_vec())), "the node's headers kept");
-        assert_eq!(owned(&rpcedge_cache_status(hit)), b"HIT");
+        assert_eq!(owned(&rpcedge_cache_status(hit, 0)), b"HIT");
         assert_eq!(counted(|counts| rpcedge_count_cache(hit, counts)), adds(&[("rpcedge_cache_responses_hit", 1)]));
 
         // the daemon's hit kept in a hot tier answers the next request without the daemon
@@ -454,7 +455,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
-        assert_eq!(owned(&rpcedge_cache_status(from_hot)), b"HIT");
+        assert_eq!(owned(&rpcedge_cache_status(from_hot, 0)), b"HIT");
         let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(from_hot, counts)), hot_hit);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + rpcedge_core::cache::HOT_MAX_AGE_S), 0, "aged out");
@@ -472,7 +473,7 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
         let mut path = garbage();
         let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
         let path = found.then(|| owned(&path));
-        let status = owned(&rpcedge_cache_status(cache));
+        let status = owned(&rpcedge_cache_status(cache, 0));
         rpcedge_cache_free(cache);
         (path, status)
     };
@@ -496,7 +497,8 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         let mut path = garbage();
         assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
         assert!(path.data.is_null());
-        assert_eq!(owned(&rpcedge_cache_status(cache)), b"BYPASS");
+        assert_eq!(owned(&rpcedge_cache_status(cache, 0)), b"BYPASS");
+        assert_eq!(owned(&rpcedge_cache_status(cache, 1)), b"BYPASS; reason=batch");
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
@@ -549,7 +551,8 @@ fn the_cache_runs_with_the_settings_it_is_given() {
                 0,
                 "over max_entry"
             );
-            assert_eq!(owned(&rpcedge_cache_status(cache)), b"BYPASS");
+            assert_eq!(owned(&rpcedge_cache_status(cache, 0)), b"BYPASS");
+            assert_eq!(owned(&rpcedge_cache_status(cache, 1)), b"BYPASS; reason=answer");
             rpcedge_cache_free(cache);
         }
         let s = limited(request.len() - 1, answer.len());

@@ -309,6 +309,14 @@ impl CacheExchange {
     pub fn status(&self) -> Status {
         self.status
     }
+
+    /// The status header's value: the status, and with `reasons` a bypass's reason too.
+    pub fn status_value(&self, reasons: bool) -> &'static str {
+        match self.bypass() {
+            Some(bypass) if reasons => bypass.status_value(),
+            _ => self.status.as_str(),
+        }
+    }
 }
 
 fn hit(

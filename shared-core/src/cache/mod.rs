@@ -98,6 +98,25 @@ pub enum Bypass {
     NotPost,
 }
 
+/// A bypass reason's name, and the status header's value that carries it.
+macro_rules! reasons {
+    ($($reason:ident => $name:literal,)*) => {
+        pub fn as_str(self) -> &'static str {
+            match self {
+                $(Bypass::$reason => $name,)*
+            }
+        }
+
+        /// The status header's value where the operator asks for the reason: a Structured
+        /// Field token with a parameter (RFC 8941), `BYPASS; reason=<name>`.
+        pub fn status_value(self) -> &'static str {
+            match self {
+                $(Bypass::$reason => concat!("BYPASS; reason=", $name),)*
+            }
+        }
+    };
+}
+
 impl Bypass {
     /// Every reason, for a host's counters.
     pub const fn all() -> [Bypass; 12] {
@@ -117,21 +136,19 @@ impl Bypass {
         ]
     }
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Bypass::Batch => "batch",
-            Bypass::TooLarge => "too_large",
-            Bypass::Malformed => "malformed",
-            Bypass::Members => "members",
-            Bypass::Params => "params",
-            Bypass::Method => "method",
-            Bypass::Moving => "moving",
-            Bypass::Ssz => "ssz",
-            Bypass::Namespace => "namespace",
-            Bypass::Answer => "answer",
-            Bypass::Credentials => "credentials",
-            Bypass::NotPost => "not_post",
-        }
+    reasons! {
+        Batch => "batch",
+        TooLarge => "too_large",
+        Malformed => "malformed",
+        Members => "members",
+        Params => "params",
+        Method => "method",
+        Moving => "moving",
+        Ssz => "ssz",
+        Namespace => "namespace",
+        Answer => "answer",
+        Credentials => "credentials",
+        NotPost => "not_post",
     }
 }
 

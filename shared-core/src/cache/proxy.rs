@@ -229,6 +229,11 @@ impl ProxyCacheRequest {
         self.exchange.bypass()
     }
 
+    /// The status header's value, with a bypass's reason where `reasons` asks for it.
+    pub fn status_value(&self, reasons: bool) -> &'static str {
+        self.exchange.status_value(reasons)
+    }
+
     /// The daemon that holds this request's key: one cluster per shard.
     fn cluster<'a>(&self, config: &'a CacheConfig) -> &'a str {
         &config.clusters[self.exchange.shard(config.clusters.len() as u32) as usize]
