@@ -121,6 +121,25 @@ def not_in_the_table(request, response):
     return request["method"] == "eth_blockNumber" and "result" in response
 
 
+def _log_filter(request, response):
+    """The filter of an eth_getLogs call that found logs, or None."""
+    params = request.get("params") or [None]
+    found = request["method"] == "eth_getLogs" and isinstance(response.get("result"), list) and response["result"]
+    return params[0] if found and isinstance(params[0], dict) else None
+
+
+def logs_by_hash(request, response):
+    """Logs of a block named by its hash, kept for good."""
+    return "blockHash" in (_log_filter(request, response) or {})
+
+
+def logs_by_range(request, response):
+    """Logs of blocks from one number to a higher one, kept once the higher is final."""
+    ends = [(_log_filter(request, response) or {}).get(end) for end in ("fromBlock", "toBlock")]
+    numbers = all(isinstance(end, str) and end.startswith("0x") for end in ends)
+    return numbers and int(ends[0], 16) < int(ends[1], 16)
+
+
 def batch_case(corpus=CORPUS):
     """A recorded batch, sent as it was."""
     for network, request, response in _pairs(corpus):

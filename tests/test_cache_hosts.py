@@ -35,7 +35,8 @@ def case(name):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    networks = [case(name).network for name in ("block_by_hash", "receipt", "null_result", "error_answer")]
+    networks = [case(name).network for name in ("block_by_hash", "receipt", "null_result", "error_answer",
+                                                 "logs_by_hash", "logs_by_range")]
     stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks)
     yield stack
     stack.stop()
@@ -114,12 +115,20 @@ def by_number(request, response):
             and params[0].startswith("0x") and int(params[0], 16) > 0 and isinstance(response.get("result"), dict))
 
 
-@pytest.mark.parametrize("name", ["receipt", "by_number"])
+def final_block(name, case_):
+    """The block that must be final before `case_`'s answer is kept."""
+    if name == "logs_by_range":
+        return int(case_.request["params"][0]["toBlock"], 16)
+    return int(case_.response["result"]["number" if name == "by_number" else "blockNumber"], 16)
+
+
+@pytest.mark.parametrize("name", ["receipt", "by_number", "logs_by_range"])
 def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     # the namespace whose finality the test moves (finality never moves back)
     proxy = proxies(namespace=cc.CacheStack.LATE)
     receipt = cc.find(by_number) if name == "by_number" else case(name)
-    block = int(receipt.response["result"]["number" if name == "by_number" else "blockNumber"], 16)
+    # for a range of logs, the range's lower end is final: not enough
+    block = final_block(name, receipt)
     stack.finalize_late(block - 1)
     for _ in range(2):
         response = post(proxy.port, receipt)
@@ -129,6 +138,21 @@ def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     stack.finalize_late(block)
     post(proxy.port, receipt)
     wait_for_hit(proxy.port, receipt, time.monotonic())
+
+
+@pytest.mark.parametrize("name", ["logs_by_hash", "logs_by_range"])
+def test_logs_by_hash_or_by_a_final_range_are_hits_and_at_a_tag_bypass(proxies, stack, name):
+    proxy = proxies()
+    logs = case(name)
+    miss = post(proxy.port, logs)
+    assert (miss.status, status(miss), miss.decoded()) == (200, "MISS", logs.answer())
+    hit = wait_for_hit(proxy.port, logs, time.monotonic())
+    assert hit.decoded() == logs.answer("probe")
+    filter_ = {key: value for key, value in logs.request["params"][0].items() if key != "blockHash"}
+    for moving in ({**filter_, "toBlock": "latest"}, {**filter_, "fromBlock": "0x0", "toBlock": "finalized"},
+                   {key: value for key, value in filter_.items() if key != "toBlock"}):
+        at_tag = cc.Case(logs.network, logs.method, {**logs.request, "params": [moving]}, logs.response)
+        assert status(post(proxy.port, at_tag)) == "BYPASS", moving
 
 
 def test_an_entry_stored_through_one_host_is_a_hit_through_the_other(proxies, stack):

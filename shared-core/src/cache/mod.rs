@@ -26,7 +26,7 @@ pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit};
 pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
-pub use rules::{rule, Asked, BlockRef, Names, Rule, TABLE};
+pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
 pub use shard::shard;
 
 /// The cache's settings, shared by every host: each configures them (`config::CacheConfig::settings`,
@@ -272,6 +272,12 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
             BlockRef::Number(number) => Keep::OnceFinal(number),
             BlockRef::Moving => return Err(Bypass::Moving),
             BlockRef::Malformed => return Err(Bypass::Malformed),
+        },
+        Rule::Logs => match LogFilter::of(request.params.get(0)) {
+            LogFilter::Hash(_) => Keep::Forever,
+            LogFilter::Range(from, to) => Keep::OnceFinal(from.max(to)),
+            LogFilter::Moving => return Err(Bypass::Moving),
+            LogFilter::Malformed => return Err(Bypass::Malformed),
         },
     };
     if !matches!(request.params, Value::Array(_) | Value::Null) {

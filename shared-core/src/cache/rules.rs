@@ -17,6 +17,9 @@ pub enum Rule {
     Block(usize),
     /// A property of the chain: cached for the configured TTL, in case the node behind is swapped.
     Chain,
+    /// A log filter (`eth_getLogs`): by its `blockHash` without expiry, or by a range whose both
+    /// ends are numbers once the higher is finalized; a tag or an open end moves.
+    Logs,
 }
 
 /// A block's answer: its hash and number as blocks and headers name them.
@@ -84,6 +87,7 @@ pub const TABLE: &[(&str, Rule, Names)] = &[
     ("eth_getStorageAt", Rule::Block(2), Names::Nothing),
     ("eth_getProof", Rule::Block(2), Names::Nothing),
     ("trace_call", Rule::Block(2), Names::Nothing),
+    ("eth_getLogs", Rule::Logs, IN_BLOCK),
     ("eth_chainId", Rule::Chain, Names::Nothing),
     ("net_version", Rule::Chain, Names::Nothing),
 ];
@@ -109,6 +113,8 @@ pub enum Asked {
     /// In lower case.
     BlockHash(String),
     BlockNumber(u64),
+    /// Blocks `from` to `to`, both included.
+    BlockRange(u64, u64),
     /// In lower case.
     Transaction(String),
 }
@@ -123,6 +129,9 @@ impl Names {
             }
             (Names::Block { number, .. }, Asked::BlockNumber(asked)) => {
                 each(result, &|item| at(item, number).and_then(block_number) == Some(*asked))
+            }
+            (Names::Block { number, .. }, Asked::BlockRange(from, to)) => {
+                each(result, &|item| at(item, number).and_then(block_number).is_some_and(|n| (*from..=*to).contains(&n)))
             }
             (Names::Transaction(path), Asked::Transaction(asked)) => {
                 each(result, &|item| is_hash(at(item, path), asked))
@@ -174,6 +183,11 @@ impl Asked {
             Rule::BlockHash => Asked::BlockHash(hash(params.get(0))?),
             Rule::Transaction => Asked::Transaction(hash(params.get(0))?),
             Rule::Chain => Asked::Nothing,
+            Rule::Logs => match LogFilter::of(params.get(0)) {
+                LogFilter::Hash(asked) => Asked::BlockHash(asked),
+                LogFilter::Range(from, to) => Asked::BlockRange(from, to),
+                LogFilter::Moving | LogFilter::Malformed => return None,
+            },
             Rule::Block(index) => match (BlockRef::of(params.get(index)), params.get(index)) {
                 (BlockRef::Number(number), _) => Asked::BlockNumber(number),
                 (BlockRef::Hash, Some(Value::Object(object))) => Asked::BlockHash(hash(object.get("blockHash"))?),
@@ -216,6 +230,40 @@ impl BlockRef {
                 _ => BlockRef::Malformed,
             },
             Some(_) => BlockRef::Malformed,
+        }
+    }
+}
+
+/// What a log filter names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogFilter {
+    /// A block's hash, in lower case.
+    Hash(String),
+    /// Blocks `from` to `to`, numbers both (`earliest` is 0).
+    Range(u64, u64),
+    /// An end at a tag or left out (which means `latest`).
+    Moving,
+    Malformed,
+}
+
+impl LogFilter {
+    /// A filter object. Its members are read as spelled: one a node would read in another case
+    /// (`"FromBlock"`) is not one of these, so the filter reads as moving and bypasses.
+    pub fn of(param: Option<&Value>) -> LogFilter {
+        let Some(Value::Object(filter)) = param else { return LogFilter::Malformed };
+        let end = |name| BlockRef::of(filter.get(name));
+        match (filter.get("blockHash"), end("fromBlock"), end("toBlock")) {
+            (Some(Value::String(hash)), BlockRef::Moving, BlockRef::Moving)
+                if filter.get("fromBlock").is_none() && filter.get("toBlock").is_none() && hash.len() == 66 && is_hex(hash) =>
+            {
+                LogFilter::Hash(hash.to_ascii_lowercase())
+            }
+            (Some(_), _, _) => LogFilter::Malformed,
+            (None, BlockRef::Number(from), BlockRef::Number(to)) => LogFilter::Range(from, to),
+            (None, BlockRef::Malformed | BlockRef::Hash, _) | (None, _, BlockRef::Malformed | BlockRef::Hash) => {
+                LogFilter::Malformed
+            }
+            (None, _, _) => LogFilter::Moving,
         }
     }
 }

@@ -47,6 +47,7 @@ fn row_cases() -> Vec<(&'static str, String, Result<Keep, Bypass>)> {
             Rule::Transaction => (format!(r#"["{TX}"]"#), Ok(Keep::OnceAnswerFinal)),
             Rule::Chain => ("[]".into(), Ok(Keep::For(3600))),
             Rule::Block(index) => (at(index, r#""0x10d4f""#), Ok(Keep::OnceFinal(0x10d4f))),
+            Rule::Logs => (r#"[{"fromBlock":"0x10d4f","toBlock":"0x10d50"}]"#.into(), Ok(Keep::OnceFinal(0x10d50))),
         };
         cases.push((method, params, keep));
     }
@@ -94,7 +95,6 @@ fn what_is_never_cached() {
         "eth_subscribe",
         "eth_blockNumber",
         "eth_gasPrice",
-        "eth_getLogs",
         "txpool_content",
         "engine_newPayloadV2",
         "unknown_method",
@@ -111,6 +111,58 @@ fn what_is_never_cached() {
     let mut large = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#)).into_bytes();
     large.resize(s.max_request + 1, b' ');
     assert_eq!(lookup("n", &large, &s), Err(Bypass::TooLarge));
+}
+
+#[test]
+fn logs_by_hash_or_by_a_range_of_numbers_and_never_at_a_tag() {
+    let logs = |filter: &str| decide("eth_getLogs", &format!("[{filter}]"));
+    let address = r#""address":"0x407d73d8a49eeb85d32cf465507dd71d507100c1","topics":[null,["0x01"]]"#;
+    assert_eq!(logs(&format!(r#"{{"blockHash":"{HASH}",{address}}}"#)), Ok(Keep::Forever));
+    assert_eq!(logs(&format!(r#"{{"fromBlock":"0x10","toBlock":"0x20",{address}}}"#)), Ok(Keep::OnceFinal(0x20)));
+    assert_eq!(logs(r#"{"fromBlock":"earliest","toBlock":"0x0"}"#), Ok(Keep::OnceFinal(0)));
+    // the node refuses a reversed range; the higher end still decides
+    assert_eq!(logs(r#"{"fromBlock":"0x20","toBlock":"0x10"}"#), Ok(Keep::OnceFinal(0x20)));
+    for moving in [
+        r#"{"fromBlock":"0x10","toBlock":"latest"}"#,
+        r#"{"fromBlock":"finalized","toBlock":"0x10"}"#,
+        r#"{"fromBlock":"0x10"}"#,
+        r#"{"toBlock":"0x10"}"#,
+        "{}",
+        // a node reads it as toBlock; this reading does not, so it moves
+        r#"{"fromBlock":"0x10","ToBlock":"0x11"}"#,
+    ] {
+        assert_eq!(logs(moving), Err(Bypass::Moving), "{moving}");
+    }
+    for malformed in [
+        format!(r#"{{"blockHash":"{HASH}","fromBlock":"0x1","toBlock":"0x2"}}"#),
+        format!(r#"{{"blockHash":"{HASH}","toBlock":null}}"#),
+        r#"{"blockHash":"0x12"}"#.to_string(),
+        r#"{"fromBlock":"0x1","toBlock":"0xzz"}"#.to_string(),
+        format!(r#"{{"fromBlock":"0x1","toBlock":"{HASH}"}}"#),
+        r#"{"fromBlock":1,"toBlock":2}"#.to_string(),
+        r#""0x1""#.to_string(),
+    ] {
+        assert_eq!(logs(&malformed), Err(Bypass::Malformed), "{malformed}");
+    }
+    assert_eq!(decide("eth_getLogs", "[]"), Err(Bypass::Malformed));
+}
+
+#[test]
+fn logs_are_kept_only_when_every_log_is_in_what_was_asked() {
+    let log = |hash: &str, number: &str| format!(r#"{{"blockHash":"{hash}","blockNumber":"{number}","logIndex":"0x0"}}"#);
+    let range = r#"[{"fromBlock":"0x10","toBlock":"0x12"}]"#;
+    let in_range = capture("eth_getLogs", range, &answer(&format!("[{},{}]", log(HASH, "0x10"), log(HASH, "0x12"))));
+    assert_eq!(in_range.unwrap().requires_final, Some(0x12));
+    let outside = capture("eth_getLogs", range, &answer(&format!("[{}]", log(HASH, "0x13"))));
+    assert_eq!(outside, Err(Refusal::Mismatch));
+    assert_eq!(capture("eth_getLogs", range, &answer("[]")).unwrap().requires_final, Some(0x12), "no logs, for good");
+    let by_hash = format!(r#"[{{"blockHash":"{HASH}"}}]"#);
+    let kept = capture("eth_getLogs", &by_hash, &answer(&format!("[{}]", log(&HASH.to_uppercase().replace("0X", "0x"), "0x1"))));
+    assert_eq!((kept.unwrap().requires_final), None);
+    let other = format!("0x{}", "ab".repeat(32));
+    assert_eq!(capture("eth_getLogs", &by_hash, &answer(&format!("[{}]", log(&other, "0x1")))), Err(Refusal::Mismatch));
+    // a node that has not seen the block yet may answer none
+    assert_eq!(capture("eth_getLogs", &by_hash, &answer("[]")), Err(Refusal::Empty));
 }
 
 #[test]
