@@ -121,6 +121,18 @@ def not_in_the_table(request, response):
     return request["method"] == "eth_blockNumber" and "result" in response
 
 
+# the transaction methods whose answers name no block: the daemon places them by the receipt
+PLACED_BY_RECEIPT = ("debug_traceTransaction", "trace_replayTransaction", "ots_traceTransaction",
+                     "ots_getTransactionError", "ots_getInternalOperations")
+
+
+def trace_by_transaction(request, response):
+    """An answer about a transaction that names no block (a trace), of a modest size."""
+    params = request.get("params") or [None]
+    return (request["method"] in PLACED_BY_RECEIPT and isinstance(params[0], str) and len(params[0]) == 66
+            and response.get("result") not in (None, [], {}, "", "0x") and size(response) < 256 * 1024)
+
+
 def _log_filter(request, response):
     """The filter of an eth_getLogs call that found logs, or None."""
     params = request.get("params") or [None]
@@ -273,7 +285,7 @@ class CacheStack:
 
     LATE = "late"
 
-    def __init__(self, log_dir, networks, daemon_args=()):
+    def __init__(self, log_dir, networks, daemon_args=(), placed=()):
         self.networks = sorted(set(networks))
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
         finals += ["--finalized", f"{self.LATE}=0"]
@@ -284,6 +296,13 @@ class CacheStack:
         (heads_only / "heads.json").write_text(json.dumps([{
             "request": {"jsonrpc": "2.0", "id": 1, "method": "web3_clientVersion", "params": []},
             "response": {"jsonrpc": "2.0", "id": 1, "result": "heads-only"}}]))
+        # in `late`, the receipts of `placed` (transaction hash, block): where the daemon finds
+        # the block of an answer that names none
+        (heads_only / f"test__{self.LATE}__receipts.json").write_text(json.dumps([{
+            "request": {"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionReceipt", "params": [tx.lower()]},
+            "response": {"jsonrpc": "2.0", "id": 1,
+                         "result": {"transactionHash": tx.lower(), "blockNumber": hex(block), "status": "0x1"}},
+        } for tx, block in placed]))
         self.replay = start_replay(log_dir, name="rpcedge-replay-node")
         self.heads = start_replay(log_dir, corpus=heads_only, args=finals,
                                   name="rpcedge-replay-heads")

@@ -25,6 +25,8 @@ VISIBLE_WITHIN = 1.0
 
 
 CASES = {}
+# the block the finality node places the trace's transaction in (in the namespace `late`)
+TRACE_BLOCK = 1000
 
 
 def case(name):
@@ -37,7 +39,8 @@ def case(name):
 def stack(tmp_path_factory):
     networks = [case(name).network for name in ("block_by_hash", "receipt", "null_result", "error_answer",
                                                  "logs_by_hash", "logs_by_range")]
-    stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks)
+    placed = [(case("trace_by_transaction").request["params"][0], TRACE_BLOCK)]
+    stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks, placed=placed)
     yield stack
     stack.stop()
 
@@ -153,6 +156,21 @@ def test_logs_by_hash_or_by_a_final_range_are_hits_and_at_a_tag_bypass(proxies, 
                    {key: value for key, value in filter_.items() if key != "toBlock"}):
         at_tag = cc.Case(logs.network, logs.method, {**logs.request, "params": [moving]}, logs.response)
         assert status(post(proxy.port, at_tag)) == "BYPASS", moving
+
+
+def test_a_trace_by_transaction_is_stored_once_the_block_of_its_transaction_is_final(proxies, stack):
+    proxy = proxies(namespace=cc.CacheStack.LATE)
+    trace = case("trace_by_transaction")
+    stack.finalize_late(TRACE_BLOCK - 1)
+    for _ in range(2):
+        response = post(proxy.port, trace)
+        assert (response.status, status(response), response.decoded()) == (200, "MISS", trace.answer())
+        time.sleep(0.3)  # a store, had it been taken, would have landed by now
+    assert stack.daemon.stats()['refusals_total{reason="not_final"}'] == 2
+    stack.finalize_late(TRACE_BLOCK)
+    post(proxy.port, trace)
+    hit = wait_for_hit(proxy.port, trace, time.monotonic())
+    assert hit.decoded() == trace.answer("probe")
 
 
 def test_an_entry_stored_through_one_host_is_a_hit_through_the_other(proxies, stack):

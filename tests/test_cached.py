@@ -3,6 +3,7 @@ files, and what survives kill -9. The hosts' use of it is tested in test_cache_*
 
 import hashlib
 import http.client
+import json
 import os
 import random
 import signal
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached
+import cache_cases as cc
+from harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached, start_replay
 
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
 GETH_AFTER_ID = b',"result":'
@@ -178,6 +180,64 @@ def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, repla
         assert stats['refusals_total{reason="no_finality"}'] >= 3
     finally:
         daemon.process.stop()
+
+
+def receipt_key(namespace, tx_hash):
+    """The core's key of eth_getTransactionReceipt [tx_hash] in `namespace`."""
+    parts = [namespace.encode(), b"eth_getTransactionReceipt"]
+    framed = b"".join(struct.pack("<Q", len(part)) + part for part in parts)
+    return hashlib.sha256(framed + json.dumps([tx_hash]).encode()).hexdigest()
+
+
+def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_or_the_node(tmp_path):
+    receipt = cc.find(cc.receipt)
+    tx_hash = receipt.request["params"][0].lower()
+    block = int(receipt.response["result"]["blockNumber"], 16)
+    # the node that says what is final answers this receipt, as recorded
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / f"test__{receipt.network}__receipt.json").write_text(
+        json.dumps([{"request": {**receipt.request, "params": [tx_hash]}, "response": receipt.response}]))
+    node = start_replay(tmp_path, corpus=corpus, name="rpcedge-replay-finality")
+    namespace = "127.0.0.1/traces"
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{node.port}/{receipt.network}",
+        "--finality-poll", "100ms"])
+
+    def finalize(number):
+        assert node.request("PUT", f"/head/{receipt.network}/finalized", str(number).encode())[0] == 200
+        deadline = time.monotonic() + 10
+        while daemon.stats().get(f'finalized_block{{namespace="{namespace}"}}') != number:
+            assert time.monotonic() < deadline, "the daemon never heard finality"
+            time.sleep(0.05)
+
+    def put_trace(of_hash):
+        needs = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": of_hash.upper().replace("0X", "0x")}
+        status, headers, _ = put(daemon, key(f"trace {of_hash}"), entry(b'{"gas":21000,"structLogs":[]}}'), needs)
+        return status, headers.get("X-Rpcedge-Refusal")
+
+    try:
+        finalize(block - 1)
+        assert put_trace(tx_hash) == (409, "not_final"), "the node's receipt places it above finality"
+        finalize(block)
+        assert put_trace(tx_hash) == (204, None)
+        # neither the store nor the node knows this one
+        unknown = "0x" + "ab" * 32
+        assert put_trace(unknown) == (409, "unplaced")
+        # a receipt in the store places it without the node, if it is that transaction's
+        other = "0x" + "cd" * 32
+        stored = json.dumps({"blockNumber": hex(block), "transactionHash": other, "status": "0x1"}).encode() + b"}"
+        assert put(daemon, receipt_key(namespace, other), entry(stored))[0] == 204
+        assert put_trace(other) == (204, None)
+        claims = json.dumps({"blockNumber": "0x1", "transactionHash": other}).encode() + b"}"
+        assert put(daemon, receipt_key(namespace, unknown), entry(claims))[0] == 204
+        assert put_trace(unknown) == (409, "unplaced"), "a receipt of another transaction places nothing"
+        assert put(daemon, key("bad"), entry(b"1}"), {"X-Rpcedge-Namespace": namespace,
+                                                       "X-Rpcedge-Requires-Final": "0x12"})[0] == 400
+        assert daemon.stats()['refusals_total{reason="unplaced"}'] == 2
+    finally:
+        daemon.process.stop()
+        node.process.stop()
 
 
 def test_bad_requests_get_a_4xx_and_the_daemon_serves_on(tmp_path):

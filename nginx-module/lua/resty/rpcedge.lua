@@ -25,7 +25,8 @@
 --     if c:response_head(res.status, #res.body, res.header) then
 --         local put = c:store(res.body)       -- nil: not kept (an error, a null, not final, ...)
 --         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
---         -- only once that block is finalized in the namespace
+--         -- only once that block (a decimal number) or the block of that transaction (a hash)
+--         -- is finalized in the namespace
 --     end
 --
 -- The counters every rpcedge host keeps (the core's names, as nginx's rpcedge_status and Envoy
@@ -540,7 +541,8 @@ end
 
 
 -- The node's whole plain body: what to keep, or nil. `entry` goes into storage under the key;
--- `ttl` (seconds) and `requires_final` (a block number) are nil when they do not apply. The
+-- `ttl` (seconds) and `requires_final` (a block number, or a transaction hash whose block must be
+-- final) are nil when they do not apply. The
 -- entry's result is deflated here, once (rpcedge-cached does it when it is the storage), so
 -- that every gzip hit is a splice.
 function Cache:store(body)
@@ -555,7 +557,7 @@ function Cache:store(body)
     return {
         entry = lua_string(call.body),
         ttl = tonumber(lua_string(call.ttl)),
-        requires_final = tonumber(lua_string(call.requires_final)),
+        requires_final = lua_string(call.requires_final),
     }
 end
 

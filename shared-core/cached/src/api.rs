@@ -4,7 +4,8 @@
 //!   when it expires), or 404 with `X-Rpcedge-Miss: absent|expired|bad`;
 //! - `PUT /v1/entries/{key}`: the entry as a host encodes it (`rpcedge_core::cache::encode`), with
 //!   `X-Rpcedge-Namespace`, and `X-Rpcedge-Ttl` (seconds) or `X-Rpcedge-Requires-Final` (a block
-//!   number) as the core's capture says: 204 stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
+//!   number, or a transaction hash whose block the daemon finds) as the core's capture says: 204
+//!   stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
 //! - `DELETE /v1/entries/{key}`: 204;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
 
@@ -12,14 +13,14 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use rpcedge_core::cache::{protocol, Entry};
+use rpcedge_core::cache::{self, protocol, Entry, Final};
 
 use crate::finality::Finality;
 use crate::store::{Lookup, Store};
@@ -39,6 +40,8 @@ pub struct Refusals {
     pub not_final: AtomicU64,
     /// The namespace has no finality yet (no upstream, or none heard).
     pub no_finality: AtomicU64,
+    /// A transaction's entry whose block neither a stored receipt nor the finality node gave.
+    pub unplaced: AtomicU64,
     /// Not an entry, or one that fails its CRC-32.
     pub bad_entry: AtomicU64,
     /// Over the body bound.
@@ -116,33 +119,66 @@ enum Admission {
     Refuse(&'static str),
 }
 
-fn admit(headers: &HeaderMap, finality: &Finality) -> Result<Admission, String> {
-    let number = |name: &str| -> Result<Option<u64>, String> {
-        headers
-            .get(name)
-            .map(|value| value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or(format!("{name}: not a number")))
-            .transpose()
-    };
-    let ttl_s = number(protocol::TTL_HEADER)?;
-    let Some(block) = number(protocol::REQUIRES_FINAL_HEADER)? else {
+async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> {
+    let value = |name: &str| headers.get(name).map(|value| value.to_str().map_err(|_| format!("{name}: not text")));
+    let ttl_s = value(protocol::TTL_HEADER)
+        .map(|ttl| ttl?.trim().parse().map_err(|_| format!("{}: not a number", protocol::TTL_HEADER)))
+        .transpose()?;
+    let Some(requirement) = value(protocol::REQUIRES_FINAL_HEADER) else {
         return Ok(Admission::Keep(ttl_s));
     };
-    let namespace = headers
-        .get(protocol::NAMESPACE_HEADER)
-        .and_then(|ns| ns.to_str().ok())
-        .ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")?;
-    Ok(match finality.finalized(namespace) {
-        None => Admission::Refuse("no_finality"),
-        Some(finalized) if block > finalized => Admission::Refuse("not_final"),
-        Some(_) => Admission::Keep(ttl_s),
-    })
+    let requirement: Final = requirement?
+        .parse()
+        .map_err(|()| format!("{}: not a block number or a transaction hash", protocol::REQUIRES_FINAL_HEADER))?;
+    let namespace =
+        value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
+    let Some(finalized) = state.finality.finalized(namespace) else { return Ok(Admission::Refuse("no_finality")) };
+    let block = match requirement {
+        Final::Block(number) => number,
+        Final::Transaction(hash) => match transaction_block(state, namespace, &hash).await {
+            Some(number) => number,
+            None => return Ok(Admission::Refuse("unplaced")),
+        },
+    };
+    Ok(if block > finalized { Admission::Refuse("not_final") } else { Admission::Keep(ttl_s) })
+}
+
+/// How long the namespace's node may take to say which block holds a transaction.
+const PLACE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The block of the transaction `hash`: by its receipt in the store, else by the namespace's
+/// finality node's; none when neither places it.
+async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option<u64> {
+    let key = cache::receipt_key(namespace, hash);
+    if let Ok(Lookup::Hit(stored, _)) = state.store.get(&key.0, now_s()) {
+        let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", false, u64::MAX));
+        if let Some(number) = receipt.ok().and_then(|receipt| cache::receipt_block(&receipt.body, hash)) {
+            return Some(number);
+        }
+    }
+    match tokio::time::timeout(PLACE_TIMEOUT, state.finality.transaction_block(namespace, hash)).await {
+        Ok(Ok(number)) => number,
+        Ok(Err(error)) => {
+            eprintln!("rpcedge-cached: placing {hash} in {namespace}: {error}");
+            None
+        }
+        Err(_) => {
+            eprintln!("rpcedge-cached: placing {hash} in {namespace}: no answer within {PLACE_TIMEOUT:?}");
+            None
+        }
+    }
 }
 
 async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
-    let ttl_s = match admit(request.headers(), &state.finality) {
+    let ttl_s = match admit(request.headers(), &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
-            let counter = if reason == "not_final" { &state.refusals.not_final } else { &state.refusals.no_finality };
+            let refusals = &state.refusals;
+            let counter = match reason {
+                "not_final" => &refusals.not_final,
+                "unplaced" => &refusals.unplaced,
+                _ => &refusals.no_finality,
+            };
             counter.fetch_add(1, Ordering::Relaxed);
             let mut response = empty(StatusCode::CONFLICT);
             response.headers_mut().insert(protocol::REFUSAL_HEADER, HeaderValue::from_static(reason));
@@ -195,6 +231,7 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
     for (reason, counter) in [
         ("not_final", &refusals.not_final),
         ("no_finality", &refusals.no_finality),
+        ("unplaced", &refusals.unplaced),
         ("bad_entry", &refusals.bad_entry),
         ("too_large", &refusals.too_large),
     ] {

@@ -10,11 +10,13 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1;
 use hyper::{header, Method, Request};
 use hyper_util::rt::TokioIo;
+use rpcedge_core::cache;
 use tokio::net::TcpStream;
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}"#;
-/// A block header is a few KiB; a node that sends more is not answering this question.
-const MAX_ANSWER: usize = 1024 * 1024;
+/// A block header is a few KiB, a receipt at most a few MiB (its logs); a node that sends more is
+/// not answering the question.
+const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
 /// A node to ask: `http://host:port/path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +76,23 @@ impl Finality {
             }
         }
     }
+
+    /// The block of the transaction `hash` (lower case), by the receipt that `namespace`'s node
+    /// gives: `Ok(None)` when it names none (unknown, pending, or the receipt of another one).
+    pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
+        let (upstream, _) = self.upstreams.get(namespace).ok_or_else(|| format!("{namespace}: no finality upstream"))?;
+        let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
+        let answer = ask(upstream, query.to_string()).await?;
+        Ok(cache::receipt_block(&answer, hash))
+    }
 }
 
 async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
+    block_number(&ask(upstream, QUERY.to_string()).await?)
+}
+
+/// A JSON-RPC call to `upstream`: its answer's body.
+async fn ask(upstream: &Upstream, query: String) -> Result<Bytes, String> {
     let stream = TcpStream::connect(&upstream.authority).await.map_err(|e| format!("{}: {e}", upstream.authority))?;
     let (mut sender, connection) =
         http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
@@ -86,14 +102,13 @@ async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
         .uri(&upstream.path)
         .header(header::HOST, &upstream.authority)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from_static(QUERY.as_bytes())))
+        .body(Full::new(Bytes::from(query)))
         .map_err(|e| e.to_string())?;
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     if !response.status().is_success() {
         return Err(format!("HTTP {}", response.status()));
     }
-    let body = Limited::new(response.into_body(), MAX_ANSWER).collect().await.map_err(|e| e.to_string())?.to_bytes();
-    block_number(&body)
+    Ok(Limited::new(response.into_body(), MAX_ANSWER).collect().await.map_err(|e| e.to_string())?.to_bytes())
 }
 
 /// `result.number` of an `eth_getBlockByNumber` answer.

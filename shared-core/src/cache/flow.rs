@@ -295,8 +295,8 @@ impl CacheExchange {
         if let Some(ttl) = capture.ttl_s {
             headers.push((protocol::TTL_HEADER, ttl.to_string()));
         }
-        if let Some(block) = capture.requires_final {
-            headers.push((protocol::REQUIRES_FINAL_HEADER, block.to_string()));
+        if let Some(requirement) = capture.requires_final {
+            headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
         }
         let head = self.head.as_ref().map_err(|refusal| *refusal)?;
         Ok(StoreCall {

@@ -161,7 +161,8 @@ pub enum Keep {
     For(u64),
     /// Once this block number is finalized in the request's namespace.
     OnceFinal(u64),
-    /// Once the block the answer names is finalized.
+    /// Once the transaction's block is finalized: the one its answer names, or for an answer
+    /// that names none (a trace), the one the daemon finds ([`receipt_block`]).
     OnceAnswerFinal,
 }
 
@@ -183,12 +184,48 @@ pub struct Capture {
     pub key: Key,
     /// Seconds to keep it; `None`: no expiry.
     pub ttl_s: Option<u64>,
-    /// The block that must be finalized in the namespace before it is kept.
-    pub requires_final: Option<u64>,
+    /// What must be finalized in the namespace before it is kept.
+    pub requires_final: Option<Final>,
     /// The node's envelope around the id.
     pub envelope: Envelope,
     /// The envelope's tail, `<result>}`.
     pub tail: Vec<u8>,
+}
+
+/// What must be finalized before an entry is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Final {
+    /// This block.
+    Block(u64),
+    /// The block that holds this transaction (its hash, in lower case), which the daemon finds
+    /// for an answer that names none (a trace).
+    Transaction(String),
+}
+
+impl fmt::Display for Final {
+    /// As the store call's `X-Rpcedge-Requires-Final` gives it: the block's number in decimal, or
+    /// the transaction's hash (`0x` and 64 hex digits).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Final::Block(number) => write!(f, "{number}"),
+            Final::Transaction(hash) => f.write_str(hash),
+        }
+    }
+}
+
+impl std::str::FromStr for Final {
+    type Err = ();
+
+    fn from_str(value: &str) -> Result<Final, ()> {
+        let value = value.trim();
+        match value.strip_prefix("0x") {
+            Some(digits) if digits.len() == 64 && digits.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Ok(Final::Transaction(value.to_ascii_lowercase()))
+            }
+            Some(_) => Err(()),
+            None => value.parse().map(Final::Block).map_err(|_| ()),
+        }
+    }
 }
 
 /// Why an answer is not kept.
@@ -284,21 +321,45 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
         return Err(Bypass::Malformed);
     }
     let asked = Asked::of(rule, &request.params).ok_or(Bypass::Malformed)?;
-    let mut digest = Sha256::new();
-    for part in [namespace.as_bytes(), request.method.as_bytes()] {
-        digest.update((part.len() as u64).to_le_bytes());
-        digest.update(part);
-    }
-    let mut params = Vec::new();
-    canonical(&request.params, &mut params);
-    digest.update(&params);
     Ok(Request {
-        key: Key(digest.finalize().into()),
+        key: key(namespace, request.method, &request.params),
         id: request.id.map_or_else(|| "null".to_string(), |id| id.get().to_string()),
         keep,
         asked,
         names,
     })
+}
+
+/// The key of a call: SHA-256 over the namespace, the method and the canonical params.
+fn key(namespace: &str, method: &str, params: &Value) -> Key {
+    let mut digest = Sha256::new();
+    for part in [namespace.as_bytes(), method.as_bytes()] {
+        digest.update((part.len() as u64).to_le_bytes());
+        digest.update(part);
+    }
+    let mut canonical_params = Vec::new();
+    canonical(params, &mut canonical_params);
+    digest.update(&canonical_params);
+    Key(digest.finalize().into())
+}
+
+/// The key under which the receipt of the transaction `hash` (lower case) is stored, as a
+/// client that spells the hash in lower case asks for it: where the daemon looks first for the
+/// block of a [`Final::Transaction`].
+pub fn receipt_key(namespace: &str, hash: &str) -> Key {
+    key(namespace, RECEIPT, &Value::Array(vec![Value::String(hash.to_string())]))
+}
+
+/// The method whose answer places a transaction in its block.
+pub const RECEIPT: &str = "eth_getTransactionReceipt";
+
+/// The block of the transaction `hash` (lower case), from a node's answer to [`RECEIPT`] (a
+/// stored one, or the finality node's): only a receipt of that transaction that names its block.
+pub fn receipt_block(answer: &[u8], hash: &str) -> Option<u64> {
+    let answer: Value = serde_json::from_slice(answer).ok()?;
+    let receipt = answer.get("result")?;
+    let names = receipt.get("transactionHash").and_then(Value::as_str).is_some_and(|h| h.eq_ignore_ascii_case(hash));
+    names.then(|| receipt.get("blockNumber").and_then(rules::block_number)).flatten()
 }
 
 #[derive(Deserialize)]
@@ -339,10 +400,16 @@ impl Request {
             }
             Keep::Forever => (None, None),
             Keep::For(ttl) => (Some(ttl), None),
-            Keep::OnceFinal(number) => (None, Some(number)),
-            // only an answer that names the transaction asked for can say which block holds it
-            Keep::OnceAnswerFinal if self.names == Names::Nothing => return Err(Refusal::NoBlock),
-            Keep::OnceAnswerFinal => (None, Some(answer_block(result).ok_or(Refusal::NoBlock)?)),
+            Keep::OnceFinal(number) => (None, Some(Final::Block(number))),
+            // the bytes whose keccak-256 is the hash asked for: the same wherever the transaction is
+            Keep::OnceAnswerFinal if self.names == Names::RawTransaction => (None, None),
+            // the answer names no block: the daemon finds the transaction's
+            Keep::OnceAnswerFinal if self.names == Names::Nothing => match &self.asked {
+                Asked::Transaction(hash) => (None, Some(Final::Transaction(hash.clone()))),
+                _ => return Err(Refusal::NoBlock),
+            },
+            // a transaction the answer places in no block is pending
+            Keep::OnceAnswerFinal => (None, Some(Final::Block(answer_block(result).ok_or(Refusal::NoBlock)?))),
         };
         let mut tail = Vec::with_capacity(result.len() + 1);
         tail.extend_from_slice(result.as_bytes());

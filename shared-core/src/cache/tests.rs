@@ -152,10 +152,10 @@ fn logs_are_kept_only_when_every_log_is_in_what_was_asked() {
     let log = |hash: &str, number: &str| format!(r#"{{"blockHash":"{hash}","blockNumber":"{number}","logIndex":"0x0"}}"#);
     let range = r#"[{"fromBlock":"0x10","toBlock":"0x12"}]"#;
     let in_range = capture("eth_getLogs", range, &answer(&format!("[{},{}]", log(HASH, "0x10"), log(HASH, "0x12"))));
-    assert_eq!(in_range.unwrap().requires_final, Some(0x12));
+    assert_eq!(in_range.unwrap().requires_final, Some(Final::Block(0x12)));
     let outside = capture("eth_getLogs", range, &answer(&format!("[{}]", log(HASH, "0x13"))));
     assert_eq!(outside, Err(Refusal::Mismatch));
-    assert_eq!(capture("eth_getLogs", range, &answer("[]")).unwrap().requires_final, Some(0x12), "no logs, for good");
+    assert_eq!(capture("eth_getLogs", range, &answer("[]")).unwrap().requires_final, Some(Final::Block(0x12)), "no logs, for good");
     let by_hash = format!(r#"[{{"blockHash":"{HASH}"}}]"#);
     let kept = capture("eth_getLogs", &by_hash, &answer(&format!("[{}]", log(&HASH.to_uppercase().replace("0X", "0x"), "0x1"))));
     assert_eq!((kept.unwrap().requires_final), None);
@@ -225,21 +225,21 @@ fn what_of_an_answer_is_kept() {
     let chain = capture("eth_chainId", "[]", &answer(r#""0x1""#)).unwrap();
     assert_eq!((chain.ttl_s, chain.requires_final), (Some(3600), None));
     let by_number = capture("eth_getBlockByNumber", r#"["0x2a",false]"#, &answer("[]")).unwrap();
-    assert_eq!(by_number.requires_final, Some(42), "an empty answer at a final block is final");
+    assert_eq!(by_number.requires_final, Some(Final::Block(42)), "an empty answer at a final block is final");
 }
 
 #[test]
 fn a_transaction_is_kept_once_the_block_it_names_is_final() {
     let tx = format!(r#"["{TX}"]"#);
     let receipt = format!(r#"{{"blockNumber":"0x10","status":"0x1","transactionHash":"{TX}"}}"#);
-    assert_eq!(capture("eth_getTransactionReceipt", &tx, &answer(&receipt)).unwrap().requires_final, Some(16));
+    assert_eq!(capture("eth_getTransactionReceipt", &tx, &answer(&receipt)).unwrap().requires_final, Some(Final::Block(16)));
     let trace = |fields: &str| format!(r#"{{{fields},"transactionHash":"{TX}"}}"#);
     let traces = capture(
         "trace_transaction",
         &tx,
         &answer(&format!("[{},{}]", trace(r#""blockNumber":15"#), trace(r#""blockNumber":16"#))),
     );
-    assert_eq!(traces.unwrap().requires_final, Some(16));
+    assert_eq!(traces.unwrap().requires_final, Some(Final::Block(16)));
     let partial = capture(
         "trace_transaction",
         &tx,
@@ -249,9 +249,40 @@ fn a_transaction_is_kept_once_the_block_it_names_is_final() {
     let pending =
         capture("eth_getTransactionByHash", &tx, &answer(&format!(r#"{{"blockNumber":null,"hash":"{TX}"}}"#)));
     assert_eq!(pending, Err(Refusal::NoBlock));
+    // an answer that names no block: the daemon finds the transaction's
     let trace = capture("debug_traceTransaction", &tx, &answer(r#"{"gas":21000,"structLogs":[]}"#));
-    assert_eq!(trace, Err(Refusal::NoBlock));
+    assert_eq!(trace.unwrap().requires_final, Some(Final::Transaction(TX.to_string())));
+    let spelled = capture("ots_getTransactionError", &format!(r#"["{}"]"#, TX.to_uppercase().replace("0X", "0x")), &answer(r#""0x""#));
+    assert_eq!(spelled, Err(Refusal::Empty));
+    let spelled = capture("ots_traceTransaction", &format!(r#"["{}"]"#, TX.to_uppercase().replace("0X", "0x")), &answer("[{}]"));
+    assert_eq!(spelled.unwrap().requires_final, Some(Final::Transaction(TX.to_string())), "in lower case");
+    assert_eq!("16".parse(), Ok(Final::Block(16)));
+    assert_eq!(TX.to_uppercase().replace("0X", "0x").parse(), Ok(Final::Transaction(TX.to_string())));
+    for bad in ["", "0x12", "-1", "sixteen", &format!("{TX}0")] {
+        assert_eq!(bad.parse::<Final>(), Err(()), "{bad}");
+    }
+    for requirement in [Final::Block(16), Final::Transaction(TX.to_string())] {
+        assert_eq!(requirement.to_string().parse(), Ok(requirement));
+    }
     assert_eq!(capture("eth_getTransactionByHash", &tx, &answer("null")), Err(Refusal::Null));
+}
+
+#[test]
+fn a_receipt_places_its_own_transaction_only() {
+    let receipt = |hash: &str, number: &str| {
+        answer(&format!(r#"{{"blockNumber":{number},"transactionHash":"{hash}","status":"0x1"}}"#))
+    };
+    assert_eq!(receipt_block(receipt(TX, r#""0x10""#).as_bytes(), TX), Some(16));
+    let upper = TX.to_uppercase().replace("0X", "0x");
+    assert_eq!(receipt_block(receipt(&upper, r#""0x10""#).as_bytes(), TX), Some(16));
+    assert_eq!(receipt_block(receipt(HASH, r#""0x10""#).as_bytes(), TX), None, "another transaction's");
+    assert_eq!(receipt_block(receipt(TX, "null").as_bytes(), TX), None, "pending");
+    assert_eq!(receipt_block(answer("null").as_bytes(), TX), None);
+    assert_eq!(receipt_block(b"not json", TX), None);
+    // the key a client that asks for the receipt in lower case gets
+    let asked = lookup("n", request(RECEIPT, &format!(r#"["{TX}"]"#)).as_bytes(), &settings()).unwrap();
+    assert_eq!(receipt_key("n", TX), asked.key);
+    assert_ne!(receipt_key("other", TX), asked.key);
 }
 
 #[test]
@@ -645,11 +676,8 @@ fn an_answer_is_stored_only_if_it_names_what_was_asked() {
         r#""0xf86b06850129f773108252089477e3205329fe307d0b3b1489d1ad69abb9570a0b870db0fbbcea73808026a0f9d18134034d011058aa910412fc1a270e4bff25fff0e58c21f2c99cb2735beaa02012fb3480e87cec793283b23e984a96b33a4d8edd5f2639dd77da25ed94546b""#,
     );
     let raw_by = |hash: &str| capture("eth_getRawTransactionByHash", &format!(r#"["{hash}"]"#), &raw);
-    assert_eq!(
-        raw_by("0x496eabfa43bb9fe6bacaad5818880b987d35ae19d4a2dff33fd5360c68860790"),
-        Err(Refusal::NoBlock),
-        "agrees, and names no block"
-    );
+    let kept = raw_by("0x496eabfa43bb9fe6bacaad5818880b987d35ae19d4a2dff33fd5360c68860790").unwrap();
+    assert_eq!((kept.ttl_s, kept.requires_final), (None, None), "agrees: the same bytes wherever it is, for good");
     assert_eq!(raw_by(TX), Err(Refusal::Mismatch));
     // every row: a method whose answer names what was asked says where; one that cannot says so
     for &(method, rule, names) in TABLE {
@@ -778,7 +806,8 @@ fn credentials_bypass_and_a_stored_head_is_checked_again() {
         assert!(stored(&[bad]).is_err(), "{bad:?}");
     }
     let trace = capture("debug_traceTransaction", &format!(r#"["{TX}",{{"tracer":"x"}}]"#), &answer(r#"{"blockNumber":"0x1"}"#));
-    assert_eq!(trace, Err(Refusal::NoBlock), "a tracer's own output claims no block");
+    let claims_nothing = Some(Final::Transaction(TX.to_string()));
+    assert_eq!(trace.unwrap().requires_final, claims_nothing, "a tracer's own output places nothing");
 }
 
 /// The daemon takes stores up to `entry_bound(max_entry)`: no entry a host sends for an answer
