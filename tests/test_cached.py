@@ -234,7 +234,9 @@ def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_o
         assert put_trace(unknown) == (409, "unplaced"), "a receipt of another transaction places nothing"
         assert put(daemon, key("bad"), entry(b"1}"), {"X-Rpcedge-Namespace": namespace,
                                                        "X-Rpcedge-Requires-Final": "0x12"})[0] == 400
-        assert daemon.stats()['refusals_total{reason="unplaced"}'] == 2
+        stats = daemon.stats()
+        assert stats['refusals_total{reason="unplaced"}'] == 2
+        assert stats["hits_total"] + stats["misses_total"] == 0, "its own reads are not the proxies' lookups"
     finally:
         daemon.process.stop()
         node.process.stop()

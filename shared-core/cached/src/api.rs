@@ -150,7 +150,7 @@ const PLACE_TIMEOUT: Duration = Duration::from_secs(2);
 /// finality node's; none when neither places it.
 async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option<u64> {
     let key = cache::receipt_key(namespace, hash);
-    if let Ok(Lookup::Hit(stored, _)) = state.store.get(&key.0, now_s()) {
+    if let Ok(Lookup::Hit(stored, _)) = state.store.read(&key.0, now_s()) {
         let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", false, u64::MAX));
         if let Some(number) = receipt.ok().and_then(|receipt| cache::receipt_block(&receipt.body, hash)) {
             return Some(number);

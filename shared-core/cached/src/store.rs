@@ -94,7 +94,22 @@ impl Store {
         Ok(Store { db, options, wal: settings.wal, max_ttl_s: settings.max_ttl_s, counters: Counters::default() })
     }
 
+    /// A proxy's lookup, counted as a hit, a miss or an expired entry.
     pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
+        let lookup = self.read(key, now_s)?;
+        let counter = match lookup {
+            Lookup::Hit(..) => &self.counters.hits,
+            Lookup::Absent => &self.counters.misses,
+            Lookup::Expired => &self.counters.expired,
+            Lookup::Bad => return Ok(lookup),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(lookup)
+    }
+
+    /// The entry under `key`, uncounted unless it is bad (the daemon's own reads: a receipt that
+    /// places a transaction).
+    pub fn read(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
         for name in [KEPT, EXPIRING] {
             let family = self.db.cf_handle(name).expect("opened with it");
             let record = match self.db.get_pinned_cf(&family, key) {
@@ -110,14 +125,11 @@ impl Store {
                 return Ok(Lookup::Bad);
             };
             if expires_s != 0 && expires_s <= now_s {
-                self.counters.expired.fetch_add(1, Ordering::Relaxed);
                 return Ok(Lookup::Expired);
             }
-            self.counters.hits.fetch_add(1, Ordering::Relaxed);
             let left_s = (expires_s != 0).then(|| expires_s - now_s);
             return Ok(Lookup::Hit(entry.to_vec(), left_s));
         }
-        self.counters.misses.fetch_add(1, Ordering::Relaxed);
         Ok(Lookup::Absent)
     }
 
