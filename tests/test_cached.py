@@ -129,6 +129,42 @@ def test_an_entry_is_stored_compressed_once_and_served_over_tcp_and_the_socket(d
     assert (stats["hits_total"], stats["misses_total"], stats["stores_total"]) == (2, 2, 1)
 
 
+def looked(body):
+    """A multi-key lookup's answer: (outcome, seconds left or None, entry) per key."""
+    found = []
+    while body:
+        outcome, ttl, length = struct.unpack("<BQI", body[:13])
+        found.append((["hit", "absent", "expired", "bad"][outcome], None if ttl == 2**64 - 1 else ttl,
+                      body[13:13 + length]))
+        body = body[13 + length:]
+    return found
+
+
+def test_a_batch_of_keys_is_looked_up_in_one_round_trip(daemon):
+    kept, expiring, absent = key("kept"), key("expiring"), key("absent")
+    assert put(daemon, kept, entry(b'{"n":1}}'))[0] == 204
+    assert put(daemon, expiring, entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "60"})[0] == 204
+    before = daemon.stats()
+    status, headers, body = daemon.request("POST", "/v1/lookup", "\n".join([kept, absent, expiring, kept]).encode())
+    assert (status, headers["Content-Type"]) == (200, "application/octet-stream")
+    found = looked(body)
+    assert [(outcome, ttl) for outcome, ttl, _ in found] == [("hit", None), ("absent", None), ("hit", 60),
+                                                             ("hit", None)]
+    # each entry as a GET of its key returns it
+    assert found[0][2] == found[3][2] == daemon.request("GET", f"/v1/entries/{kept}")[2]
+    assert found[2][2] == daemon.request("GET", f"/v1/entries/{expiring}")[2]
+    after = daemon.stats()
+    # the lookup's three hits and one miss, then the two GETs
+    assert (after["hits_total"] - before["hits_total"], after["misses_total"] - before["misses_total"]) == (5, 1)
+    assert daemon.request("POST", "/v1/lookup", b"")[:3:2] == (200, b"")
+    assert len(looked(daemon.request("POST", "/v1/lookup", "\r\n".join([kept] * 100).encode())[2])) == 100
+    for many in ("\n".join([kept] * 101), "\n" * 7000):
+        assert daemon.request("POST", "/v1/lookup", many.encode())[0] == 413
+    for bad in [kept.upper(), kept[:-1], "not a key", kept + " "]:
+        assert daemon.request("POST", "/v1/lookup", bad.encode())[0] == 400, bad[:20]
+    assert daemon.request("GET", "/healthz")[0] == 200
+
+
 def test_an_incompressible_tail_is_kept_plain(daemon):
     tail = os.urandom(3000) + b"}"
     k = key("random")

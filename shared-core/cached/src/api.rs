@@ -7,6 +7,8 @@
 //!   number, or a transaction hash whose block the daemon finds) as the core's capture says: 204
 //!   stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
 //! - `DELETE /v1/entries/{key}`: 204;
+//! - `POST /v1/lookup`: keys in hex, one per line (at most 100): 200 with what each one found
+//!   (`protocol::Looked`), in order; 400 for a bad key, 413 for more keys;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
 
 use std::convert::Infallible;
@@ -20,7 +22,8 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use rpcedge_core::cache::{self, protocol, Entry, Final};
+use rpcedge_core::cache::protocol::{self, Looked};
+use rpcedge_core::cache::{self, Entry, Final};
 
 use crate::finality::Finality;
 use crate::store::{Lookup, Store};
@@ -56,6 +59,7 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/metrics") => metrics(&state),
         (&Method::GET, "/v1/stats") => stats(&state),
+        (&Method::POST, protocol::LOOKUP_PATH) => lookup_many(request, &state).await,
         (method, path) => match path.strip_prefix(protocol::ENTRIES_PATH).map(parse_key) {
             Some(Some(key)) => match *method {
                 Method::GET => get(&state, &key),
@@ -103,6 +107,46 @@ fn get(state: &State, key: &[u8]) -> Response<Body> {
     };
     let mut response = text(StatusCode::NOT_FOUND, "not stored\n");
     response.headers_mut().insert(protocol::MISS_HEADER, HeaderValue::from_static(miss));
+    response
+}
+
+/// Several keys in one round trip, each looked up (and counted) as a `GET` would.
+async fn lookup_many(request: Request<Incoming>, state: &State) -> Response<Body> {
+    // a key and its line end (CR LF at most) per key
+    let bound = protocol::MAX_LOOKUP_KEYS * 66;
+    let sent = match Limited::new(request.into_body(), bound).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => {
+            return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("at most {} keys\n", protocol::MAX_LOOKUP_KEYS));
+        }
+        Err(error) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {error}\n")),
+    };
+    let keys: Option<Vec<[u8; 32]>> = std::str::from_utf8(&sent)
+        .ok()
+        .and_then(|keys| keys.lines().filter(|line| !line.is_empty()).map(parse_key).collect());
+    let Some(keys) = keys else {
+        return text(StatusCode::BAD_REQUEST, "keys are 64 lower-case hex digits, one per line\n");
+    };
+    if keys.len() > protocol::MAX_LOOKUP_KEYS {
+        return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("at most {} keys\n", protocol::MAX_LOOKUP_KEYS));
+    }
+    let now_s = now_s();
+    let mut body = Vec::new();
+    for key in keys {
+        let looked = match state.store.get(&key, now_s) {
+            Ok(looked) => looked,
+            Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
+        };
+        match &looked {
+            Lookup::Hit(entry, left_s) => Looked::Hit(entry, *left_s),
+            Lookup::Absent => Looked::Absent,
+            Lookup::Expired => Looked::Expired,
+            Lookup::Bad => Looked::Bad,
+        }
+        .encode(&mut body);
+    }
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     response
 }
 

@@ -20,3 +20,90 @@ pub const REFUSAL_HEADER: &str = "x-rpcedge-refusal";
 pub fn entry_path(key_hex: &str) -> String {
     format!("{ENTRIES_PATH}{key_hex}")
 }
+
+/// Several entries in one round trip (the calls of a batch): `POST` this path with the keys in
+/// hex, one per line, at most [`MAX_LOOKUP_KEYS`]; the answer (200, `application/octet-stream`)
+/// holds one [`Looked`] per key, in the keys' order.
+pub const LOOKUP_PATH: &str = "/v1/lookup";
+/// The most keys one lookup takes: the most calls of a batch the cache splits.
+pub const MAX_LOOKUP_KEYS: usize = 100;
+
+/// What the daemon found under one key of a multi-key lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Looked<'a> {
+    /// The entry, and the seconds it has left (`None`: no expiry).
+    Hit(&'a [u8], Option<u64>),
+    Absent,
+    Expired,
+    /// A stored value that failed its checks (deleted).
+    Bad,
+}
+
+/// A [`Looked`] on the wire: its outcome (0 hit, 1 absent, 2 expired, 3 bad), the seconds left
+/// (`u64::MAX`: none), the entry's length and the entry; numbers little-endian.
+const FRAME_HEAD: usize = 1 + 8 + 4;
+
+impl<'a> Looked<'a> {
+    /// Appends this answer to a multi-key lookup's body.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let (outcome, entry, ttl_s) = match *self {
+            Looked::Hit(entry, ttl_s) => (0, entry, ttl_s),
+            Looked::Absent => (1, &[][..], None),
+            Looked::Expired => (2, &[][..], None),
+            Looked::Bad => (3, &[][..], None),
+        };
+        out.push(outcome);
+        out.extend_from_slice(&ttl_s.unwrap_or(u64::MAX).to_le_bytes());
+        let length = u32::try_from(entry.len()).expect("an entry is at most entry_bound(MAX_ENTRY) bytes");
+        out.extend_from_slice(&length.to_le_bytes());
+        out.extend_from_slice(entry);
+    }
+
+    /// A multi-key lookup's answer, one per key; `None` when it is not one (cut short, an unknown
+    /// outcome, trailing bytes).
+    pub fn decode_all(mut body: &'a [u8]) -> Option<Vec<Looked<'a>>> {
+        let mut found = Vec::new();
+        while !body.is_empty() {
+            let head = body.get(..FRAME_HEAD)?;
+            let ttl_s = u64::from_le_bytes(head[1..9].try_into().ok()?);
+            let length = u32::from_le_bytes(head[9..13].try_into().ok()?) as usize;
+            let entry = body.get(FRAME_HEAD..FRAME_HEAD.checked_add(length)?)?;
+            found.push(match (head[0], length) {
+                (0, _) => Looked::Hit(entry, (ttl_s != u64::MAX).then_some(ttl_s)),
+                (1, 0) => Looked::Absent,
+                (2, 0) => Looked::Expired,
+                (3, 0) => Looked::Bad,
+                _ => return None,
+            });
+            body = &body[FRAME_HEAD + length..];
+        }
+        Some(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_multi_key_answer_reads_back_as_written_and_a_damaged_one_not_at_all() {
+        let found = [Looked::Hit(b"entry", Some(30)), Looked::Absent, Looked::Hit(b"", None), Looked::Expired, Looked::Bad];
+        let mut body = Vec::new();
+        for looked in &found {
+            looked.encode(&mut body);
+        }
+        assert_eq!(Looked::decode_all(&body).as_deref(), Some(&found[..]));
+        assert_eq!(Looked::decode_all(b"").as_deref(), Some(&[][..]));
+        for cut in 1..body.len() {
+            let decoded = Looked::decode_all(&body[..cut]);
+            assert!(decoded.is_none() || decoded.is_some_and(|d| d.len() < found.len()), "cut at {cut}");
+        }
+        let mut unknown = body.clone();
+        unknown[0] = 4;
+        assert_eq!(Looked::decode_all(&unknown), None);
+        let mut absent_with_bytes = Vec::new();
+        Looked::Hit(b"x", None).encode(&mut absent_with_bytes);
+        absent_with_bytes[0] = 1;
+        assert_eq!(Looked::decode_all(&absent_with_bytes), None);
+    }
+}
