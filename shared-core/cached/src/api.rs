@@ -174,8 +174,7 @@ async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> 
     let requirement: Final = requirement?
         .parse()
         .map_err(|()| format!("{}: not a block number or a transaction hash", protocol::REQUIRES_FINAL_HEADER))?;
-    let namespace =
-        value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
+    let namespace = value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
     let Some(finalized) = state.finality.finalized(namespace) else { return Ok(Admission::Refuse("no_finality")) };
     let block = match requirement {
         Final::Block(number) => number,

@@ -80,7 +80,8 @@ impl Finality {
     /// The block of the transaction `hash` (lower case), by the receipt that `namespace`'s node
     /// gives: `Ok(None)` when it names none (unknown, pending, or the receipt of another one).
     pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
-        let (upstream, _) = self.upstreams.get(namespace).ok_or_else(|| format!("{namespace}: no finality upstream"))?;
+        let (upstream, _) =
+            self.upstreams.get(namespace).ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
         let answer = ask(upstream, query.to_string()).await?;
         Ok(cache::receipt_block(&answer, hash))

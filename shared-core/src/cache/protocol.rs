@@ -87,7 +87,8 @@ mod tests {
 
     #[test]
     fn a_multi_key_answer_reads_back_as_written_and_a_damaged_one_not_at_all() {
-        let found = [Looked::Hit(b"entry", Some(30)), Looked::Absent, Looked::Hit(b"", None), Looked::Expired, Looked::Bad];
+        let found =
+            [Looked::Hit(b"entry", Some(30)), Looked::Absent, Looked::Hit(b"", None), Looked::Expired, Looked::Bad];
         let mut body = Vec::new();
         for looked in &found {
             looked.encode(&mut body);

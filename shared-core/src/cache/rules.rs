@@ -130,9 +130,9 @@ impl Names {
             (Names::Block { number, .. }, Asked::BlockNumber(asked)) => {
                 each(result, &|item| at(item, number).and_then(block_number) == Some(*asked))
             }
-            (Names::Block { number, .. }, Asked::BlockRange(from, to)) => {
-                each(result, &|item| at(item, number).and_then(block_number).is_some_and(|n| (*from..=*to).contains(&n)))
-            }
+            (Names::Block { number, .. }, Asked::BlockRange(from, to)) => each(result, &|item| {
+                at(item, number).and_then(block_number).is_some_and(|n| (*from..=*to).contains(&n))
+            }),
             (Names::Transaction(path), Asked::Transaction(asked)) => {
                 each(result, &|item| is_hash(at(item, path), asked))
             }
@@ -254,7 +254,10 @@ impl LogFilter {
         let end = |name| BlockRef::of(filter.get(name));
         match (filter.get("blockHash"), end("fromBlock"), end("toBlock")) {
             (Some(Value::String(hash)), BlockRef::Moving, BlockRef::Moving)
-                if filter.get("fromBlock").is_none() && filter.get("toBlock").is_none() && hash.len() == 66 && is_hex(hash) =>
+                if filter.get("fromBlock").is_none()
+                    && filter.get("toBlock").is_none()
+                    && hash.len() == 66
+                    && is_hex(hash) =>
             {
                 LogFilter::Hash(hash.to_ascii_lowercase())
             }
