@@ -218,13 +218,10 @@ impl std::str::FromStr for Final {
 
     fn from_str(value: &str) -> Result<Final, ()> {
         let value = value.trim();
-        match value.strip_prefix("0x") {
-            Some(digits) if digits.len() == 64 && digits.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Ok(Final::Transaction(value.to_ascii_lowercase()))
-            }
-            Some(_) => Err(()),
-            None => value.parse().map(Final::Block).map_err(|_| ()),
+        if rules::is_hash_hex(value) {
+            return Ok(Final::Transaction(value.to_ascii_lowercase()));
         }
+        value.parse().map(Final::Block).map_err(|_| ())
     }
 }
 

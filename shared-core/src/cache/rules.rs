@@ -176,7 +176,7 @@ impl Asked {
     /// name it (the request is then malformed).
     pub fn of(rule: Rule, params: &Value) -> Option<Asked> {
         let hash = |param: Option<&Value>| match param {
-            Some(Value::String(s)) if s.len() == 66 && is_hex(s) => Some(s.to_ascii_lowercase()),
+            Some(Value::String(s)) if is_hash_hex(s) => Some(s.to_ascii_lowercase()),
             _ => None,
         };
         Some(match rule {
@@ -221,11 +221,11 @@ impl BlockRef {
             Some(Value::String(s)) => match s.as_str() {
                 "earliest" => BlockRef::Number(0),
                 "latest" | "pending" | "safe" | "finalized" => BlockRef::Moving,
-                s if s.len() == 66 && is_hex(s) => BlockRef::Hash,
+                s if is_hash_hex(s) => BlockRef::Hash,
                 s => quantity(s).map_or(BlockRef::Malformed, BlockRef::Number),
             },
             Some(Value::Object(object)) => match (object.get("blockHash"), object.get("blockNumber")) {
-                (Some(Value::String(hash)), None) if hash.len() == 66 && is_hex(hash) => BlockRef::Hash,
+                (Some(Value::String(hash)), None) if is_hash_hex(hash) => BlockRef::Hash,
                 (None, Some(number @ Value::String(_))) => BlockRef::of(Some(number)),
                 _ => BlockRef::Malformed,
             },
@@ -254,10 +254,7 @@ impl LogFilter {
         let end = |name| BlockRef::of(filter.get(name));
         match (filter.get("blockHash"), end("fromBlock"), end("toBlock")) {
             (Some(Value::String(hash)), BlockRef::Moving, BlockRef::Moving)
-                if filter.get("fromBlock").is_none()
-                    && filter.get("toBlock").is_none()
-                    && hash.len() == 66
-                    && is_hex(hash) =>
+                if filter.get("fromBlock").is_none() && filter.get("toBlock").is_none() && is_hash_hex(hash) =>
             {
                 LogFilter::Hash(hash.to_ascii_lowercase())
             }
@@ -287,6 +284,11 @@ fn quantity(s: &str) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(digits, 16).ok()
+}
+
+/// A 32-byte hash as JSON-RPC spells it: `0x` and 64 hex digits, in either case.
+pub(super) fn is_hash_hex(s: &str) -> bool {
+    s.len() == 66 && is_hex(s)
 }
 
 fn is_hex(s: &str) -> bool {
