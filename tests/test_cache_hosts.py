@@ -182,10 +182,10 @@ def test_an_entry_stored_through_one_host_is_a_hit_through_the_other(proxies, st
     assert gzip.decompress(hit.body) == block.answer("probe")
 
 
-@pytest.mark.parametrize("name", ["null_result", "error_answer", "at_tag", "not_in_the_table", "batch"])
+@pytest.mark.parametrize("name", ["null_result", "error_answer", "at_tag", "not_in_the_table"])
 def test_what_the_cache_never_takes_always_reaches_the_node(proxies, stack, name):
     proxy = proxies()
-    sent = cc.batch_case() if name == "batch" else case(name)
+    sent = case(name)
     expected = "MISS" if name in ("null_result", "error_answer") else "BYPASS"
     for _ in range(3):
         before = stack.node_requests()
@@ -197,19 +197,77 @@ def test_what_the_cache_never_takes_always_reaches_the_node(proxies, stack, name
         time.sleep(0.1)
 
 
-def test_a_batch_of_calls_recorded_alone_comes_back_call_by_call(proxies, stack):
-    """What ethers v6 sends by default: calls batched as they come, each recorded alone. The node
-    answers each call of the batch, and the client gets them all, in its order, with its ids."""
+def batch_calls(network, count):
+    """`count` calls of `network` the cache keeps at once (their blocks are final in the stack),
+    and one it never keeps (a method it does not take), each with its answer alone."""
+    kept = [c for c in cc.find_all(cc.immutable) if c.network == network][:count]
+    never = [c for c in cc.find_all(cc.not_in_the_table) if c.network == network][:1]
+    assert len(kept) == count and never, f"{network}: {len(kept)} kept, {len(never)} never kept"
+    return kept, never[0]
+
+
+def answer_with(case_, id_):
+    return json.loads(case_.answer(id_))
+
+
+def send_batch(proxy, network, calls, accept_encoding="gzip"):
+    return wire.request(proxy.port, f"/{network}", "POST", {"Content-Type": "application/json"},
+                        rc.compact(calls), accept_encoding=accept_encoding)
+
+
+def test_a_batch_is_split_between_the_cache_and_the_node_and_answered_in_the_clients_order(proxies, stack):
+    """What ethers v6 sends by default (`batchMaxCount` 100): the calls the cache holds are
+    answered from it, only the others reach the node, and the client gets one array in its own
+    order, each answer with its own id."""
     proxy = proxies()
-    network = case("receipt").network
-    calls = [{**call, "id": number} for number, call in enumerate(rc.single_calls(cc.CORPUS, network, 10), start=1)]
-    assert len(calls) >= 6
-    alone = [json.loads(stack.replay.request("POST", f"/{network}", rc.compact(call))[2]) for call in calls]
+    network = case("not_in_the_table").network
+    kept, moving = batch_calls(network, 2)
+    call = lambda case_, id_: {**case_.request, "id": id_}
+
+    # none stored yet: the batch goes whole, and each answer is stored as if it came alone
+    before = stack.node_requests()
+    ids = [1, None]
+    first = send_batch(proxy, network, [call(c, i) for c, i in zip(kept, ids)])
+    assert (first.status, status(first)) == (200, "MISS")
+    assert json.loads(first.decoded()) == [answer_with(c, i) for c, i in zip(kept, ids)]
+    assert stack.node_requests() == before + 1
+    answered_at = time.monotonic()
+    for c in kept:
+        wait_for_hit(proxy.port, c, answered_at)
+
+    # partly stored: the node sees the call the cache never keeps and a notification; the client
+    # gets its order
+    before = stack.node_requests()
+    notification = {k: v for k, v in moving.request.items() if k != "id"}
+    partial = [call(kept[1], 5), call(moving, "m"), notification, call(kept[0], 6)]
+    response = send_batch(proxy, network, partial)
+    assert (response.status, status(response)) == (200, "MISS")
+    assert int(response.header("content-length")) == len(response.body), "an exact Content-Length"
+    assert json.loads(response.decoded()) == [answer_with(kept[1], 5), answer_with(moving, "m"),
+                                              answer_with(kept[0], 6)]
+    assert stack.node_requests() == before + 1
+
+    # every call stored: the node never sees the batch; gzip or plain, with an exact length
+    before = stack.node_requests()
+    whole = [call(c, i) for c, i in zip(kept, [9, "x"])]
     for accept_encoding in ("gzip", None):
-        response = wire.request(proxy.port, f"/{network}", "POST", {"Content-Type": "application/json"},
-                                rc.compact(calls), accept_encoding=accept_encoding)
+        hit = send_batch(proxy, network, whole, accept_encoding=accept_encoding)
+        assert (hit.status, status(hit)) == (200, "HIT")
+        assert int(hit.header("content-length")) == len(hit.body)
+        assert (hit.header("content-encoding") == "gzip") == (accept_encoding == "gzip")
+        assert json.loads(hit.decoded()) == [answer_with(c, i) for c, i in zip(kept, [9, "x"])]
+    assert stack.node_requests() == before, "a batch the cache answers whole never reaches the node"
+
+    # past the limit (100 calls), or with an id twice: whole to the node, as it came
+    for batch in ([call(kept[0], n) for n in range(101)], [call(kept[0], 1), call(kept[1], 1)]):
+        before = stack.node_requests()
+        response = send_batch(proxy, network, batch)
         assert (response.status, status(response)) == (200, "BYPASS")
-        assert json.loads(response.decoded()) == alone
+        assert len(json.loads(response.decoded())) == len(batch)
+        assert stack.node_requests() == before + 1
+    if proxy.counters:
+        counters = proxy.counters()
+        assert counters["cache.responses.hit"] >= 2 and counters["cache.bypass.batch"] >= 2, counters
 
 
 def raw_block_by_number(request, response):

@@ -9,7 +9,10 @@
  * is answered from there; otherwise the request goes on to the node, this
  * module's body filter holds the node's plain answer, and once the answer
  * has gone out a second background subrequest stores it, ended if it takes
- * longer than rpcedge_cache_store_timeout. With
+ * longer than rpcedge_cache_store_timeout. A JSON-RPC batch is looked up
+ * key by key in one multi-key lookup (one per shard, one after the other);
+ * the node is sent the calls that missed, and its answer is held, merged with
+ * the cache's in the client's order, and sent with its own length. With
  * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
  * zone (the core's hot tier), which answers them again without the trip. The filter sits
  * just above postpone, so that it sees the daemon's answers before postpone
@@ -50,6 +53,7 @@ typedef struct {
     size_t                      max_request;
     size_t                      max_entry;
     time_t                      chain_ttl;
+    ngx_uint_t                  max_batch;
     /* the core's settings, with the limits above */
     rpcedge_settings_t         *settings;
 } ngx_http_rpcedge_cache_conf_t;
@@ -60,7 +64,9 @@ typedef enum {
     ngx_http_rpcedge_cache_looking,
     ngx_http_rpcedge_cache_hit,
     ngx_http_rpcedge_cache_answered,
-    ngx_http_rpcedge_cache_pass_on
+    ngx_http_rpcedge_cache_pass_on,
+    /* the node's body could not be made what the core asked for */
+    ngx_http_rpcedge_cache_failed_on
 } ngx_http_rpcedge_cache_state_e;
 
 
@@ -84,6 +90,8 @@ typedef struct {
     /* the node's plain answer, for the store */
     ngx_http_rpcedge_cache_bytes_t  held;
     unsigned                    holding:1;
+    /* the node's answer to a split batch is held, and the merged one sent */
+    unsigned                    replacing:1;
     /* the status is counted once, at the answer's head */
     unsigned                    counted:1;
     /* the answer's last buffer has passed */
@@ -110,6 +118,10 @@ static void ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body);
 static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
+static ngx_int_t ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
+static ngx_int_t ngx_http_rpcedge_cache_forward(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
 static ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone);
 static void ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
@@ -122,6 +134,14 @@ static ngx_int_t ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static void ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
+static void ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_store_call_t *put);
+static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
+    rpcedge_str_t body);
+static ngx_int_t ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in);
+static void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
@@ -179,6 +199,8 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_request_check =
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_entry_check =
     { ngx_http_rpcedge_check, "cache_max_entry", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_batch_check =
+    { ngx_http_rpcedge_check, "cache_max_batch", NGX_HTTP_RPCEDGE_NUM_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_chain_ttl_check =
     { ngx_http_rpcedge_check, "cache_chain_ttl_s", NGX_HTTP_RPCEDGE_SEC_SLOT };
 
@@ -261,6 +283,13 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, max_entry),
       &ngx_http_rpcedge_cache_max_entry_check },
+
+    { ngx_string("rpcedge_cache_max_batch"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, max_batch),
+      &ngx_http_rpcedge_cache_max_batch_check },
 
     { ngx_string("rpcedge_cache_chain_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -358,6 +387,9 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
         case ngx_http_rpcedge_cache_answered:
             return NGX_DONE;
+
+        case ngx_http_rpcedge_cache_failed_on:
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
         default: /* ngx_http_rpcedge_cache_pass_on */
             return NGX_DECLINED;
@@ -495,9 +527,6 @@ static void
 ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    rpcedge_str_t                   path;
-    ngx_http_request_t             *sr;
-    ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
@@ -506,9 +535,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
 
     ngx_http_rpcedge_cache_new(r, ctx, ngx_http_rpcedge_request_body(r));
 
-    if (ctx->cache == NULL
-        || !rpcedge_cache_lookup_path(ctx->cache, &path))
-    {
+    if (ctx->cache == NULL) {
         return;
     }
 
@@ -517,33 +544,131 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
-    ctx->shard = rpcedge_cache_shard(ctx->cache, (uint32_t) conf->shards);
+    if (ngx_http_rpcedge_cache_ask(r, ctx) == NGX_ERROR) {
+        rpcedge_cache_failed(ctx->cache);
+    }
+
+    if (ctx->state == ngx_http_rpcedge_cache_pass_on
+        && ngx_http_rpcedge_cache_forward(r, ctx) != NGX_OK)
+    {
+        ctx->state = ngx_http_rpcedge_cache_failed_on;
+    }
+}
+
+
+/* the next lookup the core asks for, a subrequest that waits at most
+ * rpcedge_cache_timeout; NGX_DECLINED when there is none */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    ngx_http_request_t             *sr;
+    rpcedge_lookup_call_t           lookup;
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    if (!rpcedge_cache_next_lookup(ctx->cache, &lookup)) {
+        return NGX_DECLINED;
+    }
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ctx->shard = lookup.shard;
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
-        rpcedge_cache_failed(ctx->cache);
-        return;
+        return NGX_ERROR;
     }
 
     ps->handler = ngx_http_rpcedge_cache_looked_up;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, ctx, path, ps, 1);
+    sr = ngx_http_rpcedge_cache_call(r, ctx, lookup.path, ps, 1);
     if (sr == NULL) {
-        rpcedge_cache_failed(ctx->cache);
-        return;
+        return NGX_ERROR;
     }
 
-    /* a lookup has no body */
+    if (lookup.post) {
+        /* a batch's keys, one per line */
 
-    sr->request_body = NULL;
-    sr->headers_in.content_length_n = -1;
+        sr->method = NGX_HTTP_POST;
+        ngx_str_set(&sr->method_name, "POST");
+
+        if (ngx_http_rpcedge_cache_set_body(sr, lookup.body) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        sr->request_body = NULL;
+        sr->headers_in.content_length_n = -1;
+    }
 
     ctx->call = sr;
+    ctx->timer.handler = ngx_http_rpcedge_cache_timed_out;
 
     ngx_add_timer(&ctx->timer, conf->timeout);
 
     ctx->state = ngx_http_rpcedge_cache_looking;
+
+    return NGX_OK;
+}
+
+
+/* the lookups are over: the node gets the body the core gives (a batch less
+ * the calls the cache answered), if any, in place of the client's */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_forward(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    u_char         *p;
+    ngx_buf_t      *b;
+    ngx_chain_t    *cl;
+    rpcedge_str_t   body;
+
+    if (ctx->cache == NULL || !rpcedge_cache_node_request(ctx->cache, &body)) {
+        return NGX_OK;
+    }
+
+    /* the core merges the node's answer as if it had the smaller batch */
+
+    b = ngx_calloc_buf(r->pool);
+    cl = ngx_alloc_chain_link(r->pool);
+
+    if (b == NULL || cl == NULL || r->request_body == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the body stays in ctx->cache until the request's pool goes */
+
+    b->start = (u_char *) body.data;
+    b->pos = b->start;
+    b->last = b->start + body.len;
+    b->end = b->last;
+    b->memory = 1;
+    b->last_buf = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    r->request_body->bufs = cl;
+    r->request_body->buf = b;
+    r->headers_in.content_length_n = body.len;
+    r->headers_in.chunked = 0;
+
+    if (r->headers_in.content_length) {
+        p = ngx_pnalloc(r->pool, NGX_OFF_T_LEN);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        r->headers_in.content_length->value.data = p;
+        r->headers_in.content_length->value.len =
+                                  ngx_sprintf(p, "%O", (off_t) body.len) - p;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -586,6 +711,7 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
 {
     ngx_http_rpcedge_cache_ctx_t   *ctx = data;
 
+    int32_t                         hit;
     rpcedge_str_t                   miss, ttl;
     ngx_http_request_t             *mr;
     ngx_http_rpcedge_cache_call_t  *call;
@@ -617,20 +743,37 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
         ttl.data = call->ttl.data;
         ttl.len = call->ttl.len;
 
-        if (rpcedge_cache_answered(ctx->cache, (uint16_t) call->status, miss,
-                                   ttl, call->answer.data, call->answer.len,
-                                   ngx_http_rpcedge_min_length(mr)))
-        {
+        hit = rpcedge_cache_answered(ctx->cache, (uint16_t) call->status,
+                                     miss, ttl, call->answer.data,
+                                     call->answer.len,
+                                     ngx_http_rpcedge_min_length(mr));
+
+        /* what it found: a call's hit, a batch's entries */
+
+        conf = ngx_http_get_module_loc_conf(mr, ngx_http_rpcedge_cache_module);
+
+        if (conf->hot) {
+            ngx_http_rpcedge_cache_keep_hot(ctx, conf->hot, call);
+        }
+
+        if (hit) {
             ctx->state = ngx_http_rpcedge_cache_hit;
 
-            conf = ngx_http_get_module_loc_conf(mr,
-                                                ngx_http_rpcedge_cache_module);
-            if (conf->hot) {
-                ngx_http_rpcedge_cache_keep_hot(ctx, conf->hot, call);
-            }
-
         } else {
-            ctx->state = ngx_http_rpcedge_cache_pass_on;
+            /* a batch's keys on another shard */
+
+            switch (ngx_http_rpcedge_cache_ask(mr, ctx)) {
+
+            case NGX_OK:
+                return NGX_OK;
+
+            case NGX_ERROR:
+                rpcedge_cache_failed(ctx->cache);
+                /* fall through */
+
+            default:
+                ctx->state = ngx_http_rpcedge_cache_pass_on;
+            }
         }
 
     } else {
@@ -640,6 +783,12 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
 
         rpcedge_cache_failed(ctx->cache);
         ctx->state = ngx_http_rpcedge_cache_pass_on;
+    }
+
+    if (ctx->state == ngx_http_rpcedge_cache_pass_on
+        && ngx_http_rpcedge_cache_forward(mr, ctx) != NGX_OK)
+    {
+        ctx->state = ngx_http_rpcedge_cache_failed_on;
     }
 
 #if (NGX_DEBUG)
@@ -676,6 +825,10 @@ ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
 
     rpcedge_cache_failed(ctx->cache);
     ctx->state = ngx_http_rpcedge_cache_pass_on;
+
+    if (ngx_http_rpcedge_cache_forward(r, ctx) != NGX_OK) {
+        ctx->state = ngx_http_rpcedge_cache_failed_on;
+    }
 
     /*
      * end the lookup now: a background subrequest holds the client's
@@ -818,16 +971,7 @@ static void
 ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    ngx_uint_t                      i;
-    ngx_buf_t                      *b;
-    ngx_chain_t                    *cl;
-    rpcedge_str_t                   values[3];
-    ngx_http_request_t             *sr;
-    rpcedge_store_call_t            put;
-    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
-    ngx_http_request_body_t        *rb;
-    ngx_http_post_subrequest_t     *ps;
-    ngx_http_rpcedge_cache_conf_t  *conf;
+    rpcedge_store_call_t  put;
 
     if (!rpcedge_cache_store(ctx->cache, ctx->held.data, ctx->held.len,
                              &put))
@@ -840,19 +984,34 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
         ngx_memzero(&ctx->held, sizeof(ngx_http_rpcedge_cache_bytes_t));
     }
 
-    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
-    rb = ngx_pcalloc(r->pool, sizeof(ngx_http_request_body_t));
-    b = ngx_calloc_buf(r->pool);
-    cl = ngx_alloc_chain_link(r->pool);
+    ngx_http_rpcedge_cache_put(r, ctx, &put);
+}
 
-    if (ps == NULL || rb == NULL || b == NULL || cl == NULL) {
+
+/* one store, a background subrequest; a batch's next store follows it */
+
+static void
+ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_store_call_t *put)
+{
+    ngx_uint_t                      i;
+    rpcedge_str_t                   values[3];
+    ngx_http_request_t             *sr;
+    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
+    ngx_http_post_subrequest_t     *ps;
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    ctx->shard = put->shard;
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
         goto failed;
     }
 
     ps->handler = ngx_http_rpcedge_cache_stored;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, ctx, put.path, ps, 0);
+    sr = ngx_http_rpcedge_cache_call(r, ctx, put->path, ps, 0);
     if (sr == NULL) {
         goto failed;
     }
@@ -862,9 +1021,9 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 
     /* the entry's namespace, TTL and finality, those that apply */
 
-    values[0] = put.ns;
-    values[1] = put.ttl;
-    values[2] = put.requires_final;
+    values[0] = put->ns;
+    values[1] = put->ttl;
+    values[2] = put->requires_final;
 
     for (i = 0; i < 3; i++) {
         if (values[i].data != NULL
@@ -880,19 +1039,9 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 
     /* the entry stays in ctx->cache until the request's pool goes */
 
-    b->start = (u_char *) put.body.data;
-    b->pos = b->start;
-    b->last = b->start + put.body.len;
-    b->end = b->last;
-    b->memory = 1;
-    b->last_buf = 1;
-
-    cl->buf = b;
-    cl->next = NULL;
-
-    rb->bufs = cl;
-    sr->request_body = rb;
-    sr->headers_in.content_length_n = put.body.len;
+    if (ngx_http_rpcedge_cache_set_body(sr, put->body) != NGX_OK) {
+        goto failed;
+    }
 
     /* the daemon deflates the entry before it answers: a timeout of its own */
 
@@ -921,6 +1070,7 @@ ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
 
     ngx_uint_t                      status;
     rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
+    rpcedge_store_call_t            put;
     ngx_http_rpcedge_cache_call_t  *call;
 
     if (ctx->timer.timer_set) {
@@ -940,7 +1090,46 @@ ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
     ngx_http_rpcedge_count(counts, rpcedge_count_store((uint16_t) status,
                                                        counts));
 
+    if (rpcedge_cache_next_store(ctx->cache, &put)) {
+        ngx_http_rpcedge_cache_put(ctx->request, ctx, &put);
+    }
+
     /* the client has its answer whatever the daemon said */
+
+    return NGX_OK;
+}
+
+
+/* a call's body, bytes that outlive it */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr, rpcedge_str_t body)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_request_body_t  *rb;
+
+    rb = ngx_pcalloc(sr->pool, sizeof(ngx_http_request_body_t));
+    b = ngx_calloc_buf(sr->pool);
+    cl = ngx_alloc_chain_link(sr->pool);
+
+    if (rb == NULL || b == NULL || cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->start = (u_char *) body.data;
+    b->pos = b->start;
+    b->last = b->start + body.len;
+    b->end = b->last;
+    b->memory = body.len ? 1 : 0;
+    b->last_buf = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    rb->bufs = cl;
+    sr->request_body = rb;
+    sr->headers_in.content_length_n = body.len;
 
     return NGX_OK;
 }
@@ -1120,6 +1309,8 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
                                            r->headers_out.content_length_n,
                                            headers, n);
 
+        ctx->replacing = rpcedge_cache_replaces_body(ctx->cache);
+
         if (ctx->holding) {
             /* file buffers are read into memory above this filter */
             r->filter_need_in_memory = 1;
@@ -1158,6 +1349,12 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         }
     }
 
+    /* a merged batch's headers go with its body, which sets their length */
+
+    if (ctx->replacing) {
+        return NGX_OK;
+    }
+
     return ngx_http_next_header_filter(r);
 }
 
@@ -1168,7 +1365,6 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ngx_int_t                       rc;
     ngx_uint_t                      last;
     ngx_chain_t                    *cl;
-    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
 
@@ -1210,6 +1406,10 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return ngx_http_next_body_filter(r, in);
     }
 
+    if (ctx->replacing) {
+        return ngx_http_rpcedge_cache_replace(r, ctx, in);
+    }
+
     last = 0;
 
     for (cl = in; cl; cl = cl->next) {
@@ -1228,24 +1428,114 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     rc = ngx_http_next_body_filter(r, in);
 
-    if (!last) {
-        return rc;
+    if (last) {
+        ngx_http_rpcedge_cache_ended(r, ctx, rc);
     }
 
-    ctx->ended = 1;
+    return rc;
+}
 
-    /* the client has the whole answer on its way: store it behind it */
+
+/* the node's answer to a split batch: held whole (its buffers consumed), then
+ * the merged answer goes out with its headers and exact length; past what is
+ * held, the cache's answers go first and the rest of the node's after them */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_int_t       rc;
+    ngx_uint_t      last;
+    ngx_buf_t      *b;
+    ngx_chain_t    *cl, out;
+    rpcedge_str_t   answer;
+
+    last = 0;
+
+    for (cl = in; cl; cl = cl->next) {
+
+        if (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
+                                        (size_t) -1)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        last |= cl->buf->last_buf;
+
+        cl->buf->pos = cl->buf->last;
+        cl->buf->file_pos = cl->buf->file_last;
+    }
+
+    if (!last && rpcedge_cache_keep_holding(ctx->cache, ctx->held.len)) {
+        return NGX_OK;
+    }
+
+    rpcedge_cache_batch_answer(ctx->cache, ctx->held.data, ctx->held.len,
+                               (int32_t) last, &answer);
+
+    ctx->replacing = 0;
+    ctx->holding = last;
+
+    r->headers_out.content_length_n = last ? (off_t) answer.len : -1;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    rc = ngx_http_next_header_filter(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the answer stays in ctx->cache until the request's pool goes */
+
+    b->pos = (u_char *) answer.data;
+    b->last = b->pos + answer.len;
+    b->memory = answer.len ? 1 : 0;
+    b->last_buf = last;
+    b->flush = !last;
+
+    out.buf = b;
+    out.next = NULL;
+
+    rc = ngx_http_next_body_filter(r, &out);
+
+    if (last) {
+        ngx_http_rpcedge_cache_ended(r, ctx, rc);
+    }
+
+    return rc;
+}
+
+
+/* the client has the whole answer on its way: store it behind it, or count
+ * why the core would not keep it */
+
+static void
+ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc)
+{
+    size_t           n;
+    rpcedge_count_t  counts[RPCEDGE_COUNTS_MAX];
+
+    ctx->ended = 1;
 
     if (ctx->holding && rc != NGX_ERROR) {
         ctx->holding = 0;
         ngx_http_rpcedge_cache_store(r, ctx);
     }
 
-    /* or why the core would not keep it */
-
-    ngx_http_rpcedge_count(counts, rpcedge_count_refusal(ctx->cache, counts));
-
-    return rc;
+    while ((n = rpcedge_count_refusal(ctx->cache, counts))) {
+        ngx_http_rpcedge_count(counts, n);
+    }
 }
 
 
@@ -1626,6 +1916,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->max_request = NGX_CONF_UNSET_SIZE;
     conf->max_entry = NGX_CONF_UNSET_SIZE;
     conf->chain_ttl = NGX_CONF_UNSET;
+    conf->max_batch = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -1660,6 +1951,8 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
                               config.cache_max_entry);
     ngx_conf_merge_sec_value(conf->chain_ttl, prev->chain_ttl,
                              (time_t) config.cache_chain_ttl_s);
+    ngx_conf_merge_uint_value(conf->max_batch, prev->max_batch,
+                              config.cache_max_batch);
 
     if (conf->enable) {
         config.cache_timeout_ms = conf->timeout;
@@ -1667,6 +1960,8 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_max_request = conf->max_request;
         config.cache_max_entry = conf->max_entry;
         config.cache_chain_ttl_s = conf->chain_ttl;
+        config.cache_max_batch = conf->max_batch;
+        config.cache_shards = conf->shards;
 
         conf->settings = ngx_http_rpcedge_settings(cf, &config);
         if (conf->settings == NULL) {

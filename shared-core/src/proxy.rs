@@ -6,6 +6,7 @@
 //! How a host talks to its proxy (when it may write a body, resume or wake at a deadline) stays
 //! in the host.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,10 @@ pub struct RequestHead {
 pub enum RequestStep {
     /// Go on to the node with the body.
     Continue,
+    /// Go on to the node with this body instead of the client's (a batch less the calls the
+    /// cache answered): Content-Length set to its length, and no Accept-Encoding, as the node's
+    /// answer is merged here.
+    Forward(Vec<u8>),
     /// Keep the body so far and wait here for more.
     Wait,
     /// Make this lookup and wait for its answer (`on_lookup_answer`, or `lookup_failed` when it
@@ -106,8 +111,10 @@ pub struct ProxyExchange {
     /// What to add to the host's counters, and the compression time to record.
     counters: Vec<(Counter, u64)>,
     compress_duration: Option<u64>,
-    /// The store to make, once the node's answer has ended.
-    store: Option<DaemonCall>,
+    /// The stores to make, once the node's answer has ended.
+    stores: Vec<DaemonCall>,
+    /// The node's status, while its answer to a split batch is held to be merged.
+    merging: Option<u16>,
     /// Worth a line in the host's log.
     warning: Option<String>,
 }
@@ -127,7 +134,8 @@ impl ProxyExchange {
             compress_ns: 0,
             counters: Vec::new(),
             compress_duration: None,
-            store: None,
+            stores: Vec::new(),
+            merging: None,
             warning: None,
         }
     }
@@ -209,33 +217,41 @@ impl ProxyExchange {
             return RequestStep::Continue;
         };
         let (settings, min_length) = (self.settings.cache_settings(), self.settings.min_length);
-        match request.on_body(body_size, end_of_stream, &mut body, config, settings, hot, min_length, now_ms() / 1000) {
+        let after = request.on_body(body_size, end_of_stream, &mut body, config, settings, hot, min_length, now_ms() / 1000);
+        self.step(after, true)
+    }
+
+    fn step(&mut self, after: AfterBody, hot: bool) -> RequestStep {
+        match after {
             AfterBody::Continue => RequestStep::Continue,
+            AfterBody::Forward(body) => RequestStep::Forward(body),
             AfterBody::Wait => RequestStep::Wait,
             AfterBody::Lookup(call) => RequestStep::Lookup(call),
-            AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit, true)),
+            AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit, hot)),
         }
     }
 
-    /// The lookup could not be made, or got no answer in time: the request goes on to the node.
-    pub fn lookup_failed(&mut self) {
-        if let Some(request) = &mut self.cache {
-            request.lookup_failed();
-        }
+    /// The lookup could not be made, or got no answer in time: the request goes on to the node
+    /// (`Continue` or `Forward`).
+    pub fn lookup_failed(&mut self) -> RequestStep {
+        let after = self.cache.as_mut().map_or(AfterBody::Continue, ProxyCacheRequest::lookup_failed);
+        self.step(after, false)
     }
 
-    /// The daemon's answer to the lookup (no `:status`: it failed): the reply to send, or none
-    /// when the request goes on to the node.
+    /// The daemon's answer to the lookup (no `:status`: it failed): the reply to send, the next
+    /// lookup to make (a batch's keys on another shard), or on to the node.
     pub fn on_lookup_answer<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         headers: &[(N, V)],
         body: &[u8],
         hot: Option<&dyn HotRegion>,
         now_ms: impl FnOnce() -> u64,
-    ) -> Option<Reply> {
-        let request = self.cache.as_mut()?;
-        let hit = request.on_lookup_answer(headers, body, self.settings.min_length, hot, now_ms() / 1000)?;
-        Some(self.reply(hit, false))
+    ) -> RequestStep {
+        let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
+            return RequestStep::Continue;
+        };
+        let after = request.on_lookup_answer(headers, body, config, self.settings.min_length, hot, now_ms() / 1000);
+        self.step(after, false)
     }
 
     /// A hit, from the hot tier or the daemon.
@@ -257,25 +273,35 @@ impl ProxyExchange {
         if self.replied() {
             return Ok(ResponseHead { edits, hold: false });
         }
-        let mut status = 0;
-        for (name, value) in headers {
-            match name.as_ref() {
-                b":status" => status = std::str::from_utf8(value.as_ref()).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
-                name => {
-                    self.accept_ranges_sent |= name.eq_ignore_ascii_case(ACCEPT_RANGES.as_bytes());
-                    self.exchange.response_header(name, value.as_ref())
-                }
-            }
-        }
+        let mut merging = false;
         if let Some(request) = &mut self.cache {
             let cache_status = request.on_response_head(headers, end_of_stream, self.settings.cache_settings());
             self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
             if let Some(config) = self.settings.cache.as_ref().filter(|c| c.status_header) {
                 edits.push(HeaderOp::Append(proxy::status_header(), request.status_value(config.status_reason)));
             }
+            // (an answer that ends at its head has no body to put the store's answers into)
+            merging = request.replaces_body() && !end_of_stream;
             if end_of_stream {
                 self.store_in_cache();
             }
+        }
+        let mut status = 0;
+        for (name, value) in headers {
+            match name.as_ref() {
+                b":status" => status = std::str::from_utf8(value.as_ref()).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
+                // a merged batch's length is its own, known once it is whole
+                b"content-length" if merging => {}
+                name => {
+                    self.accept_ranges_sent |= name.eq_ignore_ascii_case(ACCEPT_RANGES.as_bytes());
+                    self.exchange.response_header(name, value.as_ref())
+                }
+            }
+        }
+        if merging {
+            // the exchange's plan waits for the merged body
+            self.merging = Some(status);
+            return Ok(ResponseHead { edits, hold: true });
         }
         if end_of_stream {
             // no body follows: the core sees an empty one
@@ -323,8 +349,11 @@ impl ProxyExchange {
         flush: bool,
         now_ms: impl FnOnce() -> u64,
     ) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        if self.merging.is_some() {
+            return self.merge(chunk, end, flush, now_ms());
+        }
         if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
-            request.hold(chunk, self.settings.cache_settings());
+            request.hold(chunk);
         }
         if end {
             self.store_in_cache();
@@ -333,6 +362,32 @@ impl ProxyExchange {
             return Ok(None);
         }
         self.feed(chunk, end, flush, now_ms())
+    }
+
+    /// More of the node's answer to a split batch, held until the client's answer can be made: then
+    /// the exchange plans and is fed that, and the rest of the node's body after it if any. Its
+    /// Content-Length is the merged body's, or none when the rest is still to come.
+    fn merge(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        let request = self.cache.as_mut().expect("only the cache merges");
+        let Some(answer) = request.merge(chunk, end) else { return Ok(None) };
+        let status = self.merging.take().expect("merging");
+        if end {
+            self.store_in_cache();
+            self.exchange.response_content_length(Some(answer.len() as u64));
+        }
+        if self.exchange.response_head(status) != BodyPlan::Pass {
+            return self.feed(&answer, end, flush, now_ms);
+        }
+        self.out.extend_from_slice(&answer);
+        self.finish(self.exchange.mode());
+        let mut edits = self.edits();
+        if !edits.iter().any(|op| matches!(op, HeaderOp::Set("content-length", _) | HeaderOp::Remove("content-length"))) {
+            edits.push(match end {
+                true => HeaderOp::Set("content-length", Cow::Owned(answer.len().to_string().into_bytes())),
+                false => HeaderOp::Remove("content-length"),
+            });
+        }
+        Ok(Some(edits))
     }
 
     /// The response's trailers: its body has ended.
@@ -404,13 +459,14 @@ impl ProxyExchange {
         }
     }
 
-    /// The node's answer has ended: its store, or why the core refuses it.
+    /// The node's answer has ended: its stores, or why the core refuses them.
     fn store_in_cache(&mut self) {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else { return };
-        match request.store(config, self.settings.cache_settings()) {
-            Ok(Some(store)) => self.store = Some(store),
-            Ok(None) => {}
-            Err(refusal) => self.counters.extend(metrics::store_refused(refusal).map(|c| (c, 1))),
+        for store in request.stores(config) {
+            match store {
+                Ok(store) => self.stores.push(store),
+                Err(refusal) => self.counters.extend(metrics::store_refused(refusal).map(|c| (c, 1))),
+            }
         }
     }
 
@@ -444,9 +500,9 @@ impl ProxyExchange {
         (std::mem::take(&mut self.counters), self.compress_duration.take())
     }
 
-    /// The store to make, once the node's answer has ended.
-    pub fn take_store(&mut self) -> Option<DaemonCall> {
-        self.store.take()
+    /// The stores to make, once the node's answer has ended.
+    pub fn take_stores(&mut self) -> Vec<DaemonCall> {
+        std::mem::take(&mut self.stores)
     }
 
     /// A line for the host's log, when there is one.

@@ -77,43 +77,65 @@ impl Filter {
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
         ask_upstream(host, after.upstream_accept);
-        let status = match after.step {
-            RequestStep::Continue => BodyStatus::Continue,
-            RequestStep::Wait => BodyStatus::StopIterationAndBuffer,
+        // the body so far is Envoy's received data, and what it buffered before
+        let status = match self.step(host, after.step, &[BodyType::BufferedRequest, BodyType::ReceivedRequest]) {
+            Step::Continue => BodyStatus::Continue,
+            Step::Wait => BodyStatus::StopIterationAndBuffer,
+            Step::Replied => BodyStatus::StopIterationNoBuffer,
+        };
+        self.account(host);
+        status
+    }
+
+    /// Does what the core says after the request's body or a lookup's answer; `body` names where
+    /// Envoy holds the request body.
+    fn step(&mut self, host: Host, step: RequestStep, body: &[BodyType]) -> Step {
+        match step {
+            RequestStep::Continue => Step::Continue,
+            RequestStep::Forward(forward) => {
+                for &kind in body {
+                    host.drain_body(kind, host.body_size(kind));
+                }
+                host.append_body(body[0], &forward);
+                host.set_header(HeaderType::Request, "content-length", Some(forward.len().to_string().as_bytes()));
+                // the node's answer is merged here, plain
+                host.set_header(HeaderType::Request, "accept-encoding", None);
+                Step::Continue
+            }
+            RequestStep::Wait => Step::Wait,
             RequestStep::Reply(reply) => {
                 send_reply(host, &reply);
-                BodyStatus::StopIterationNoBuffer
+                Step::Replied
             }
             RequestStep::Lookup(call) => {
                 let timeout_ms = self.shared.cache.as_ref().map_or(0, |cache| cache.config.timeout_ms);
                 match host.call(&call, timeout_ms) {
                     Some(id) => {
                         self.lookup = Some(id);
-                        BodyStatus::StopIterationAndBuffer
+                        Step::Wait
                     }
                     None => {
                         log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}", call.cluster));
-                        self.exchange.lookup_failed();
-                        BodyStatus::Continue
+                        let step = self.exchange.lookup_failed();
+                        self.step(host, step, body)
                     }
                 }
             }
-        };
-        self.account(host);
-        status
+        }
     }
 
-    /// The daemon answered a lookup (no headers: it did not, in time): its hit goes out, or the
-    /// request goes on to the node.
+    /// The daemon answered a lookup (no headers: it did not, in time): its hit goes out, the next
+    /// lookup is made, or the request goes on to the node.
     pub fn on_lookup_answer(&mut self, host: Host, id: u64, headers: &[(&[u8], &[u8])], body: &[u8]) {
         if self.lookup != Some(id) {
             return;
         }
         self.lookup = None;
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        match self.exchange.on_lookup_answer(headers, body, hot, now_ms) {
-            Some(reply) => send_reply(host, &reply),
-            None => host.continue_request(),
+        let step = self.exchange.on_lookup_answer(headers, body, hot, now_ms);
+        // Envoy buffered the whole request body while the lookup ran
+        if self.step(host, step, &[BodyType::BufferedRequest]) == Step::Continue {
+            host.continue_request();
         }
         self.account(host);
     }
@@ -301,8 +323,8 @@ impl Filter {
         if let Some(us) = compress_us {
             host.record(self.shared.compress_duration, us);
         }
-        if let Some(store) = self.exchange.take_store() {
-            if let Some(cache) = &self.shared.cache {
+        if let Some(cache) = &self.shared.cache {
+            for store in self.exchange.take_stores() {
                 cache.queue_store(store);
             }
         }
@@ -310,6 +332,15 @@ impl Filter {
             log(LogLevel::Warn, &warning);
         }
     }
+}
+
+/// Where the request stands after the core's step.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Continue,
+    /// Waits for more body, or for a lookup's answer.
+    Wait,
+    Replied,
 }
 
 /// Asks the node for SSZ where the core says so, without Accept-Encoding.

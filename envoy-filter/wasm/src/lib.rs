@@ -157,7 +157,7 @@ impl RootContext for Root {
         let shared = Rc::clone(self.shared.as_ref()?);
         let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node));
         let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
-        Some(Box::new(Filter { stream, lookup: None }))
+        Some(Box::new(Filter { stream, lookup: None, request_body_size: 0 }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -169,6 +169,8 @@ struct Filter {
     stream: Rc<RefCell<Stream>>,
     /// The cache lookup this request waits for.
     lookup: Option<u32>,
+    /// The request body Envoy holds while it waits.
+    request_body_size: usize,
 }
 
 impl Filter {
@@ -204,16 +206,17 @@ impl Context for Filter {
         } else {
             Vec::new()
         };
+        let request_body_size = self.request_body_size;
+        let mut lookup = None;
         self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
-            match stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms) {
-                Some(reply) if cache::send_reply(&reply) => {}
-                _ => {
-                    let _ = hostcalls::resume_http_request();
-                }
+            let step = stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms);
+            if let Action::Continue = request_step(stream, step, request_body_size, &mut lookup) {
+                let _ = hostcalls::resume_http_request();
             }
             Action::Continue
         });
+        self.lookup = lookup;
     }
 
     fn on_done(&mut self) -> bool {
@@ -250,27 +253,11 @@ impl HttpContext for Filter {
             let shared = Rc::clone(&stream.shared);
             let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms);
             ask_upstream(after.upstream_accept);
-            match after.step {
-                RequestStep::Continue => Action::Continue,
-                RequestStep::Wait => Action::Pause,
-                RequestStep::Reply(reply) if cache::send_reply(&reply) => Action::Pause,
-                RequestStep::Reply(_) => Action::Continue,
-                RequestStep::Lookup(call) => {
-                    let timeout = shared.settings.cache.as_ref().map_or(0, |cache| cache.timeout_ms);
-                    match cache::dispatch(&call, Duration::from_millis(timeout)) {
-                        Some(token) => {
-                            lookup = Some(token);
-                            Action::Pause
-                        }
-                        None => {
-                            stream.exchange.lookup_failed();
-                            Action::Continue
-                        }
-                    }
-                }
-            }
+            request_step(stream, after.step, body_size, &mut lookup)
         });
         self.lookup = lookup;
+        // the body Envoy buffers while a lookup runs
+        self.request_body_size = body_size;
         action
     }
 
@@ -472,12 +459,46 @@ impl Stream {
         if let Some(us) = compress_us {
             let _ = hostcalls::record_metric(self.shared.metrics.compress_duration, us);
         }
-        if let Some(store) = self.exchange.take_store() {
-            self.shared.stores.borrow_mut().push(store);
+        let stores = self.exchange.take_stores();
+        if !stores.is_empty() {
+            self.shared.stores.borrow_mut().extend(stores);
             self.shared.set_tick(&self.shared.waiting.borrow());
         }
         if let Some(warning) = self.exchange.take_warning() {
             log::warn!("{warning}");
+        }
+    }
+}
+
+/// Does what the core says after the request's body (of `body_size` bytes) or a lookup's answer:
+/// `Pause` while it waits (for more body, or a lookup's answer, whose token goes in `lookup`) or
+/// has replied.
+fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup: &mut Option<u32>) -> Action {
+    match step {
+        RequestStep::Continue => Action::Continue,
+        RequestStep::Forward(body) => {
+            let _ = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &body);
+            let length = body.len().to_string();
+            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", Some(&length));
+            // the node's answer is merged here, plain
+            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
+            Action::Continue
+        }
+        RequestStep::Wait => Action::Pause,
+        RequestStep::Reply(reply) if cache::send_reply(&reply) => Action::Pause,
+        RequestStep::Reply(_) => Action::Continue,
+        RequestStep::Lookup(call) => {
+            let timeout = stream.shared.settings.cache.as_ref().map_or(0, |cache| cache.timeout_ms);
+            match cache::dispatch(&call, Duration::from_millis(timeout)) {
+                Some(token) => {
+                    *lookup = Some(token);
+                    Action::Pause
+                }
+                None => {
+                    let step = stream.exchange.lookup_failed();
+                    request_step(stream, step, body_size, lookup)
+                }
+            }
         }
     }
 }

@@ -126,6 +126,14 @@ uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_e
 typedef struct rpcedge_cache_t rpcedge_cache_t;
 
 typedef struct {
+  uint32_t shard;
+  int32_t post;
+  rpcedge_str_t path;
+  rpcedge_str_t body;
+} rpcedge_lookup_call_t;
+
+typedef struct {
+  uint32_t shard;
   rpcedge_str_t path;
   rpcedge_str_t ns;
   rpcedge_str_t ttl;
@@ -137,8 +145,7 @@ rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_s
                                    const uint8_t *body, size_t body_len, const rpcedge_header_t *headers,
                                    size_t headers_len);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
-int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
-uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
+int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
                                const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
@@ -478,20 +485,20 @@ function _M.cache(settings, body, namespace)
 end
 
 
--- The key (64 hex digits), or nil when the cache does not take the request.
+-- The key (64 hex digits), or nil when the cache does not take the request. A batch is split
+-- by the daemon's multi-key lookup (nginx's C module, Envoy): with this binding's own storage
+-- it goes to the node whole.
 function Cache:key()
-    local path = ffi_new("rpcedge_str_t")
-    if lib.rpcedge_cache_lookup_path(self.handle, path) == 0 then
+    if self.looked_up then
+        return self.looked_up
+    end
+    local call = ffi_new("rpcedge_lookup_call_t")
+    if lib.rpcedge_cache_next_lookup(self.handle, call) == 0 or call.post ~= 0 then
         return nil
     end
     -- the path's last segment (the daemon's protocol is the core's: cache::protocol)
-    return lua_string(path):match("[^/]+$")
-end
-
-
--- Which of `shards` stores holds the key: 0 .. shards - 1.
-function Cache:shard(shards)
-    return tonumber(lib.rpcedge_cache_shard(self.handle, shards))
+    self.looked_up = lua_string(call.path):match("[^/]+$")
+    return self.looked_up
 end
 
 
@@ -546,6 +553,10 @@ end
 -- entry's result is deflated here, once (rpcedge-cached does it when it is the storage), so
 -- that every gzip hit is a splice.
 function Cache:store(body)
+    if not self:key() then
+        -- a batch: its answers are stored by the daemon's hosts
+        return nil
+    end
     local call = ffi_new("rpcedge_store_call_t")
     if lib.rpcedge_cache_store(self.handle, body, #body, call) == 0 then
         count(lib.rpcedge_count_refusal(self.handle, counts))

@@ -149,6 +149,11 @@ typedef struct {
   uint64_t cache_max_request;
   uint64_t cache_max_entry;
   uint64_t cache_chain_ttl_s;
+  uint64_t cache_max_batch;
+  /**
+   * How many daemons share the keys (`rpcedge_cache_shards`).
+   */
+  uint64_t cache_shards;
 } rpcedge_config_t;
 
 /**
@@ -217,10 +222,25 @@ typedef struct {
 } rpcedge_output_t;
 
 /**
- * The call that stores an answer: `PUT path`, with these headers (a NULL `data` is an absent
- * header) and body. Valid until the next call on the handle.
+ * A lookup to make: `GET path` (one key), or `POST path` with `body` (a batch's keys), to the
+ * daemon of shard `shard`. Valid until the next call on the handle.
  */
 typedef struct {
+  uint32_t shard;
+  /**
+   * 1: a POST with `body`; 0: a GET.
+   */
+  int32_t post;
+  rpcedge_str_t path;
+  rpcedge_str_t body;
+} rpcedge_lookup_call_t;
+
+/**
+ * The call that stores an answer: `PUT path` to the daemon of shard `shard`, with these headers
+ * (a NULL `data` is an absent header) and body. Valid until the next call on the handle.
+ */
+typedef struct {
+  uint32_t shard;
   rpcedge_str_t path;
   rpcedge_str_t ns;
   rpcedge_str_t ttl;
@@ -520,20 +540,23 @@ int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t 
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 
 /**
- * The lookup to make (`GET` this path of the daemon), or 0 when the request bypasses the cache.
+ * The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
+ * `rpcedge_cache_node_request`'s body, if any). One call makes one lookup; a batch's keys make
+ * one per shard that holds any, each made after the last one's answer.
  *
  * # Safety
- * `cache` is NULL or live; `path` is NULL or writable.
+ * `cache` is NULL or live; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_lookup_path(const rpcedge_cache_t *cache, rpcedge_str_t *path);
+int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
 
 /**
- * Which of `shards` daemons to ask: 0 to `shards - 1`.
+ * The body to send the node instead of the client's, once the lookups are over: 1 with `body`
+ * filled (a batch less the calls the cache answered), 0 to send the client's own.
  *
  * # Safety
- * `cache` is NULL or live.
+ * `cache` is NULL or live; `body` is NULL or writable.
  */
-uint32_t rpcedge_cache_shard(const rpcedge_cache_t *cache, uint32_t shards);
+int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 
 /**
  * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
@@ -615,8 +638,8 @@ void rpcedge_cache_failed(rpcedge_cache_t *cache);
 
 /**
  * The node's response head: its status, length (negative: none) and `headers_len` headers,
- * Content-Type and Content-Encoding among them. 1: keep the plain body for
- * `rpcedge_cache_store`; 0: do not.
+ * Content-Type and Content-Encoding among them. 1: hold the plain body, for `rpcedge_cache_store`
+ * and, where `rpcedge_cache_replaces_body` says so, `rpcedge_cache_batch_answer`; 0: do not.
  *
  * # Safety
  * `cache` is NULL or live; `headers` points to `headers_len` headers.
@@ -624,8 +647,9 @@ void rpcedge_cache_failed(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
- * The host holds `held` bytes of a body whose length the head did not give. 1: go on holding
- * it; 0: drop it, it is too large to store.
+ * The host holds `held` bytes of the node's body. 1: go on holding it; 0: stop, it is too large
+ * to store (or, for a batch's answer to merge, to hold: give what is held to
+ * `rpcedge_cache_batch_answer`, then pass the rest on).
  *
  * # Safety
  * `cache` is NULL or live.
@@ -633,13 +657,42 @@ int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int
 int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 
 /**
- * The node's whole plain body. 1: `call` is filled with the PUT that stores it; 0: it is not
- * kept (an error, a null, too large, ...).
+ * 1 when the node's answer (to a batch less the calls the cache answered) is held rather than
+ * passed on, and the client gets `rpcedge_cache_batch_answer`'s body, with its own length.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
+
+/**
+ * What the client gets in place of the node's answer `body`: with `whole` not 0 the node's whole
+ * answer, merged with the cache's in the client's order; with 0 the start of an answer too long
+ * to hold, after which the host passes the rest on as it comes.
+ *
+ * # Safety
+ * `cache` is NULL or live; `body` points to `len` readable bytes; `answer` is NULL or writable.
+ */
+void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole, rpcedge_str_t *answer);
+
+/**
+ * The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
+ * 1: `call` is filled with the first PUT that stores it, and `rpcedge_cache_next_store` gives
+ * the others (a batch's answer may give several); 0: nothing is kept (an error, a null, too
+ * large, ...). `rpcedge_count_refusal` counts what is not.
  *
  * # Safety
  * `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
  */
 int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
+
+/**
+ * The next PUT of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
+ *
+ * # Safety
+ * `cache` is NULL or live; `call` is NULL or writable.
+ */
+int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
 
 /**
  * For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry

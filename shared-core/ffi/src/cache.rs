@@ -4,8 +4,10 @@
 use std::ptr;
 
 use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
+use std::collections::VecDeque;
+
 use rpcedge_core::cache::{
-    entry_bound, protocol, CacheExchange, CacheSettings, DaemonAnswer, Entry, HitResponse, HotTier, Refusal, Status,
+    entry_bound, protocol, CacheExchange, DaemonAnswer, Entry, HitResponse, HotTier, LookupCall, Refusal, Status,
     StoreCall,
 };
 use rpcedge_core::config::MAX_ENTRY;
@@ -13,20 +15,37 @@ use rpcedge_core::config::MAX_ENTRY;
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
     pub(super) exchange: CacheExchange,
-    settings: CacheSettings,
-    lookup_path: Option<String>,
+    lookup: Option<LookupCall>,
+    /// The body the node gets instead of the client's.
+    node_request: Option<Vec<u8>>,
+    /// What the client gets instead of the node's body.
+    batch_answer: Vec<u8>,
     hit: Option<HitResponse>,
     /// The hit came from the hot tier.
     pub(super) hot: bool,
+    /// The store handed out last, and those still to hand out.
     store: Option<StoreCall>,
-    /// Why `rpcedge_cache_store` did not keep the answer, until it is counted.
-    pub(super) refusal: Option<Refusal>,
+    stores: VecDeque<StoreCall>,
+    /// Why answers were not kept, until they are counted.
+    pub(super) refusals: Vec<Refusal>,
 }
 
-/// The call that stores an answer: `PUT path`, with these headers (a NULL `data` is an absent
-/// header) and body. Valid until the next call on the handle.
+/// A lookup to make: `GET path` (one key), or `POST path` with `body` (a batch's keys), to the
+/// daemon of shard `shard`. Valid until the next call on the handle.
+#[repr(C)]
+pub struct RpcedgeLookupCall {
+    pub shard: u32,
+    /// 1: a POST with `body`; 0: a GET.
+    pub post: i32,
+    pub path: RpcedgeStr,
+    pub body: RpcedgeStr,
+}
+
+/// The call that stores an answer: `PUT path` to the daemon of shard `shard`, with these headers
+/// (a NULL `data` is an absent header) and body. Valid until the next call on the handle.
 #[repr(C)]
 pub struct RpcedgeStoreCall {
+    pub shard: u32,
     pub path: RpcedgeStr,
     pub ns: RpcedgeStr,
     pub ttl: RpcedgeStr,
@@ -73,8 +92,17 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         let method = string(&method).unwrap_or_default();
         let headers = header_list(headers, headers_len);
         let exchange = CacheExchange::new(namespace.as_deref(), method, body, &headers, &settings);
-        let lookup_path = exchange.lookup_path();
-        let cache = RpcedgeCache { exchange, settings, lookup_path, hit: None, hot: false, store: None, refusal: None };
+        let cache = RpcedgeCache {
+            exchange,
+            lookup: None,
+            node_request: None,
+            batch_answer: Vec::new(),
+            hit: None,
+            hot: false,
+            store: None,
+            stores: VecDeque::new(),
+            refusals: Vec::new(),
+        };
         Box::into_raw(Box::new(cache))
     })
 }
@@ -100,27 +128,42 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
     }
 }
 
-/// The lookup to make (`GET` this path of the daemon), or 0 when the request bypasses the cache.
+/// The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
+/// `rpcedge_cache_node_request`'s body, if any). One call makes one lookup; a batch's keys make
+/// one per shard that holds any, each made after the last one's answer.
 ///
 /// # Safety
-/// `cache` is NULL or live; `path` is NULL or writable.
+/// `cache` is NULL or live; `call` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_lookup_path(cache: *const RpcedgeCache, path: *mut RpcedgeStr) -> i32 {
-    put(path, RpcedgeStr::NONE);
+pub unsafe extern "C" fn rpcedge_cache_next_lookup(cache: *mut RpcedgeCache, call: *mut RpcedgeLookupCall) -> i32 {
+    let none = || RpcedgeLookupCall { shard: 0, post: 0, path: RpcedgeStr::NONE, body: RpcedgeStr::NONE };
+    put(call, none());
     guard(0, || {
-        let Some(lookup) = cache.as_ref().and_then(|c| c.lookup_path.as_ref()) else { return 0 };
-        put(path, RpcedgeStr::of(lookup.as_bytes()));
+        let Some(cache) = cache.as_mut() else { return 0 };
+        cache.lookup = cache.exchange.next_lookup();
+        let Some(lookup) = &cache.lookup else { return 0 };
+        let body = if lookup.body.is_empty() { RpcedgeStr::NONE } else { RpcedgeStr::of(&lookup.body) };
+        let post = (lookup.method == "POST").into();
+        put(call, RpcedgeLookupCall { shard: lookup.shard, post, path: RpcedgeStr::of(lookup.path.as_bytes()), body });
         1
     })
 }
 
-/// Which of `shards` daemons to ask: 0 to `shards - 1`.
+/// The body to send the node instead of the client's, once the lookups are over: 1 with `body`
+/// filled (a batch less the calls the cache answered), 0 to send the client's own.
 ///
 /// # Safety
-/// `cache` is NULL or live.
+/// `cache` is NULL or live; `body` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_shard(cache: *const RpcedgeCache, shards: u32) -> u32 {
-    guard(0, || cache.as_ref().map_or(0, |c| c.exchange.shard(shards)))
+pub unsafe extern "C" fn rpcedge_cache_node_request(cache: *mut RpcedgeCache, body: *mut RpcedgeStr) -> i32 {
+    put(body, RpcedgeStr::NONE);
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        cache.node_request = cache.exchange.node_request();
+        let Some(request) = &cache.node_request else { return 0 };
+        put(body, RpcedgeStr::of(request));
+        1
+    })
 }
 
 /// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
@@ -269,8 +312,8 @@ pub unsafe extern "C" fn rpcedge_cache_failed(cache: *mut RpcedgeCache) {
 }
 
 /// The node's response head: its status, length (negative: none) and `headers_len` headers,
-/// Content-Type and Content-Encoding among them. 1: keep the plain body for
-/// `rpcedge_cache_store`; 0: do not.
+/// Content-Type and Content-Encoding among them. 1: hold the plain body, for `rpcedge_cache_store`
+/// and, where `rpcedge_cache_replaces_body` says so, `rpcedge_cache_batch_answer`; 0: do not.
 ///
 /// # Safety
 /// `cache` is NULL or live; `headers` points to `headers_len` headers.
@@ -285,8 +328,7 @@ pub unsafe extern "C" fn rpcedge_cache_response_head(
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         let length = u64::try_from(content_length).ok();
-        let settings = &cache.settings;
-        cache.exchange.response_head(status, length, &header_list(headers, headers_len), settings).into()
+        cache.exchange.response_head(status, length, &header_list(headers, headers_len)).into()
     })
 }
 
@@ -299,22 +341,54 @@ unsafe fn header_list<'a>(headers: *const RpcedgeHeader, len: usize) -> Vec<(&'a
     headers.iter().map(|h| (bytes(h.name, h.name_len), bytes(h.value, h.value_len))).collect()
 }
 
-/// The host holds `held` bytes of a body whose length the head did not give. 1: go on holding
-/// it; 0: drop it, it is too large to store.
+/// The host holds `held` bytes of the node's body. 1: go on holding it; 0: stop, it is too large
+/// to store (or, for a batch's answer to merge, to hold: give what is held to
+/// `rpcedge_cache_batch_answer`, then pass the rest on).
 ///
 /// # Safety
 /// `cache` is NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_keep_holding(cache: *mut RpcedgeCache, held: u64) -> i32 {
-    guard(0, || {
-        let Some(cache) = cache.as_mut() else { return 0 };
-        let settings = &cache.settings;
-        cache.exchange.keep_holding(held, settings).into()
+    guard(0, || cache.as_mut().is_some_and(|cache| cache.exchange.keep_holding(held)).into())
+}
+
+/// 1 when the node's answer (to a batch less the calls the cache answered) is held rather than
+/// passed on, and the client gets `rpcedge_cache_batch_answer`'s body, with its own length.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_replaces_body(cache: *const RpcedgeCache) -> i32 {
+    guard(0, || cache.as_ref().is_some_and(|cache| cache.exchange.replaces_body()).into())
+}
+
+/// What the client gets in place of the node's answer `body`: with `whole` not 0 the node's whole
+/// answer, merged with the cache's in the client's order; with 0 the start of an answer too long
+/// to hold, after which the host passes the rest on as it comes.
+///
+/// # Safety
+/// `cache` is NULL or live; `body` points to `len` readable bytes; `answer` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_batch_answer(
+    cache: *mut RpcedgeCache,
+    body: *const u8,
+    len: usize,
+    whole: i32,
+    answer: *mut RpcedgeStr,
+) {
+    put(answer, RpcedgeStr::NONE);
+    guard((), || {
+        if let Some(cache) = cache.as_mut() {
+            cache.batch_answer = cache.exchange.batch_answer(bytes(body, len), whole != 0);
+            put(answer, RpcedgeStr::of(&cache.batch_answer));
+        }
     })
 }
 
-/// The node's whole plain body. 1: `call` is filled with the PUT that stores it; 0: it is not
-/// kept (an error, a null, too large, ...).
+/// The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
+/// 1: `call` is filled with the first PUT that stores it, and `rpcedge_cache_next_store` gives
+/// the others (a batch's answer may give several); 0: nothing is kept (an error, a null, too
+/// large, ...). `rpcedge_count_refusal` counts what is not.
 ///
 /// # Safety
 /// `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
@@ -328,13 +402,30 @@ pub unsafe extern "C" fn rpcedge_cache_store(
     put(call, store_call(None));
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let settings = &cache.settings;
-        let store = cache.exchange.store(bytes(body, len), settings);
-        cache.refusal = store.as_ref().err().copied();
-        cache.store = store.ok();
-        put(call, store_call(cache.store.as_ref()));
-        cache.store.is_some().into()
+        for store in cache.exchange.stores(bytes(body, len)) {
+            match store {
+                Ok(store) => cache.stores.push_back(store),
+                Err(refusal) => cache.refusals.push(refusal),
+            }
+        }
+        next_store(cache, call)
     })
+}
+
+/// The next PUT of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
+///
+/// # Safety
+/// `cache` is NULL or live; `call` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_next_store(cache: *mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
+    put(call, store_call(None));
+    guard(0, || cache.as_mut().map_or(0, |cache| next_store(cache, call)))
+}
+
+unsafe fn next_store(cache: &mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
+    cache.store = cache.stores.pop_front();
+    put(call, store_call(cache.store.as_ref()));
+    cache.store.is_some().into()
 }
 
 /// For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry
@@ -357,10 +448,18 @@ pub unsafe extern "C" fn rpcedge_cache_compact_store(cache: *mut RpcedgeCache, c
 
 fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     let Some(store) = store else {
-        return RpcedgeStoreCall { path: RpcedgeStr::NONE, ns: RpcedgeStr::NONE, ttl: RpcedgeStr::NONE, requires_final: RpcedgeStr::NONE, body: RpcedgeStr::NONE };
+        return RpcedgeStoreCall {
+            shard: 0,
+            path: RpcedgeStr::NONE,
+            ns: RpcedgeStr::NONE,
+            ttl: RpcedgeStr::NONE,
+            requires_final: RpcedgeStr::NONE,
+            body: RpcedgeStr::NONE,
+        };
     };
     let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(RpcedgeStr::NONE, |(_, v)| RpcedgeStr::of(v.as_bytes()));
     RpcedgeStoreCall {
+        shard: store.shard,
         path: RpcedgeStr::of(store.path.as_bytes()),
         ns: header(protocol::NAMESPACE_HEADER),
         ttl: header(protocol::TTL_HEADER),

@@ -75,6 +75,9 @@ pub struct RpcedgeConfig {
     pub cache_max_request: u64,
     pub cache_max_entry: u64,
     pub cache_chain_ttl_s: u64,
+    pub cache_max_batch: u64,
+    /// How many daemons share the keys (`rpcedge_cache_shards`).
+    pub cache_shards: u64,
 }
 
 /// Where a configuration error is written: the field's name and a message, NUL-terminated and
@@ -310,6 +313,9 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             max_request: c.cache_max_request,
             max_entry: c.cache_max_entry,
             chain_ttl_s: c.cache_chain_ttl_s,
+            max_batch: c.cache_max_batch,
+            // the host routes each shard's calls itself: the names only count the shards
+            clusters: (0..c.cache_shards).map(|shard| format!("shard {shard}")).collect(),
             ..CacheConfig::default()
         };
         Config {
@@ -373,6 +379,8 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         cache_max_request: cache.max_request,
         cache_max_entry: cache.max_entry,
         cache_chain_ttl_s: cache.chain_ttl_s,
+        cache_max_batch: cache.max_batch,
+        cache_shards: cache.clusters.len() as u64,
     }
 }
 

@@ -105,7 +105,7 @@ pub unsafe extern "C" fn rpcedge_count_cache(cache: *const RpcedgeCache, counts:
 pub unsafe extern "C" fn rpcedge_count_refusal(cache: *mut RpcedgeCache, counts: *mut RpcedgeCount) -> usize {
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let Some(refusal) = cache.refusal.take().or_else(|| cache.exchange.take_head_refusal()) else { return 0 };
+        let Some(refusal) = cache.refusals.pop().or_else(|| cache.exchange.take_head_refusal()) else { return 0 };
         fill(counts, once(metrics::store_refused(refusal)))
     })
 }

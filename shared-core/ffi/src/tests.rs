@@ -335,7 +335,7 @@ fn counters_are_named_as_envoy_prints_them_and_each_event_says_what_it_adds() {
 fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
     let s = SettingsHandle::new("");
     unsafe {
-        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}]"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, batch.as_ptr(), batch.len(), ptr::null(), 0);
         let bypass = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_batch", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), bypass);
@@ -398,10 +398,11 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     unsafe {
         let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
         let miss = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
-        let mut path = garbage();
-        assert_eq!(rpcedge_cache_lookup_path(miss, &mut path), 1);
-        let path = owned(&path);
-        assert!(rpcedge_cache_shard(miss, 3) < 3);
+        let mut lookup = garbage();
+        assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
+        let path = owned(&lookup.path);
+        assert_eq!((lookup.shard, lookup.post, lookup.body.data.is_null()), (0, 0, true));
+        assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
         assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(owned(&rpcedge_cache_status(miss, 0)), b"MISS");
         assert_eq!(owned(&rpcedge_cache_status(miss, 1)), b"MISS", "only a bypass has a reason");
@@ -470,9 +471,9 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
     let path_in = |ns| unsafe {
         let cache = rpcedge_cache_new(s.0, ns, POST, request.as_ptr(), request.len(), ptr::null(), 0);
-        let mut path = garbage();
-        let found = rpcedge_cache_lookup_path(cache, &mut path) == 1;
-        let path = found.then(|| owned(&path));
+        let mut lookup = garbage();
+        let found = rpcedge_cache_next_lookup(cache, &mut lookup) == 1;
+        let path = found.then(|| owned(&lookup.path));
         let status = owned(&rpcedge_cache_status(cache, 0));
         rpcedge_cache_free(cache);
         (path, status)
@@ -492,23 +493,24 @@ fn c_header(name: &'static str, value: &'static str) -> RpcedgeHeader {
 fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused() {
     let s = SettingsHandle::new("");
     unsafe {
-        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}]"#;
+        // two calls with one id: their answers could not be told apart
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId"},{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}]"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, batch.as_ptr(), batch.len(), ptr::null(), 0);
-        let mut path = garbage();
-        assert_eq!(rpcedge_cache_lookup_path(cache, &mut path), 0);
-        assert!(path.data.is_null());
+        let mut lookup = garbage();
+        assert_eq!(rpcedge_cache_next_lookup(cache, &mut lookup), 0);
+        assert!(lookup.path.data.is_null());
         assert_eq!(owned(&rpcedge_cache_status(cache, 0)), b"BYPASS");
         assert_eq!(owned(&rpcedge_cache_status(cache, 1)), b"BYPASS; reason=batch");
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
         let spilled = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, ptr::null(), 0, ptr::null(), 0);
-        assert_eq!(rpcedge_cache_lookup_path(spilled, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_next_lookup(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_lookup_path(null, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_next_lookup(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_answered(null, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
@@ -544,7 +546,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64), 1);
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
             let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
-            assert_eq!(rpcedge_cache_lookup_path(cache, ptr::null_mut()), 1);
+            assert_eq!(rpcedge_cache_next_lookup(cache, ptr::null_mut()), 1);
             assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
             assert_eq!(
                 rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),

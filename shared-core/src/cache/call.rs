@@ -43,14 +43,25 @@ pub enum Unread {
 impl<'a> Call<'a> {
     /// Reads `body` strictly.
     pub fn read(body: &'a [u8]) -> Result<Call<'a>, Unread> {
-        let mut deserializer = serde_json::Deserializer::from_slice(body);
-        let read = deserializer.deserialize_map(CallVisitor).map_err(|_| Unread::Malformed)?;
-        deserializer.end().map_err(|_| Unread::Malformed)?;
-        let call = read?;
-        if !read_alike(&call.params) {
+        let call = Call::read_members(body)?;
+        if !call.reads_alike() {
             return Err(Unread::Params);
         }
         Ok(call)
+    }
+
+    /// Reads `body`'s members strictly, its params as serde reads them: a call of a batch whose
+    /// params another decoder reads otherwise still has an id that every reader agrees on.
+    pub fn read_members(body: &'a [u8]) -> Result<Call<'a>, Unread> {
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        let read = deserializer.deserialize_map(CallVisitor).map_err(|_| Unread::Malformed)?;
+        deserializer.end().map_err(|_| Unread::Malformed)?;
+        read
+    }
+
+    /// Whether every decoder reads the params as serde does.
+    pub fn reads_alike(&self) -> bool {
+        read_alike(&self.params)
     }
 }
 

@@ -4,9 +4,10 @@
 //! status a host reports are here, so that nginx and Envoy cannot differ.
 
 
+use super::batch::{Batch, Failed};
 use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, protocol, shard, Bypass, CacheSettings, Entry, Refusal, Request};
+use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Refusal, Request};
 use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
 use crate::transcode::jsonrpc_request;
 
@@ -72,18 +73,37 @@ enum NoHit {
     OtherVariant,
 }
 
-/// The call that stores a node's answer: `PUT path` with these headers and body.
+/// A lookup to make: `method path` with this body, to the daemon of this shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupCall {
+    pub shard: u32,
+    /// `GET` for one key, `POST` for the keys of a batch ([`protocol::LOOKUP_PATH`]).
+    pub method: &'static str,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+/// The call that stores a node's answer: `PUT path` with these headers and body, to the daemon
+/// of this shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreCall {
+    pub shard: u32,
     pub path: String,
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
 }
 
+/// What the store may answer: one call, or a batch's calls.
+#[derive(Debug)]
+enum Taken {
+    Call(Request),
+    Batch(Batch),
+}
+
 /// One request's cache exchange.
 #[derive(Debug)]
 pub struct CacheExchange {
-    request: Result<Request, Bypass>,
+    request: Result<Taken, Bypass>,
     namespace: String,
     /// The request's headers, while it may be looked up: an entry is for the values of the
     /// headers its answer varies on.
@@ -97,7 +117,18 @@ pub struct CacheExchange {
     hot_ttl_s: Option<u64>,
     /// The entry the hot tier holds for this request.
     hot_entry: Option<Vec<u8>>,
+    /// The call's lookup has been made (a batch knows which of its keys were looked up).
+    looked_up: bool,
+    /// A batch's node answer is held whole and merged with what the store answered.
+    merge: bool,
+    /// What a merged batch stores, once merged.
+    captures: Vec<Result<Capture, Refusal>>,
+    settings: CacheSettings,
 }
+
+/// The longest node answer to a split batch held for merging, when `max_entry` is less: past it
+/// the client gets the store's answers, then the node's as they come.
+const MIN_MERGE_HOLD: usize = 64 * 1024;
 
 impl CacheExchange {
     /// Whether a request body of `length` bytes may be looked up at all: a host can skip
@@ -135,7 +166,10 @@ impl CacheExchange {
             if ssz && jsonrpc_request(body).is_some() {
                 return Err(Bypass::Ssz);
             }
-            lookup(namespace, body, settings)
+            if Batch::is_batch(body) {
+                return Batch::read(namespace, body, settings).map(Taken::Batch);
+            }
+            lookup(namespace, body, settings).map(Taken::Call)
         });
         let request_headers = match request {
             Ok(_) => headers.iter().map(|(n, v)| (n.as_ref().to_vec(), v.as_ref().to_vec())).collect(),
@@ -152,17 +186,40 @@ impl CacheExchange {
             head: Ok(Head::default()),
             hot_ttl_s: None,
             hot_entry: None,
+            looked_up: false,
+            merge: false,
+            captures: Vec::new(),
+            settings: settings.clone(),
         }
     }
 
-    /// The lookup to make, `GET` this path, or `None`: straight to the node.
-    pub fn lookup_path(&self) -> Option<String> {
-        self.request.as_ref().ok().map(|request| protocol::entry_path(&request.key.hex()))
+    /// The lookup to make next, or `None`: on to the node (with [`CacheExchange::node_request`]).
+    /// A batch's keys take one lookup per shard that holds any: the host makes them one after
+    /// the other, giving each answer to [`CacheExchange::answered`].
+    pub fn next_lookup(&mut self) -> Option<LookupCall> {
+        match self.request.as_mut().ok()? {
+            Taken::Call(request) if !self.looked_up => {
+                self.looked_up = true;
+                let (shard, path) = (shard(&request.key, self.settings.shards), protocol::entry_path(&request.key.hex()));
+                Some(LookupCall { shard, method: "GET", path, body: Vec::new() })
+            }
+            Taken::Call(_) => None,
+            Taken::Batch(batch) => batch.next_lookup().map(|(shard, body)| LookupCall {
+                shard,
+                method: "POST",
+                path: protocol::LOOKUP_PATH.to_string(),
+                body,
+            }),
+        }
     }
 
-    /// Which of `shards` daemons holds this request's key (0 when it bypasses).
-    pub fn shard(&self, shards: u32) -> u32 {
-        self.request.as_ref().map_or(0, |request| shard(&request.key, shards))
+    /// The body to send the node instead of the client's: a batch less the calls the store
+    /// answered. `None`: the client's own.
+    pub fn node_request(&self) -> Option<Vec<u8>> {
+        match &self.request {
+            Ok(Taken::Batch(batch)) => batch.node_request(),
+            _ => None,
+        }
     }
 
     /// Why the request bypasses the cache, if it does: its own reason, or an answer too large
@@ -174,9 +231,18 @@ impl CacheExchange {
         }
     }
 
-    /// The daemon answered the lookup: the hit to send, or `None` to ask the node.
+    /// The daemon answered the lookup: the hit to send, or `None` to make the next lookup, if
+    /// any, then ask the node.
     pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
-        let request = self.request.as_ref().ok()?;
+        let request = match self.request.as_mut().ok()? {
+            Taken::Call(request) => request,
+            Taken::Batch(batch) => {
+                if batch.answered(answer.status, answer.body).is_err() {
+                    self.status = Status::Error;
+                }
+                return self.batch_hit(min_length);
+            }
+        };
         match answer.status {
             200 => match hit(request, answer.body, &self.request_headers, self.gzip, min_length) {
                 Ok(hit) => {
@@ -206,52 +272,89 @@ impl CacheExchange {
         }
     }
 
-    /// Before the daemon is asked: whether the hot tier holds this request's entry, which is
-    /// copied out so that a host that locks the tier can let go of it before `hot_answer`.
-    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64) -> bool {
-        let Ok(request) = &self.request else { return false };
-        self.hot_entry = hot.find(&request.key, now_s).map(<[u8]>::to_vec);
-        self.hot_entry.is_some()
+    /// A batch's calls answered from what was found so far: the whole batch's hit, if every call
+    /// has its answer.
+    fn batch_hit(&mut self, min_length: u64) -> Option<HitResponse> {
+        let Ok(Taken::Batch(batch)) = &mut self.request else { return None };
+        match batch.answer(&self.request_headers, self.gzip, min_length) {
+            Ok(Some(hit)) => {
+                self.status = Status::Hit;
+                Some(HitResponse { body: hit.body, gzip: hit.gzip, headers: hit.headers })
+            }
+            Ok(None) => None,
+            Err(Failed) => {
+                self.status = Status::Error;
+                None
+            }
+        }
     }
 
-    /// The hit for the entry `find_hot` found, or `None` to ask the daemon after all.
+    /// Before the daemon is asked: whether the hot tier holds this request's entry (or any of a
+    /// batch's), which is copied out so that a host that locks the tier can let go of it before
+    /// `hot_answer`.
+    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64) -> bool {
+        match &mut self.request {
+            Ok(Taken::Call(request)) => {
+                self.hot_entry = hot.find(&request.key, now_s).map(<[u8]>::to_vec);
+                self.hot_entry.is_some()
+            }
+            Ok(Taken::Batch(batch)) => batch.find_hot(hot, now_s),
+            Err(_) => false,
+        }
+    }
+
+    /// The hit for what `find_hot` found, or `None` to ask the daemon after all.
     pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
-        let request = self.request.as_ref().ok()?;
+        let request = match self.request.as_ref().ok()? {
+            Taken::Call(request) => request,
+            Taken::Batch(_) => return self.batch_hit(min_length),
+        };
         let hit = hit(request, &self.hot_entry.take()?, &self.request_headers, self.gzip, min_length).ok()?;
         self.status = Status::Hit;
         Some(hit)
     }
 
-    /// After the daemon's hit: keeps its entry (the body of its answer) in the hot tier.
+    /// After the daemon's answer: keeps what it found in the hot tier (for one call, its entry:
+    /// the body of the answer, when it was a hit).
     pub fn keep_hot(&mut self, hot: &mut HotTier, entry: &[u8], now_s: u64) {
-        if let (Ok(request), Some(ttl_s)) = (&self.request, self.hot_ttl_s.take()) {
-            hot.keep(&request.key, entry, now_s, ttl_s);
+        match &mut self.request {
+            Ok(Taken::Call(request)) => {
+                if let Some(ttl_s) = self.hot_ttl_s.take() {
+                    hot.keep(&request.key, entry, now_s, ttl_s);
+                }
+            }
+            Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
+            Err(_) => {}
         }
     }
 
     /// The lookup failed: no answer within the timeout, or no daemon at all.
     pub fn failed(&mut self) {
-        if self.request.is_ok() {
-            self.status = Status::Error;
+        match &mut self.request {
+            Ok(Taken::Batch(batch)) => batch.failed(),
+            Ok(Taken::Call(_)) => {}
+            Err(_) => return,
         }
+        self.status = Status::Error;
     }
 
     /// The node's response head: its status, length (`None`: unknown yet) and headers, as (name,
-    /// value) pairs; whether the host should keep its plain body for the store. Only a whole 200
-    /// that the node did not encode, that fits an entry, and that a shared cache may keep
-    /// ([`Head`]) is kept, and only after the daemon answered the lookup: one that failed it is
-    /// not sent more work.
+    /// value) pairs; whether the host should hold its plain body: for the store, or for a split
+    /// batch to merge ([`CacheExchange::replaces_body`]). Only a whole 200 that the node did not
+    /// encode, that fits an entry, and that a shared cache may keep ([`Head`]) is kept, and only
+    /// after the daemon answered the lookup: one that failed it is not sent more work.
     pub fn response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         status: u16,
         content_length: Option<u64>,
         headers: &[(N, V)],
-        settings: &CacheSettings,
     ) -> bool {
         let coding = headers.iter().find(|(n, _)| n.as_ref().eq_ignore_ascii_case(b"content-encoding"));
         let encoded = coding.is_some_and(|(_, coding)| !coding.as_ref().trim_ascii().eq_ignore_ascii_case(b"identity"));
-        let too_large = content_length.is_some_and(|length| length > settings.max_entry as u64);
-        if self.request.is_ok() && too_large {
+        // the node's answer to the calls the store did not answer: merged with the store's answers
+        self.merge = matches!(&self.request, Ok(Taken::Batch(batch)) if batch.merges()) && status == 200 && !encoded;
+        let too_large = content_length.is_some_and(|length| length > self.settings.max_entry as u64);
+        if self.request.is_ok() && too_large && !self.merge {
             self.status = Status::Bypass;
         }
         let answered = matches!(self.status, Status::Miss | Status::Expired);
@@ -260,7 +363,13 @@ impl CacheExchange {
             self.head = Head::of(headers, &self.request_headers);
             self.capture = self.head.is_ok();
         }
-        self.capture
+        self.capture || self.merge
+    }
+
+    /// Whether the host sends [`CacheExchange::batch_answer`] instead of the node's body, which
+    /// it holds rather than passes on (its length is not the answer's).
+    pub fn replaces_body(&self) -> bool {
+        self.merge
     }
 
     /// Why the node's answer is not kept, when its head said so already (`Set-Cookie`,
@@ -272,25 +381,56 @@ impl CacheExchange {
     }
 
     /// The host holds `held` bytes of the body so far (its length was not known at the head):
-    /// whether to go on holding it. Past `max_entry` it will not be stored.
-    pub fn keep_holding(&mut self, held: u64, settings: &CacheSettings) -> bool {
-        if self.capture && held > settings.max_entry as u64 {
+    /// whether to go on holding it. Past `max_entry` it will not be stored; a batch's answer to
+    /// merge is held a little further, then given to [`CacheExchange::batch_answer`] as it is,
+    /// with the rest passed on after it.
+    pub fn keep_holding(&mut self, held: u64) -> bool {
+        let max_entry = self.settings.max_entry as u64;
+        if self.capture && held > max_entry {
             self.capture = false;
-            self.status = Status::Bypass;
+            if !self.merge {
+                self.status = Status::Bypass;
+            }
+        }
+        if self.merge {
+            return held <= max_entry.max(MIN_MERGE_HOLD as u64);
         }
         self.capture
     }
 
-    /// The node's whole plain body, kept as `response_head` said: the call that stores it.
-    /// Errors, nulls and the rest the core refuses give `Err`.
-    pub fn store(&mut self, body: &[u8], settings: &CacheSettings) -> Result<StoreCall, Refusal> {
-        // A host asks only after `response_head` said to keep the body.
-        let request = self.request.as_ref().ok().filter(|_| self.capture).ok_or(Refusal::Malformed)?;
-        let capture = request.capture(body, settings).inspect_err(|refusal| {
-            if *refusal == Refusal::TooLarge {
-                self.status = Status::Bypass;
-            }
-        })?;
+    /// What the client gets of a split batch ([`CacheExchange::replaces_body`]), from the node's
+    /// answer: `whole`, its calls' answers and the store's in the client's order; or the start
+    /// of a longer one, the store's answers and then the node's, the rest of which the host
+    /// passes on as it comes. A node's answer that is no array of answers to the calls it was
+    /// sent goes as it came.
+    pub fn batch_answer(&mut self, node_body: &[u8], whole: bool) -> Vec<u8> {
+        let Ok(Taken::Batch(batch)) = &self.request else { return node_body.to_vec() };
+        let (body, kept) = batch.merge(node_body, whole);
+        if self.capture && whole {
+            self.captures = kept.into_iter().map(|(request, answer)| request.capture(answer, &self.settings)).collect();
+        }
+        body
+    }
+
+    /// The node's whole plain body, held as `response_head` said: the calls that store it (for a
+    /// batch, one per answer it stores), or why the core refuses an answer (errors, nulls, ...).
+    pub fn stores(&mut self, body: &[u8]) -> Vec<Result<StoreCall, Refusal>> {
+        let captures = match &self.request {
+            // A host asks only after `response_head` said to keep the body.
+            _ if !self.capture => return Vec::new(),
+            Ok(Taken::Call(request)) => vec![request.capture(body, &self.settings)],
+            Ok(Taken::Batch(_)) if self.merge => std::mem::take(&mut self.captures),
+            Ok(Taken::Batch(batch)) => batch.captures(body, &self.settings),
+            Err(_) => return Vec::new(),
+        };
+        if matches!((&self.request, captures.first()), (Ok(Taken::Call(_)), Some(Err(Refusal::TooLarge)))) {
+            self.status = Status::Bypass;
+        }
+        let Ok(head) = &self.head else { return Vec::new() };
+        captures.into_iter().map(|capture| capture.map(|capture| self.store_call(capture, head))).collect()
+    }
+
+    fn store_call(&self, capture: Capture, head: &Head) -> StoreCall {
         let mut headers = vec![(protocol::NAMESPACE_HEADER, self.namespace.clone())];
         if let Some(ttl) = capture.ttl_s {
             headers.push((protocol::TTL_HEADER, ttl.to_string()));
@@ -298,12 +438,12 @@ impl CacheExchange {
         if let Some(requirement) = capture.requires_final {
             headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
         }
-        let head = self.head.as_ref().map_err(|refusal| *refusal)?;
-        Ok(StoreCall {
+        StoreCall {
+            shard: shard(&capture.key, self.settings.shards),
             path: protocol::entry_path(&capture.key.hex()),
             headers,
             body: super::encode(&capture.envelope, head, &capture.tail),
-        })
+        }
     }
 
     pub fn status(&self) -> Status {

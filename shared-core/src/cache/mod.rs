@@ -3,6 +3,7 @@
 //! around the client's own id. The store is the daemon's; hosts only carry bytes between the
 //! client, the node, the daemon and these functions.
 
+mod batch;
 mod call;
 mod entry;
 mod flow;
@@ -23,7 +24,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit};
-pub use flow::{CacheExchange, DaemonAnswer, HitResponse, Status, StoreCall};
+pub use flow::{CacheExchange, DaemonAnswer, HitResponse, LookupCall, Status, StoreCall};
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
@@ -39,12 +40,18 @@ pub struct CacheSettings {
     pub max_entry: usize,
     /// How long chain properties (eth_chainId, net_version) are kept, in seconds.
     pub chain_ttl_s: u64,
+    /// Batches of more calls bypass the cache whole (at most [`protocol::MAX_LOOKUP_KEYS`]; 0:
+    /// every batch does).
+    pub max_batch: usize,
+    /// How many daemons share the keys ([`shard`]).
+    pub shards: u32,
 }
 
 impl Default for CacheSettings {
-    /// Those of a configuration that sets none (`CacheConfig`'s defaults are these).
+    /// Those of a configuration that sets none (`CacheConfig`'s defaults are these): a batch as
+    /// large as ethers v6 sends by default (`batchMaxCount`).
     fn default() -> Self {
-        CacheSettings { max_request: 64 * 1024, max_entry: 8 * 1024 * 1024, chain_ttl_s: 3600 }
+        CacheSettings { max_request: 64 * 1024, max_entry: 8 * 1024 * 1024, chain_ttl_s: 3600, max_batch: 100, shards: 1 }
     }
 }
 
@@ -68,7 +75,8 @@ impl fmt::Debug for Key {
 /// Why a request goes to the node without asking the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bypass {
-    /// A JSON-RPC batch.
+    /// A JSON-RPC batch the cache does not split: more calls than `max_batch`, two calls with
+    /// one id, or no call the store may answer.
     Batch,
     /// A body over `max_request`.
     TooLarge,
@@ -118,6 +126,14 @@ macro_rules! reasons {
 }
 
 impl Bypass {
+    fn unread(unread: Unread) -> Bypass {
+        match unread {
+            Unread::Malformed => Bypass::Malformed,
+            Unread::Members => Bypass::Members,
+            Unread::Params => Bypass::Params,
+        }
+    }
+
     /// Every reason, for a host's counters.
     pub const fn all() -> [Bypass; 12] {
         [
@@ -291,11 +307,12 @@ pub fn lookup(namespace: &str, body: &[u8], settings: &CacheSettings) -> Result<
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(Bypass::Batch);
     }
-    let request = Call::read(body).map_err(|unread| match unread {
-        Unread::Malformed => Bypass::Malformed,
-        Unread::Members => Bypass::Members,
-        Unread::Params => Bypass::Params,
-    })?;
+    let request = Call::read(body).map_err(Bypass::unread)?;
+    request_of(namespace, &request, settings)
+}
+
+/// Whether the store may answer the call `request`, read strictly, and under which key.
+fn request_of(namespace: &str, request: &Call, settings: &CacheSettings) -> Result<Request, Bypass> {
     let (rule, names) = rule(request.method).ok_or(Bypass::Method)?;
     let keep = match rule {
         Rule::BlockHash => Keep::Forever,

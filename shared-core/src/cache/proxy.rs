@@ -5,7 +5,8 @@
 //! names in lower case.
 
 use crate::cache::{
-    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, Refusal, Status, StoreCall,
+    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, LookupCall, Refusal, Status,
+    StoreCall,
 };
 use crate::config::CacheConfig;
 
@@ -42,11 +43,14 @@ pub trait HotRegion {
     fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8]));
 }
 
-/// What the request does after a body callback.
+/// What the request does after a body callback, or a lookup's answer.
 #[derive(Debug)]
 pub(crate) enum AfterBody {
     /// Goes on to the node.
     Continue,
+    /// Goes on to the node with this body instead of the client's: a batch less the calls the
+    /// cache answered.
+    Forward(Vec<u8>),
     /// Waits here for more body.
     Wait,
     /// Waits here for the answer to this lookup (the host calls `lookup_failed` if it cannot
@@ -132,12 +136,25 @@ impl ProxyCacheRequest {
         self.awaiting_body = false;
         let headers = std::mem::take(&mut self.headers);
         self.exchange = CacheExchange::new(self.namespace.as_deref(), b"POST", Some(body.get()), &headers, settings);
-        let Some(path) = self.exchange.lookup_path() else { return AfterBody::Continue };
+        if self.exchange.bypass().is_some() {
+            return AfterBody::Continue;
+        }
         if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
             self.hit = true;
             return AfterBody::Answer(hit);
         }
-        AfterBody::Lookup(DaemonCall::new(self.cluster(config), "GET", path, Vec::new(), Vec::new()))
+        self.next(config)
+    }
+
+    /// The next lookup, or on to the node.
+    fn next(&mut self, config: &CacheConfig) -> AfterBody {
+        match self.exchange.next_lookup() {
+            Some(LookupCall { shard, method, path, body }) => {
+                let cluster = &config.clusters[shard as usize];
+                AfterBody::Lookup(DaemonCall::new(cluster, method, path, Vec::new(), body))
+            }
+            None => self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward),
+        }
     }
 
     fn hot_hit(&mut self, hot: &dyn HotRegion, min_length: u64, now_s: u64) -> Option<HitResponse> {
@@ -149,36 +166,39 @@ impl ProxyCacheRequest {
     }
 
     /// The lookup could not be made, or got no answer (a timeout, no healthy daemon): the
-    /// request goes on to the node.
-    pub fn lookup_failed(&mut self) {
+    /// request goes on to the node, with no more lookups.
+    pub fn lookup_failed(&mut self) -> AfterBody {
         self.exchange.failed();
+        self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward)
     }
 
-    /// The daemon's answer to the lookup: the hit to send, kept in the hot tier too.
+    /// The daemon's answer to the lookup: the hit to send (what it found is kept in the hot tier
+    /// too), the next lookup, or on to the node.
     pub fn on_lookup_answer<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         headers: &[(N, V)],
         body: &[u8],
+        config: &CacheConfig,
         min_length: u64,
         hot: Option<&dyn HotRegion>,
         now_s: u64,
-    ) -> Option<HitResponse> {
-        let Some(status) = number(headers, ":status") else {
-            self.exchange.failed();
-            return None;
-        };
+    ) -> AfterBody {
+        let Some(status) = number(headers, ":status") else { return self.lookup_failed() };
         let answer =
             DaemonAnswer { status, miss: header(headers, protocol::MISS_HEADER), ttl: header(headers, protocol::TTL_HEADER), body };
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
-        if let (true, Some(hot)) = (self.hit, hot) {
+        if let Some(hot) = hot {
             hot.with_region(&mut |region| {
                 if let Some(mut tier) = HotTier::open(region) {
                     self.exchange.keep_hot(&mut tier, body, now_s);
                 }
             });
         }
-        hit
+        match hit {
+            Some(hit) => AfterBody::Answer(hit),
+            None => self.next(config),
+        }
     }
 
     pub fn is_hit(&self) -> bool {
@@ -186,7 +206,7 @@ impl ProxyCacheRequest {
     }
 
     /// The node's response head: the status to report, once the core knows whether the body is
-    /// held for the store.
+    /// held for the store, or for a split batch to merge.
     pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         headers: &[(N, V)],
@@ -195,7 +215,7 @@ impl ProxyCacheRequest {
     ) -> Status {
         let status = number(headers, ":status").unwrap_or(0);
         let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
-        if self.exchange.response_head(status, length, headers, settings) {
+        if self.exchange.response_head(status, length, headers) {
             self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
         }
         self.exchange.status()
@@ -206,22 +226,45 @@ impl ProxyCacheRequest {
         self.held.is_some()
     }
 
+    /// Whether the client gets [`ProxyCacheRequest::merge`]'s body instead of the node's.
+    pub fn replaces_body(&self) -> bool {
+        self.exchange.replaces_body()
+    }
+
     /// More of the node's plain body.
-    pub fn hold(&mut self, chunk: &[u8], settings: &CacheSettings) {
+    pub fn hold(&mut self, chunk: &[u8]) {
         if let Some(held) = &mut self.held {
             held.extend_from_slice(chunk);
-            if !self.exchange.keep_holding(held.len() as u64, settings) {
+            if !self.exchange.keep_holding(held.len() as u64) {
                 self.held = None;
             }
         }
     }
 
-    /// The node's body has ended: the store to make, or why the core refuses to keep the
-    /// answer (`Ok(None)`: nothing was held).
-    pub fn store(&mut self, config: &CacheConfig, settings: &CacheSettings) -> Result<Option<DaemonCall>, Refusal> {
-        let Some(held) = self.held.take() else { return self.exchange.take_head_refusal().map_or(Ok(None), Err) };
-        let StoreCall { path, headers, body } = self.exchange.store(&held, settings)?;
-        Ok(Some(DaemonCall::new(self.cluster(config), "PUT", path, headers, body)))
+    /// More of the node's answer to a split batch: once it has ended (`end`) or is longer than
+    /// is held, what the client gets in its place (the rest, if any, goes on as it comes).
+    pub fn merge(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+        let held = self.held.as_mut()?;
+        held.extend_from_slice(chunk);
+        if !end && self.exchange.keep_holding(held.len() as u64) {
+            return None;
+        }
+        let held = self.held.take()?;
+        let answer = self.exchange.batch_answer(&held, end);
+        // a merged batch's stores were taken from the node's answer as it was merged
+        self.held = end.then(Vec::new);
+        Some(answer)
+    }
+
+    /// The node's body has ended: the stores to make (a batch's answer may give several), or
+    /// why the core refuses to keep an answer (none: nothing was held).
+    pub fn stores(&mut self, config: &CacheConfig) -> Vec<Result<DaemonCall, Refusal>> {
+        let Some(held) = self.held.take() else { return self.exchange.take_head_refusal().map(Err).into_iter().collect() };
+        let stores = self.exchange.stores(&held).into_iter();
+        let call = |StoreCall { shard, path, headers, body }| {
+            DaemonCall::new(&config.clusters[shard as usize], "PUT", path, headers, body)
+        };
+        stores.map(|store| store.map(call)).collect()
     }
 
     /// Why the request bypasses the cache, if it does.
@@ -232,11 +275,6 @@ impl ProxyCacheRequest {
     /// The status header's value, with a bypass's reason where `reasons` asks for it.
     pub fn status_value(&self, reasons: bool) -> &'static str {
         self.exchange.status_value(reasons)
-    }
-
-    /// The daemon that holds this request's key: one cluster per shard.
-    fn cluster<'a>(&self, config: &'a CacheConfig) -> &'a str {
-        &config.clusters[self.exchange.shard(config.clusters.len() as u32) as usize]
     }
 }
 

@@ -450,22 +450,21 @@ fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
 
 #[test]
 fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
-    let s = settings();
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
-    let path = first.lookup_path().unwrap();
+    let path = first.next_lookup().map(|call| call.path).unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
     assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
     assert_eq!(first.status(), Status::Miss);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
-    assert!(first.response_head(200, Some(answer.len() as u64), NONE, &s));
-    let call = first.store(answer.as_bytes(), &s).unwrap();
+    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
+    let call = first.stores(answer.as_bytes()).remove(0).unwrap();
     assert_eq!(call.path, path);
     assert_eq!(call.headers, vec![("x-rpcedge-namespace", "h/mainnet".to_string())]);
 
     let again = asked.replace("\"id\":7", "\"id\":\"second\"");
     let mut second = exchange(Some("h/mainnet"), Some(again.as_bytes()), false, false);
-    assert_eq!(second.lookup_path(), Some(path));
+    assert_eq!(second.next_lookup().map(|call| call.path), Some(path));
     let stored = daemon_keeps(&call);
     let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
     assert_eq!(second.status(), Status::Hit);
@@ -475,12 +474,11 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
 
 #[test]
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
-    let s = settings();
     let asked = request("eth_chainId", "[]");
     let mut first = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     let answer = r#"{"jsonrpc":"2.0","id":7,"result":"0x1"}"#;
-    assert!(first.response_head(200, None, NONE, &s));
-    let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
+    assert!(first.response_head(200, None, NONE));
+    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
     let mut region = vec![0; crate::cache::HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
 
@@ -523,56 +521,55 @@ fn the_statuses_a_host_reports() {
     let mut failed = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
-    assert!(!failed.response_head(200, None, NONE, &s), "no store for a daemon that failed the lookup");
+    assert!(!failed.response_head(200, None, NONE), "no store for a daemon that failed the lookup");
     assert!(CacheExchange::takes_length(s.max_request as u64, &s));
     assert!(!CacheExchange::takes_length(s.max_request as u64 + 1, &s));
 
     for (body, ssz, bypass) in [
         (Some(request("eth_blockNumber", "[]")), false, Bypass::Method),
-        (Some(format!("[{cacheable}]")), false, Bypass::Batch),
+        (Some(format!("[{cacheable},{cacheable}]")), false, Bypass::Batch),
         (None, false, Bypass::TooLarge),
         (Some(request("debug_getRawBlock", r#"["0x10"]"#)), true, Bypass::Ssz),
     ] {
         let mut exchange = exchange(Some("n"), body.as_deref().map(str::as_bytes), true, ssz);
-        assert_eq!((exchange.lookup_path(), exchange.bypass()), (None, Some(bypass)));
+        assert_eq!((exchange.next_lookup().map(|call| call.path), exchange.bypass()), (None, Some(bypass)));
         exchange.failed();
-        assert!(!exchange.response_head(200, None, NONE, &s));
+        assert!(!exchange.response_head(200, None, NONE));
         assert_eq!(exchange.status(), Status::Bypass);
     }
     // an answer over max_entry is not kept, and says so
     // SSZ clients of methods without a transcoding schema are served from the cache as before
-    assert!(exchange(Some("n"), Some(cacheable.as_bytes()), true, true).lookup_path().is_some());
+    assert!(exchange(Some("n"), Some(cacheable.as_bytes()), true, true).next_lookup().map(|call| call.path).is_some());
     assert!(exchange(Some("n"), Some(request("debug_getRawBlock", r#"["0x10"]"#).as_bytes()), true, false)
-    .lookup_path()
+    .next_lookup().map(|call| call.path)
     .is_some());
     let mut large = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
-    assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), NONE, &s));
+    assert!(!large.response_head(200, Some(s.max_entry as u64 + 1), NONE));
     assert_eq!(large.status(), Status::Bypass);
     // and so is one of no stated length that grows past it
     let mut growing = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
-    assert!(growing.response_head(200, None, NONE, &s));
-    assert!(growing.keep_holding(s.max_entry as u64, &s));
+    assert!(growing.response_head(200, None, NONE));
+    assert!(growing.keep_holding(s.max_entry as u64));
     assert_eq!(growing.status(), Status::Miss);
-    assert!(!growing.keep_holding(s.max_entry as u64 + 1, &s));
+    assert!(!growing.keep_holding(s.max_entry as u64 + 1));
     assert_eq!(growing.status(), Status::Bypass);
-    assert_eq!(growing.store(cacheable.as_bytes(), &s), Err(Refusal::Malformed), "nothing held, nothing stored");
+    assert!(growing.stores(cacheable.as_bytes()).is_empty(), "nothing held, nothing stored");
 }
 
 #[test]
 fn only_a_plain_whole_200_is_kept_and_only_what_capture_keeps_is_stored() {
-    let s = settings();
     let asked = request("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#));
     let head = |status, coding: Option<&[u8]>| {
         let headers: Vec<_> = coding.map(|coding| ("content-encoding", coding)).into_iter().collect();
-        exchange(Some("n"), Some(asked.as_bytes()), true, false).response_head(status, None, &headers, &s)
+        exchange(Some("n"), Some(asked.as_bytes()), true, false).response_head(status, None, &headers)
     };
     assert!(head(200, None) && head(200, Some(b"identity")));
     assert!(!head(200, Some(b"gzip")) && !head(500, None) && !head(206, None));
     let mut exchange = exchange(Some("n"), Some(asked.as_bytes()), true, false);
-    assert!(exchange.response_head(200, None, NONE, &s));
-    assert_eq!(exchange.store(br#"{"jsonrpc":"2.0","id":7,"result":null}"#, &s), Err(Refusal::Null));
+    assert!(exchange.response_head(200, None, NONE));
+    assert_eq!(exchange.stores(br#"{"jsonrpc":"2.0","id":7,"result":null}"#).remove(0), Err(Refusal::Null));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"blockNumber":"0x20","transactionHash":"{TX}"}}}}"#);
-    let call = exchange.store(answer.as_bytes(), &s).unwrap();
+    let call = exchange.stores(answer.as_bytes()).remove(0).unwrap();
     assert!(call.headers.contains(&("x-rpcedge-requires-final", "32".to_string())));
 }
 
@@ -736,8 +733,8 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     };
     let mut first = ask(Some("https://a.example"));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}"}}}}"#);
-    assert!(first.response_head(200, None, &node, &s));
-    let stored = daemon_keeps(&first.store(answer.as_bytes(), &s).unwrap());
+    assert!(first.response_head(200, None, &node));
+    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
     let daemon = DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored };
     let mut same = ask(Some("https://a.example"));
     let hit = same.answered(&daemon, 0).unwrap();
@@ -755,11 +752,11 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
         let mut exchange = ask(other);
         assert_eq!(exchange.answered(&daemon, 0), None, "{other:?}");
         assert_eq!(exchange.status(), Status::Miss, "another variant is the node's to answer");
-        assert!(exchange.response_head(200, None, &node, &s), "and its answer is kept in the entry's place");
+        assert!(exchange.response_head(200, None, &node), "and its answer is kept in the entry's place");
     }
     // an answer that must not be kept is not held, and says why once
     let mut cookie = ask(None);
-    assert!(!cookie.response_head(200, None, &[("Set-Cookie", "a=1")], &s));
+    assert!(!cookie.response_head(200, None, &[("Set-Cookie", "a=1")]));
     assert_eq!((cookie.take_head_refusal(), cookie.take_head_refusal()), (Some(Refusal::SetCookie), None));
 }
 
@@ -831,8 +828,8 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
     let mut longest = 0;
     for body in [&kept, &standard] {
         let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
-        assert!(exchange.response_head(200, Some(body.len() as u64), &[("x-a", value.as_str())], &s));
-        let call = exchange.store(body.as_bytes(), &s).unwrap();
+        assert!(exchange.response_head(200, Some(body.len() as u64), &[("x-a", value.as_str())]));
+        let call = exchange.stores(body.as_bytes()).remove(0).unwrap();
         assert!(call.body.len() as u64 <= bound, "{} > {bound}", call.body.len());
         assert!(daemon_keeps(&call).len() <= call.body.len(), "what the daemon keeps and answers");
         longest = longest.max(call.body.len() as u64);
@@ -840,6 +837,213 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
     assert!(bound - longest < 32, "{longest} is far below {bound}");
     let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
     let longer = value + "v";
-    assert!(!exchange.response_head(200, Some(kept.len() as u64), &[("x-a", longer.as_str())], &s));
+    assert!(!exchange.response_head(200, Some(kept.len() as u64), &[("x-a", longer.as_str())]));
     assert_eq!(exchange.take_head_refusal(), Some(Refusal::TooLarge));
+}
+
+/// A call of a batch, with its id's JSON text (none: a notification).
+fn call(id: Option<&str>, method: &str, params: &str) -> String {
+    let id = id.map_or(String::new(), |id| format!(r#""id":{id},"#));
+    format!(r#"{{"jsonrpc":"2.0",{id}"method":"{method}","params":{params}}}"#)
+}
+
+/// The stored entry of `method`'s answer `result`, as the daemon keeps it.
+fn entry_of(method: &str, params: &str, result: &str) -> Vec<u8> {
+    let mut miss = exchange(Some("n"), Some(request(method, params).as_bytes()), false, false);
+    assert!(miss.response_head(200, None, NONE));
+    daemon_keeps(&miss.stores(answer(result).as_bytes()).remove(0).unwrap())
+}
+
+/// The daemon's answer to a multi-key lookup: each key's entry, or absent.
+fn looked(found: &[Option<&[u8]>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for entry in found {
+        entry.map_or(protocol::Looked::Absent, |entry| protocol::Looked::Hit(entry, None)).encode(&mut body);
+    }
+    body
+}
+
+fn receipt(tx: &str) -> String {
+    format!(r#"{{"blockNumber":"0x20","transactionHash":"{tx}"}}"#)
+}
+
+const TX2: &str = "0x1111111111111111111111111111111111111111111111111111111111111111";
+
+#[test]
+fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
+    let (chain, receipt_params) = ("0x1", format!(r#"["{TX}"]"#));
+    let chain_entry = entry_of("eth_chainId", "[]", &format!(r#""{chain}""#));
+    let receipt_entry = entry_of("eth_getTransactionReceipt", &receipt_params, &receipt(TX));
+    // ids of every JSON type, one key asked twice
+    let batch = format!(
+        "[{},{},{}]",
+        call(Some("1"), "eth_chainId", "[]"),
+        call(Some(r#""a\u0062""#), "eth_getTransactionReceipt", &receipt_params),
+        call(Some("null"), "eth_chainId", "[]"),
+    );
+    let mut exchange = exchange(Some("n"), Some(batch.as_bytes()), false, false);
+    let lookup = exchange.next_lookup().unwrap();
+    assert_eq!((lookup.method, lookup.path.as_str(), lookup.shard), ("POST", protocol::LOOKUP_PATH, 0));
+    let keys = String::from_utf8(lookup.body).unwrap();
+    assert_eq!(keys.lines().count(), 2, "one key per distinct call: {keys}");
+    let found = looked(&[Some(&chain_entry), Some(&receipt_entry)]);
+    let hit = exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0).unwrap();
+    assert_eq!(exchange.status(), Status::Hit);
+    assert_eq!(exchange.next_lookup(), None);
+    let answers: Value = serde_json::from_slice(&hit.body).unwrap();
+    assert_eq!(
+        answers,
+        serde_json::json!([
+            {"jsonrpc": "2.0", "id": 1, "result": chain},
+            {"jsonrpc": "2.0", "id": "ab", "result": serde_json::from_str::<Value>(&receipt(TX)).unwrap()},
+            {"jsonrpc": "2.0", "id": null, "result": chain},
+        ])
+    );
+    assert!(String::from_utf8_lossy(&hit.body).contains(r#""id":"a\u0062""#), "the client's own spelling");
+    assert_eq!(hit.headers[0], ("content-type".into(), "application/json".into()));
+    assert!(!hit.gzip);
+
+    // gzip where the client takes it, compressed once
+    let mut gzip = self::exchange(Some("n"), Some(batch.as_bytes()), true, false);
+    gzip.next_lookup().unwrap();
+    let hit = gzip.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0).unwrap();
+    assert!(hit.gzip && hit.headers.contains(&("content-encoding".into(), "gzip".into())));
+    assert_eq!(serde_json::from_slice::<Value>(&gunzip(&hit.body)).unwrap(), answers);
+}
+
+#[test]
+fn a_partly_stored_batch_sends_the_node_the_rest_and_merges_its_answer_in_the_clients_order() {
+    let receipt_params = |tx: &str| format!(r#"["{tx}"]"#);
+    let stored = entry_of("eth_getTransactionReceipt", &receipt_params(TX), &receipt(TX));
+    let batch = [
+        call(Some("1"), "eth_getTransactionReceipt", &receipt_params(TX)),
+        call(Some("2"), "eth_blockNumber", "[]"),
+        call(None, "eth_getTransactionReceipt", &receipt_params(TX2)),
+        call(Some(r#""x""#), "eth_getTransactionReceipt", &receipt_params(TX2)),
+        call(Some("4"), "eth_getTransactionByHash", &receipt_params(TX2)),
+    ];
+    let mut exchange = exchange(Some("n"), Some(format!("[{}]", batch.join(",")).as_bytes()), false, false);
+    let lookup = exchange.next_lookup().unwrap();
+    assert_eq!(String::from_utf8(lookup.body).unwrap().lines().count(), 3);
+    let found = looked(&[Some(&stored), None, None]);
+    assert_eq!(exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0), None);
+    assert_eq!((exchange.status(), exchange.next_lookup()), (Status::Miss, None));
+    // the rest, in the client's order, each member as the client wrote it
+    let node_request = exchange.node_request().unwrap();
+    assert_eq!(String::from_utf8(node_request).unwrap(), format!("[{},{},{},{}]", batch[1], batch[2], batch[3], batch[4]));
+
+    // the node answers out of order, one call with an error
+    let node = format!(
+        r#"[{{"jsonrpc":"2.0","id":4,"error":{{"code":-32000,"message":"busy"}}}}, {{"jsonrpc":"2.0","id":"x","result":{}}},
+        {{"jsonrpc":"2.0","id":2,"result":"0x99"}}]"#,
+        receipt(TX2)
+    );
+    assert!(exchange.response_head(200, Some(node.len() as u64), NONE));
+    assert!(exchange.replaces_body());
+    let merged: Value = serde_json::from_slice(&exchange.batch_answer(node.as_bytes(), true)).unwrap();
+    let ids: Vec<&Value> = merged.as_array().unwrap().iter().map(|answer| &answer["id"]).collect();
+    assert_eq!(ids, [&serde_json::json!(1), &serde_json::json!(2), &serde_json::json!("x"), &serde_json::json!(4)]);
+    assert_eq!(merged[0]["result"]["transactionHash"], TX);
+    assert_eq!(merged[3]["error"]["message"], "busy");
+    // the receipt the node gave is stored as if it had come alone; the error is not
+    let stores = exchange.stores(b"");
+    let [Ok(store), Err(Refusal::Error)] = &stores[..] else { panic!("{stores:?}") };
+    let alone = format!(r#"{{"jsonrpc":"2.0","id":"x","result":{}}}"#, receipt(TX2));
+    let mut later = self::exchange(Some("n"), Some(request("eth_getTransactionReceipt", &receipt_params(TX2)).as_bytes()), false, false);
+    assert_eq!(later.next_lookup().unwrap().path, store.path);
+    let kept = daemon_keeps(store);
+    let hit = later.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &kept }, 0).unwrap();
+    assert_eq!(hit.body, alone.replace(r#""id":"x""#, r#""id":7"#).into_bytes());
+}
+
+#[test]
+fn a_batch_the_store_answers_none_of_goes_whole_and_each_answer_is_stored() {
+    let batch = format!(
+        "[{},{}]",
+        call(Some("1"), "eth_getTransactionReceipt", &format!(r#"["{TX}"]"#)),
+        call(Some("2"), "eth_getTransactionReceipt", &format!(r#"["{TX2}"]"#)),
+    );
+    let mut exchange = exchange(Some("n"), Some(batch.as_bytes()), false, false);
+    exchange.next_lookup().unwrap();
+    exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &looked(&[None, None]) }, 0);
+    assert_eq!(exchange.node_request(), None, "the client's own body goes");
+    let node = format!(
+        r#"[{{"jsonrpc":"2.0","id":2,"result":{}}},{{"jsonrpc":"2.0","id":1,"result":{}}}]"#,
+        receipt(TX2),
+        receipt(TX)
+    );
+    assert!(exchange.response_head(200, None, NONE) && !exchange.replaces_body(), "held beside, passed as it came");
+    let stores = exchange.stores(node.as_bytes());
+    assert_eq!(stores.len(), 2);
+    assert!(stores.iter().all(Result::is_ok));
+
+    // a daemon that fails: the whole batch goes, nothing held for it
+    let mut failed = self::exchange(Some("n"), Some(batch.as_bytes()), false, false);
+    failed.next_lookup().unwrap();
+    failed.failed();
+    assert_eq!((failed.status(), failed.node_request()), (Status::Error, None));
+    assert!(!failed.response_head(200, None, NONE));
+}
+
+#[test]
+fn a_node_answer_that_cannot_be_merged_by_id_goes_after_the_stores_answers() {
+    let stored = entry_of("eth_chainId", "[]", r#""0x1""#);
+    let batch = format!("[{},{}]", call(Some("1"), "eth_chainId", "[]"), call(Some("2"), "eth_blockNumber", "[]"));
+    let split = |settings: &CacheSettings| {
+        let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(batch.as_bytes()), NONE, settings);
+        exchange.next_lookup().unwrap();
+        exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &looked(&[Some(&stored)]) }, 0);
+        assert!(exchange.response_head(200, None, NONE) && exchange.replaces_body());
+        exchange
+    };
+    let hit = r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+    for (node, client) in [
+        // an id the node was not asked, or none at all
+        (r#" [{"jsonrpc":"2.0","id":3,"result":"0x5"}]"#, format!(r#"[{hit},{{"jsonrpc":"2.0","id":3,"result":"0x5"}}]"#)),
+        (r#"[]"#, format!("[{hit}]")),
+        // the node refused the batch whole
+        (r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#, r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#.to_string()),
+    ] {
+        let mut exchange = split(&settings());
+        assert_eq!(String::from_utf8(exchange.batch_answer(node.as_bytes(), true)).unwrap(), client, "{node}");
+        assert!(exchange.stores(b"").is_empty());
+    }
+    // past what is held (`max_entry`, or 64 KiB where that is less): the store's answers, then
+    // the node's as they come
+    let mut long = split(&CacheSettings { max_entry: 1000, ..settings() });
+    assert!(long.keep_holding(64 * 1024));
+    let start = format!(r#"[{{"jsonrpc":"2.0","id":2,"result":"{}"#, "0".repeat(64 * 1024));
+    assert!(!long.keep_holding(start.len() as u64));
+    let out = long.batch_answer(start.as_bytes(), false);
+    assert_eq!(out, format!("[{hit},{}", &start[1..]).into_bytes());
+}
+
+#[test]
+fn batches_the_cache_does_not_split() {
+    let s = settings();
+    let chain = |id: &str| call(Some(id), "eth_chainId", "[]");
+    let too_many = format!("[{}]", (0..=s.max_batch).map(|id| chain(&id.to_string())).collect::<Vec<_>>().join(","));
+    let at_most = format!("[{}]", (1..=s.max_batch).map(|id| chain(&id.to_string())).collect::<Vec<_>>().join(","));
+    for (batch, bypass) in [
+        (too_many.clone(), Some(Bypass::Batch)),
+        (at_most, None),
+        (format!("[{},{}]", chain("1"), chain("1")), Some(Bypass::Batch)),
+        (format!("[{},{}]", chain("1"), chain("1.0")), Some(Bypass::Malformed)),
+        (format!("[{},{}]", chain("1"), chain("[1]")), Some(Bypass::Malformed)),
+        (format!("[{},{}]", chain("1"), call(Some("2"), "eth_blockNumber", "[]")), None),
+        (format!("[{}]", call(Some("2"), "eth_blockNumber", "[]")), Some(Bypass::Batch)),
+        (format!("[{},3]", chain("1")), Some(Bypass::Malformed)),
+        (format!(r#"[{},{{"jsonrpc":"2.0","id":2,"ID":3,"method":"eth_chainId"}}]"#, chain("1")), Some(Bypass::Members)),
+        ("[]".to_string(), Some(Bypass::Malformed)),
+    ] {
+        let exchange = exchange(Some("n"), Some(batch.as_bytes()), false, false);
+        assert_eq!(exchange.bypass(), bypass, "{}", &batch[..batch.len().min(200)]);
+    }
+    let lower = CacheSettings { max_batch: 0, ..settings() };
+    let none = CacheExchange::new(Some("n"), b"POST", Some(format!("[{}]", chain("1")).as_bytes()), NONE, &lower);
+    assert_eq!(none.bypass(), Some(Bypass::Batch));
+    // params another decoder reads otherwise: that call goes to the node, the rest are looked up
+    let floats = format!("[{},{}]", chain("1"), call(Some("2"), "eth_getBlockByNumber", r#"["0x1",1.0]"#));
+    let mut exchange = exchange(Some("n"), Some(floats.as_bytes()), false, false);
+    assert_eq!(String::from_utf8(exchange.next_lookup().unwrap().body).unwrap().lines().count(), 1);
 }

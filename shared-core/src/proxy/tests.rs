@@ -65,7 +65,7 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let RequestStep::Lookup(lookup) = ask(&mut miss, &block_request(7), Some(&hot)) else { panic!("no lookup") };
     assert_eq!((lookup.cluster.as_str(), &lookup.headers[0]), ("cached", &(":method", "GET".to_string())));
     let answer: [(&str, &str); 2] = [(":status", "404"), ("x-rpcedge-miss", "absent")];
-    assert!(miss.on_lookup_answer(&answer, b"", Some(&hot), || 0).is_none());
+    assert!(matches!(miss.on_lookup_answer(&answer, b"", Some(&hot), || 0), RequestStep::Continue));
 
     let body = block_answer(7);
     let length = body.len().to_string();
@@ -76,7 +76,8 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     assert!(miss.reads_body() && miss.is_done(), "passed on, but held for the store");
     assert_eq!(miss.on_body(body.as_bytes(), true, false, || 0).unwrap(), None);
     assert!(miss.output().is_empty(), "a passed body is the host's to send");
-    let store = miss.take_store().expect("a store");
+    let [store] = &miss.take_stores()[..] else { panic!("not one store") };
+    let store = store.clone();
     assert_eq!(store.headers[0], (":method", "PUT".to_string()));
     let counters = counted(&mut miss);
     assert!(counters.contains(&(Counter::CacheResponses(CacheStatus::Miss), 1)), "{counters:?}");
@@ -86,7 +87,9 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
     let kept = Entry::decode(&store.body).unwrap().compact().unwrap();
     let mut hit = ProxyExchange::new(Arc::clone(&settings), Arc::default());
     let RequestStep::Lookup(_) = ask(&mut hit, &block_request(8), Some(&hot)) else { panic!("no lookup") };
-    let reply = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), || 0).expect("a hit");
+    let RequestStep::Reply(reply) = hit.on_lookup_answer(&[(":status", "200")], &kept, Some(&hot), || 0) else {
+        panic!("not a hit")
+    };
     assert_eq!(reply.body(), block_answer(8).as_bytes());
     assert!(reply.headers().contains(&("x-rpcedge-cache", "HIT")));
     assert_eq!(counted(&mut hit), [(Counter::CacheResponses(CacheStatus::Hit), 1)]);
@@ -183,14 +186,14 @@ fn the_configured_limits_decide_what_is_looked_up_and_what_is_stored() {
     for (max_entry, stored) in [(answer.len(), true), (answer.len() - 1, false)] {
         let mut exchange = limited(request.len(), max_entry);
         let RequestStep::Lookup(_) = ask(&mut exchange, &request, None) else { panic!("no lookup") };
-        assert!(exchange.on_lookup_answer(&[(":status", "404")], b"", None, || 0).is_none());
+        assert!(matches!(exchange.on_lookup_answer(&[(":status", "404")], b"", None, || 0), RequestStep::Continue));
         let status = if stored { "MISS" } else { "BYPASS" };
         assert_eq!(
             exchange.on_response_headers(&node, false, || 0).unwrap().edits[0],
             HeaderOp::Append("x-rpcedge-cache", status)
         );
         exchange.on_body(answer.as_bytes(), true, false, || 0).unwrap();
-        assert_eq!(exchange.take_store().is_some(), stored, "max_entry {max_entry}");
+        assert_eq!(exchange.take_stores().len(), usize::from(stored), "max_entry {max_entry}");
         // an answer over max_entry goes to the client, and counts as the answer's bypass
         let bypassed = (Counter::CacheBypassed(crate::cache::Bypass::Answer), 1);
         assert_eq!(counted(&mut exchange).contains(&bypassed), !stored);
