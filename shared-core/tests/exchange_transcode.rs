@@ -185,10 +185,7 @@ fn a_witness_goes_out_in_the_form_the_client_asked_for() {
 }
 
 fn blinded_block_json() -> Vec<u8> {
-    let corpus = std::env::var_os("RPCEDGE_CORPUS")
-        .map(|rpc| std::path::PathBuf::from(rpc).join(".."))
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    std::fs::read(corpus.join("ssz/real/signed-blinded-beacon-block-deneb.json")).unwrap()
+    std::fs::read(common::corpus::dir().join("ssz/real/signed-blinded-beacon-block-deneb.json")).unwrap()
 }
 
 /// A GET of a Beacon-API route answered in JSON, with `envelope` around the block's data.
