@@ -175,6 +175,7 @@ NGINX_CACHE_SETTINGS = {
     "chain_ttl_s": "rpcedge_cache_chain_ttl {}s;",
     "store_timeout_s": "rpcedge_cache_store_timeout {}s;",
     "status_reason": "rpcedge_cache_status_reason {};",
+    "lock_timeout_ms": "rpcedge_cache_lock_timeout {}ms;",
 }
 
 

@@ -3,9 +3,8 @@ tests of rpcedge behind nginx's fastcgi_pass: it answers every request with one 
 
 import socketserver
 import struct
-import threading
 
-from harness import LOOPBACK
+from harness import StandIn
 
 BEGIN_REQUEST, END_REQUEST, PARAMS, STDIN, STDOUT = 1, 3, 4, 5, 6
 MAX_CONTENT = 65535
@@ -25,7 +24,7 @@ def read_record(stream):
     return kind, request_id, content
 
 
-class FastCgi:
+class FastCgi(StandIn):
     """Serves `body` as `content_type` on a free loopback port until stop()."""
 
     def __init__(self, body, content_type="application/json"):
@@ -47,11 +46,4 @@ class FastCgi:
                 self.wfile.write(record(END_REQUEST, request_id, struct.pack(">IB3x", 0, 0)))
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer((LOOPBACK, 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, server=socketserver.ThreadingTCPServer)

@@ -8,10 +8,9 @@ asked. For the cache's security tests: a key that covers another call than this 
 store a wrong answer for everyone."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from harness import LOOPBACK
+from harness import StandIn
 
 FIELDS = ("jsonrpc", "id", "method", "params")
 
@@ -32,7 +31,7 @@ def go_decode(body):
     return read
 
 
-class GoNode:
+class GoNode(StandIn):
     def __init__(self, name, lie_hash=None, headers=()):
         self.name, self.lie_hash, self.headers = name, lie_hash, list(headers)
         self.requests = []
@@ -67,11 +66,4 @@ class GoNode:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)

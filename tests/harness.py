@@ -17,7 +17,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,6 +161,22 @@ class LoopbackService:
     def request(self, method, path, body=None, headers=None, timeout=None):
         """One request on a fresh connection: (status, headers as an http.client message, body)."""
         return one_request(self.connection(timeout), method, path, body, headers)
+
+
+class StandIn:
+    """A test's stand-in server in a thread on loopback: `handler` (a BaseHTTPRequestHandler class,
+    or the request handler of another `server` class) answers each request; `port` is where it
+    listens (a free one by default)."""
+
+    def __init__(self, handler, port=0, server=ThreadingHTTPServer):
+        self.server = server((LOOPBACK, port), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def one_request(connection, method, path, body=None, headers=None):

@@ -3,11 +3,15 @@ before the node (the replay, which counts what reaches it), answers hits itself,
 behind the answer, and fails open when the daemon is dead, stopped or slow. Every test runs
 through both hosts, and one goes from one to the other."""
 
+import concurrent.futures
 import gzip
 import json
 import os
 import signal
+import threading
 import time
+import types
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ import wire
 from cache_cases import envoy_plugin, nginx_server, start_proxy
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from nginx_harness import free_port, start_nginx
-from harness import LOOPBACK, REPO
+from harness import LOOPBACK, REPO, StandIn
 
 # a store lands within this long of the answer's end (the issue's bound)
 VISIBLE_WITHIN = 1.0
@@ -52,7 +56,7 @@ def proxies(request, tmp_path, stack):
     stack.fresh_daemon()
     started = []
 
-    def start(host=request.param, **options):
+    def start(host=request.param, stack=stack, **options):
         proxy = start_proxy(host, tmp_path / f"{host}-{len(started)}", stack, **options)
         started.append(proxy)
         return proxy
@@ -268,6 +272,116 @@ def test_a_batch_is_split_between_the_cache_and_the_node_and_answered_in_the_cli
     if proxy.counters:
         counters = proxy.counters()
         assert counters["cache.responses.hit"] >= 2 and counters["cache.bypass.batch"] >= 2, counters
+
+
+class StandInNode(StandIn):
+    """A node that answers every call with `case`'s recorded answer (the caller's id) after
+    `delays[i]` seconds for its i-th request (the last delay after that), or with a 503 for the
+    requests `failing` numbers; it counts what reaches it."""
+
+    def __init__(self, case_, delays, failing=()):
+        node = self
+        self.requests = 0
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with node.lock:
+                    number = node.requests
+                    node.requests += 1
+                time.sleep(delays[min(number, len(delays) - 1)])
+                if number in failing:
+                    answer, status = b"overloaded\n", 503
+                else:
+                    answer, status = case_.answer(json.loads(body)["id"]), 200
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(Handler)
+
+
+@pytest.fixture
+def stand_in(proxies, stack):
+    """Starts a proxy of the test's host in front of a stand-in node (`StandInNode`'s arguments)
+    with the cache's `settings`, on the stack's daemon."""
+    nodes = []
+
+    def start(delays, failing=(), settings=None):
+        node = StandInNode(case("block_by_hash"), delays, failing)
+        nodes.append(node)
+        in_front = types.SimpleNamespace(replay=node, daemon=stack.daemon)
+        return node, proxies(stack=in_front, settings=settings)
+
+    yield start
+    for node in nodes:
+        node.stop()
+
+
+def all_at_once(port, count):
+    """`count` clients ask for the stack's block at once, each with its own id: their responses,
+    in id order."""
+    block, ready = case("block_by_hash"), threading.Barrier(count)
+
+    def ask(id_):
+        ready.wait()
+        return post(port, block, id_=id_)
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(ask, range(count)))
+
+
+def test_concurrent_misses_of_one_key_send_the_node_one_request_and_share_its_answer(stand_in):
+    node, proxy = stand_in(delays=[1.0])
+    responses = all_at_once(proxy.port, 20)
+    assert node.requests == 1, "the misses that came while the first was at the node waited for it"
+    block = case("block_by_hash")
+    for id_, response in enumerate(responses):
+        assert response.status == 200 and response.decoded() == block.answer(id_), id_
+        assert int(response.header("content-length")) == len(response.body)
+    statuses = sorted(status(response) for response in responses)
+    # the holder is the one MISS; a late comer may find the answer stored already
+    assert statuses.count("MISS") == 1 and set(statuses) <= {"MISS", "COALESCED", "HIT"}, statuses
+    assert statuses.count("COALESCED") >= 10, statuses
+    if proxy.counters:
+        assert proxy.counters()["cache.responses.coalesced"] == statuses.count("COALESCED")
+
+
+def test_a_failure_at_the_node_is_never_handed_to_the_misses_that_waited(stand_in):
+    node, proxy = stand_in(delays=[1.0, 0.0], failing={0})
+    responses = all_at_once(proxy.port, 6)
+    block = case("block_by_hash")
+    failed = [response for response in responses if response.status == 503]
+    assert len(failed) == 1, "the holder's own client gets the node's failure"
+    answered = [(id_, response) for id_, response in enumerate(responses) if response.status != 503]
+    for id_, response in answered:
+        assert (response.status, response.decoded()) == (200, block.answer(id_)), id_
+        assert status(response) in {"MISS", "HIT"}, status(response)
+    # released, each went to the node itself (or found the first of them stored)
+    assert 2 <= node.requests <= 6
+
+
+def test_a_holder_slower_than_the_lock_timeout_leaves_the_waiters_to_the_node(stand_in):
+    node, proxy = stand_in(delays=[3.0, 0.0], settings={"lock_timeout_ms": 300})
+    holder = concurrent.futures.ThreadPoolExecutor(1).submit(post, proxy.port, case("block_by_hash"), 99)
+    time.sleep(0.2)
+    started = time.monotonic()
+    responses = all_at_once(proxy.port, 4)
+    waited = time.monotonic() - started
+    block = case("block_by_hash")
+    for id_, response in enumerate(responses):
+        assert (response.status, response.decoded()) == (200, block.answer(id_)), id_
+    assert waited < 2.5, f"the waiters waited {waited:.1f}s, the holder's whole time"
+    assert status(holder.result()) == "MISS" and holder.result().decoded() == block.answer(99)
+    assert node.requests >= 2
 
 
 def raw_block_by_number(request, response):

@@ -5,9 +5,8 @@ daemon that answers stores late), and the daemon's `--max-entry` in the hosts' t
 
 import json
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 import cache_cases as cc
 import wire
 from envoy_harness import ADAPTERS, ENVOY_HOSTS, render_config, start_envoy
-from harness import LOOPBACK, free_port
+from harness import LOOPBACK, StandIn, free_port
 from nginx_harness import check_conf, main_conf
 
 CASES = {}
@@ -181,7 +180,7 @@ def test_a_chain_property_is_kept_for_chain_ttl(proxy, stack):
     wait_for(lambda: status(post(short.port, chain_id)) == "EXPIRED", timeout=4)
 
 
-class LateStores:
+class LateStores(StandIn):
     """In the daemon's place: every lookup misses, and a store is answered (204) only `delay`
     seconds after it came."""
 
@@ -209,14 +208,7 @@ class LateStores:
             def log_message(self, *args):
                 pass
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer((LOOPBACK, self.port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.mark.parametrize("store_timeout_s, taken", [(1, False), (5, True)])

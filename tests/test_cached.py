@@ -165,6 +165,53 @@ def test_a_batch_of_keys_is_looked_up_in_one_round_trip(daemon):
     assert daemon.request("GET", "/healthz")[0] == 200
 
 
+def test_a_miss_holds_its_key_and_the_misses_that_wait_get_the_answer_it_stores(daemon):
+    import threading
+    k, lock = key("coalesced"), {"X-Rpcedge-Lock": "5000"}
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{k}", headers=lock)
+    assert (status, headers["X-Rpcedge-Miss"], headers["X-Rpcedge-Lock"]) == (404, "absent", "held")
+    waiters = []
+    for _ in range(3):
+        status, headers, _ = daemon.request("GET", f"/v1/entries/{k}", headers=lock)
+        assert (status, headers["X-Rpcedge-Miss"], headers["X-Rpcedge-Lock"]) == (404, "in_flight", None)
+        waiters.append(threading.Thread(target=lambda: got.append(daemon.request("GET", f"/v1/flights/{k}"))))
+    got = []
+    for waiter in waiters[:2]:
+        waiter.start()
+    time.sleep(0.3)
+    assert got == [], "the waiters wait for the holder"
+    # refused by finality (no namespace heard), yet handed to the waiters: the node's answer of now
+    sent = entry(b'{"n":1}}')
+    assert put(daemon, k, sent, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
+    for waiter in waiters[:2]:
+        waiter.join(5)
+    # the third comes after the answer landed, and gets it too
+    waiters[2].start()
+    waiters[2].join(5)
+    assert [(status, body) for status, _, body in got] == [(200, sent)] * 3
+    # nothing stored, and the next miss holds the key again; its release sends a waiter away
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{k}", headers=lock)
+    assert (status, headers["X-Rpcedge-Lock"]) == (404, "held")
+    assert daemon.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Miss"] == "in_flight"
+    assert daemon.request("DELETE", f"/v1/flights/{k}")[0] == 204
+    status, headers, _ = daemon.request("GET", f"/v1/flights/{k}")
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "released")
+    # a holder that never answers loses the key at its time
+    short = {"X-Rpcedge-Lock": "300"}
+    assert daemon.request("GET", f"/v1/entries/{k}", headers=short)[1]["X-Rpcedge-Lock"] == "held"
+    assert daemon.request("GET", f"/v1/entries/{k}", headers=short)[1]["X-Rpcedge-Miss"] == "in_flight"
+    started = time.monotonic()
+    status, headers, _ = daemon.request("GET", f"/v1/flights/{k}")
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "timeout")
+    assert 0.1 < time.monotonic() - started < 1.5
+    # without the header a miss holds nothing
+    status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
+    assert (status, headers["X-Rpcedge-Miss"], headers["X-Rpcedge-Lock"]) == (404, "absent", None)
+    stats = daemon.stats()
+    assert (stats["locks_held_total"], stats["locks_shared_total"], stats["locks_released_total"],
+            stats["locks_timed_out_total"]) == (3, 3, 1, 1)
+
+
 def test_an_incompressible_tail_is_kept_plain(daemon):
     tail = os.urandom(3000) + b"}"
     k = key("random")

@@ -12,7 +12,11 @@
  * longer than rpcedge_cache_store_timeout. A JSON-RPC batch is looked up
  * key by key in one multi-key lookup (one per shard, one after the other);
  * the node is sent the calls that missed, and its answer is held, merged with
- * the cache's in the client's order, and sent with its own length. With
+ * the cache's in the client's order, and sent with its own length. A call's
+ * miss holds its key in the daemon while the node answers (coalescing): a
+ * concurrent miss of the same key waits, at most rpcedge_cache_lock_timeout,
+ * for the answer the store hands over, and a holder with none to store
+ * releases the key with one more background subrequest. With
  * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
  * zone (the core's hot tier), which answers them again without the trip. The filter sits
  * just above postpone, so that it sees the daemon's answers before postpone
@@ -54,6 +58,7 @@ typedef struct {
     size_t                      max_entry;
     time_t                      chain_ttl;
     ngx_uint_t                  max_batch;
+    ngx_msec_t                  lock_timeout;
     /* the core's settings, with the limits above */
     rpcedge_settings_t         *settings;
 } ngx_http_rpcedge_cache_conf_t;
@@ -105,6 +110,7 @@ typedef struct {
     ngx_uint_t                  status;
     ngx_str_t                   miss;
     ngx_str_t                   ttl;
+    ngx_str_t                   lock;
     ngx_http_rpcedge_cache_bytes_t  answer;
     unsigned                    lookup:1;
     unsigned                    complete:1;
@@ -140,6 +146,8 @@ static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
     rpcedge_str_t body);
 static ngx_int_t ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in);
+static void ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx);
 static void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
@@ -201,6 +209,10 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_entry_check =
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_max_batch_check =
     { ngx_http_rpcedge_check, "cache_max_batch", NGX_HTTP_RPCEDGE_NUM_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_lock_timeout_check =
+    { ngx_http_rpcedge_check, "cache_lock_timeout_ms",
+      NGX_HTTP_RPCEDGE_MSEC_SLOT };
+
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_chain_ttl_check =
     { ngx_http_rpcedge_check, "cache_chain_ttl_s", NGX_HTTP_RPCEDGE_SEC_SLOT };
 
@@ -290,6 +302,13 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, max_batch),
       &ngx_http_rpcedge_cache_max_batch_check },
+
+    { ngx_string("rpcedge_cache_lock_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_cache_conf_t, lock_timeout),
+      &ngx_http_rpcedge_cache_lock_timeout_check },
 
     { ngx_string("rpcedge_cache_chain_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -556,23 +575,21 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
 }
 
 
-/* the next lookup the core asks for, a subrequest that waits at most
- * rpcedge_cache_timeout; NGX_DECLINED when there is none */
+/* the next lookup the core asks for, a subrequest that waits as long as the
+ * core says (rpcedge_cache_timeout, or the lock's time for a miss that waits
+ * for another's answer); NGX_DECLINED when there is none */
 
 static ngx_int_t
 ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    ngx_http_request_t             *sr;
-    rpcedge_lookup_call_t           lookup;
-    ngx_http_post_subrequest_t     *ps;
-    ngx_http_rpcedge_cache_conf_t  *conf;
+    ngx_http_request_t          *sr;
+    rpcedge_lookup_call_t        lookup;
+    ngx_http_post_subrequest_t  *ps;
 
     if (!rpcedge_cache_next_lookup(ctx->cache, &lookup)) {
         return NGX_DECLINED;
     }
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     ctx->shard = lookup.shard;
 
@@ -604,10 +621,20 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
         sr->headers_in.content_length_n = -1;
     }
 
+    if (lookup.lock.data != NULL
+        && ngx_http_rpcedge_push_header(&sr->headers_in.headers,
+                                        "X-Rpcedge-Lock",
+                                        (u_char *) lookup.lock.data,
+                                        lookup.lock.len)
+           == NULL)
+    {
+        return NGX_ERROR;
+    }
+
     ctx->call = sr;
     ctx->timer.handler = ngx_http_rpcedge_cache_timed_out;
 
-    ngx_add_timer(&ctx->timer, conf->timeout);
+    ngx_add_timer(&ctx->timer, (ngx_msec_t) lookup.timeout_ms);
 
     ctx->state = ngx_http_rpcedge_cache_looking;
 
@@ -712,7 +739,7 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     ngx_http_rpcedge_cache_ctx_t   *ctx = data;
 
     int32_t                         hit;
-    rpcedge_str_t                   miss, ttl;
+    rpcedge_str_t                   miss, ttl, lock;
     ngx_http_request_t             *mr;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -742,9 +769,11 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
         miss.len = call->miss.len;
         ttl.data = call->ttl.data;
         ttl.len = call->ttl.len;
+        lock.data = call->lock.data;
+        lock.len = call->lock.len;
 
         hit = rpcedge_cache_answered(ctx->cache, (uint16_t) call->status,
-                                     miss, ttl, call->answer.data,
+                                     miss, ttl, lock, call->answer.data,
                                      call->answer.len,
                                      ngx_http_rpcedge_min_length(mr));
 
@@ -760,7 +789,8 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
             ctx->state = ngx_http_rpcedge_cache_hit;
 
         } else {
-            /* a batch's keys on another shard */
+            /* a batch's keys on another shard, or the wait for the answer
+             * another request for the key is getting */
 
             switch (ngx_http_rpcedge_cache_ask(mr, ctx)) {
 
@@ -1253,6 +1283,14 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
                           == 0)
             {
                 call->ttl = h[i].value;
+
+            } else if (h[i].key.len == sizeof("X-Rpcedge-Lock") - 1
+                       && ngx_strncasecmp(h[i].key.data,
+                                          (u_char *) "X-Rpcedge-Lock",
+                                          sizeof("X-Rpcedge-Lock") - 1)
+                          == 0)
+            {
+                call->lock = h[i].value;
             }
         }
 
@@ -1536,6 +1574,39 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     while ((n = rpcedge_count_refusal(ctx->cache, counts))) {
         ngx_http_rpcedge_count(counts, n);
     }
+
+    ngx_http_rpcedge_cache_release(r, ctx);
+}
+
+
+/* a key this request held without an answer to store: released, so that
+ * the requests waiting for it go to the node themselves; the answer of the
+ * background subrequest is not waited for (the daemon drops a held key at
+ * the lock's time anyway) */
+
+static void
+ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx)
+{
+    uint32_t             shard;
+    rpcedge_str_t        path;
+    ngx_http_request_t  *sr;
+
+    if (!rpcedge_cache_release(ctx->cache, &shard, &path)) {
+        return;
+    }
+
+    ctx->shard = shard;
+
+    sr = ngx_http_rpcedge_cache_call(r, ctx, path, NULL, 0);
+    if (sr == NULL) {
+        return;
+    }
+
+    sr->method = NGX_HTTP_DELETE;
+    ngx_str_set(&sr->method_name, "DELETE");
+    sr->request_body = NULL;
+    sr->headers_in.content_length_n = -1;
 }
 
 
@@ -1917,6 +1988,7 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->max_entry = NGX_CONF_UNSET_SIZE;
     conf->chain_ttl = NGX_CONF_UNSET;
     conf->max_batch = NGX_CONF_UNSET_UINT;
+    conf->lock_timeout = NGX_CONF_UNSET_MSEC;
 
     return conf;
 }
@@ -1953,6 +2025,8 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
                              (time_t) config.cache_chain_ttl_s);
     ngx_conf_merge_uint_value(conf->max_batch, prev->max_batch,
                               config.cache_max_batch);
+    ngx_conf_merge_msec_value(conf->lock_timeout, prev->lock_timeout,
+                              config.cache_lock_timeout_ms);
 
     if (conf->enable) {
         config.cache_timeout_ms = conf->timeout;
@@ -1962,6 +2036,7 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_chain_ttl_s = conf->chain_ttl;
         config.cache_max_batch = conf->max_batch;
         config.cache_shards = conf->shards;
+        config.cache_lock_timeout_ms = conf->lock_timeout;
 
         conf->settings = ngx_http_rpcedge_settings(cf, &config);
         if (conf->settings == NULL) {

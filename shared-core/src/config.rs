@@ -81,6 +81,8 @@ pub struct CacheConfig {
     pub chain_ttl_s: u64,
     /// Larger batches go to the node whole (`batch`); 0: every batch does.
     pub max_batch: u64,
+    /// How long a miss waits for another request's answer for the same key; 0: never.
+    pub lock_timeout_ms: u64,
 }
 
 impl Default for CacheConfig {
@@ -99,6 +101,7 @@ impl Default for CacheConfig {
             max_entry: limits.max_entry as u64,
             chain_ttl_s: limits.chain_ttl_s,
             max_batch: limits.max_batch as u64,
+            lock_timeout_ms: limits.lock_timeout_ms,
         }
     }
 }
@@ -114,6 +117,8 @@ impl CacheConfig {
             chain_ttl_s: self.chain_ttl_s,
             max_batch: self.max_batch as usize,
             shards: self.clusters.len() as u32,
+            lookup_timeout_ms: self.timeout_ms,
+            lock_timeout_ms: self.lock_timeout_ms,
         })
     }
 
@@ -129,6 +134,7 @@ impl CacheConfig {
         check_field("cache_max_entry", self.max_entry)?;
         check_field("cache_chain_ttl_s", self.chain_ttl_s)?;
         check_field("cache_max_batch", self.max_batch)?;
+        check_field("cache_lock_timeout_ms", self.lock_timeout_ms)?;
         check_field("cache_shards", self.clusters.len() as u64)?;
         check_field("cache_hot_bytes", self.hot_bytes)?;
         if self.hot_bytes != 0 && self.hot_bytes < crate::cache::HOT_MIN_REGION as u64 {
@@ -248,7 +254,7 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 15] = [
+pub const FIELDS: [Field; 16] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
@@ -264,6 +270,7 @@ pub const FIELDS: [Field; 15] = [
     Field { name: "cache_max_entry", range: 0..=MAX_ENTRY },
     Field { name: "cache_chain_ttl_s", range: 1..=86_400 },
     Field { name: "cache_max_batch", range: 0..=crate::cache::protocol::MAX_LOOKUP_KEYS as u64 },
+    Field { name: "cache_lock_timeout_ms", range: 0..=crate::cache::protocol::MAX_LOCK_MS },
 ];
 
 /// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
@@ -560,8 +567,15 @@ mod tests {
 
     #[test]
     fn the_caches_limits_come_from_its_section_within_their_bounds() {
-        let defaults =
-            CacheSettings { max_request: 64 * 1024, max_entry: 8 * MIB as usize, chain_ttl_s: 3600, max_batch: 100, shards: 1 };
+        let defaults = CacheSettings {
+            max_request: 64 * 1024,
+            max_entry: 8 * MIB as usize,
+            chain_ttl_s: 3600,
+            max_batch: 100,
+            shards: 1,
+            lookup_timeout_ms: 50,
+            lock_timeout_ms: 5000,
+        };
         assert_eq!(
             Settings::default().cache_settings(),
             &defaults,
@@ -573,9 +587,17 @@ mod tests {
             (&defaults, Duration::from_secs(5))
         );
         let json = br#"{"cache": {"max_request": 300, "max_entry": 1000, "chain_ttl_s": 60, "store_timeout_s": 20,
-            "max_batch": 20, "clusters": ["a", "b"]}}"#;
+            "max_batch": 20, "clusters": ["a", "b"], "timeout_ms": 30, "lock_timeout_ms": 0}}"#;
         let s = Config::from_json(json).unwrap();
-        let expected = CacheSettings { max_request: 300, max_entry: 1000, chain_ttl_s: 60, max_batch: 20, shards: 2 };
+        let expected = CacheSettings {
+            max_request: 300,
+            max_entry: 1000,
+            chain_ttl_s: 60,
+            max_batch: 20,
+            shards: 2,
+            lookup_timeout_ms: 30,
+            lock_timeout_ms: 0,
+        };
         assert_eq!(
             (s.cache_settings(), s.cache.as_ref().unwrap().store_timeout()),
             (&expected, Duration::from_secs(20))
@@ -590,6 +612,7 @@ mod tests {
             (br#"{"cache": {"store_timeout_s": 0}}"#, "cache_store_timeout_s: must be between 1 and 60, got 0"),
             (br#"{"cache": {"store_timeout_s": 61}}"#, "cache_store_timeout_s: must be between 1 and 60, got 61"),
             (br#"{"cache": {"max_batch": 101}}"#, "cache_max_batch: must be between 0 and 100, got 101"),
+            (br#"{"cache": {"lock_timeout_ms": 60001}}"#, "cache_lock_timeout_ms: must be between 0 and 60000, got 60001"),
         ] {
             assert_eq!(Config::from_json(json).unwrap_err().to_string(), message);
         }

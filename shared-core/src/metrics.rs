@@ -8,7 +8,7 @@ use crate::exchange::{Mode, TranscodeOutcome};
 
 /// The modes an exchange ends in: all but `Pending`, the first.
 const END_MODES: &[Mode] = Mode::ALL.split_at(1).1;
-const CACHE_STATUSES: [CacheStatus; 5] = CacheStatus::all();
+const CACHE_STATUSES: [CacheStatus; 6] = CacheStatus::all();
 /// The counters after the modes and before the cache statuses, in `Counter::all`'s order.
 const MIDDLE: [Counter; 8] = [
     Counter::Aborted,
@@ -148,9 +148,10 @@ pub fn cache_responded(status: CacheStatus, bypass: Option<Bypass>) -> impl Iter
     std::iter::once(Counter::CacheResponses(status)).chain(reason)
 }
 
-/// What a hit adds to the counters: its status, and a hot hit besides when the hot tier answered.
-pub fn cache_hit(hot: bool) -> impl Iterator<Item = Counter> {
-    std::iter::once(Counter::CacheResponses(CacheStatus::Hit)).chain(hot.then_some(Counter::HotHits))
+/// What an answer the cache sent adds to the counters: its status (a hit, or the answer to another
+/// request it waited for), and a hot hit besides when the hot tier answered.
+pub fn cache_hit(status: CacheStatus, hot: bool) -> impl Iterator<Item = Counter> {
+    std::iter::once(Counter::CacheResponses(status)).chain(hot.then_some(Counter::HotHits))
 }
 
 /// What an answer the core refused to store adds to the counters.
@@ -234,8 +235,14 @@ mod tests {
 
     #[test]
     fn a_hot_hit_is_a_hit_too() {
-        assert_eq!(cache_hit(false).collect::<Vec<_>>(), [Counter::CacheResponses(CacheStatus::Hit)]);
-        assert_eq!(cache_hit(true).collect::<Vec<_>>(), [Counter::CacheResponses(CacheStatus::Hit), Counter::HotHits]);
+        assert_eq!(cache_hit(CacheStatus::Hit, false).collect::<Vec<_>>(), [Counter::CacheResponses(CacheStatus::Hit)]);
+        assert_eq!(
+            cache_hit(CacheStatus::Hit, true).collect::<Vec<_>>(),
+            [Counter::CacheResponses(CacheStatus::Hit), Counter::HotHits]
+        );
+        let coalesced = cache_hit(CacheStatus::Coalesced, false).collect::<Vec<_>>();
+        assert_eq!(coalesced, [Counter::CacheResponses(CacheStatus::Coalesced)]);
+        assert_eq!(Counter::CacheResponses(CacheStatus::Coalesced).prometheus_name(), "rpcedge_cache_responses_coalesced");
     }
 
     #[test]

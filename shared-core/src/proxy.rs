@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cache::proxy::{self, AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
-use crate::cache::HitResponse;
+use crate::cache::{HitResponse, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
@@ -57,12 +57,13 @@ pub struct RequestBody {
 #[derive(Debug)]
 pub struct Reply {
     hit: HitResponse,
-    status_header: bool,
+    /// The status header's value, where it is on.
+    status: Option<&'static str>,
 }
 
 impl Reply {
     pub fn headers(&self) -> Vec<(&str, &str)> {
-        proxy::hit_headers(&self.hit, self.status_header)
+        proxy::hit_headers(&self.hit, self.status)
     }
 
     pub fn body(&self) -> &[u8] {
@@ -254,11 +255,12 @@ impl ProxyExchange {
         self.step(after, false)
     }
 
-    /// A hit, from the hot tier or the daemon.
+    /// A hit, from the hot tier or the daemon, or another request's answer it waited for.
     fn reply(&mut self, hit: HitResponse, hot: bool) -> Reply {
-        self.counters.extend(metrics::cache_hit(hot).map(|c| (c, 1)));
+        let status = self.cache.as_ref().map_or(CacheStatus::Hit, ProxyCacheRequest::status);
+        self.counters.extend(metrics::cache_hit(status, hot).map(|c| (c, 1)));
         self.done = true;
-        Reply { hit, status_header: self.status_header() }
+        Reply { hit, status: self.status_header().then_some(status.as_str()) }
     }
 
     /// The response's headers (`:status` included). The host applies the edits and, if told to,
@@ -441,6 +443,10 @@ impl ProxyExchange {
         if !self.done {
             self.done = true;
             self.counters.push((Counter::Aborted, 1));
+        }
+        // a key held for an answer that never came: its waiters go to the node now
+        if let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) {
+            self.stores.extend(request.release(config));
         }
     }
 

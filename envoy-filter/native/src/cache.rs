@@ -8,6 +8,7 @@
 //! is copied in or out (the Wasm filter has one per worker: its VMs share no memory).
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use rpcedge_core::cache::proxy::{DaemonCall, HotRegion};
@@ -19,10 +20,11 @@ use crate::host::{log, module_headers};
 
 /// The configuration's side of the cache.
 pub struct CacheShared {
-    pub config: CacheConfig,
     envoy: ConfigHandle,
-    /// Stores for the main thread to make.
+    /// Stores (and releases of held keys) for the main thread to make.
     stores: Mutex<Vec<DaemonCall>>,
+    /// The releases under way, whose answers are not counted as stores'.
+    releases: Mutex<HashSet<u64>>,
     /// Hits kept for all workers, when there is a hot tier.
     hot: Option<SharedHot>,
 }
@@ -56,9 +58,9 @@ impl CacheShared {
         let scheduler = unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_new(envoy) };
         CacheShared {
             hot: (config.hot_bytes > 0).then(|| SharedHot(Mutex::new(vec![0; config.hot_bytes as usize]))),
-            config,
             envoy: ConfigHandle { config: envoy, scheduler },
             stores: Mutex::default(),
+            releases: Mutex::default(),
         }
     }
 
@@ -89,18 +91,29 @@ impl CacheShared {
                     headers.as_ptr(),
                     headers.len(),
                     call.body.as_slice().into(),
-                    self.config.store_timeout().as_millis() as u64,
+                    call.timeout_ms,
                 )
             };
             if started != abi::CALLOUT_STARTED {
-                log(LogLevel::Warn, &format!("rpcedge cache: cannot store through {}: {started}", call.cluster));
-                self.stored(counters, None);
+                log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}: {started}", call.cluster));
+                if call.store {
+                    self.stored(counters, None);
+                }
+            } else if !call.store {
+                self.releases.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
             }
         }
     }
 
+    /// The daemon's answer to callout `id`: a store's status is counted (none: no answer).
+    pub fn answered(&self, counters: &[usize], id: u64, status: Option<u16>) {
+        if !self.releases.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+            self.stored(counters, status);
+        }
+    }
+
     /// The daemon's answer to a store: its status (none: no answer).
-    pub fn stored(&self, counters: &[usize], status: Option<u16>) {
+    fn stored(&self, counters: &[usize], status: Option<u16>) {
         let counter = counters[Counter::for_store_answer(status).index()];
         // SAFETY: on the main thread, with Envoy's configuration alive.
         unsafe {

@@ -108,8 +108,7 @@ impl Filter {
                 Step::Replied
             }
             RequestStep::Lookup(call) => {
-                let timeout_ms = self.shared.cache.as_ref().map_or(0, |cache| cache.config.timeout_ms);
-                match host.call(&call, timeout_ms) {
+                match host.call(&call) {
                     Some(id) => {
                         self.lookup = Some(id);
                         Step::Wait

@@ -143,7 +143,7 @@ impl Host {
 impl Host {
     /// Calls the daemon for this stream (Envoy cancels the call with the stream): the call's id,
     /// answered in `on_http_filter_http_callout_done`, or none when Envoy could not make it.
-    pub fn call(self, call: &DaemonCall, timeout_ms: u64) -> Option<u64> {
+    pub fn call(self, call: &DaemonCall) -> Option<u64> {
         let headers = module_headers(call);
         let mut id = 0;
         // SAFETY: Envoy copies the request before returning.
@@ -155,7 +155,7 @@ impl Host {
                 headers.as_ptr(),
                 headers.len(),
                 call.body.as_slice().into(),
-                timeout_ms,
+                call.timeout_ms,
             )
         };
         (started == abi::CALLOUT_STARTED).then_some(id)

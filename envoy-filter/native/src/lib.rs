@@ -297,7 +297,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     guard(|| (), || shared.cache.as_ref().map_or((), |cache| cache.on_scheduled(&shared.counters)))
 }
 
-/// On the main thread: the daemon's answer to a store.
+/// On the main thread: the daemon's answer to a store (or a release).
 ///
 /// # Safety
 /// `shared` comes from `on_http_filter_config_new`; the answer's pointers are Envoy's, valid
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     _config: FilterConfigEnvoy,
     shared: *const c_void,
-    _callout: u64,
+    callout: u64,
     result: abi::CalloutResult,
     headers: *const EnvoyHeader,
     headers_length: usize,
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout
         || {
             let (headers, _) = cache::answer(result, headers, headers_length, body, body_length);
             if let Some(cache) = &shared.cache {
-                cache.stored(&shared.counters, cache::status(&headers));
+                cache.answered(&shared.counters, callout, cache::status(&headers));
             }
         },
     )

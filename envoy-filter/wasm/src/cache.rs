@@ -35,9 +35,10 @@ pub fn send_reply(reply: &Reply) -> bool {
 }
 
 /// Makes a call to the daemon: its token, or none when Envoy could not make it.
-pub fn dispatch(call: &DaemonCall, timeout: Duration) -> Option<u32> {
+pub fn dispatch(call: &DaemonCall) -> Option<u32> {
     let headers = call.headers.iter().map(|(name, value)| (*name, value.as_str())).collect();
     let body = (!call.body.is_empty()).then_some(call.body.as_slice());
+    let timeout = Duration::from_millis(call.timeout_ms);
     match hostcalls::dispatch_http_call(&call.cluster, headers, body, vec![], timeout) {
         Ok(token) => Some(token),
         Err(status) => {

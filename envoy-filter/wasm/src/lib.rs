@@ -19,7 +19,7 @@
 //! With a `cache` section, requests go through the response cache first (`cache`).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::{Rc, Weak};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -61,8 +61,10 @@ struct Shared {
     waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
     /// The root's tick period now (zero: no ticks).
     tick: Cell<Duration>,
-    /// Stores for the root to make at its next tick.
+    /// Stores (and releases of held keys) for the root to make at its next tick.
     stores: RefCell<Vec<DaemonCall>>,
+    /// The releases under way, whose answers are not counted as stores'.
+    releases: RefCell<HashSet<u32>>,
     /// The worker's hot tier, when the cache has one.
     hot: Option<WorkerHot>,
 }
@@ -89,9 +91,12 @@ impl Shared {
 }
 
 impl Context for Root {
-    fn on_http_call_response(&mut self, _token_id: u32, _num_headers: usize, _body_size: usize, _num_trailers: usize) {
-        // the answer to a store
+    fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, _body_size: usize, _num_trailers: usize) {
+        // the answer to a store, or to a release
         let Some(shared) = &self.shared else { return };
+        if shared.releases.borrow_mut().remove(&token_id) {
+            return;
+        }
         let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
         shared.metrics.stored(status.as_deref());
     }
@@ -123,6 +128,7 @@ impl RootContext for Root {
             waiting: Default::default(),
             tick: Cell::new(Duration::ZERO),
             stores: Default::default(),
+            releases: Default::default(),
         }));
         true
     }
@@ -130,10 +136,13 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let Some(shared) = &self.shared else { return };
         // stores are queued only where the cache is configured
-        if let Some(config) = &shared.settings.cache {
-            for store in shared.stores.take() {
-                if cache::dispatch(&store, config.store_timeout()).is_none() {
-                    shared.metrics.stored(None);
+        if shared.settings.cache.is_some() {
+            for call in shared.stores.take() {
+                match cache::dispatch(&call) {
+                    Some(token) if !call.store => _ = shared.releases.borrow_mut().insert(token),
+                    Some(_) => {}
+                    None if call.store => shared.metrics.stored(None),
+                    None => {}
                 }
             }
         }
@@ -488,8 +497,7 @@ fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup
         RequestStep::Reply(reply) if cache::send_reply(&reply) => Action::Pause,
         RequestStep::Reply(_) => Action::Continue,
         RequestStep::Lookup(call) => {
-            let timeout = stream.shared.settings.cache.as_ref().map_or(0, |cache| cache.timeout_ms);
-            match cache::dispatch(&call, Duration::from_millis(timeout)) {
+            match cache::dispatch(&call) {
                 Some(token) => {
                     *lookup = Some(token);
                     Action::Pause

@@ -129,7 +129,9 @@ typedef struct {
   uint32_t shard;
   int32_t post;
   rpcedge_str_t path;
+  rpcedge_str_t lock;
   rpcedge_str_t body;
+  uint64_t timeout_ms;
 } rpcedge_lookup_call_t;
 
 typedef struct {
@@ -147,7 +149,7 @@ rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_s
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
-                               const uint8_t *body, size_t body_len, uint64_t min_length);
+                               rpcedge_str_t lock, const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
 int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name,
                                  rpcedge_str_t *value);
@@ -506,10 +508,11 @@ end
 -- it is gzip, or nil when the node must answer (no entry, or a bad one).
 function Cache:hit(entry, min_length)
     if entry == nil then
-        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), rstr(nil), nil, 0, min_length or 1024)
+        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), rstr(nil), rstr(nil), nil, 0, min_length or 1024)
         return nil
     end
-    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), rstr(nil), entry, #entry, min_length or 1024) == 0 then
+    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), rstr(nil), rstr(nil), entry, #entry,
+                                  min_length or 1024) == 0 then
         return nil
     end
     count(lib.rpcedge_count_cache(self.handle, counts))

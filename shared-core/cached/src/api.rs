@@ -7,6 +7,11 @@
 //!   number, or a transaction hash whose block the daemon finds) as the core's capture says: 204
 //!   stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
 //! - `DELETE /v1/entries/{key}`: 204;
+//! - coalescing (`protocol::LOCK_HEADER`): a `GET` of an entry with `X-Rpcedge-Lock: <ms>` that
+//!   misses holds the key (`X-Rpcedge-Lock: held` on the 404) or is told another request holds it
+//!   (`X-Rpcedge-Miss: in_flight`); `GET /v1/flights/{key}` waits for the holder's `PUT` (200 with
+//!   its entry, stored or not) or 404 (`X-Rpcedge-Miss: released|timeout`); the holder's
+//!   `DELETE /v1/flights/{key}` releases it (204);
 //! - `POST /v1/lookup`: keys in hex, one per line (at most 100): 200 with what each one found
 //!   (`protocol::Looked`), in order; 400 for a bad key, 413 for more keys;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
@@ -26,6 +31,7 @@ use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final};
 
 use crate::finality::Finality;
+use crate::flights::{Flights, Landing, Lock};
 use crate::store::{Lookup, Store};
 
 pub struct State {
@@ -34,6 +40,7 @@ pub struct State {
     /// Bound on a PUT's body: `entry_bound` of the hosts' `max_entry`.
     pub max_body: usize,
     pub refusals: Refusals,
+    pub flights: Flights,
 }
 
 /// Entries refused, by reason.
@@ -62,13 +69,24 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
         (&Method::POST, protocol::LOOKUP_PATH) => lookup_many(request, &state).await,
         (method, path) => match path.strip_prefix(protocol::ENTRIES_PATH).map(parse_key) {
             Some(Some(key)) => match *method {
-                Method::GET => get(&state, &key),
+                Method::GET => get(&state, &key, request.headers()),
                 Method::PUT => put(request, state, key).await,
                 Method::DELETE => delete(&state, &key),
                 _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET, PUT or DELETE\n"),
             },
             Some(None) => text(StatusCode::BAD_REQUEST, "a key is 64 lower-case hex digits\n"),
-            None => text(StatusCode::NOT_FOUND, "no such route\n"),
+            None => match path.strip_prefix(protocol::FLIGHTS_PATH).map(parse_key) {
+                Some(Some(key)) => match *method {
+                    Method::GET => wait(&state, &key).await,
+                    Method::DELETE => {
+                        state.flights.land(&key, None);
+                        empty(StatusCode::NO_CONTENT)
+                    }
+                    _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET or DELETE\n"),
+                },
+                Some(None) => text(StatusCode::BAD_REQUEST, "a key is 64 lower-case hex digits\n"),
+                None => text(StatusCode::NOT_FOUND, "no such route\n"),
+            },
         },
     };
     Ok(response)
@@ -89,7 +107,7 @@ fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn get(state: &State, key: &[u8]) -> Response<Body> {
+fn get(state: &State, key: &[u8; 32], headers: &HeaderMap) -> Response<Body> {
     let miss = match state.store.get(key, now_s()) {
         Ok(Lookup::Hit(entry, left_s)) => {
             let mut response = Response::new(Full::new(Bytes::from(entry)));
@@ -106,6 +124,34 @@ fn get(state: &State, key: &[u8]) -> Response<Body> {
         Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
     };
     let mut response = text(StatusCode::NOT_FOUND, "not stored\n");
+    let lock = lock_time(headers).map(|hold| state.flights.lock(*key, hold));
+    let miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
+    response.headers_mut().insert(protocol::MISS_HEADER, HeaderValue::from_static(miss));
+    if lock == Some(Lock::Held) {
+        response.headers_mut().insert(protocol::LOCK_HEADER, HeaderValue::from_static(protocol::LOCK_HELD));
+    }
+    response
+}
+
+/// How long a lookup asks to hold its key if it misses: its `X-Rpcedge-Lock`, in milliseconds
+/// (at most `MAX_LOCK_MS`); none without one, or with one that is not a number.
+fn lock_time(headers: &HeaderMap) -> Option<Duration> {
+    let ms: u64 = headers.get(protocol::LOCK_HEADER)?.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_millis(ms.clamp(1, protocol::MAX_LOCK_MS)))
+}
+
+/// A waiter of `key`: the entry its holder stores, or why there is none.
+async fn wait(state: &State, key: &[u8; 32]) -> Response<Body> {
+    let miss = match state.flights.wait(key).await {
+        Landing::Entry(entry) => {
+            let mut response = Response::new(Full::new(entry));
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            return response;
+        }
+        Landing::Released => protocol::MISS_RELEASED,
+        Landing::TimedOut => protocol::MISS_TIMEOUT,
+    };
+    let mut response = text(StatusCode::NOT_FOUND, "no answer to share\n");
     response.headers_mut().insert(protocol::MISS_HEADER, HeaderValue::from_static(miss));
     response
 }
@@ -213,7 +259,27 @@ async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option
 }
 
 async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
-    let ttl_s = match admit(request.headers(), &state).await {
+    let (head, body) = request.into_parts();
+    let sent = match Limited::new(body, state.max_body).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) => {
+            // the waiters of the key, if any, go to the node themselves
+            state.flights.land(&key, None);
+            if error.is::<LengthLimitError>() {
+                state.refusals.too_large.fetch_add(1, Ordering::Relaxed);
+                return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("an entry is at most {} bytes\n", state.max_body));
+            }
+            return text(StatusCode::BAD_REQUEST, &format!("reading the body: {error}\n"));
+        }
+    };
+    if let Err(bad) = Entry::decode(&sent).and_then(|entry| entry.check()) {
+        state.flights.land(&key, None);
+        state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
+        return text(StatusCode::BAD_REQUEST, &format!("{bad}\n"));
+    }
+    // the node's answer of this moment, for the requests that waited for it, kept or not
+    state.flights.land(&key, Some(sent.clone()));
+    let ttl_s = match admit(&head.headers, &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
             let refusals = &state.refusals;
@@ -229,23 +295,12 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         }
         Err(reason) => return text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
     };
-    let sent = match Limited::new(request.into_body(), state.max_body).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
-            state.refusals.too_large.fetch_add(1, Ordering::Relaxed);
-            return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("an entry is at most {} bytes\n", state.max_body));
-        }
-        Err(error) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {error}\n")),
-    };
     // Compressing at the highest level takes milliseconds per MiB: off the I/O threads.
     let stored = tokio::task::spawn_blocking(move || {
         let entry = Entry::decode(&sent).and_then(|entry| entry.compact());
         match entry {
             Ok(entry) => state.store.put(&key, &entry, ttl_s, now_s()).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e)),
-            Err(bad) => {
-                state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
-                Err((StatusCode::BAD_REQUEST, bad.to_string()))
-            }
+            Err(bad) => Err((StatusCode::BAD_REQUEST, bad.to_string())),
         }
     })
     .await;
@@ -270,6 +325,14 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         ("deletes_total".into(), "Deletes", "counter", load(&counters.deletes)),
         ("flushes_total".into(), "Flushes of the memtables", "counter", load(&counters.flushes)),
     ];
+    let flights = &state.flights.counters;
+    out.extend([
+        ("locks_held_total".into(), "Misses that held their key while the node answered", "counter", load(&flights.held)),
+        ("locks_shared_total".into(), "Waiters answered with the holder's answer", "counter", load(&flights.shared)),
+        ("locks_released_total".into(), "Waiters sent to the node: released without an answer", "counter", load(&flights.released)),
+        ("locks_timed_out_total".into(), "Waiters sent to the node: the holder's time ran out", "counter", load(&flights.timed_out)),
+        ("locks_in_flight".into(), "Keys held, or answered with waiters still to serve", "gauge", state.flights.len() as u64),
+    ]);
     let refusals = &state.refusals;
     for (reason, counter) in [
         ("not_final", &refusals.not_final),

@@ -3,6 +3,7 @@
 
 mod api;
 mod finality;
+mod flights;
 mod store;
 
 use std::net::SocketAddr;
@@ -166,6 +167,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         finality: finality.clone(),
         max_body: usize::try_from(entry_bound(cli.max_entry)).unwrap_or(usize::MAX),
         refusals: api::Refusals::default(),
+        flights: flights::Flights::default(),
     });
     let connections = Arc::new(Semaphore::new(cli.max_connections.max(1)));
 
@@ -184,6 +186,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
     tokio::spawn(finality.poll(cli.finality_poll));
     tokio::spawn(flush_every(state.clone(), cli.flush_interval));
+    tokio::spawn(sweep_flights(state.clone()));
     println!("rpcedge-cached: store at {}, listening on {}", cli.db.display(), listening.join(" and "));
 
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
@@ -224,6 +227,15 @@ async fn flush_every(state: Arc<api::State>, every: Duration) {
             Ok(Err(error)) => eprintln!("rpcedge-cached: flush failed: {error}"),
             Err(error) => eprintln!("rpcedge-cached: flush failed: {error}"),
         }
+    }
+}
+
+/// Drops the locks whose holders never answered (gone, or slower than their lock).
+async fn sweep_flights(state: Arc<api::State>) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticks.tick().await;
+        state.flights.sweep();
     }
 }
 

@@ -141,8 +141,8 @@ typedef struct {
   const rpcedge_str_t *types;
   size_t types_len;
   /**
-   * The cache's settings (nginx's `rpcedge_cache_*` directives): the lookup's and the store's
-   * timeouts, which the host applies itself, and the limits its exchanges run with.
+   * The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
+   * host applies itself; each lookup call says its own) and the limits its exchanges run with.
    */
   uint64_t cache_timeout_ms;
   uint64_t cache_store_timeout_s;
@@ -154,6 +154,10 @@ typedef struct {
    * How many daemons share the keys (`rpcedge_cache_shards`).
    */
   uint64_t cache_shards;
+  /**
+   * How long a miss waits for another request's answer for its key; 0: never.
+   */
+  uint64_t cache_lock_timeout_ms;
 } rpcedge_config_t;
 
 /**
@@ -222,8 +226,10 @@ typedef struct {
 } rpcedge_output_t;
 
 /**
- * A lookup to make: `GET path` (one key), or `POST path` with `body` (a batch's keys), to the
- * daemon of shard `shard`. Valid until the next call on the handle.
+ * A lookup to make: `GET path` (one key, or the answer another request for it is getting), or
+ * `POST path` with `body` (a batch's keys), to the daemon of shard `shard`, with the header
+ * `X-Rpcedge-Lock: lock` when `lock` is not NULL, waiting at most `timeout_ms` for the answer.
+ * Valid until the next call on the handle.
  */
 typedef struct {
   uint32_t shard;
@@ -232,7 +238,9 @@ typedef struct {
    */
   int32_t post;
   rpcedge_str_t path;
+  rpcedge_str_t lock;
   rpcedge_str_t body;
+  uint64_t timeout_ms;
 } rpcedge_lookup_call_t;
 
 /**
@@ -559,14 +567,15 @@ int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t 
 int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 
 /**
- * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
- * headers (NULL `data`: none) and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it
- * (and to keep with `rpcedge_cache_hot_keep`); 0: ask the node.
+ * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss`, `X-Rpcedge-Ttl` and
+ * `X-Rpcedge-Lock` headers (NULL `data`: none) and `body`. 1: a hit, to send as
+ * `rpcedge_cache_hit` gives it (and to keep with `rpcedge_cache_hot_keep`); 0: make the next
+ * lookup, if any, then ask the node.
  *
  * # Safety
  * `cache` is NULL or live; the strings point to readable bytes of their lengths.
  */
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl, const uint8_t *body, size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl, rpcedge_str_t lock, const uint8_t *body, size_t body_len, uint64_t min_length);
 
 /**
  * The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
@@ -705,7 +714,18 @@ int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_store_call_t *c
 int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
 
 /**
- * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR`; with `reasons` not 0, a
+ * Once the node's answer has ended, or the request is over without one: 1 with `shard` and
+ * `path` filled when the request held its key (coalescing) and stores no answer for it, which
+ * the host releases with `DELETE path` to the daemon of `shard`, so that the requests waiting
+ * for it go to the node themselves; 0 otherwise, and after the first 1.
+ *
+ * # Safety
+ * `cache` is NULL or live; `shard` and `path` are NULL or writable.
+ */
+int32_t rpcedge_cache_release(rpcedge_cache_t *cache, uint32_t *shard, rpcedge_str_t *path);
+
+/**
+ * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a
  * bypass with its reason, `BYPASS; reason=method` (static).
  *
  * # Safety

@@ -28,17 +28,23 @@ pub struct RpcedgeCache {
     stores: VecDeque<StoreCall>,
     /// Why answers were not kept, until they are counted.
     pub(super) refusals: Vec<Refusal>,
+    /// The path of the key's release.
+    release: String,
 }
 
-/// A lookup to make: `GET path` (one key), or `POST path` with `body` (a batch's keys), to the
-/// daemon of shard `shard`. Valid until the next call on the handle.
+/// A lookup to make: `GET path` (one key, or the answer another request for it is getting), or
+/// `POST path` with `body` (a batch's keys), to the daemon of shard `shard`, with the header
+/// `X-Rpcedge-Lock: lock` when `lock` is not NULL, waiting at most `timeout_ms` for the answer.
+/// Valid until the next call on the handle.
 #[repr(C)]
 pub struct RpcedgeLookupCall {
     pub shard: u32,
     /// 1: a POST with `body`; 0: a GET.
     pub post: i32,
     pub path: RpcedgeStr,
+    pub lock: RpcedgeStr,
     pub body: RpcedgeStr,
+    pub timeout_ms: u64,
 }
 
 /// The call that stores an answer: `PUT path` to the daemon of shard `shard`, with these headers
@@ -102,6 +108,7 @@ pub unsafe extern "C" fn rpcedge_cache_new(
             store: None,
             stores: VecDeque::new(),
             refusals: Vec::new(),
+            release: String::new(),
         };
         Box::into_raw(Box::new(cache))
     })
@@ -136,15 +143,32 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
 /// `cache` is NULL or live; `call` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_next_lookup(cache: *mut RpcedgeCache, call: *mut RpcedgeLookupCall) -> i32 {
-    let none = || RpcedgeLookupCall { shard: 0, post: 0, path: RpcedgeStr::NONE, body: RpcedgeStr::NONE };
+    let none = || RpcedgeLookupCall {
+        shard: 0,
+        post: 0,
+        path: RpcedgeStr::NONE,
+        lock: RpcedgeStr::NONE,
+        body: RpcedgeStr::NONE,
+        timeout_ms: 0,
+    };
     put(call, none());
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         cache.lookup = cache.exchange.next_lookup();
         let Some(lookup) = &cache.lookup else { return 0 };
         let body = if lookup.body.is_empty() { RpcedgeStr::NONE } else { RpcedgeStr::of(&lookup.body) };
-        let post = (lookup.method == "POST").into();
-        put(call, RpcedgeLookupCall { shard: lookup.shard, post, path: RpcedgeStr::of(lookup.path.as_bytes()), body });
+        let lock = lookup.headers.iter().find(|(name, _)| *name == protocol::LOCK_HEADER);
+        put(
+            call,
+            RpcedgeLookupCall {
+                shard: lookup.shard,
+                post: (lookup.method == "POST").into(),
+                path: RpcedgeStr::of(lookup.path.as_bytes()),
+                lock: lock.map_or(RpcedgeStr::NONE, |(_, value)| RpcedgeStr::of(value.as_bytes())),
+                body,
+                timeout_ms: lookup.timeout_ms,
+            },
+        );
         1
     })
 }
@@ -166,9 +190,10 @@ pub unsafe extern "C" fn rpcedge_cache_node_request(cache: *mut RpcedgeCache, bo
     })
 }
 
-/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss` and `X-Rpcedge-Ttl`
-/// headers (NULL `data`: none) and `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it
-/// (and to keep with `rpcedge_cache_hot_keep`); 0: ask the node.
+/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss`, `X-Rpcedge-Ttl` and
+/// `X-Rpcedge-Lock` headers (NULL `data`: none) and `body`. 1: a hit, to send as
+/// `rpcedge_cache_hit` gives it (and to keep with `rpcedge_cache_hot_keep`); 0: make the next
+/// lookup, if any, then ask the node.
 ///
 /// # Safety
 /// `cache` is NULL or live; the strings point to readable bytes of their lengths.
@@ -178,13 +203,15 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
     status: u16,
     miss: RpcedgeStr,
     ttl: RpcedgeStr,
+    lock: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     min_length: u64,
 ) -> i32 {
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let answer = DaemonAnswer { status, miss: string(&miss), ttl: string(&ttl), body: bytes(body, body_len) };
+        let answer =
+            DaemonAnswer { status, miss: string(&miss), ttl: string(&ttl), lock: string(&lock), body: bytes(body, body_len) };
         cache.hit = cache.exchange.answered(&answer, min_length);
         cache.hit.is_some().into()
     })
@@ -446,6 +473,27 @@ pub unsafe extern "C" fn rpcedge_cache_compact_store(cache: *mut RpcedgeCache, c
     })
 }
 
+/// Once the node's answer has ended, or the request is over without one: 1 with `shard` and
+/// `path` filled when the request held its key (coalescing) and stores no answer for it, which
+/// the host releases with `DELETE path` to the daemon of `shard`, so that the requests waiting
+/// for it go to the node themselves; 0 otherwise, and after the first 1.
+///
+/// # Safety
+/// `cache` is NULL or live; `shard` and `path` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_release(cache: *mut RpcedgeCache, shard: *mut u32, path: *mut RpcedgeStr) -> i32 {
+    put(shard, 0);
+    put(path, RpcedgeStr::NONE);
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let Some(release) = cache.exchange.release() else { return 0 };
+        put(shard, release.shard);
+        cache.release = release.path;
+        put(path, RpcedgeStr::of(cache.release.as_bytes()));
+        1
+    })
+}
+
 fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     let Some(store) = store else {
         return RpcedgeStoreCall {
@@ -468,7 +516,7 @@ fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
     }
 }
 
-/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED` or `ERROR`; with `reasons` not 0, a
+/// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a
 /// bypass with its reason, `BYPASS; reason=method` (static).
 ///
 /// # Safety

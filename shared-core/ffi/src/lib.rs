@@ -68,8 +68,8 @@ pub struct RpcedgeConfig {
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
-    /// The cache's settings (nginx's `rpcedge_cache_*` directives): the lookup's and the store's
-    /// timeouts, which the host applies itself, and the limits its exchanges run with.
+    /// The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
+    /// host applies itself; each lookup call says its own) and the limits its exchanges run with.
     pub cache_timeout_ms: u64,
     pub cache_store_timeout_s: u64,
     pub cache_max_request: u64,
@@ -78,6 +78,8 @@ pub struct RpcedgeConfig {
     pub cache_max_batch: u64,
     /// How many daemons share the keys (`rpcedge_cache_shards`).
     pub cache_shards: u64,
+    /// How long a miss waits for another request's answer for its key; 0: never.
+    pub cache_lock_timeout_ms: u64,
 }
 
 /// Where a configuration error is written: the field's name and a message, NUL-terminated and
@@ -314,6 +316,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             max_entry: c.cache_max_entry,
             chain_ttl_s: c.cache_chain_ttl_s,
             max_batch: c.cache_max_batch,
+            lock_timeout_ms: c.cache_lock_timeout_ms,
             // the host routes each shard's calls itself: the names only count the shards
             clusters: (0..c.cache_shards).map(|shard| format!("shard {shard}")).collect(),
             ..CacheConfig::default()
@@ -381,6 +384,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         cache_chain_ttl_s: cache.chain_ttl_s,
         cache_max_batch: cache.max_batch,
         cache_shards: cache.clusters.len() as u64,
+        cache_lock_timeout_ms: cache.lock_timeout_ms,
     }
 }
 

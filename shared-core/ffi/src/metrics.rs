@@ -90,7 +90,7 @@ pub unsafe extern "C" fn rpcedge_count_cache(cache: *const RpcedgeCache, counts:
     guard(0, || {
         let Some(cache) = cache.as_ref() else { return 0 };
         match cache.exchange.status() {
-            Status::Hit => fill(counts, once(metrics::cache_hit(cache.hot))),
+            Status::Hit => fill(counts, once(metrics::cache_hit(Status::Hit, cache.hot))),
             status => fill(counts, once(metrics::cache_responded(status, cache.exchange.bypass()))),
         }
     })

@@ -345,7 +345,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
         assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
@@ -356,7 +356,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
 
         // refused by its head: the host holds no body and makes no store
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
         let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_set_cookie", 1)]);
@@ -403,7 +403,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let path = owned(&lookup.path);
         assert_eq!((lookup.shard, lookup.post, lookup.body.data.is_null()), (0, 0, true));
         assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
-        assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(owned(&rpcedge_cache_status(miss, 0)), b"MISS");
         assert_eq!(owned(&rpcedge_cache_status(miss, 1)), b"MISS", "only a bypass has a reason");
         let cors =
@@ -423,7 +423,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
         let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, again.as_ptr(), again.len(), gzip.as_ptr(), 1);
-        assert_eq!(rpcedge_cache_answered(hit, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, kept.as_ptr(), kept.len(), 1024), 1);
+        assert_eq!(rpcedge_cache_answered(hit, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, RpcedgeStr::NONE, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
@@ -511,7 +511,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_next_lookup(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_answered(null, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(null, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
@@ -547,7 +547,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
             let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
             assert_eq!(rpcedge_cache_next_lookup(cache, ptr::null_mut()), 1);
-            assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+            assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
             assert_eq!(
                 rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),
                 0,
@@ -565,7 +565,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         // the chain TTL the store carries
         let s = limited(request.len(), answer.len());
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);

@@ -245,6 +245,11 @@ impl<'a> Entry<'a> {
         Ok(Entry { deflated, crc, len, before_id, after_id, head, headers, vary, data })
     }
 
+    /// Whether the tail is whole: checked against its CRC-32 (inflated first if it came deflated).
+    pub fn check(&self) -> Result<(), BadEntry> {
+        self.tail_into(&mut Vec::new())
+    }
+
     /// The entry as the store keeps it, checked against its CRC-32: its tail deflated once at
     /// `STORE_LEVEL` when that is smaller, for every later hit. A tail that arrives deflated
     /// already is kept as it came.

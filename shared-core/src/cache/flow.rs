@@ -24,12 +24,15 @@ pub enum Status {
     Expired,
     /// The daemon failed, was too slow or sent a bad entry: the node answered (fail open).
     Error,
+    /// Answered with the node's answer to another request for the same key, made while this one
+    /// waited (coalescing): the node never saw this one.
+    Coalesced,
 }
 
 impl Status {
     /// Every status, for a host's counters.
-    pub const fn all() -> [Status; 5] {
-        [Status::Hit, Status::Miss, Status::Bypass, Status::Expired, Status::Error]
+    pub const fn all() -> [Status; 6] {
+        [Status::Hit, Status::Miss, Status::Bypass, Status::Expired, Status::Error, Status::Coalesced]
     }
 
     /// The status header's value.
@@ -40,6 +43,7 @@ impl Status {
             Status::Bypass => "BYPASS",
             Status::Expired => "EXPIRED",
             Status::Error => "ERROR",
+            Status::Coalesced => "COALESCED",
         }
     }
 }
@@ -51,6 +55,8 @@ pub struct DaemonAnswer<'a> {
     pub miss: Option<&'a [u8]>,
     /// Its `X-Rpcedge-Ttl` header: the seconds a hit has left (none: no expiry).
     pub ttl: Option<&'a [u8]>,
+    /// Its `X-Rpcedge-Lock` header: whether the miss holds the key.
+    pub lock: Option<&'a [u8]>,
     pub body: &'a [u8],
 }
 
@@ -73,14 +79,42 @@ enum NoHit {
     OtherVariant,
 }
 
-/// A lookup to make: `method path` with this body, to the daemon of this shard.
+/// A lookup to make: `method path` with these headers and body, to the daemon of this shard,
+/// waiting at most `timeout_ms` for its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LookupCall {
     pub shard: u32,
-    /// `GET` for one key, `POST` for the keys of a batch ([`protocol::LOOKUP_PATH`]).
+    /// `GET` for one key (or for the answer another request for it is getting), `POST` for the
+    /// keys of a batch ([`protocol::LOOKUP_PATH`]).
     pub method: &'static str,
     pub path: String,
+    /// `X-Rpcedge-Lock` on a key's lookup, where misses wait for each other.
+    pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// The call that releases a key this request held but has no answer to store for: `DELETE path`
+/// to the daemon of this shard. Its answer says nothing the host needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub shard: u32,
+    pub path: String,
+}
+
+/// Where a call stands with the key's lock (coalescing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// Not asked for (a batch, or `lock_timeout_ms` 0), or over with.
+    None,
+    /// The lookup asks for it.
+    Asked,
+    /// Held: the node's answer goes to the daemon as a store, or the key is released.
+    Held,
+    /// Another request holds it: the next lookup waits for that one's answer.
+    InFlight,
+    /// The wait is under way.
+    Waiting,
 }
 
 /// The call that stores a node's answer: `PUT path` with these headers and body, to the daemon
@@ -123,6 +157,7 @@ pub struct CacheExchange {
     merge: bool,
     /// What a merged batch stores, once merged.
     captures: Vec<Result<Capture, Refusal>>,
+    lock: Lock,
     settings: CacheSettings,
 }
 
@@ -189,6 +224,7 @@ impl CacheExchange {
             looked_up: false,
             merge: false,
             captures: Vec::new(),
+            lock: Lock::None,
             settings: settings.clone(),
         }
     }
@@ -201,14 +237,27 @@ impl CacheExchange {
             Taken::Call(request) if !self.looked_up => {
                 self.looked_up = true;
                 let (shard, path) = (shard(&request.key, self.settings.shards), protocol::entry_path(&request.key.hex()));
-                Some(LookupCall { shard, method: "GET", path, body: Vec::new() })
+                let lock_ms = self.settings.lock_timeout_ms;
+                let headers = if lock_ms > 0 { vec![(protocol::LOCK_HEADER, lock_ms.to_string())] } else { Vec::new() };
+                self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
+                let timeout_ms = self.settings.lookup_timeout_ms;
+                Some(LookupCall { shard, method: "GET", path, headers, body: Vec::new(), timeout_ms })
+            }
+            Taken::Call(request) if self.lock == Lock::InFlight => {
+                self.lock = Lock::Waiting;
+                let (shard, path) = (shard(&request.key, self.settings.shards), protocol::flight_path(&request.key.hex()));
+                // the daemon answers by the holder's deadline, at most lock_timeout_ms from now
+                let timeout_ms = self.settings.lock_timeout_ms + self.settings.lookup_timeout_ms;
+                Some(LookupCall { shard, method: "GET", path, headers: Vec::new(), body: Vec::new(), timeout_ms })
             }
             Taken::Call(_) => None,
             Taken::Batch(batch) => batch.next_lookup().map(|(shard, body)| LookupCall {
                 shard,
                 method: "POST",
                 path: protocol::LOOKUP_PATH.to_string(),
+                headers: Vec::new(),
                 body,
+                timeout_ms: self.settings.lookup_timeout_ms,
             }),
         }
     }
@@ -243,8 +292,19 @@ impl CacheExchange {
                 return self.batch_hit(min_length);
             }
         };
+        let waited = self.lock == Lock::Waiting;
+        self.lock = match (self.lock, answer.status) {
+            (Lock::Asked, 404) if answer.miss == Some(protocol::MISS_IN_FLIGHT.as_bytes()) => Lock::InFlight,
+            (Lock::Asked, 404) if answer.lock == Some(protocol::LOCK_HELD.as_bytes()) => Lock::Held,
+            _ => Lock::None,
+        };
         match answer.status {
             200 => match hit(request, answer.body, &self.request_headers, self.gzip, min_length) {
+                // the answer another request got from the node, which may not be stored: not kept hot
+                Ok(hit) if waited => {
+                    self.status = Status::Coalesced;
+                    Some(hit)
+                }
                 Ok(hit) => {
                     self.status = Status::Hit;
                     let ttl = answer.ttl.and_then(|ttl| std::str::from_utf8(ttl).ok()?.trim().parse().ok());
@@ -261,6 +321,11 @@ impl CacheExchange {
                     None
                 }
             },
+            // a wait that ends without an answer (released, out of time) is a miss: to the node
+            404 if waited => {
+                self.status = Status::Miss;
+                None
+            }
             404 => {
                 self.status = if answer.miss == Some(b"expired") { Status::Expired } else { Status::Miss };
                 None
@@ -330,6 +395,7 @@ impl CacheExchange {
 
     /// The lookup failed: no answer within the timeout, or no daemon at all.
     pub fn failed(&mut self) {
+        self.lock = Lock::None;
         match &mut self.request {
             Ok(Taken::Batch(batch)) => batch.failed(),
             Ok(Taken::Call(_)) => {}
@@ -427,7 +493,26 @@ impl CacheExchange {
             self.status = Status::Bypass;
         }
         let Ok(head) = &self.head else { return Vec::new() };
-        captures.into_iter().map(|capture| capture.map(|capture| self.store_call(capture, head))).collect()
+        let stores: Vec<_> = captures.into_iter().map(|capture| capture.map(|capture| self.store_call(capture, head))).collect();
+        // a held key's store hands its answer to the requests that wait for it
+        if stores.iter().any(Result::is_ok) {
+            self.lock = Lock::None;
+        }
+        stores
+    }
+
+    /// Once the node's answer has ended (or the request is over without one): the key this
+    /// request held and stores no answer for, which the host releases so that the requests that
+    /// wait for it go to the node themselves. Given once.
+    pub fn release(&mut self) -> Option<Release> {
+        let Ok(Taken::Call(request)) = &self.request else { return None };
+        if std::mem::replace(&mut self.lock, Lock::None) != Lock::Held {
+            return None;
+        }
+        Some(Release {
+            shard: shard(&request.key, self.settings.shards),
+            path: protocol::flight_path(&request.key.hex()),
+        })
     }
 
     fn store_call(&self, capture: Capture, head: &Head) -> StoreCall {

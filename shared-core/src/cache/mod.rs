@@ -24,7 +24,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit};
-pub use flow::{CacheExchange, DaemonAnswer, HitResponse, LookupCall, Status, StoreCall};
+pub use flow::{CacheExchange, DaemonAnswer, HitResponse, LookupCall, Release, Status, StoreCall};
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
@@ -45,13 +45,27 @@ pub struct CacheSettings {
     pub max_batch: usize,
     /// How many daemons share the keys ([`shard`]).
     pub shards: u32,
+    /// How long a lookup may take before the node is asked instead.
+    pub lookup_timeout_ms: u64,
+    /// How long a miss waits for the answer that another request for the same key is getting
+    /// from the node (coalescing, `protocol::LOCK_HEADER`); 0: it never waits.
+    pub lock_timeout_ms: u64,
 }
 
 impl Default for CacheSettings {
     /// Those of a configuration that sets none (`CacheConfig`'s defaults are these): a batch as
     /// large as ethers v6 sends by default (`batchMaxCount`).
     fn default() -> Self {
-        CacheSettings { max_request: 64 * 1024, max_entry: 8 * 1024 * 1024, chain_ttl_s: 3600, max_batch: 100, shards: 1 }
+        CacheSettings {
+            max_request: 64 * 1024,
+            max_entry: 8 * 1024 * 1024,
+            chain_ttl_s: 3600,
+            max_batch: 100,
+            shards: 1,
+            lookup_timeout_ms: 50,
+            // as nginx's proxy_cache_lock_timeout
+            lock_timeout_ms: 5000,
+        }
     }
 }
 

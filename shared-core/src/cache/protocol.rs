@@ -21,6 +21,28 @@ pub fn entry_path(key_hex: &str) -> String {
     format!("{ENTRIES_PATH}{key_hex}")
 }
 
+/// Coalescing: a lookup that sends [`LOCK_HEADER`] (the milliseconds it may hold the key) and
+/// misses holds the key's lock, and its 404 says so ([`LOCK_HELD`]), unless another request holds
+/// it: then the 404's miss is [`MISS_IN_FLIGHT`], and the request waits for that one's answer with
+/// `GET` [`flight_path`]: 200 with the entry that answer stored (whether or not the daemon keeps
+/// it), or 404 when the holder released the key without one ([`MISS_RELEASED`]) or its time ran
+/// out ([`MISS_TIMEOUT`]). The holder's `PUT` of the key hands its entry to the waiters; a holder
+/// with no entry to store (an error, a failed node) releases the key with `DELETE`
+/// [`flight_path`]. A holder that does neither loses the lock when its time runs out.
+pub const LOCK_HEADER: &str = "x-rpcedge-lock";
+pub const LOCK_HELD: &str = "held";
+pub const MISS_IN_FLIGHT: &str = "in_flight";
+pub const MISS_RELEASED: &str = "released";
+pub const MISS_TIMEOUT: &str = "timeout";
+/// The longest a key is held (`cache_lock_timeout`'s bound).
+pub const MAX_LOCK_MS: u64 = 60_000;
+pub const FLIGHTS_PATH: &str = "/v1/flights/";
+
+/// The path at which the waiters of the key (in hex) wait, and its holder releases it.
+pub fn flight_path(key_hex: &str) -> String {
+    format!("{FLIGHTS_PATH}{key_hex}")
+}
+
 /// Several entries in one round trip (the calls of a batch): `POST` this path with the keys in
 /// hex, one per line, at most [`MAX_LOOKUP_KEYS`]; the answer (200, `application/octet-stream`)
 /// holds one [`Looked`] per key, in the keys' order.

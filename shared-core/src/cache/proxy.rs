@@ -5,8 +5,8 @@
 //! names in lower case.
 
 use crate::cache::{
-    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, LookupCall, Refusal, Status,
-    StoreCall,
+    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, LookupCall, Refusal, Release,
+    Status, StoreCall,
 };
 use crate::config::CacheConfig;
 
@@ -20,19 +20,23 @@ pub(crate) fn status_header() -> &'static str {
     "x-rpcedge-cache"
 }
 
-/// A call to the daemon: to this cluster (its shard's), with these headers and body.
+/// A call to the daemon: to this cluster (its shard's), with these headers and body, waiting at
+/// most `timeout_ms` for the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonCall {
     pub cluster: String,
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
+    pub timeout_ms: u64,
+    /// A store, whose answer the host counts (`Counter::for_store_answer`); not a release.
+    pub store: bool,
 }
 
 impl DaemonCall {
-    fn new(cluster: &str, method: &'static str, path: String, call_headers: Vec<(&'static str, String)>, body: Vec<u8>) -> Self {
+    fn new(cluster: &str, method: &'static str, path: String, call_headers: Vec<(&'static str, String)>, body: Vec<u8>, timeout_ms: u64) -> Self {
         let mut headers = vec![(":method", method.to_string()), (":path", path), (":authority", cluster.to_string())];
         headers.extend(call_headers);
-        DaemonCall { cluster: cluster.to_string(), headers, body }
+        DaemonCall { cluster: cluster.to_string(), headers, body, timeout_ms, store: false }
     }
 }
 
@@ -149,9 +153,9 @@ impl ProxyCacheRequest {
     /// The next lookup, or on to the node.
     fn next(&mut self, config: &CacheConfig) -> AfterBody {
         match self.exchange.next_lookup() {
-            Some(LookupCall { shard, method, path, body }) => {
+            Some(LookupCall { shard, method, path, headers, body, timeout_ms }) => {
                 let cluster = &config.clusters[shard as usize];
-                AfterBody::Lookup(DaemonCall::new(cluster, method, path, Vec::new(), body))
+                AfterBody::Lookup(DaemonCall::new(cluster, method, path, headers, body, timeout_ms))
             }
             None => self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward),
         }
@@ -184,8 +188,13 @@ impl ProxyCacheRequest {
         now_s: u64,
     ) -> AfterBody {
         let Some(status) = number(headers, ":status") else { return self.lookup_failed() };
-        let answer =
-            DaemonAnswer { status, miss: header(headers, protocol::MISS_HEADER), ttl: header(headers, protocol::TTL_HEADER), body };
+        let answer = DaemonAnswer {
+            status,
+            miss: header(headers, protocol::MISS_HEADER),
+            ttl: header(headers, protocol::TTL_HEADER),
+            lock: header(headers, protocol::LOCK_HEADER),
+            body,
+        };
         let hit = self.exchange.answered(&answer, min_length);
         self.hit = hit.is_some();
         if let Some(hot) = hot {
@@ -203,6 +212,10 @@ impl ProxyCacheRequest {
 
     pub fn is_hit(&self) -> bool {
         self.hit
+    }
+
+    pub fn status(&self) -> Status {
+        self.exchange.status()
     }
 
     /// The node's response head: the status to report, once the core knows whether the body is
@@ -257,14 +270,29 @@ impl ProxyCacheRequest {
     }
 
     /// The node's body has ended: the stores to make (a batch's answer may give several), or
-    /// why the core refuses to keep an answer (none: nothing was held).
+    /// why the core refuses to keep an answer (none: nothing was held); and the release of a key
+    /// this request held without an answer to store.
     pub fn stores(&mut self, config: &CacheConfig) -> Vec<Result<DaemonCall, Refusal>> {
-        let Some(held) = self.held.take() else { return self.exchange.take_head_refusal().map(Err).into_iter().collect() };
-        let stores = self.exchange.stores(&held).into_iter();
-        let call = |StoreCall { shard, path, headers, body }| {
-            DaemonCall::new(&config.clusters[shard as usize], "PUT", path, headers, body)
+        let mut stores: Vec<_> = match self.held.take() {
+            Some(held) => {
+                let call = |StoreCall { shard, path, headers, body }| DaemonCall {
+                    store: true,
+                    ..DaemonCall::new(&config.clusters[shard as usize], "PUT", path, headers, body, store_timeout_ms(config))
+                };
+                self.exchange.stores(&held).into_iter().map(|store| store.map(call)).collect()
+            }
+            None => self.exchange.take_head_refusal().map(Err).into_iter().collect(),
         };
-        stores.map(|store| store.map(call)).collect()
+        stores.extend(self.release(config).map(Ok));
+        stores
+    }
+
+    /// The release of a key this request held, when it is over without an answer to store
+    /// (the node failed, the client went away).
+    pub fn release(&mut self, config: &CacheConfig) -> Option<DaemonCall> {
+        let Release { shard, path } = self.exchange.release()?;
+        let cluster = &config.clusters[shard as usize];
+        Some(DaemonCall::new(cluster, "DELETE", path, Vec::new(), Vec::new(), store_timeout_ms(config)))
     }
 
     /// Why the request bypasses the cache, if it does.
@@ -278,13 +306,16 @@ impl ProxyCacheRequest {
     }
 }
 
-/// The headers of a hit sent as a local reply: the core's, and the status header if configured.
-pub(crate) fn hit_headers(hit: &HitResponse, status_header_on: bool) -> Vec<(&str, &str)> {
+/// The headers of a hit sent as a local reply: the core's, and the status header's `status` where
+/// it is on.
+pub(crate) fn hit_headers<'a>(hit: &'a HitResponse, status: Option<&'static str>) -> Vec<(&'a str, &'a str)> {
     let mut headers: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    if status_header_on {
-        headers.push((status_header(), Status::Hit.as_str()));
-    }
+    headers.extend(status.map(|status| (status_header(), status)));
     headers
+}
+
+fn store_timeout_ms(config: &CacheConfig) -> u64 {
+    config.store_timeout().as_millis() as u64
 }
 
 /// A header's value.

@@ -454,7 +454,7 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
     let path = first.next_lookup().map(|call| call.path).unwrap();
     assert!(path.starts_with("/v1/entries/") && path.len() == 12 + 64);
-    assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0), None);
+    assert_eq!(first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0), None);
     assert_eq!(first.status(), Status::Miss);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
     assert!(first.response_head(200, Some(answer.len() as u64), NONE));
@@ -466,7 +466,7 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let mut second = exchange(Some("h/mainnet"), Some(again.as_bytes()), false, false);
     assert_eq!(second.next_lookup().map(|call| call.path), Some(path));
     let stored = daemon_keeps(&call);
-    let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored }, 0).unwrap();
+    let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored }, 0).unwrap();
     assert_eq!(second.status(), Status::Hit);
     assert_eq!(String::from_utf8(hit.body.clone()).unwrap(), answer.replace("\"id\":7", "\"id\":\"second\""));
     assert!(!hit.gzip && !hit.headers.iter().any(|(name, _)| name == "content-encoding"));
@@ -484,12 +484,12 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
 
     let mut miss = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     assert!(!miss.find_hot(&hot, 100));
-    miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, body: b"" }, 0);
+    miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
     assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
 
     let mut daemon_hit = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-    let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), body: &stored };
+    let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), lock: None, body: &stored };
     assert!(daemon_hit.answered(&ttl, 0).is_some());
     daemon_hit.keep_hot(&mut hot, &stored, 100);
 
@@ -514,10 +514,10 @@ fn the_statuses_a_host_reports() {
         assert_eq!(exchange.answered(&answer, 0), None);
         exchange.status()
     };
-    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"expired"), ttl: None, body: b"" }), Status::Expired);
-    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, body: b"" }), Status::Miss);
-    assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, body: b"" }), Status::Error);
-    assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, body: b"garbage" }), Status::Error, "a bad entry");
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"expired"), ttl: None, lock: None, body: b"" }), Status::Expired);
+    assert_eq!(status_after(DaemonAnswer { status: 404, miss: Some(b"bad"), ttl: None, lock: None, body: b"" }), Status::Miss);
+    assert_eq!(status_after(DaemonAnswer { status: 503, miss: None, ttl: None, lock: None, body: b"" }), Status::Error);
+    assert_eq!(status_after(DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: b"garbage" }), Status::Error, "a bad entry");
     let mut failed = exchange(Some("n"), Some(cacheable.as_bytes()), true, false);
     failed.failed();
     assert_eq!(failed.status(), Status::Error);
@@ -735,7 +735,7 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}"}}}}"#);
     assert!(first.response_head(200, None, &node));
     let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
-    let daemon = DaemonAnswer { status: 200, miss: None, ttl: None, body: &stored };
+    let daemon = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
     let mut same = ask(Some("https://a.example"));
     let hit = same.answered(&daemon, 0).unwrap();
     let sent: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
@@ -887,7 +887,7 @@ fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
     let keys = String::from_utf8(lookup.body).unwrap();
     assert_eq!(keys.lines().count(), 2, "one key per distinct call: {keys}");
     let found = looked(&[Some(&chain_entry), Some(&receipt_entry)]);
-    let hit = exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0).unwrap();
+    let hit = exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0).unwrap();
     assert_eq!(exchange.status(), Status::Hit);
     assert_eq!(exchange.next_lookup(), None);
     let answers: Value = serde_json::from_slice(&hit.body).unwrap();
@@ -906,7 +906,7 @@ fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
     // gzip where the client takes it, compressed once
     let mut gzip = self::exchange(Some("n"), Some(batch.as_bytes()), true, false);
     gzip.next_lookup().unwrap();
-    let hit = gzip.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0).unwrap();
+    let hit = gzip.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0).unwrap();
     assert!(hit.gzip && hit.headers.contains(&("content-encoding".into(), "gzip".into())));
     assert_eq!(serde_json::from_slice::<Value>(&gunzip(&hit.body)).unwrap(), answers);
 }
@@ -926,7 +926,7 @@ fn a_partly_stored_batch_sends_the_node_the_rest_and_merges_its_answer_in_the_cl
     let lookup = exchange.next_lookup().unwrap();
     assert_eq!(String::from_utf8(lookup.body).unwrap().lines().count(), 3);
     let found = looked(&[Some(&stored), None, None]);
-    assert_eq!(exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &found }, 0), None);
+    assert_eq!(exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0), None);
     assert_eq!((exchange.status(), exchange.next_lookup()), (Status::Miss, None));
     // the rest, in the client's order, each member as the client wrote it
     let node_request = exchange.node_request().unwrap();
@@ -952,7 +952,7 @@ fn a_partly_stored_batch_sends_the_node_the_rest_and_merges_its_answer_in_the_cl
     let mut later = self::exchange(Some("n"), Some(request("eth_getTransactionReceipt", &receipt_params(TX2)).as_bytes()), false, false);
     assert_eq!(later.next_lookup().unwrap().path, store.path);
     let kept = daemon_keeps(store);
-    let hit = later.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &kept }, 0).unwrap();
+    let hit = later.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &kept }, 0).unwrap();
     assert_eq!(hit.body, alone.replace(r#""id":"x""#, r#""id":7"#).into_bytes());
 }
 
@@ -965,7 +965,7 @@ fn a_batch_the_store_answers_none_of_goes_whole_and_each_answer_is_stored() {
     );
     let mut exchange = exchange(Some("n"), Some(batch.as_bytes()), false, false);
     exchange.next_lookup().unwrap();
-    exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &looked(&[None, None]) }, 0);
+    exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &looked(&[None, None]) }, 0);
     assert_eq!(exchange.node_request(), None, "the client's own body goes");
     let node = format!(
         r#"[{{"jsonrpc":"2.0","id":2,"result":{}}},{{"jsonrpc":"2.0","id":1,"result":{}}}]"#,
@@ -992,7 +992,7 @@ fn a_node_answer_that_cannot_be_merged_by_id_goes_after_the_stores_answers() {
     let split = |settings: &CacheSettings| {
         let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(batch.as_bytes()), NONE, settings);
         exchange.next_lookup().unwrap();
-        exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, body: &looked(&[Some(&stored)]) }, 0);
+        exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &looked(&[Some(&stored)]) }, 0);
         assert!(exchange.response_head(200, None, NONE) && exchange.replaces_body());
         exchange
     };
@@ -1046,4 +1046,113 @@ fn batches_the_cache_does_not_split() {
     let floats = format!("[{},{}]", chain("1"), call(Some("2"), "eth_getBlockByNumber", r#"["0x1",1.0]"#));
     let mut exchange = exchange(Some("n"), Some(floats.as_bytes()), false, false);
     assert_eq!(String::from_utf8(exchange.next_lookup().unwrap().body).unwrap().lines().count(), 1);
+}
+
+fn miss_answer<'a>(miss: &'a [u8], lock: Option<&'a [u8]>) -> DaemonAnswer<'a> {
+    DaemonAnswer { status: 404, miss: Some(miss), ttl: None, lock, body: b"" }
+}
+
+#[test]
+fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let lookup = exchange(Some("n"), Some(asked.as_bytes()), false, false).next_lookup().unwrap();
+    assert_eq!((lookup.method, lookup.timeout_ms), ("GET", 50));
+    assert_eq!(lookup.headers, vec![("x-rpcedge-lock", "5000".to_string())]);
+
+    // the holder's answer is stored: the store hands it to the waiters, nothing to release
+    let mut holder = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    holder.next_lookup();
+    assert!(holder.answered(&miss_answer(b"absent", Some(b"held")), 0).is_none());
+    assert_eq!((holder.status(), holder.next_lookup()), (Status::Miss, None));
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
+    assert!(holder.response_head(200, None, NONE));
+    assert!(holder.stores(answer.as_bytes()).remove(0).is_ok());
+    assert_eq!(holder.release(), None);
+
+    // an error, a failed node or a client gone: released, once
+    for failure in ["error", "502", "gone"] {
+        let mut holder = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+        holder.next_lookup();
+        holder.answered(&miss_answer(b"expired", Some(b"held")), 0);
+        match failure {
+            "error" => {
+                assert!(holder.response_head(200, None, NONE));
+                let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"busy"}}"#;
+                assert_eq!(holder.stores(error.as_bytes()), vec![Err(Refusal::Error)]);
+            }
+            "502" => assert!(!holder.response_head(502, None, NONE)),
+            _ => {}
+        }
+        let release = holder.release().unwrap_or_else(|| panic!("{failure}: not released"));
+        assert_eq!(release.path, format!("/v1/flights/{}", &lookup.path["/v1/entries/".len()..]), "{failure}");
+        assert_eq!(holder.release(), None, "{failure}: once");
+    }
+
+    // a miss that does not hold the key (another one's lock ran out, a daemon without locks)
+    // has nothing to release
+    let mut plain = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    plain.next_lookup();
+    plain.answered(&miss_answer(b"absent", None), 0);
+    assert!(plain.response_head(502, None, NONE) || plain.release().is_none());
+    assert_eq!(plain.release(), None);
+}
+
+#[test]
+fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#)).replace("\"id\":7", "\"id\":\"mine\"");
+    let waiter = || {
+        let mut waiter = exchange(Some("n"), Some(asked.as_bytes()), true, false);
+        let lookup = waiter.next_lookup().unwrap();
+        assert!(waiter.answered(&miss_answer(b"in_flight", None), 0).is_none());
+        let wait = waiter.next_lookup().expect("a wait");
+        assert_eq!((wait.method, wait.timeout_ms), ("GET", 5050));
+        assert_eq!(wait.path, lookup.path.replace("/v1/entries/", "/v1/flights/"));
+        assert!(wait.headers.is_empty());
+        waiter
+    };
+
+    let result = format!(r#"{{"hash":"{HASH}","number":"0x1"}}"#);
+    let entry = entry_of("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#), &result);
+    let mut shared = waiter();
+    let hit = shared.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &entry }, 0);
+    let hit = hit.expect("the holder's answer");
+    assert_eq!(shared.status(), Status::Coalesced);
+    assert_eq!(shared.status_value(true), "COALESCED");
+    assert!(String::from_utf8(hit.body).unwrap().contains(r#""id":"mine""#));
+    // another request's answer, maybe not stored: not kept in the hot tier
+    let mut region = vec![0; HOT_MIN_REGION];
+    let mut hot = HotTier::open(&mut region).unwrap();
+    shared.keep_hot(&mut hot, &entry, 100);
+    assert!(!exchange(Some("n"), Some(asked.as_bytes()), true, false).find_hot(&hot, 100));
+    assert_eq!(shared.release(), None);
+
+    // released or out of time: to the node, whose answer it stores (it holds no key)
+    for miss in [&b"released"[..], b"timeout"] {
+        let mut alone = waiter();
+        assert!(alone.answered(&miss_answer(miss, None), 0).is_none());
+        assert_eq!((alone.status(), alone.next_lookup()), (Status::Miss, None));
+        assert!(alone.response_head(200, None, NONE));
+        assert!(alone.stores(answer(&result).as_bytes()).remove(0).is_ok());
+        assert_eq!(alone.release(), None);
+    }
+    // a wait that gets no answer in time: the node answers, as for any failed lookup
+    let mut failed = waiter();
+    failed.failed();
+    assert_eq!((failed.status(), failed.next_lookup(), failed.release()), (Status::Error, None, None));
+}
+
+#[test]
+fn no_lock_is_asked_for_with_lock_timeout_0_nor_for_a_batch() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let off = CacheSettings { lock_timeout_ms: 0, ..settings() };
+    let mut call = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &off);
+    assert!(call.next_lookup().unwrap().headers.is_empty());
+    // a daemon that says otherwise is not believed
+    call.answered(&miss_answer(b"in_flight", Some(b"held")), 0);
+    assert_eq!((call.next_lookup(), call.release()), (None, None));
+
+    let batch = format!("[{asked},{}]", asked.replace("\"id\":7", "\"id\":8").replace(HASH, &HASH.replace('8', "9")));
+    let mut batch = exchange(Some("n"), Some(batch.as_bytes()), false, false);
+    let lookup = batch.next_lookup().unwrap();
+    assert_eq!((lookup.method, lookup.headers.len()), ("POST", 0));
 }

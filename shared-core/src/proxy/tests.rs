@@ -217,3 +217,50 @@ fn a_header_is_removed_only_when_the_node_sent_it() {
         assert_eq!(edits.contains(&HeaderOp::Remove("accept-ranges")), sent, "{edits:?}");
     }
 }
+
+#[test]
+fn a_miss_waits_for_the_holders_answer_and_a_holder_without_one_releases_its_key() {
+    let settings = settings(r#"{"cache": {"clusters": ["cached"], "timeout_ms": 40, "lock_timeout_ms": 700}}"#);
+    // the holder: its node fails, and its key is released behind the answer, not as a store
+    let mut holder = ProxyExchange::new(Arc::clone(&settings), Arc::default());
+    let RequestStep::Lookup(lookup) = ask(&mut holder, &block_request(7), None) else { panic!("no lookup") };
+    assert!(lookup.headers.contains(&("x-rpcedge-lock", "700".to_string())) && lookup.timeout_ms == 40);
+    let held: [(&str, &str); 3] = [(":status", "404"), ("x-rpcedge-miss", "absent"), ("x-rpcedge-lock", "held")];
+    assert!(matches!(holder.on_lookup_answer(&held, b"", None, || 0), RequestStep::Continue));
+    holder.on_response_headers(&[(":status", "503"), ("content-length", "4")], false, || 0).unwrap();
+    holder.on_body(b"busy", true, false, || 0).unwrap();
+    let [release] = &holder.take_stores()[..] else { panic!("not one release") };
+    assert_eq!(&release.headers[..2], &[(":method", "DELETE".to_string()), (":path", lookup.headers[1].1.replace("entries", "flights"))]);
+    assert!(!release.store, "its answer is no store's");
+    holder.on_stream_complete();
+    assert!(holder.take_stores().is_empty(), "released once");
+
+    // a holder whose stream ends before the node answered releases the key then
+    let mut gone = ProxyExchange::new(Arc::clone(&settings), Arc::default());
+    ask(&mut gone, &block_request(7), None);
+    gone.on_lookup_answer(&held, b"", None, || 0);
+    gone.on_stream_complete();
+    assert!(matches!(&gone.take_stores()[..], [release] if release.headers[0].1 == "DELETE"));
+
+    // a waiter: the second call waits as long as the lock, and the answer is sent as COALESCED
+    let mut waiter = ProxyExchange::new(Arc::clone(&settings), Arc::default());
+    ask(&mut waiter, &block_request(8), None);
+    let in_flight: [(&str, &str); 2] = [(":status", "404"), ("x-rpcedge-miss", "in_flight")];
+    let RequestStep::Lookup(wait) = waiter.on_lookup_answer(&in_flight, b"", None, || 0) else { panic!("no wait") };
+    assert_eq!((wait.headers[0].1.as_str(), wait.timeout_ms), ("GET", 740));
+    assert!(wait.headers[1].1.starts_with("/v1/flights/"));
+    let mut miss = ProxyExchange::new(Arc::clone(&settings), Arc::default());
+    ask(&mut miss, &block_request(7), None);
+    miss.on_lookup_answer(&held, b"", None, || 0);
+    let length = block_answer(7).len().to_string();
+    miss.on_response_headers(&[(":status", "200"), ("content-length", length.as_str())], false, || 0).unwrap();
+    miss.on_body(block_answer(7).as_bytes(), true, false, || 0).unwrap();
+    let [store] = &miss.take_stores()[..] else { panic!("stored, nothing released") };
+    assert!(store.store);
+    let RequestStep::Reply(reply) = waiter.on_lookup_answer(&[(":status", "200")], &store.body, None, || 0) else {
+        panic!("not answered")
+    };
+    assert_eq!(reply.body(), block_answer(8).as_bytes());
+    assert!(reply.headers().contains(&("x-rpcedge-cache", "COALESCED")));
+    assert_eq!(counted(&mut waiter), [(Counter::CacheResponses(CacheStatus::Coalesced), 1)]);
+}

@@ -1,0 +1,208 @@
+//! Coalescing (`protocol::LOCK_HEADER`): the keys whose answer one request is getting from the node,
+//! and the requests that wait for it. The answer a holder hands over (its `PUT`) goes to every
+//! request that waited, whether or not the store keeps it: it is the node's answer of that moment.
+//! Nothing but an entry is handed over, so a failed node never answers the waiters: a release, or
+//! the lock's time running out, sends each of them to the node itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How a flight ended, for its waiters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Landing {
+    /// The entry its holder stored.
+    Entry(Bytes),
+    /// Released without one, or never there.
+    Released,
+    /// Its time ran out first.
+    TimedOut,
+}
+
+/// What a lookup that missed does about the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// It holds the key: its answer is the waiters'.
+    Held,
+    /// Another request holds it: wait for that one's answer.
+    InFlight,
+    /// A flight that just landed still has waiters to serve: the lookup goes to the node alone.
+    None,
+}
+
+struct Flight {
+    /// Which flight of the key this is: a late release of an earlier one leaves it alone.
+    number: u64,
+    deadline: Instant,
+    /// `None` while in flight.
+    landing: watch::Sender<Option<Landing>>,
+    /// Lookups told to wait that have not yet had their answer.
+    waiters: usize,
+}
+
+/// Counters of `/metrics`.
+#[derive(Default)]
+pub struct FlightCounters {
+    /// Keys a lookup came to hold.
+    pub held: AtomicU64,
+    /// Waiters answered with the holder's entry.
+    pub shared: AtomicU64,
+    /// Waiters sent to the node: released, or out of time.
+    pub released: AtomicU64,
+    pub timed_out: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Flights {
+    flights: Mutex<HashMap<[u8; 32], Flight>>,
+    numbers: AtomicU64,
+    pub counters: FlightCounters,
+}
+
+impl Flights {
+    /// A lookup of `key` missed and asks to hold it for `hold`.
+    pub fn lock(&self, key: [u8; 32], hold: Duration) -> Lock {
+        let now = Instant::now();
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(flight) = flights.get_mut(&key).filter(|flight| flight.deadline > now) {
+            if flight.landing.borrow().is_none() {
+                flight.waiters += 1;
+                return Lock::InFlight;
+            }
+            if flight.waiters > 0 {
+                return Lock::None;
+            }
+        }
+        let number = self.numbers.fetch_add(1, Ordering::Relaxed);
+        let (landing, _) = watch::channel(None);
+        flights.insert(key, Flight { number, deadline: now + hold, landing, waiters: 0 });
+        self.counters.held.fetch_add(1, Ordering::Relaxed);
+        Lock::Held
+    }
+
+    /// The holder of `key` stored `entry` (or released the key: `None`): its waiters get it.
+    pub fn land(&self, key: &[u8; 32], entry: Option<Bytes>) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(flight) = flights.get_mut(key) else { return };
+        if flight.landing.borrow().is_some() {
+            return;
+        }
+        flight.landing.send_replace(Some(entry.map_or(Landing::Released, Landing::Entry)));
+        if flight.waiters == 0 {
+            flights.remove(key);
+        }
+    }
+
+    /// A waiter of `key`: the holder's answer, once it lands or the lock's time runs out.
+    pub async fn wait(&self, key: &[u8; 32]) -> Landing {
+        let (number, deadline, mut landing) = {
+            let flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(flight) = flights.get(key) else { return Landing::Released };
+            (flight.number, flight.deadline, flight.landing.subscribe())
+        };
+        let landed = tokio::time::timeout_at(deadline, landing.wait_for(Option::is_some)).await;
+        let landed = match landed {
+            Ok(Ok(landed)) => landed.clone().unwrap_or(Landing::Released),
+            Ok(Err(_)) => Landing::Released,
+            Err(_) => Landing::TimedOut,
+        };
+        self.left(key, number);
+        let counter = match landed {
+            Landing::Entry(_) => &self.counters.shared,
+            Landing::Released => &self.counters.released,
+            Landing::TimedOut => &self.counters.timed_out,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        landed
+    }
+
+    /// A waiter of flight `number` of `key` has had its answer: the flight goes with its last one.
+    fn left(&self, key: &[u8; 32], number: u64) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(flight) = flights.get_mut(key).filter(|flight| flight.number == number) else { return };
+        flight.waiters = flight.waiters.saturating_sub(1);
+        if flight.waiters == 0 && (flight.landing.borrow().is_some() || flight.deadline <= Instant::now()) {
+            flights.remove(key);
+        }
+    }
+
+    /// Drops the flights whose time ran out (their waiters have given up by then too).
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        self.flights.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, flight| flight.deadline > now);
+    }
+
+    /// Keys in flight, or landed with waiters still to serve.
+    pub fn len(&self) -> usize {
+        self.flights.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 32] = [7; 32];
+    const HOLD: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn the_holders_entry_goes_to_every_waiter_even_one_that_comes_after_it_landed() {
+        let flights = Flights::default();
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        let early = flights.wait(&KEY);
+        let land = async {
+            tokio::task::yield_now().await;
+            flights.land(&KEY, Some(Bytes::from_static(b"entry")));
+        };
+        let (early, ()) = tokio::join!(early, land);
+        assert_eq!(early, Landing::Entry(Bytes::from_static(b"entry")));
+        // a new lookup while the late waiter has yet to come goes to the node alone
+        assert_eq!(flights.lock(KEY, HOLD), Lock::None);
+        assert_eq!(flights.wait(&KEY).await, Landing::Entry(Bytes::from_static(b"entry")));
+        assert_eq!(flights.len(), 0, "gone with its last waiter");
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held, "the next miss holds the key again");
+        assert_eq!(flights.counters.shared.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_release_sends_the_waiters_to_the_node_and_a_flight_without_waiters_goes_at_once() {
+        let flights = Flights::default();
+        flights.lock(KEY, HOLD);
+        flights.land(&KEY, Some(Bytes::from_static(b"entry")));
+        assert_eq!(flights.len(), 0);
+        assert_eq!(flights.wait(&KEY).await, Landing::Released, "nothing in flight");
+
+        flights.lock(KEY, HOLD);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        flights.land(&KEY, None);
+        // a store after the release hands nothing over
+        flights.land(&KEY, Some(Bytes::from_static(b"late")));
+        assert_eq!(flights.wait(&KEY).await, Landing::Released);
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_never_answers_loses_the_key_when_its_time_runs_out() {
+        let flights = Flights::default();
+        flights.lock(KEY, Duration::from_millis(300));
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        let started = Instant::now();
+        assert_eq!(flights.wait(&KEY).await, Landing::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        assert_eq!(flights.len(), 0);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held, "the next miss holds the key");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        flights.sweep();
+        assert_eq!(flights.len(), 1, "within its time");
+        tokio::time::advance(HOLD).await;
+        flights.sweep();
+        assert_eq!(flights.len(), 0);
+    }
+}
