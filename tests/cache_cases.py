@@ -259,16 +259,16 @@ class Proxy:
         self.pids = pids
 
 
-def start_proxy(host, workdir, stack, argv_prefix=(), **options):
-    """nginx (one worker) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per CPU
-    of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the stack's
-    node."""
+def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
+    """nginx (`workers` workers) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
+    CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
+    stack's node."""
     workdir.mkdir(parents=True, exist_ok=True)
     if host == "nginx":
         port = free_port()
         (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
         nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
-                            argv_prefix=argv_prefix)
+                            argv_prefix=argv_prefix, workers=workers)
         return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
     # the example's routes name each network's namespace; `namespace` puts every request in one
     text = without_route_namespaces() if options.get("namespace") else None

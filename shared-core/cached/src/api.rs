@@ -279,7 +279,14 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
     }
     // the node's answer of this moment, for the requests that waited for it, kept or not
     state.flights.land(&key, Some(sent.clone()));
-    let ttl_s = match admit(&head.headers, &state).await {
+    let response = keep(&head.headers, sent, state.clone(), key).await;
+    state.flights.settle(&key);
+    response
+}
+
+/// A whole entry, kept as its admission says.
+async fn keep(headers: &HeaderMap, sent: Bytes, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
+    let ttl_s = match admit(headers, &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
             let refusals = &state.refusals;

@@ -1,8 +1,10 @@
 //! Coalescing (`protocol::LOCK_HEADER`): the keys whose answer one request is getting from the node,
 //! and the requests that wait for it. The answer a holder hands over (its `PUT`) goes to every
 //! request that waited, whether or not the store keeps it: it is the node's answer of that moment.
-//! Nothing but an entry is handed over, so a failed node never answers the waiters: a release, or
-//! the lock's time running out, sends each of them to the node itself.
+//! Until the store has settled it (kept or refused it), a miss of the key gets it too: without
+//! that, the misses between the answer and its store would each go to the node. Nothing but an
+//! entry is handed over, so a failed node never answers the waiters: a release, or the lock's time
+//! running out, sends each of them to the node itself.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,10 +31,8 @@ pub enum Landing {
 pub enum Lock {
     /// It holds the key: its answer is the waiters'.
     Held,
-    /// Another request holds it: wait for that one's answer.
+    /// Another request holds it, or has just handed its answer over: wait for that answer.
     InFlight,
-    /// A flight that just landed still has waiters to serve: the lookup goes to the node alone.
-    None,
 }
 
 struct Flight {
@@ -43,6 +43,8 @@ struct Flight {
     landing: watch::Sender<Option<Landing>>,
     /// Lookups told to wait that have not yet had their answer.
     waiters: usize,
+    /// The store is done with the answer (or there is none): the flight goes with its last waiter.
+    settled: bool,
 }
 
 /// Counters of `/metrics`.
@@ -70,29 +72,40 @@ impl Flights {
         let now = Instant::now();
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(flight) = flights.get_mut(&key).filter(|flight| flight.deadline > now) {
-            if flight.landing.borrow().is_none() {
+            if !matches!(*flight.landing.borrow(), Some(Landing::Released)) {
                 flight.waiters += 1;
                 return Lock::InFlight;
-            }
-            if flight.waiters > 0 {
-                return Lock::None;
             }
         }
         let number = self.numbers.fetch_add(1, Ordering::Relaxed);
         let (landing, _) = watch::channel(None);
-        flights.insert(key, Flight { number, deadline: now + hold, landing, waiters: 0 });
+        flights.insert(key, Flight { number, deadline: now + hold, landing, waiters: 0, settled: false });
         self.counters.held.fetch_add(1, Ordering::Relaxed);
         Lock::Held
     }
 
-    /// The holder of `key` stored `entry` (or released the key: `None`): its waiters get it.
+    /// The holder of `key` sent `entry` to be stored (or released the key: `None`): its waiters
+    /// get it. A released key is settled at once; an entry once the store is done with it.
     pub fn land(&self, key: &[u8; 32], entry: Option<Bytes>) {
-        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(flight) = flights.get_mut(key) else { return };
-        if flight.landing.borrow().is_some() {
-            return;
+        let released = entry.is_none();
+        {
+            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(flight) = flights.get_mut(key) else { return };
+            if flight.landing.borrow().is_none() {
+                flight.landing.send_replace(Some(entry.map_or(Landing::Released, Landing::Entry)));
+            }
         }
-        flight.landing.send_replace(Some(entry.map_or(Landing::Released, Landing::Entry)));
+        if released {
+            self.settle(key);
+        }
+    }
+
+    /// The store has kept (or refused) what landed for `key`: a miss now finds it there, or goes
+    /// to the node.
+    pub fn settle(&self, key: &[u8; 32]) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(flight) = flights.get_mut(key).filter(|flight| flight.landing.borrow().is_some()) else { return };
+        flight.settled = true;
         if flight.waiters == 0 {
             flights.remove(key);
         }
@@ -126,7 +139,7 @@ impl Flights {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         let Some(flight) = flights.get_mut(key).filter(|flight| flight.number == number) else { return };
         flight.waiters = flight.waiters.saturating_sub(1);
-        if flight.waiters == 0 && (flight.landing.borrow().is_some() || flight.deadline <= Instant::now()) {
+        if flight.waiters == 0 && (flight.settled || flight.deadline <= Instant::now()) {
             flights.remove(key);
         }
     }
@@ -137,7 +150,7 @@ impl Flights {
         self.flights.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, flight| flight.deadline > now);
     }
 
-    /// Keys in flight, or landed with waiters still to serve.
+    /// Keys in flight, or landed and not yet settled, or with waiters still to serve.
     pub fn len(&self) -> usize {
         self.flights.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -163,12 +176,15 @@ mod tests {
         };
         let (early, ()) = tokio::join!(early, land);
         assert_eq!(early, Landing::Entry(Bytes::from_static(b"entry")));
-        // a new lookup while the late waiter has yet to come goes to the node alone
-        assert_eq!(flights.lock(KEY, HOLD), Lock::None);
+        // a miss between the answer and its store gets it too
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        assert_eq!(flights.wait(&KEY).await, Landing::Entry(Bytes::from_static(b"entry")));
+        flights.settle(&KEY);
+        assert_eq!(flights.len(), 1, "kept for the waiter still to come");
         assert_eq!(flights.wait(&KEY).await, Landing::Entry(Bytes::from_static(b"entry")));
         assert_eq!(flights.len(), 0, "gone with its last waiter");
         assert_eq!(flights.lock(KEY, HOLD), Lock::Held, "the next miss holds the key again");
-        assert_eq!(flights.counters.shared.load(Ordering::Relaxed), 2);
+        assert_eq!(flights.counters.shared.load(Ordering::Relaxed), 3);
     }
 
     #[tokio::test]
@@ -176,6 +192,8 @@ mod tests {
         let flights = Flights::default();
         flights.lock(KEY, HOLD);
         flights.land(&KEY, Some(Bytes::from_static(b"entry")));
+        assert_eq!(flights.len(), 1, "until the store settles it");
+        flights.settle(&KEY);
         assert_eq!(flights.len(), 0);
         assert_eq!(flights.wait(&KEY).await, Landing::Released, "nothing in flight");
 
@@ -186,6 +204,11 @@ mod tests {
         flights.land(&KEY, Some(Bytes::from_static(b"late")));
         assert_eq!(flights.wait(&KEY).await, Landing::Released);
         assert_eq!(flights.len(), 0);
+        // a miss after a release holds the key anew, though a waiter is yet to come
+        flights.lock(KEY, HOLD);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        flights.land(&KEY, None);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,89 @@
+"""`make bench`, the herd: `--clients` clients ask through one proxy, all at once, for the same
+block that is not yet stored (a block by hash, another each round), as when a block is finalized
+and every indexer asks for it. Counted: the requests that reach the node (the replay, which
+counts them), and each client's cache status; every answer is checked against the recording
+with the client's own id. Each host runs twice, with coalescing on (the default
+`lock_timeout_ms`) and off (0), on a fresh daemon. nginx runs 2 workers, Envoy 2 worker threads:
+the daemon holds the key for all of them.
+
+    .venv/bin/python loadtest/herd_bench.py [--clients 200] [--rounds 5]
+
+The replay answers in microseconds; a real node takes milliseconds for a block, which keeps the
+holder at the node longer and so only gives the others more time to join it.
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+LOADTEST = Path(__file__).resolve().parent
+sys.path.insert(0, str(LOADTEST.parent / "tests"))
+import cache_cases as cc  # noqa: E402
+import wire  # noqa: E402
+from envoy_harness import ENVOY_HOSTS  # noqa: E402
+from harness import REPO  # noqa: E402
+
+WORK = REPO / "build" / "bench" / "herd"
+RESULTS = LOADTEST / "results" / "herd.json"
+
+
+def herd(port, case, clients):
+    """`clients` requests for `case` at once: (status per client, every answer right)."""
+    ready = threading.Barrier(clients)
+
+    def ask(id_):
+        ready.wait()
+        response = wire.request(port, case.path, "POST", {"Content-Type": "application/json"}, case.body(id_))
+        return response.header("x-rpcedge-cache"), response.status == 200 and response.decoded() == case.answer(id_)
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        outcomes = list(pool.map(ask, range(clients)))
+    return collections.Counter(status for status, _ in outcomes), all(right for _, right in outcomes)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    blocks = cc.find_all(cc.block_by_hash, limit=args.rounds)
+    if len(blocks) < args.rounds:
+        sys.exit(f"the corpus has {len(blocks)} blocks by hash; {args.rounds} are needed")
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    stack = cc.CacheStack(WORK, sorted({block.network for block in blocks}))
+    rows = []
+    try:
+        for host in ["nginx", *ENVOY_HOSTS]:
+            for lock_timeout_ms in (5000, 0):
+                # each run asks for the same blocks, from an empty store
+                stack.fresh_daemon()
+                proxy = cc.start_proxy(host, WORK / f"{host}-{lock_timeout_ms}", stack, workers=2,
+                                       settings={"lock_timeout_ms": lock_timeout_ms})
+                try:
+                    node, statuses, right = [], collections.Counter(), True
+                    for block in blocks:
+                        before = stack.node_requests()
+                        counted, all_right = herd(proxy.port, block, args.clients)
+                        node.append(stack.node_requests() - before)
+                        statuses.update(counted)
+                        right &= all_right
+                finally:
+                    proxy.stop()
+                row = {"host": host, "lock_timeout_ms": lock_timeout_ms, "clients": args.clients,
+                       "node_requests_per_round": node, "statuses": dict(statuses), "every_answer_right": right}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    finally:
+        stack.stop()
+    RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"written to {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
