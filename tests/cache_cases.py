@@ -12,7 +12,7 @@ import replay_corpus as rc
 from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
 from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
 from nginx_harness import free_port, start_nginx
-from stack import NETWORKS
+from stack import BEACON, NETWORKS
 
 # every recorded block counts as final, as in `make run`
 FINAL = 1_000_000_000
@@ -189,7 +189,8 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
                  extra="", settings=None):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
     in the server. As in the example config, each network has its location and its namespace
-    (the network's name); `namespace` instead puts every request of the server in that one.
+    (the network's name), and Beacon-API reads theirs (`beacon`); `namespace` instead puts every
+    request of the server in that one.
     `settings` are the cache's, named as in the plugin JSON."""
     cache = "on" if cache else "off"
     for name, value in (settings or {}).items():
@@ -204,6 +205,11 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
             rpcedge_cache_namespace {network};
             proxy_pass http://ethereum_node;
         }}""" for network in NETWORKS)
+        networks += f"""
+        location /eth/ {{
+            rpcedge_cache_namespace {BEACON};
+            proxy_pass http://ethereum_node;
+        }}"""
     if hot:
         extra += f"\n        rpcedge_cache_hot rpcedge_hot:{hot_bytes(hot) // 1024}k;"
     return f"""
@@ -285,11 +291,15 @@ class CacheStack:
     at block 0: finality never moves back, so tests move this one forward."""
 
     LATE = "late"
+    # The namespace of Beacon-API reads, whose finalized slot the heads replay says (`beacon`):
+    # each daemon starts just before the real blinded block's slot (348241); tests move it.
+    BEACON = BEACON
+    BEACON_FINAL = 348240
 
     def __init__(self, log_dir, networks, daemon_args=(), placed=()):
         self.networks = sorted(set(networks))
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
-        finals += ["--finalized", f"{self.LATE}=0"]
+        finals += ["--finalized", f"{self.LATE}=0", "--finalized", f"beacon={self.BEACON_FINAL}"]
         self.log_dir = Path(log_dir)
         # the replay wants one recording to start; the heads are all it serves here
         heads_only = self.log_dir / "heads-only"
@@ -318,6 +328,7 @@ class CacheStack:
             self.daemon.process.stop()
         self.daemons_started = getattr(self, "daemons_started", 0) + 1
         assert self.heads.request("PUT", f"/head/{self.LATE}/finalized", b"0")[0] == 200
+        assert self.heads.request("PUT", f"/head/{self.BEACON}/finalized", str(self.BEACON_FINAL).encode())[0] == 200
         self.start_daemon(db_name=f"db-{self.daemons_started}")
         self.wait_for_finality(self.LATE, 0)
         return self.daemon
@@ -334,15 +345,17 @@ class CacheStack:
         upstreams = [arg for network in [*self.networks, self.LATE] for arg in
                      ("--finality-upstream",
                       f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
+        upstreams += ["--beacon-upstream", f"{self.BEACON}=http://{LOOPBACK}:{self.heads.port}/"]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
                                    args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args])
         for network in self.networks:
             self.wait_for_finality(network, FINAL)
+        self.wait_for_finality(self.BEACON, self.BEACON_FINAL, what="finalized_slot")
         return self.daemon
 
-    def wait_for_finality(self, network, number, timeout=10):
+    def wait_for_finality(self, network, number, timeout=10, what="finalized_block"):
         deadline = time.monotonic() + timeout
-        name = f'finalized_block{{namespace="{network}"}}'
+        name = f'{what}{{namespace="{network}"}}'
         while self.daemon.stats().get(name) != number:
             assert time.monotonic() < deadline, f"the daemon never heard {network} finalize {number}"
             time.sleep(0.05)
@@ -353,11 +366,17 @@ class CacheStack:
         assert self.heads.request("PUT", f"/head/{self.LATE}/finalized", str(number).encode())[0] == 200
         self.wait_for_finality(self.LATE, number)
 
-    def node_requests(self):
-        """JSON-RPC requests the replay has answered."""
+    def finalize_slot(self, slot):
+        """Moves the beacon chain's finalized slot to `slot`, and waits until the daemon has heard
+        it."""
+        assert self.heads.request("PUT", f"/head/{self.BEACON}/finalized", str(slot).encode())[0] == 200
+        self.wait_for_finality(self.BEACON, slot, what="finalized_slot")
+
+    def node_requests(self, kind="rpc_requests"):
+        """JSON-RPC requests the replay has answered (`beacon_requests`: Beacon-API ones)."""
         status, _, body = self.replay.request("GET", "/stats")
         assert status == 200
-        return json.loads(body)["rpc_requests"]
+        return json.loads(body)[kind]
 
     def stop(self):
         if self.daemon:

@@ -20,11 +20,16 @@ REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT = 18545, 18080, 18
 # the example configs set them per location (nginx) and per route (Envoy).
 NETWORKS = ["mainnet", "sepolia", "gnosis", "arb-sepolia", "polygon-pos", "hive", "hive-testchain"]
 FINALIZED = 1_000_000_000
+# Beacon-API reads are cached in this namespace (as the example configs set it for /eth/), whose
+# finalized slot the replay says: past the real blinded block it serves.
+BEACON = "beacon"
+BEACON_FINALIZED = 1_000_000
 
 
 def start_daemon():
     upstreams = [arg for network in NETWORKS
                  for arg in ("--finality-upstream", f"{network}=http://{LOOPBACK}:{REPLAY_PORT}/{network}")]
+    upstreams += ["--beacon-upstream", f"{BEACON}=http://{LOOPBACK}:{REPLAY_PORT}/"]
     return start_cached(RUN, RUN / "cache", args=upstreams, port=CACHED_PORT,
                         socket_path=RUN / "cached.sock").process
 
@@ -58,6 +63,7 @@ def main():
     try:
         print(f"loading {corpus_description()} into the replay upstream ...", flush=True)
         finalized = [arg for network in NETWORKS for arg in ("--finalized", f"{network}={FINALIZED}")]
+        finalized += ["--finalized", f"{BEACON}={BEACON_FINALIZED}"]
         replay = start_replay(RUN, port=REPLAY_PORT, args=finalized)
         processes.append(replay.process)
         processes.append(start_daemon())

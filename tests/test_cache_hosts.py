@@ -22,7 +22,7 @@ import wire
 from cache_cases import envoy_plugin, nginx_server, start_proxy
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from nginx_harness import free_port, start_nginx
-from harness import LOOPBACK, REPO, StandIn
+from harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
 
 # a store lands within this long of the answer's end (the bound)
 VISIBLE_WITHIN = 1.0
@@ -272,6 +272,66 @@ def test_a_batch_is_split_between_the_cache_and_the_node_and_answered_in_the_cli
     if proxy.counters:
         counters = proxy.counters()
         assert counters["cache.responses.hit"] >= 2 and counters["cache.bypass.batch"] >= 2, counters
+
+
+BLINDED_BLOCKS = "/eth/v1/beacon/blinded_blocks/"
+# the real deneb blinded block the replay serves (its slot is 348241)
+BLINDED_ROOT = "0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1"
+
+
+def beacon_get(port, path, accept, accept_encoding="gzip"):
+    return wire.request(port, path, "GET", {"Accept": accept}, accept_encoding=accept_encoding)
+
+
+def test_beacon_reads_by_root_and_by_final_slot_are_hits_in_json_and_ssz_from_one_entry(proxies, stack):
+    proxy = proxies(namespace=stack.BEACON)
+    real = SSZ_EXAMPLES / "real"
+    ssz = (real / "signed-blinded-beacon-block-deneb.computed.ssz").read_bytes()
+    # (its fee_recipient is checksummed; the JSON rendered from SSZ writes hex in lower case)
+    data = json.loads((real / "signed-blinded-beacon-block-deneb.json").read_text().lower())
+    slot = BLINDED_BLOCKS + str(stack.BEACON_FINAL + 1)
+    beacon = lambda: stack.node_requests("beacon_requests")  # noqa: E731
+
+    # a slot above the finalized one is answered by the node, and not kept (once the refused
+    # store has landed: until then a miss shares the answer, COALESCED)
+    before = beacon()
+    for _ in range(2):
+        assert status(beacon_get(proxy.port, slot, "application/json")) == "MISS"
+        time.sleep(VISIBLE_WITHIN)
+    assert beacon() == before + 2
+    stack.finalize_slot(stack.BEACON_FINAL + 1)
+
+    for path in (BLINDED_BLOCKS + BLINDED_ROOT, slot):
+        before = beacon()
+        miss = beacon_get(proxy.port, path, "application/json")
+        answered_at = time.monotonic()
+        assert (miss.status, status(miss)) == (200, "MISS"), path
+        while status(beacon_get(proxy.port, path, "application/json")) != "HIT":
+            assert time.monotonic() - answered_at < VISIBLE_WITHIN, f"{path} was not stored"
+            time.sleep(0.02)
+        asked = beacon()
+        for accept, encoding in [("application/octet-stream", None), ("application/octet-stream", "gzip"),
+                                 ("application/json", None), ("application/json", "gzip")]:
+            hit = beacon_get(proxy.port, path, accept, accept_encoding=encoding)
+            assert (hit.status, status(hit)) == (200, "HIT"), (path, accept, encoding)
+            assert int(hit.header("content-length")) == len(hit.body), "an exact Content-Length"
+            assert hit.header("content-encoding") == encoding
+            assert hit.header("content-type") == accept
+            assert "Accept" in hit.header("vary").split(", "), hit.header("vary")
+            assert hit.header("eth-consensus-version") == "deneb"
+            if accept == "application/octet-stream":
+                assert hit.decoded() == ssz, "the node's block as SSZ"
+            else:
+                answer = json.loads(hit.decoded())
+                assert (answer["version"], answer["execution_optimistic"], answer["finalized"]) == \
+                    ("deneb", False, True)
+                assert answer["data"] == data
+        assert beacon() == asked, "hits never reach the node"
+        assert asked == before + 1
+
+    # head moves: never looked up
+    head = beacon_get(proxy.port, BLINDED_BLOCKS + "head", "application/json")
+    assert status(head) == "BYPASS"
 
 
 class StandInNode(StandIn):

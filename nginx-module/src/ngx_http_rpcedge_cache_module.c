@@ -452,6 +452,13 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
 
     ngx_http_set_ctx(r, ctx, ngx_http_rpcedge_cache_module);
 
+    /* a Beacon-API read is looked up by its path: there is no body to read */
+
+    if (r->method == NGX_HTTP_GET) {
+        ngx_http_rpcedge_cache_lookup(r, ctx);
+        return ngx_http_rpcedge_cache_handler(r);
+    }
+
     /*
      * JSON-RPC is POST; anything else, and a body too long for a lookup
      * (not worth reading first), is a BYPASS: the core, without the body,
@@ -506,7 +513,7 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
 {
     size_t                          n;
     ngx_str_t                       value;
-    rpcedge_str_t                   ns, method;
+    rpcedge_str_t                   ns, method, path;
     rpcedge_header_t               *headers;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
@@ -514,6 +521,11 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
 
     method.data = r->method_name.data;
     method.len = r->method_name.len;
+
+    /* as the client sent it, with its query: a Beacon-API read's key */
+
+    path.data = r->unparsed_uri.data;
+    path.len = r->unparsed_uri.len;
 
     /*
      * the namespace is where nginx routed the request, as configured: never
@@ -537,8 +549,8 @@ ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
         return;
     }
 
-    ctx->cache = rpcedge_cache_new(conf->settings, ns, method, body.data,
-                                   body.len, headers, n);
+    ctx->cache = rpcedge_cache_new(conf->settings, ns, method, path,
+                                   body.data, body.len, headers, n);
 }
 
 

@@ -162,11 +162,6 @@ pub(crate) fn witness_form(content_type: &[u8]) -> WitnessForm {
     }
 }
 
-/// Whether an Accept field value asks for SSZ before JSON.
-pub fn asks_for_ssz(value: &[u8]) -> bool {
-    matches!(Accept::parse(value).choose(), Some(MediaType::Ssz(_)))
-}
-
 /// `type/subtype [; witness=eip8025] [; q=qvalue]`, in Lodestar's terms; `None` to skip it.
 fn parse_media_range(element: &[u8]) -> Option<(Weight, MediaType)> {
     let mut parts = element.split(|&b| b == b';');

@@ -18,16 +18,17 @@ use crate::metrics::{self, Counter};
 use crate::{Node, Settings};
 
 /// What the host does with the request's headers.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct RequestHead {
     /// Ask the node for this media type, without Accept-Encoding (an encoded answer could not be
     /// rendered); set once the request's method is known, which may take its body.
     pub upstream_accept: Option<&'static str>,
-    /// Stop the request here until its body has come.
-    pub wait_for_body: bool,
+    /// `Wait`: stop the request here until its body has come; a request the cache takes without
+    /// a body (a Beacon-API read) may make its lookup, or get its reply, here.
+    pub step: RequestStep,
 }
 
-/// What the host does after a request body callback.
+/// What the host does after a request's headers or body callback, or a lookup's answer.
 #[derive(Debug)]
 pub enum RequestStep {
     /// Go on to the node with the body.
@@ -149,6 +150,8 @@ impl ProxyExchange {
         headers: &[(N, V)],
         end_of_stream: bool,
         route_namespace: impl FnOnce() -> Option<R>,
+        hot: Option<&dyn HotRegion>,
+        now_ms: impl FnOnce() -> u64,
     ) -> RequestHead {
         for (name, value) in headers {
             match name.as_ref() {
@@ -158,16 +161,21 @@ impl ProxyExchange {
             }
         }
         self.body_wanted = self.exchange.wants_request_body() && !end_of_stream;
-        let cache_waits = self.settings.cache.as_ref().filter(|cache| cache.enabled).is_some_and(|config| {
+        let mut after = AfterBody::Continue;
+        if let Some(config) = self.settings.cache.as_ref().filter(|cache| cache.enabled) {
             let (route_namespace, settings) = (route_namespace(), self.settings.cache_settings());
             let route_namespace = route_namespace.as_ref().map(R::as_ref);
             let request = ProxyCacheRequest::new(config, settings, route_namespace, headers, end_of_stream);
-            self.cache.insert(request).awaits_body()
-        });
+            let min_length = self.settings.min_length;
+            after = self.cache.insert(request).on_headers_end(config, hot, min_length, now_ms() / 1000);
+        }
+        // Asking the node for SSZ may wait for the body's method: the headers wait with it.
+        if matches!(after, AfterBody::Continue) && self.body_wanted && self.settings.transcode_upstream_ssz {
+            after = AfterBody::Wait;
+        }
         RequestHead {
             upstream_accept: if self.body_wanted { None } else { self.exchange.upstream_accept() },
-            // Asking the node for SSZ may wait for the body's method: the headers wait with it.
-            wait_for_body: cache_waits || (self.body_wanted && self.settings.transcode_upstream_ssz),
+            step: self.step(after, true),
         }
     }
 

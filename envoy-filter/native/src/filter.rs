@@ -53,13 +53,16 @@ impl Filter {
     pub fn on_request_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
         let headers = host.headers(HeaderType::Request);
         let route_namespace = || host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
-        let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace);
+        let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
+        let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace, hot, now_ms);
         ask_upstream(host, head.upstream_accept);
-        if head.wait_for_body {
-            HeadersStatus::StopIteration
-        } else {
-            HeadersStatus::Continue
-        }
+        // a Beacon-API read is looked up (or answered) here: it has no body
+        let status = match self.step(host, head.step, &[BodyType::BufferedRequest]) {
+            Step::Continue => HeadersStatus::Continue,
+            Step::Wait | Step::Replied => HeadersStatus::StopIteration,
+        };
+        self.account(host);
+        status
     }
 
     pub fn on_request_body(&mut self, host: Host, end_of_stream: bool) -> BodyStatus {
@@ -87,8 +90,8 @@ impl Filter {
         status
     }
 
-    /// Does what the core says after the request's body or a lookup's answer; `body` names where
-    /// Envoy holds the request body.
+    /// Does what the core says after the request's headers or body, or a lookup's answer; `body`
+    /// names where Envoy holds the request body.
     fn step(&mut self, host: Host, step: RequestStep, body: &[BodyType]) -> Step {
         match step {
             RequestStep::Continue => Step::Continue,

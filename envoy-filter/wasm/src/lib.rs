@@ -241,15 +241,17 @@ impl Context for Filter {
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = self.get_http_request_headers_bytes();
-        self.with_stream(|stream| {
-            let head = stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace);
+        let mut lookup = None;
+        let action = self.with_stream(|stream| {
+            let shared = Rc::clone(&stream.shared);
+            let head =
+                stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace, shared.hot(), now_ms);
             ask_upstream(head.upstream_accept);
-            if head.wait_for_body {
-                Action::Pause
-            } else {
-                Action::Continue
-            }
-        })
+            // a Beacon-API read is looked up (or answered) here: it has no body
+            request_step(stream, head.step, 0, &mut lookup)
+        });
+        self.lookup = lookup;
+        action
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -479,7 +481,8 @@ impl Stream {
     }
 }
 
-/// Does what the core says after the request's body (of `body_size` bytes) or a lookup's answer:
+/// Does what the core says after the request's headers or body (of `body_size` bytes), or a
+/// lookup's answer:
 /// `Pause` while it waits (for more body, or a lookup's answer, whose token goes in `lookup`) or
 /// has replied.
 fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup: &mut Option<u32>) -> Action {

@@ -1,6 +1,7 @@
 //! The chain head the replay claims per network: the `latest` and `finalized` block numbers that
 //! `eth_getBlockByNumber` answers with, set on the command line and moved by tests
-//! (`PUT /head/<network>/<tag>`), so that finality-aware callers can be driven.
+//! (`PUT /head/<network>/<tag>`), so that finality-aware callers can be driven. The network
+//! [`BEACON`] holds the beacon chain's finalized slot instead.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,6 +24,10 @@ impl Tag {
     }
 }
 
+/// The network whose `finalized` is the beacon chain's finalized slot, which
+/// `GET /eth/v1/beacon/headers/finalized` answers with.
+pub const BEACON: &str = "beacon";
+
 #[derive(Default)]
 pub struct Heads(Mutex<HashMap<(String, Tag), u64>>);
 
@@ -33,6 +38,16 @@ impl Heads {
 
     pub fn knows(&self, network: &str) -> bool {
         self.0.lock().expect("never poisoned").keys().any(|(name, _)| name == network)
+    }
+
+    /// The header of the beacon chain's finalized block, when its slot is set: the slot, and a
+    /// root made from it.
+    pub fn beacon_finalized(&self) -> Option<Vec<u8>> {
+        let slot = *self.0.lock().expect("never poisoned").get(&(BEACON.to_string(), Tag::Finalized))?;
+        let root = format!("0x{slot:064x}");
+        let message = format!(r#"{{"slot":"{slot}","proposer_index":"0","parent_root":"{root}","state_root":"{root}","body_root":"{root}"}}"#);
+        let header = format!(r#"{{"root":"{root}","canonical":true,"header":{{"message":{message},"signature":"0x{}"}}}}"#, "0".repeat(192));
+        Some(format!(r#"{{"execution_optimistic":false,"finalized":true,"data":{header}}}"#).into_bytes())
     }
 
     /// The answer to `request` (a single call) when it asks for a block by a tag set for

@@ -51,6 +51,7 @@ struct Cli {
     flush: bool,
     /// Answer `eth_getBlockByNumber("finalized")` on /<network> with this block, as
     /// NETWORK=NUMBER; repeat per network (tests move it with PUT /head/<network>/finalized).
+    /// `beacon=SLOT`: the finalized slot `GET /eth/v1/beacon/headers/finalized` answers with.
     #[arg(long, value_parser = head::parse_setting)]
     finalized: Vec<(String, u64)>,
     /// The same for `latest`.
@@ -181,7 +182,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     let beacon = beacon::BeaconRoutes::new(ssz_dir);
-    let state = server::State { corpus, defaults, heads, beacon, rpc_requests: Default::default() };
+    let state =
+        server::State { corpus, defaults, heads, beacon, rpc_requests: Default::default(), beacon_requests: Default::default() };
     server::serve(listener, Arc::new(state)).await;
     Ok(())
 }

@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use rpcedge_corpus::beacon::BeaconRoutes;
 use rpcedge_corpus::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
-use crate::head::{Heads, Tag};
+use crate::head::{self, Heads, Tag};
 use rpcedge_corpus::json::{self, Json};
 use rpcedge_corpus::rpc::{self, RequestKey};
 
@@ -37,6 +37,8 @@ pub struct State {
     pub beacon: BeaconRoutes,
     /// JSON-RPC requests answered, so that tests can tell what reached the "node".
     pub rpc_requests: AtomicU64,
+    /// Beacon-API requests answered, likewise.
+    pub beacon_requests: AtomicU64,
 }
 
 /// Accepts connections until the process ends.
@@ -106,7 +108,8 @@ async fn route(
     if path == "/stats" {
         return if read_only {
             let requests = state.rpc_requests.load(Ordering::Relaxed);
-            Ok(json_text(format!("{{\"rpc_requests\":{requests}}}\n")))
+            let beacon = state.beacon_requests.load(Ordering::Relaxed);
+            Ok(json_text(format!("{{\"rpc_requests\":{requests},\"beacon_requests\":{beacon}}}\n")))
         } else {
             Err(method_not_allowed(method))
         };
@@ -150,7 +153,15 @@ async fn route(
             abort,
         ));
     }
+    if path == "/eth/v1/beacon/headers/finalized" && read_only {
+        state.beacon_requests.fetch_add(1, Ordering::Relaxed);
+        let header = state.heads.beacon_finalized().ok_or_else(|| {
+            Refusal(StatusCode::NOT_FOUND, format!("no finalized slot: PUT /head/{}/finalized", head::BEACON))
+        })?;
+        return Ok(json_text(String::from_utf8(header).expect("ASCII")));
+    }
     if BeaconRoutes::handles(path) && read_only {
+        state.beacon_requests.fetch_add(1, Ordering::Relaxed);
         let answer = state.beacon.answer(path).map_err(|reason| Refusal(StatusCode::NOT_FOUND, reason))?;
         let delivery = delivery_for(state, &request)?;
         let ssz = delivery.ssz && accepts_ssz(request.headers());

@@ -144,8 +144,8 @@ typedef struct {
 } rpcedge_store_call_t;
 
 rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method,
-                                   const uint8_t *body, size_t body_len, const rpcedge_header_t *headers,
-                                   size_t headers_len);
+                                   rpcedge_str_t path, const uint8_t *body, size_t body_len,
+                                   const rpcedge_header_t *headers, size_t headers_len);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
@@ -477,8 +477,8 @@ function _M.cache(settings, body, namespace)
     local headers, n, strings = header_array(ngx.req.get_headers(0, true))
     anchor[1] = strings
     local method = ngx.req.get_method()
-    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), body, body and #body or 0,
-                                         headers, n)
+    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), rstr(ngx.var.request_uri),
+                                         body, body and #body or 0, headers, n)
     anchor[1] = nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 2)

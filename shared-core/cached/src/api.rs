@@ -4,7 +4,8 @@
 //!   when it expires), or 404 with `X-Rpcedge-Miss: absent|expired|bad`;
 //! - `PUT /v1/entries/{key}`: the entry as a host encodes it (`rpcedge_core::cache::encode`), with
 //!   `X-Rpcedge-Namespace`, and `X-Rpcedge-Ttl` (seconds) or `X-Rpcedge-Requires-Final` (a block
-//!   number, or a transaction hash whose block the daemon finds) as the core's capture says: 204
+//!   number, a transaction hash whose block the daemon finds, or `slot:` and a Beacon-chain slot)
+//!   as the core's capture says: 204
 //!   stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
 //! - `DELETE /v1/entries/{key}`: 204;
 //! - coalescing (`protocol::LOCK_HEADER`): a `GET` of an entry with `X-Rpcedge-Lock: <ms>` that
@@ -30,7 +31,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final};
 
-use crate::finality::Finality;
+use crate::finality::{Chain, Finality};
 use crate::flights::{Flights, Landing, Lock};
 use crate::store::{Lookup, Store};
 
@@ -219,17 +220,20 @@ async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> 
     };
     let requirement: Final = requirement?
         .parse()
-        .map_err(|()| format!("{}: not a block number or a transaction hash", protocol::REQUIRES_FINAL_HEADER))?;
+        .map_err(|()| format!("{}: not a block number, a transaction hash or a slot", protocol::REQUIRES_FINAL_HEADER))?;
     let namespace = value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
-    let Some(finalized) = state.finality.finalized(namespace) else { return Ok(Admission::Refuse("no_finality")) };
-    let block = match requirement {
-        Final::Block(number) => number,
+    let chain = if matches!(requirement, Final::Slot(_)) { Chain::Beacon } else { Chain::Execution };
+    let Some(finalized) = state.finality.finalized(namespace, chain) else {
+        return Ok(Admission::Refuse("no_finality"));
+    };
+    let at = match requirement {
+        Final::Block(number) | Final::Slot(number) => number,
         Final::Transaction(hash) => match transaction_block(state, namespace, &hash).await {
             Some(number) => number,
             None => return Ok(Admission::Refuse("unplaced")),
         },
     };
-    Ok(if block > finalized { Admission::Refuse("not_final") } else { Admission::Keep(ttl_s) })
+    Ok(if at > finalized { Admission::Refuse("not_final") } else { Admission::Keep(ttl_s) })
 }
 
 /// How long the namespace's node may take to say which block holds a transaction.
@@ -350,10 +354,15 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
     ] {
         out.push((format!("refusals_total{{reason=\"{reason}\"}}"), "Entries refused, by reason", "counter", load(counter)));
     }
-    for (namespace, finalized) in state.finality.namespaces() {
+    for (namespace, chain, finalized) in state.finality.namespaces() {
         if let Some(number) = finalized {
             let namespace = namespace.replace('\\', "\\\\").replace('"', "\\\"");
-            out.push((format!("finalized_block{{namespace=\"{namespace}\"}}"), "Last finalized block heard", "gauge", number));
+            let name = format!("{}{{namespace=\"{namespace}\"}}", chain.finalized_name());
+            let help = match chain {
+                Chain::Execution => "Last finalized block heard",
+                Chain::Beacon => "Last finalized slot heard",
+            };
+            out.push((name, help, "gauge", number));
         }
     }
     for (name, help, value) in state.store.figures() {

@@ -1,4 +1,5 @@
-//! The last finalized block per namespace, polled from each namespace's node.
+//! The last finalized block per namespace, polled from each namespace's execution node, and the
+//! last finalized slot, from its beacon node.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,9 @@ use rpcedge_core::cache;
 use tokio::net::TcpStream;
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}"#;
+/// The finalized block's header, whose slot is the last finalized one (the checkpoint's epoch
+/// may start with empty slots): any slot up to it is final.
+const BEACON_QUERY: &str = "eth/v1/beacon/headers/finalized";
 /// A block header is a few KiB, a receipt at most a few MiB (its logs); a node that sends more is
 /// not answering the question.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
@@ -38,40 +42,65 @@ impl std::str::FromStr for Upstream {
     }
 }
 
-/// Per namespace, the finalized block number plus one (0: not heard yet).
+/// Which chain a node speaks for: its finality is a block number, or a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Chain {
+    /// An execution node (JSON-RPC): the finalized block.
+    Execution,
+    /// A beacon node (Beacon-API): the finalized block's slot.
+    Beacon,
+}
+
+impl Chain {
+    /// As the metrics name what is final.
+    pub fn finalized_name(self) -> &'static str {
+        match self {
+            Chain::Execution => "finalized_block",
+            Chain::Beacon => "finalized_slot",
+        }
+    }
+}
+
+/// Per namespace and chain, the node and what it last called finalized, plus one (0: not heard
+/// yet).
 pub struct Finality {
-    upstreams: HashMap<String, (Upstream, AtomicU64)>,
+    upstreams: HashMap<(String, Chain), (Upstream, AtomicU64)>,
 }
 
 impl Finality {
-    pub fn new(upstreams: Vec<(String, Upstream)>) -> Finality {
-        Finality { upstreams: upstreams.into_iter().map(|(ns, up)| (ns, (up, AtomicU64::new(0)))).collect() }
+    pub fn new(upstreams: Vec<(String, Chain, Upstream)>) -> Finality {
+        let heard = |(ns, chain, up)| ((ns, chain), (up, AtomicU64::new(0)));
+        Finality { upstreams: upstreams.into_iter().map(heard).collect() }
     }
 
-    /// The last finalized block heard for `namespace`, if any.
-    pub fn finalized(&self, namespace: &str) -> Option<u64> {
-        let (_, heard) = self.upstreams.get(namespace)?;
+    /// The last finalized block (or slot) heard for `namespace`, if any.
+    pub fn finalized(&self, namespace: &str, chain: Chain) -> Option<u64> {
+        let (_, heard) = self.upstreams.get(&(namespace.to_string(), chain))?;
         heard.load(Ordering::Relaxed).checked_sub(1)
     }
 
-    pub fn namespaces(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
-        self.upstreams.keys().map(|ns| (ns.as_str(), self.finalized(ns)))
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, Chain, Option<u64>)> {
+        self.upstreams.keys().map(|(ns, chain)| (ns.as_str(), *chain, self.finalized(ns, *chain)))
     }
 
-    /// Polls every namespace's node every `every`, for ever. Finality never moves back: a node
+    /// Polls every namespace's nodes every `every`, for ever. Finality never moves back: a node
     /// that answers a lower number (a restart, a different node) leaves the known one standing.
     pub async fn poll(self: Arc<Self>, every: Duration) {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            for (namespace, (upstream, heard)) in &self.upstreams {
-                match tokio::time::timeout(every, finalized_block(upstream)).await {
+            for ((namespace, chain), (upstream, heard)) in &self.upstreams {
+                let asked = match chain {
+                    Chain::Execution => tokio::time::timeout(every, finalized_block(upstream)).await,
+                    Chain::Beacon => tokio::time::timeout(every, finalized_slot(upstream)).await,
+                };
+                match asked {
                     Ok(Ok(number)) => {
                         heard.fetch_max(number + 1, Ordering::Relaxed);
                     }
-                    Ok(Err(error)) => eprintln!("rpcedge-cached: finality of {namespace}: {error}"),
-                    Err(_) => eprintln!("rpcedge-cached: finality of {namespace}: no answer within {every:?}"),
+                    Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: {error}"),
+                    Err(_) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: no answer within {every:?}"),
                 }
             }
         }
@@ -80,30 +109,42 @@ impl Finality {
     /// The block of the transaction `hash` (lower case), by the receipt that `namespace`'s node
     /// gives: `Ok(None)` when it names none (unknown, pending, or the receipt of another one).
     pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
-        let (upstream, _) =
-            self.upstreams.get(namespace).ok_or_else(|| format!("{namespace}: no finality upstream"))?;
+        let (upstream, _) = self
+            .upstreams
+            .get(&(namespace.to_string(), Chain::Execution))
+            .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
-        let answer = ask(upstream, query.to_string()).await?;
+        let answer = ask(upstream, Some(query.to_string())).await?;
         Ok(cache::receipt_block(&answer, hash))
     }
 }
 
 async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
-    block_number(&ask(upstream, QUERY.to_string()).await?)
+    block_number(&ask(upstream, Some(QUERY.to_string())).await?)
 }
 
-/// A JSON-RPC call to `upstream`: its answer's body.
-async fn ask(upstream: &Upstream, query: String) -> Result<Bytes, String> {
+async fn finalized_slot(upstream: &Upstream) -> Result<u64, String> {
+    let path = format!("{}/{BEACON_QUERY}", upstream.path.trim_end_matches('/'));
+    header_slot(&ask(&Upstream { path, ..upstream.clone() }, None).await?)
+}
+
+/// A JSON-RPC call (`query`) to `upstream`, or a GET of it: its answer's body.
+async fn ask(upstream: &Upstream, query: Option<String>) -> Result<Bytes, String> {
     let stream = TcpStream::connect(&upstream.authority).await.map_err(|e| format!("{}: {e}", upstream.authority))?;
     let (mut sender, connection) =
         http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
+    let (method, body) = match query {
+        Some(query) => (Method::POST, Bytes::from(query)),
+        None => (Method::GET, Bytes::new()),
+    };
     let request = Request::builder()
-        .method(Method::POST)
+        .method(method)
         .uri(&upstream.path)
         .header(header::HOST, &upstream.authority)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(query)))
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(body))
         .map_err(|e| e.to_string())?;
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     if !response.status().is_success() {
@@ -121,6 +162,16 @@ fn block_number(body: &[u8]) -> Result<u64, String> {
         .ok_or_else(|| format!("no result.number in {}", String::from_utf8_lossy(&body[..body.len().min(200)])))?;
     let digits = number.strip_prefix("0x").ok_or_else(|| format!("{number:?} is not a hex quantity"))?;
     u64::from_str_radix(digits, 16).map_err(|_| format!("{number:?} is not a hex quantity"))
+}
+
+/// `data.header.message.slot` of a Beacon-API block header answer (a decimal string).
+fn header_slot(body: &[u8]) -> Result<u64, String> {
+    let answer: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let slot = answer
+        .pointer("/data/header/message/slot")
+        .and_then(|n| n.as_str())
+        .ok_or_else(|| format!("no data.header.message.slot in {}", String::from_utf8_lossy(&body[..body.len().min(200)])))?;
+    slot.parse().map_err(|_| format!("{slot:?} is not a slot"))
 }
 
 #[cfg(test)]
@@ -146,13 +197,24 @@ mod tests {
     }
 
     #[test]
+    fn the_slot_comes_from_the_finalized_header() {
+        let answer = br#"{"execution_optimistic":false,"finalized":true,"data":{"root":"0x1","canonical":true,
+            "header":{"message":{"slot":"348241","proposer_index":"1"},"signature":"0x2"}}}"#;
+        assert_eq!(header_slot(answer), Ok(348_241));
+        assert!(header_slot(br#"{"data":{"header":{"message":{"slot":348241}}}}"#).is_err());
+        assert!(header_slot(br#"{"code":404,"message":"not found"}"#).is_err());
+    }
+
+    #[test]
     fn finality_is_unknown_until_heard_and_never_moves_back() {
-        let finality = Finality::new(vec![("a/mainnet".into(), "http://x:1/".parse().unwrap())]);
-        assert_eq!(finality.finalized("a/mainnet"), None);
-        assert_eq!(finality.finalized("other"), None);
-        let (_, heard) = &finality.upstreams["a/mainnet"];
+        let up = || "http://x:1/".parse().unwrap();
+        let finality = Finality::new(vec![("a".into(), Chain::Execution, up()), ("a".into(), Chain::Beacon, up())]);
+        assert_eq!(finality.finalized("a", Chain::Execution), None);
+        assert_eq!(finality.finalized("other", Chain::Execution), None);
+        let (_, heard) = &finality.upstreams[&("a".to_string(), Chain::Execution)];
         heard.fetch_max(101, Ordering::Relaxed);
         heard.fetch_max(51, Ordering::Relaxed);
-        assert_eq!(finality.finalized("a/mainnet"), Some(100));
+        assert_eq!(finality.finalized("a", Chain::Execution), Some(100));
+        assert_eq!(finality.finalized("a", Chain::Beacon), None, "a slot is not a block number");
     }
 }

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
 
-use finality::{Finality, Upstream};
+use finality::{Chain, Finality, Upstream};
 use store::{Store, StoreOptions};
 
 /// The response cache daemon of rpcedge.
@@ -61,7 +61,12 @@ struct Cli {
     /// repeat per namespace.
     #[arg(long = "finality-upstream", value_parser = parse_upstream)]
     finality_upstreams: Vec<(String, Upstream)>,
-    /// How often to ask each namespace's node for its finalized block.
+    /// The beacon node that says which slots are final in a namespace of Beacon-API reads, as
+    /// NAMESPACE=http://host:port/path (its `eth/v1/beacon/headers/finalized`); repeat per
+    /// namespace.
+    #[arg(long = "beacon-upstream", value_parser = parse_upstream)]
+    beacon_upstreams: Vec<(String, Upstream)>,
+    /// How often to ask each namespace's nodes for their finalized block (or slot).
     #[arg(long, default_value = "12s", value_parser = parse_duration)]
     finality_poll: Duration,
     /// Connections served at once; more wait to be accepted.
@@ -161,7 +166,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             atomic_flush: !cli.no_atomic_flush,
         },
     )?;
-    let finality = Arc::new(Finality::new(cli.finality_upstreams));
+    let execution = cli.finality_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Execution, up));
+    let beacon = cli.beacon_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Beacon, up));
+    let finality = Arc::new(Finality::new(execution.chain(beacon).collect()));
     let state = Arc::new(api::State {
         store,
         finality: finality.clone(),

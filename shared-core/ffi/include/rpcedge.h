@@ -519,18 +519,19 @@ void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes
 /**
  * A cache exchange under the cache's settings of `settings` (its limits), for a request in
  * namespace `ns`, the one configured where the request was routed (a NULL `data`: none, so the
- * request bypasses the cache; never one from the request), whose method is `method` (only a
- * POST is looked up), whose body is `body` (NULL: the host
- * does not hold it whole, so the request bypasses the cache), with the client's `headers_len`
- * headers (Accept-Encoding says whether a hit may be gzip; a client that asks for the SSZ of a
- * result bypasses the cache, which holds JSON; the rest decide which stored variant is the
- * client's). NULL when `settings` is NULL, or on a panic.
+ * request bypasses the cache; never one from the request), whose method is `method` (a POST is
+ * looked up by its body, a GET by its path), whose path is `path` (with its query, as the client
+ * sent it), whose body is `body` (NULL: the host does not hold it whole, so a POST bypasses the
+ * cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
+ * gzip; Accept, in which form a Beacon-API hit goes, and a client that asks for the SSZ of a
+ * JSON-RPC result bypasses the cache, which holds JSON; the rest decide which stored variant is
+ * the client's). NULL when `settings` is NULL, or on a panic.
  *
  * # Safety
  * `settings` is NULL or live; the strings point to readable bytes of their lengths; `headers`
  * to `headers_len` headers.
  */
-rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method, const uint8_t *body, size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
+rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method, rpcedge_str_t path, const uint8_t *body, size_t body_len, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
  * Whether a request body of `content_length` bytes may be looked up under `settings`: 0 when it

@@ -71,12 +71,13 @@ unsafe fn string(s: &RpcedgeStr) -> Option<&[u8]> {
 
 /// A cache exchange under the cache's settings of `settings` (its limits), for a request in
 /// namespace `ns`, the one configured where the request was routed (a NULL `data`: none, so the
-/// request bypasses the cache; never one from the request), whose method is `method` (only a
-/// POST is looked up), whose body is `body` (NULL: the host
-/// does not hold it whole, so the request bypasses the cache), with the client's `headers_len`
-/// headers (Accept-Encoding says whether a hit may be gzip; a client that asks for the SSZ of a
-/// result bypasses the cache, which holds JSON; the rest decide which stored variant is the
-/// client's). NULL when `settings` is NULL, or on a panic.
+/// request bypasses the cache; never one from the request), whose method is `method` (a POST is
+/// looked up by its body, a GET by its path), whose path is `path` (with its query, as the client
+/// sent it), whose body is `body` (NULL: the host does not hold it whole, so a POST bypasses the
+/// cache), with the client's `headers_len` headers (Accept-Encoding says whether a hit may be
+/// gzip; Accept, in which form a Beacon-API hit goes, and a client that asks for the SSZ of a
+/// JSON-RPC result bypasses the cache, which holds JSON; the rest decide which stored variant is
+/// the client's). NULL when `settings` is NULL, or on a panic.
 ///
 /// # Safety
 /// `settings` is NULL or live; the strings point to readable bytes of their lengths; `headers`
@@ -86,6 +87,7 @@ pub unsafe extern "C" fn rpcedge_cache_new(
     settings: *const RpcedgeSettings,
     ns: RpcedgeStr,
     method: RpcedgeStr,
+    path: RpcedgeStr,
     body: *const u8,
     body_len: usize,
     headers: *const RpcedgeHeader,
@@ -96,8 +98,9 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         let namespace = string(&ns).map(String::from_utf8_lossy);
         let body = (!body.is_null()).then(|| bytes(body, body_len));
         let method = string(&method).unwrap_or_default();
+        let path = string(&path).unwrap_or_default();
         let headers = header_list(headers, headers_len);
-        let exchange = CacheExchange::new(namespace.as_deref(), method, body, &headers, &settings);
+        let exchange = CacheExchange::new(namespace.as_deref(), method, path, body, &headers, &settings);
         let cache = RpcedgeCache {
             exchange,
             lookup: None,

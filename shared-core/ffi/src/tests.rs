@@ -336,7 +336,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
     let s = SettingsHandle::new("");
     unsafe {
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}]"#;
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let bypass = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_batch", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), bypass);
         rpcedge_cache_free(cache);
@@ -344,7 +344,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
@@ -355,7 +355,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         rpcedge_cache_free(cache);
 
         // refused by its head: the host holds no body and makes no store
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
@@ -397,7 +397,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
     unsafe {
         let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
-        let miss = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
+        let miss = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
         let mut lookup = garbage();
         assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
         let path = owned(&lookup.path);
@@ -422,7 +422,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
-        let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, again.as_ptr(), again.len(), gzip.as_ptr(), 1);
+        let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
         assert_eq!(rpcedge_cache_answered(hit, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, RpcedgeStr::NONE, kept.as_ptr(), kept.len(), 1024), 1);
         let mut body = garbage();
         assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
@@ -451,7 +451,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
-        let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, third.as_ptr(), third.len(), ptr::null(), 0);
+        let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
@@ -470,7 +470,7 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
     let s = SettingsHandle::new("");
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
     let path_in = |ns| unsafe {
-        let cache = rpcedge_cache_new(s.0, ns, POST, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, ns, POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
         let mut lookup = garbage();
         let found = rpcedge_cache_next_lookup(cache, &mut lookup) == 1;
         let path = found.then(|| owned(&lookup.path));
@@ -495,7 +495,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
     unsafe {
         // two calls with one id: their answers could not be told apart
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId"},{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}]"#;
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, batch.as_ptr(), batch.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), batch.as_ptr(), batch.len(), ptr::null(), 0);
         let mut lookup = garbage();
         assert_eq!(rpcedge_cache_next_lookup(cache, &mut lookup), 0);
         assert!(lookup.path.data.is_null());
@@ -504,7 +504,7 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
-        let spilled = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, ptr::null(), 0, ptr::null(), 0);
+        let spilled = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), ptr::null(), 0, ptr::null(), 0);
         assert_eq!(rpcedge_cache_next_lookup(spilled, ptr::null_mut()), 0);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
@@ -545,7 +545,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         for s in [limited(request.len(), answer.len() - 1), SettingsHandle::new(&json)] {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64), 1);
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
-            let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
+            let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
             assert_eq!(rpcedge_cache_next_lookup(cache, ptr::null_mut()), 1);
             assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
             assert_eq!(
@@ -558,13 +558,13 @@ fn the_cache_runs_with_the_settings_it_is_given() {
             rpcedge_cache_free(cache);
         }
         let s = limited(request.len() - 1, answer.len());
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
         let too_large = adds(&[("rpcedge_cache_responses_bypass", 1), ("rpcedge_cache_bypass_too_large", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), too_large);
         rpcedge_cache_free(cache);
         // the chain TTL the store carries
         let s = limited(request.len(), answer.len());
-        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0);
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
@@ -580,7 +580,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         let config = RpcedgeConfig { cache_store_timeout_s: 0, ..rpcedge_config_default() };
         assert!(rpcedge_settings_new(&config, &mut err).is_null());
         assert_eq!(CStr::from_ptr(err.field.as_ptr()), c"cache_store_timeout_s");
-        assert!(rpcedge_cache_new(ptr::null(), RpcedgeStr::of(b"n"), POST, request.as_ptr(), request.len(), ptr::null(), 0).is_null());
+        assert!(rpcedge_cache_new(ptr::null(), RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0).is_null());
         assert_eq!(rpcedge_cache_takes_length(ptr::null(), 0), 0);
     }
 }

@@ -284,6 +284,13 @@ impl<'a> Entry<'a> {
         Ok(Hit { body, gzip: false })
     }
 
+    /// The plain tail, checked against its CRC-32.
+    pub fn plain(&self) -> Result<Vec<u8>, BadEntry> {
+        let mut tail = Vec::new();
+        self.tail_into(&mut tail)?;
+        Ok(tail)
+    }
+
     /// The plain tail, appended to `out` and checked against its CRC-32.
     fn tail_into(&self, out: &mut Vec<u8>) -> Result<(), BadEntry> {
         let start = out.len();

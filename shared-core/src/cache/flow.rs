@@ -5,10 +5,11 @@
 
 
 use super::batch::{Batch, Failed};
+use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Refusal, Request};
-use crate::negotiate::{asks_for_ssz, AcceptEncoding, Coding};
+use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Key, Refusal, Request};
+use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
@@ -127,11 +128,42 @@ pub struct StoreCall {
     pub body: Vec<u8>,
 }
 
-/// What the store may answer: one call, or a batch's calls.
+/// What the store may answer: one call, a batch's calls, or a Beacon-API read.
 #[derive(Debug)]
 enum Taken {
     Call(Request),
     Batch(Batch),
+    Read(beacon::Read),
+}
+
+impl Taken {
+    /// The key of a request that takes one (not a batch).
+    fn key(&self) -> Option<&Key> {
+        match self {
+            Taken::Call(request) => Some(&request.key),
+            Taken::Read(read) => Some(&read.key),
+            Taken::Batch(_) => None,
+        }
+    }
+
+    /// The hit for such a request from the `stored` entry.
+    fn hit(
+        &self,
+        stored: &[u8],
+        request_headers: &[(Vec<u8>, Vec<u8>)],
+        gzip: bool,
+        min_length: u64,
+    ) -> Result<HitResponse, NoHit> {
+        let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
+        if !Head::is_for(&entry.vary, request_headers) {
+            return Err(NoHit::OtherVariant);
+        }
+        match self {
+            Taken::Call(request) => call_hit(request, &entry, gzip, min_length),
+            Taken::Read(read) => read.hit(&entry, gzip, min_length).ok_or(NoHit::Bad),
+            Taken::Batch(_) => Err(NoHit::Bad),
+        }
+    }
 }
 
 /// One request's cache exchange.
@@ -147,6 +179,8 @@ pub struct CacheExchange {
     capture: bool,
     /// What of the node's head the entry keeps, or why the answer is not kept at all.
     head: Result<Head, Refusal>,
+    /// What the node's head says of a Beacon-API answer's form.
+    answered: Answered,
     /// A daemon's hit, to keep in the hot tier for this many seconds.
     hot_ttl_s: Option<u64>,
     /// The entry the hot tier holds for this request.
@@ -173,30 +207,38 @@ impl CacheExchange {
     }
 
     /// From the request: the namespace configured where it was routed (none: a bypass), its
-    /// method, its body (`None` when the host does not hold it whole, as when nginx spilled it to
-    /// a file) and its headers, as (name, value) pairs, repeats kept (Accept-Encoding says whether
-    /// a hit may be gzip; a client that asks for SSZ of a result with a schema bypasses the cache,
-    /// which holds JSON; the rest decide which stored variant is the client's).
+    /// method and path (with its query, as the client sent it), its body (`None` when the host
+    /// does not hold it whole, as when nginx spilled it to a file) and its headers, as (name,
+    /// value) pairs, repeats kept (Accept-Encoding says whether a hit may be gzip; Accept, in
+    /// which form a Beacon-API hit goes, and a client that asks for SSZ of a JSON-RPC result with
+    /// a schema bypasses the cache, which holds JSON; the rest decide which stored variant is the
+    /// client's).
     pub fn new<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         namespace: Option<&str>,
         method: &[u8],
+        path: &[u8],
         body: Option<&[u8]>,
         headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
         let coding = field(headers, "accept-encoding").and_then(|value| AcceptEncoding::parse(&value).choose());
         let gzip = coding == Some(Coding::Gzip);
-        let ssz = field(headers, "accept").is_some_and(|accept| asks_for_ssz(&accept));
+        let mut accept = Accept::default();
+        named(headers, "accept").for_each(|value| accept.add(value));
         let credentials = ["authorization", "cookie"].iter().any(|name| named(headers, name).next().is_some());
         let namespace = namespace.ok_or(Bypass::Namespace);
         let request = namespace.and_then(|namespace| {
             if credentials {
                 return Err(Bypass::Credentials);
             }
+            if method == b"GET" {
+                return beacon::read(namespace, path, &accept).map(Taken::Read);
+            }
             if method != b"POST" {
                 return Err(Bypass::NotPost);
             }
             let body = body.ok_or(Bypass::TooLarge)?;
+            let ssz = matches!(accept.choose(), Some(MediaType::Ssz(_)));
             // a hit would be JSON: the node's answer, transcoded, is what such a client gets
             if ssz && jsonrpc_request(body).is_some() {
                 return Err(Bypass::Ssz);
@@ -219,6 +261,7 @@ impl CacheExchange {
             status,
             capture: false,
             head: Ok(Head::default()),
+            answered: Answered::default(),
             hot_ttl_s: None,
             hot_entry: None,
             looked_up: false,
@@ -233,33 +276,35 @@ impl CacheExchange {
     /// A batch's keys take one lookup per shard that holds any: the host makes them one after
     /// the other, giving each answer to [`CacheExchange::answered`].
     pub fn next_lookup(&mut self) -> Option<LookupCall> {
-        match self.request.as_mut().ok()? {
-            Taken::Call(request) if !self.looked_up => {
-                self.looked_up = true;
-                let (shard, path) = (shard(&request.key, self.settings.shards), protocol::entry_path(&request.key.hex()));
-                let lock_ms = self.settings.lock_timeout_ms;
-                let headers = if lock_ms > 0 { vec![(protocol::LOCK_HEADER, lock_ms.to_string())] } else { Vec::new() };
-                self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
-                let timeout_ms = self.settings.lookup_timeout_ms;
-                Some(LookupCall { shard, method: "GET", path, headers, body: Vec::new(), timeout_ms })
-            }
-            Taken::Call(request) if self.lock == Lock::InFlight => {
-                self.lock = Lock::Waiting;
-                let (shard, path) = (shard(&request.key, self.settings.shards), protocol::flight_path(&request.key.hex()));
-                // the daemon answers by the holder's deadline, at most lock_timeout_ms from now
-                let timeout_ms = self.settings.lock_timeout_ms + self.settings.lookup_timeout_ms;
-                Some(LookupCall { shard, method: "GET", path, headers: Vec::new(), body: Vec::new(), timeout_ms })
-            }
-            Taken::Call(_) => None,
-            Taken::Batch(batch) => batch.next_lookup().map(|(shard, body)| LookupCall {
+        let request = self.request.as_mut().ok()?;
+        if let Taken::Batch(batch) = request {
+            return batch.next_lookup().map(|(shard, body)| LookupCall {
                 shard,
                 method: "POST",
                 path: protocol::LOOKUP_PATH.to_string(),
                 headers: Vec::new(),
                 body,
                 timeout_ms: self.settings.lookup_timeout_ms,
-            }),
+            });
         }
+        let key = *request.key()?;
+        let shard = shard(&key, self.settings.shards);
+        if !self.looked_up {
+            self.looked_up = true;
+            let lock_ms = self.settings.lock_timeout_ms;
+            let headers = if lock_ms > 0 { vec![(protocol::LOCK_HEADER, lock_ms.to_string())] } else { Vec::new() };
+            self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
+            let (path, timeout_ms) = (protocol::entry_path(&key.hex()), self.settings.lookup_timeout_ms);
+            return Some(LookupCall { shard, method: "GET", path, headers, body: Vec::new(), timeout_ms });
+        }
+        if self.lock != Lock::InFlight {
+            return None;
+        }
+        self.lock = Lock::Waiting;
+        // the daemon answers by the holder's deadline, at most lock_timeout_ms from now
+        let timeout_ms = self.settings.lock_timeout_ms + self.settings.lookup_timeout_ms;
+        let path = protocol::flight_path(&key.hex());
+        Some(LookupCall { shard, method: "GET", path, headers: Vec::new(), body: Vec::new(), timeout_ms })
     }
 
     /// The body to send the node instead of the client's: a batch less the calls the store
@@ -284,13 +329,13 @@ impl CacheExchange {
     /// any, then ask the node.
     pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
         let request = match self.request.as_mut().ok()? {
-            Taken::Call(request) => request,
             Taken::Batch(batch) => {
                 if batch.answered(answer.status, answer.body).is_err() {
                     self.status = Status::Error;
                 }
                 return self.batch_hit(min_length);
             }
+            request => request,
         };
         let waited = self.lock == Lock::Waiting;
         self.lock = match (self.lock, answer.status) {
@@ -299,7 +344,7 @@ impl CacheExchange {
             _ => Lock::None,
         };
         match answer.status {
-            200 => match hit(request, answer.body, &self.request_headers, self.gzip, min_length) {
+            200 => match request.hit(answer.body, &self.request_headers, self.gzip, min_length) {
                 // the answer another request got from the node, which may not be stored: not kept hot
                 Ok(hit) if waited => {
                     self.status = Status::Coalesced;
@@ -359,11 +404,11 @@ impl CacheExchange {
     /// `hot_answer`.
     pub fn find_hot(&mut self, hot: &HotTier, now_s: u64) -> bool {
         match &mut self.request {
-            Ok(Taken::Call(request)) => {
-                self.hot_entry = hot.find(&request.key, now_s).map(<[u8]>::to_vec);
+            Ok(Taken::Batch(batch)) => batch.find_hot(hot, now_s),
+            Ok(request) => {
+                self.hot_entry = request.key().and_then(|key| hot.find(key, now_s)).map(<[u8]>::to_vec);
                 self.hot_entry.is_some()
             }
-            Ok(Taken::Batch(batch)) => batch.find_hot(hot, now_s),
             Err(_) => false,
         }
     }
@@ -371,10 +416,10 @@ impl CacheExchange {
     /// The hit for what `find_hot` found, or `None` to ask the daemon after all.
     pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
         let request = match self.request.as_ref().ok()? {
-            Taken::Call(request) => request,
             Taken::Batch(_) => return self.batch_hit(min_length),
+            request => request,
         };
-        let hit = hit(request, &self.hot_entry.take()?, &self.request_headers, self.gzip, min_length).ok()?;
+        let hit = request.hit(&self.hot_entry.take()?, &self.request_headers, self.gzip, min_length).ok()?;
         self.status = Status::Hit;
         Some(hit)
     }
@@ -383,12 +428,12 @@ impl CacheExchange {
     /// the body of the answer, when it was a hit).
     pub fn keep_hot(&mut self, hot: &mut HotTier, entry: &[u8], now_s: u64) {
         match &mut self.request {
-            Ok(Taken::Call(request)) => {
-                if let Some(ttl_s) = self.hot_ttl_s.take() {
-                    hot.keep(&request.key, entry, now_s, ttl_s);
+            Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
+            Ok(request) => {
+                if let (Some(key), Some(ttl_s)) = (request.key(), self.hot_ttl_s.take()) {
+                    hot.keep(key, entry, now_s, ttl_s);
                 }
             }
-            Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
             Err(_) => {}
         }
     }
@@ -398,7 +443,7 @@ impl CacheExchange {
         self.lock = Lock::None;
         match &mut self.request {
             Ok(Taken::Batch(batch)) => batch.failed(),
-            Ok(Taken::Call(_)) => {}
+            Ok(Taken::Call(_) | Taken::Read(_)) => {}
             Err(_) => return,
         }
         self.status = Status::Error;
@@ -428,6 +473,9 @@ impl CacheExchange {
         if self.capture {
             self.head = Head::of(headers, &self.request_headers);
             self.capture = self.head.is_ok();
+            if let Ok(Taken::Read(_)) = &self.request {
+                self.answered = Answered::of(headers);
+            }
         }
         self.capture || self.merge
     }
@@ -481,19 +529,29 @@ impl CacheExchange {
     /// The node's whole plain body, held as `response_head` said: the calls that store it (for a
     /// batch, one per answer it stores), or why the core refuses an answer (errors, nulls, ...).
     pub fn stores(&mut self, body: &[u8]) -> Vec<Result<StoreCall, Refusal>> {
-        let captures = match &self.request {
-            // A host asks only after `response_head` said to keep the body.
-            _ if !self.capture => return Vec::new(),
-            Ok(Taken::Call(request)) => vec![request.capture(body, &self.settings)],
-            Ok(Taken::Batch(_)) if self.merge => std::mem::take(&mut self.captures),
-            Ok(Taken::Batch(batch)) => batch.captures(body, &self.settings),
+        // A host asks only after `response_head` said to keep the body.
+        let (true, Ok(head)) = (self.capture, &self.head) else { return Vec::new() };
+        // a Beacon-API answer's entry has a head of its own, for the form it is stored in
+        let own_head = |capture: Result<Capture, Refusal>| capture.map(|capture| (capture, None));
+        let captures: Vec<Result<(Capture, Option<Head>), Refusal>> = match &self.request {
+            Ok(Taken::Call(request)) => vec![own_head(request.capture(body, &self.settings))],
+            Ok(Taken::Read(read)) => {
+                let capture = read.capture(&self.answered, head, body, self.settings.max_entry);
+                vec![capture.map(|(capture, head)| (capture, Some(head)))]
+            }
+            Ok(Taken::Batch(_)) if self.merge => std::mem::take(&mut self.captures).into_iter().map(own_head).collect(),
+            Ok(Taken::Batch(batch)) => batch.captures(body, &self.settings).into_iter().map(own_head).collect(),
             Err(_) => return Vec::new(),
         };
-        if matches!((&self.request, captures.first()), (Ok(Taken::Call(_)), Some(Err(Refusal::TooLarge)))) {
+        let single = matches!(&self.request, Ok(Taken::Call(_) | Taken::Read(_)));
+        if single && matches!(captures.first(), Some(Err(Refusal::TooLarge))) {
             self.status = Status::Bypass;
         }
         let Ok(head) = &self.head else { return Vec::new() };
-        let stores: Vec<_> = captures.into_iter().map(|capture| capture.map(|capture| self.store_call(capture, head))).collect();
+        let stores: Vec<_> = captures
+            .into_iter()
+            .map(|capture| capture.map(|(capture, own)| self.store_call(capture, own.as_ref().unwrap_or(head))))
+            .collect();
         // a held key's store hands its answer to the requests that wait for it
         if stores.iter().any(Result::is_ok) {
             self.lock = Lock::None;
@@ -505,14 +563,11 @@ impl CacheExchange {
     /// request held and stores no answer for, which the host releases so that the requests that
     /// wait for it go to the node themselves. Given once.
     pub fn release(&mut self) -> Option<Release> {
-        let Ok(Taken::Call(request)) = &self.request else { return None };
+        let key = *self.request.as_ref().ok()?.key()?;
         if std::mem::replace(&mut self.lock, Lock::None) != Lock::Held {
             return None;
         }
-        Some(Release {
-            shard: shard(&request.key, self.settings.shards),
-            path: protocol::flight_path(&request.key.hex()),
-        })
+        Some(Release { shard: shard(&key, self.settings.shards), path: protocol::flight_path(&key.hex()) })
     }
 
     fn store_call(&self, capture: Capture, head: &Head) -> StoreCall {
@@ -544,26 +599,24 @@ impl CacheExchange {
     }
 }
 
-fn hit(
-    request: &Request,
-    stored: &[u8],
-    request_headers: &[(Vec<u8>, Vec<u8>)],
-    gzip: bool,
-    min_length: u64,
-) -> Result<HitResponse, NoHit> {
-    let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
-    if !Head::is_for(&entry.vary, request_headers) {
-        return Err(NoHit::OtherVariant);
-    }
+/// A JSON-RPC call's hit: the entry around the client's id.
+fn call_hit(request: &Request, entry: &Entry, gzip: bool, min_length: u64) -> Result<HitResponse, NoHit> {
     let hit = entry.respond(&request.id, gzip, min_length).map_err(|_| NoHit::Bad)?;
     let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
-    let mut headers = vec![("content-type".to_string(), content_type.unwrap_or("application/json").to_string())];
-    if hit.gzip {
+    let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.gzip, &["Accept-Encoding"]);
+    Ok(HitResponse { body: hit.body, gzip: hit.gzip, headers })
+}
+
+/// A hit's headers: its type and encoding, what it varies on (what the entry's answer varied on,
+/// then `varies`), and the node's headers that the entry kept.
+pub(super) fn hit_headers(entry: &Entry, content_type: &str, gzip: bool, varies: &[&str]) -> Vec<(String, String)> {
+    let mut headers = vec![("content-type".to_string(), content_type.to_string())];
+    if gzip {
         headers.push(("content-encoding".into(), "gzip".into()));
     }
-    let varies = entry.vary.iter().map(|(name, _)| *name).chain(["Accept-Encoding"]);
+    let varies = entry.vary.iter().map(|(name, _)| *name).chain(varies.iter().copied());
     headers.push(("vary".into(), varies.collect::<Vec<_>>().join(", ")));
     let kept = entry.headers.iter().filter(|(name, _)| *name != "content-type");
     headers.extend(kept.map(|(name, value)| (name.to_string(), value.to_string())));
-    Ok(HitResponse { body: hit.body, gzip: hit.gzip, headers })
+    headers
 }

@@ -4,6 +4,7 @@
 //! client, the node, the daemon and these functions.
 
 mod batch;
+mod beacon;
 mod call;
 mod entry;
 mod flow;
@@ -116,8 +117,11 @@ pub enum Bypass {
     /// The request carries credentials (`Authorization`, `Cookie`): the node's answer may be for
     /// this client only (RFC 9111, 3.5).
     Credentials,
-    /// Not a POST: a JSON-RPC call comes as a POST's body, so no other request is looked up.
+    /// Neither a POST (a JSON-RPC call) nor a GET (a Beacon-API read).
     NotPost,
+    /// A GET of a route the cache does not read (a state, anything but a Beacon-API block,
+    /// blinded block or blobs), or by a client that takes neither JSON nor SSZ.
+    Route,
 }
 
 /// A bypass reason's name, and the status header's value that carries it.
@@ -149,7 +153,7 @@ impl Bypass {
     }
 
     /// Every reason, for a host's counters.
-    pub const fn all() -> [Bypass; 12] {
+    pub const fn all() -> [Bypass; 13] {
         [
             Bypass::Batch,
             Bypass::TooLarge,
@@ -163,6 +167,7 @@ impl Bypass {
             Bypass::Answer,
             Bypass::Credentials,
             Bypass::NotPost,
+            Bypass::Route,
         ]
     }
 
@@ -179,6 +184,7 @@ impl Bypass {
         Answer => "answer",
         Credentials => "credentials",
         NotPost => "not_post",
+        Route => "route",
     }
 }
 
@@ -230,15 +236,18 @@ pub enum Final {
     /// The block that holds this transaction (its hash, in lower case), which the daemon finds
     /// for an answer that names none (a trace).
     Transaction(String),
+    /// This Beacon-chain slot.
+    Slot(u64),
 }
 
 impl fmt::Display for Final {
-    /// As the store call's `X-Rpcedge-Requires-Final` gives it: the block's number in decimal, or
-    /// the transaction's hash (`0x` and 64 hex digits).
+    /// As the store call's `X-Rpcedge-Requires-Final` gives it: the block's number in decimal,
+    /// the transaction's hash (`0x` and 64 hex digits), or `slot:` and the slot in decimal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Final::Block(number) => write!(f, "{number}"),
             Final::Transaction(hash) => f.write_str(hash),
+            Final::Slot(slot) => write!(f, "{SLOT_PREFIX}{slot}"),
         }
     }
 }
@@ -251,9 +260,14 @@ impl std::str::FromStr for Final {
         if rules::is_hash_hex(value) {
             return Ok(Final::Transaction(value.to_ascii_lowercase()));
         }
+        if let Some(slot) = value.strip_prefix(SLOT_PREFIX) {
+            return slot.parse().map(Final::Slot).map_err(|_| ());
+        }
         value.parse().map(Final::Block).map_err(|_| ())
     }
 }
+
+const SLOT_PREFIX: &str = "slot:";
 
 /// Why an answer is not kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,11 +292,14 @@ pub enum Refusal {
     NoStore,
     /// `Vary: *`: no request can be known to get the same answer.
     VaryAll,
+    /// A Beacon-API answer that the node does not give as settled: optimistic (or not saying),
+    /// or for a block by root, not finalized (or not saying).
+    NotFinal,
 }
 
 impl Refusal {
     /// Every reason, for a host's counters.
-    pub const fn all() -> [Refusal; 10] {
+    pub const fn all() -> [Refusal; 11] {
         [
             Refusal::Error,
             Refusal::Null,
@@ -294,6 +311,7 @@ impl Refusal {
             Refusal::SetCookie,
             Refusal::NoStore,
             Refusal::VaryAll,
+            Refusal::NotFinal,
         ]
     }
 
@@ -309,6 +327,7 @@ impl Refusal {
             Refusal::SetCookie => "set_cookie",
             Refusal::NoStore => "no_store",
             Refusal::VaryAll => "vary_all",
+            Refusal::NotFinal => "not_final",
         }
     }
 }

@@ -5,8 +5,8 @@
 pub const ENTRIES_PATH: &str = "/v1/entries/";
 
 /// On a store: the namespace of the key (for finality), the seconds the entry is kept, and what
-/// must be final before the daemon keeps it (`cache::Final`: a block's number, or a transaction's
-/// hash, whose block the daemon finds).
+/// must be final before the daemon keeps it (`cache::Final`: a block's number, a transaction's
+/// hash, whose block the daemon finds, or a Beacon-chain slot).
 pub const NAMESPACE_HEADER: &str = "x-rpcedge-namespace";
 pub const TTL_HEADER: &str = "x-rpcedge-ttl";
 pub const REQUIRES_FINAL_HEADER: &str = "x-rpcedge-requires-final";

@@ -95,10 +95,11 @@ impl ProxyCacheRequest {
         let too_large =
             number(headers, "content-length").is_some_and(|length| !CacheExchange::takes_length(length, settings));
         let method = header(headers, ":method").unwrap_or_default();
+        let path = header(headers, ":path").unwrap_or_default();
         let awaiting_body = method == b"POST" && !end_of_stream && !too_large;
         let own = |(name, value): &(N, V)| (name.as_ref().to_vec(), value.as_ref().to_vec());
         ProxyCacheRequest {
-            exchange: CacheExchange::new(namespace.as_deref(), method, None, headers, settings),
+            exchange: CacheExchange::new(namespace.as_deref(), method, path, None, headers, settings),
             namespace,
             headers: if awaiting_body { headers.iter().map(own).collect() } else { Vec::new() },
             awaiting_body,
@@ -139,7 +140,28 @@ impl ProxyCacheRequest {
         }
         self.awaiting_body = false;
         let headers = std::mem::take(&mut self.headers);
-        self.exchange = CacheExchange::new(self.namespace.as_deref(), b"POST", Some(body.get()), &headers, settings);
+        let path = header(&headers, ":path").unwrap_or_default();
+        self.exchange = CacheExchange::new(self.namespace.as_deref(), b"POST", path, Some(body.get()), &headers, settings);
+        self.look_up(config, hot, min_length, now_s)
+    }
+
+    /// Once the request's headers are in, for a request the cache takes without a body (a
+    /// Beacon-API read): its hit from the hot tier, or its lookup.
+    pub(crate) fn on_headers_end(
+        &mut self,
+        config: &CacheConfig,
+        hot: Option<&dyn HotRegion>,
+        min_length: u64,
+        now_s: u64,
+    ) -> AfterBody {
+        if self.awaiting_body {
+            return AfterBody::Wait;
+        }
+        self.look_up(config, hot, min_length, now_s)
+    }
+
+    /// The hot tier's hit, or the first lookup, for a request the cache takes.
+    fn look_up(&mut self, config: &CacheConfig, hot: Option<&dyn HotRegion>, min_length: u64, now_s: u64) -> AfterBody {
         if self.exchange.bypass().is_some() {
             return AfterBody::Continue;
         }

@@ -22,7 +22,7 @@ fn exchange(namespace: Option<&str>, body: Option<&[u8]>, gzip: bool, ssz: bool)
     if ssz {
         headers.push(("accept", "application/octet-stream"));
     }
-    CacheExchange::new(namespace, b"POST", body, &headers, &settings())
+    CacheExchange::new(namespace, b"POST", b"/", body, &headers, &settings())
 }
 
 fn request(method: &str, params: &str) -> String {
@@ -729,7 +729,7 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     let ask = |origin: Option<&str>| {
         let mut headers = vec![("accept-encoding", "identity")];
         headers.extend(origin.map(|origin| ("Origin", origin)));
-        CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), &headers, &s)
+        CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), &headers, &s)
     };
     let mut first = ask(Some("https://a.example"));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}"}}}}"#);
@@ -760,17 +760,17 @@ fn the_nodes_head_decides_what_is_kept_and_what_a_hit_sends() {
     assert_eq!((cookie.take_head_refusal(), cookie.take_head_refusal()), (Some(Refusal::SetCookie), None));
 }
 
-/// Only a POST is looked up: a JSON-RPC call is a POST's body (methods are case-sensitive).
+/// A POST is looked up by its body, a GET only as a Beacon-API read (methods are case-sensitive).
 #[test]
 fn a_request_other_than_a_post_bypasses_under_its_own_reason() {
     let asked = request("eth_chainId", "[]");
     let not_post = Some(Bypass::NotPost);
-    for (method, bypass) in [(&b"GET"[..], not_post), (b"post", not_post), (b"PUT", not_post), (b"POST", None)] {
-        let exchange = CacheExchange::new(Some("n"), method, Some(asked.as_bytes()), NONE, &settings());
+    for (method, bypass) in [(&b"GET"[..], Some(Bypass::Route)), (b"post", not_post), (b"PUT", not_post), (b"POST", None)] {
+        let exchange = CacheExchange::new(Some("n"), method, b"/", Some(asked.as_bytes()), NONE, &settings());
         assert_eq!(exchange.bypass(), bypass, "{}", String::from_utf8_lossy(method));
     }
     // a POST whose body the host does not hold stays too large
-    assert_eq!(CacheExchange::new(Some("n"), b"POST", None, NONE, &settings()).bypass(), Some(Bypass::TooLarge));
+    assert_eq!(CacheExchange::new(Some("n"), b"POST", b"/", None, NONE, &settings()).bypass(), Some(Bypass::TooLarge));
 }
 
 /// A request with credentials may get an answer for that client only (RFC 9111, 3.5); a stored
@@ -782,7 +782,7 @@ fn credentials_bypass_and_a_stored_head_is_checked_again() {
     let s = settings();
     let asked = request("eth_chainId", "[]");
     for credentials in [("Authorization", "Bearer x"), ("cookie", "session=1")] {
-        let exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), &[credentials], &s);
+        let exchange = CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), &[credentials], &s);
         assert_eq!(exchange.bypass(), Some(Bypass::Credentials), "{credentials:?}");
     }
     let tail = br#""0x1"}"#;
@@ -827,7 +827,7 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
     let bound = entry_bound(s.max_entry as u64);
     let mut longest = 0;
     for body in [&kept, &standard] {
-        let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
+        let mut exchange = CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), NONE, &s);
         assert!(exchange.response_head(200, Some(body.len() as u64), &[("x-a", value.as_str())]));
         let call = exchange.stores(body.as_bytes()).remove(0).unwrap();
         assert!(call.body.len() as u64 <= bound, "{} > {bound}", call.body.len());
@@ -835,7 +835,7 @@ fn no_entry_a_host_sends_is_longer_than_the_bound_of_its_max_entry() {
         longest = longest.max(call.body.len() as u64);
     }
     assert!(bound - longest < 32, "{longest} is far below {bound}");
-    let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &s);
+    let mut exchange = CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), NONE, &s);
     let longer = value + "v";
     assert!(!exchange.response_head(200, Some(kept.len() as u64), &[("x-a", longer.as_str())]));
     assert_eq!(exchange.take_head_refusal(), Some(Refusal::TooLarge));
@@ -990,7 +990,7 @@ fn a_node_answer_that_cannot_be_merged_by_id_goes_after_the_stores_answers() {
     let stored = entry_of("eth_chainId", "[]", r#""0x1""#);
     let batch = format!("[{},{}]", call(Some("1"), "eth_chainId", "[]"), call(Some("2"), "eth_blockNumber", "[]"));
     let split = |settings: &CacheSettings| {
-        let mut exchange = CacheExchange::new(Some("n"), b"POST", Some(batch.as_bytes()), NONE, settings);
+        let mut exchange = CacheExchange::new(Some("n"), b"POST", b"/", Some(batch.as_bytes()), NONE, settings);
         exchange.next_lookup().unwrap();
         exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &looked(&[Some(&stored)]) }, 0);
         assert!(exchange.response_head(200, None, NONE) && exchange.replaces_body());
@@ -1040,7 +1040,7 @@ fn batches_the_cache_does_not_split() {
         assert_eq!(exchange.bypass(), bypass, "{}", &batch[..batch.len().min(200)]);
     }
     let lower = CacheSettings { max_batch: 0, ..settings() };
-    let none = CacheExchange::new(Some("n"), b"POST", Some(format!("[{}]", chain("1")).as_bytes()), NONE, &lower);
+    let none = CacheExchange::new(Some("n"), b"POST", b"/", Some(format!("[{}]", chain("1")).as_bytes()), NONE, &lower);
     assert_eq!(none.bypass(), Some(Bypass::Batch));
     // params another decoder reads otherwise: that call goes to the node, the rest are looked up
     let floats = format!("[{},{}]", chain("1"), call(Some("2"), "eth_getBlockByNumber", r#"["0x1",1.0]"#));
@@ -1145,7 +1145,7 @@ fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
 fn no_lock_is_asked_for_with_lock_timeout_0_nor_for_a_batch() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let off = CacheSettings { lock_timeout_ms: 0, ..settings() };
-    let mut call = CacheExchange::new(Some("n"), b"POST", Some(asked.as_bytes()), NONE, &off);
+    let mut call = CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), NONE, &off);
     assert!(call.next_lookup().unwrap().headers.is_empty());
     // a daemon that says otherwise is not believed
     call.answered(&miss_answer(b"in_flight", Some(b"held")), 0);
@@ -1155,4 +1155,115 @@ fn no_lock_is_asked_for_with_lock_timeout_0_nor_for_a_batch() {
     let mut batch = exchange(Some("n"), Some(batch.as_bytes()), false, false);
     let lookup = batch.next_lookup().unwrap();
     assert_eq!((lookup.method, lookup.headers.len()), ("POST", 0));
+}
+
+/// A blob of `byte`s, and the blobs route's JSON answer carrying it (finalized as `finalized`).
+fn blobs_answer(byte: u8, finalized: &str) -> (Vec<u8>, String) {
+    let blob = vec![byte; 131_072];
+    let hex: String = blob.iter().map(|b| format!("{b:02x}")).collect();
+    (blob, format!(r#"{{"execution_optimistic":false,"finalized":{finalized},"data":["0x{hex}"]}}"#))
+}
+
+fn beacon_get(path: &str, accept: &str, gzip: bool) -> CacheExchange {
+    let headers = [("accept", accept), ("accept-encoding", if gzip { "gzip" } else { "identity" })];
+    CacheExchange::new(Some("b/mainnet"), b"GET", path.as_bytes(), None, &headers, &settings())
+}
+
+/// A Beacon-API read's miss: looked up, the node's answer (with these headers) held and stored.
+fn beacon_miss(path: &str, accept: &str, node: &[(&str, &str)], body: &[u8]) -> Result<StoreCall, Refusal> {
+    let mut miss = beacon_get(path, accept, false);
+    assert_eq!(miss.bypass(), None, "{path}");
+    assert_eq!(miss.next_lookup().unwrap().method, "GET");
+    miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+    assert!(miss.response_head(200, Some(body.len() as u64), node));
+    miss.stores(body).remove(0)
+}
+
+const BLOB_ROOT: &str = "0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1";
+
+/// Blocks, blinded blocks and blobs by root or by slot; never by a moving id, never a state;
+/// keyed by the path as sent, in either form.
+#[test]
+fn a_beacon_read_is_taken_by_root_or_slot() {
+    let key = |path: &str, accept: &str| beacon_get(path, accept, false).next_lookup().map(|call| call.path);
+    for path in [
+        format!("/eth/v2/beacon/blocks/{BLOB_ROOT}"),
+        "/eth/v1/beacon/blinded_blocks/348241".into(),
+        "/beacon/eth/v1/beacon/blobs/7?versioned_hashes=0x01".into(),
+    ] {
+        let json = key(&path, "application/json");
+        assert!(json.is_some(), "{path}");
+        assert_eq!(json, key(&path, "application/octet-stream"), "one entry for both forms: {path}");
+    }
+    let slot = key("/eth/v1/beacon/blobs/7", "*/*");
+    assert_ne!(slot, key("/eth/v1/beacon/blobs/7?versioned_hashes=0x01", "*/*"), "the query is the node's to read");
+    assert_ne!(slot, key("/eth/v1/beacon/blinded_blocks/7", "*/*"));
+    for (path, accept, bypass) in [
+        ("/eth/v2/beacon/blocks/head", "application/json", Bypass::Moving),
+        ("/eth/v2/beacon/blocks/finalized", "application/json", Bypass::Moving),
+        ("/eth/v2/beacon/blocks/0x12", "application/json", Bypass::Malformed),
+        ("/eth/v2/beacon/blocks/-1", "application/json", Bypass::Malformed),
+        ("/eth/v2/beacon/blocks/99999999999999999999", "application/json", Bypass::Malformed),
+        ("/eth/v2/debug/beacon/states/1", "application/json", Bypass::Route),
+        ("/eth/v1/beacon/headers/1", "application/json", Bypass::Route),
+        ("/eth/v2/beacon/blocks/1", "text/html", Bypass::Route),
+    ] {
+        assert_eq!(beacon_get(path, accept, false).bypass(), Some(bypass), "{path} {accept}");
+    }
+    let head = CacheExchange::new(Some("b"), b"HEAD", b"/eth/v2/beacon/blocks/1", None, NONE, &settings());
+    assert_eq!(head.bypass(), Some(Bypass::NotPost));
+}
+
+/// One entry, stored as SSZ from a JSON answer, answers a JSON client and an SSZ client, plain
+/// and gzip; by root only once the node calls it finalized, by slot once the daemon knows it is.
+#[test]
+fn a_beacon_entry_serves_json_and_ssz() {
+    let (blob, json) = blobs_answer(0xab, "true");
+    let path = format!("/eth/v1/beacon/blobs/{BLOB_ROOT}");
+    let node = [("content-type", "application/json"), ("vary", "Accept")];
+    let call = beacon_miss(&path, "application/json", &node, json.as_bytes()).unwrap();
+    assert!(!call.headers.iter().any(|(name, _)| *name == protocol::REQUIRES_FINAL_HEADER), "a root is final");
+    let stored = daemon_keeps(&call);
+    assert!(stored.len() < blob.len() / 10, "stored once, compressed: {}", stored.len());
+    for (accept, gzip) in [("application/octet-stream", false), ("application/octet-stream", true), ("application/json", true), ("*/*", false)] {
+        let mut hit = beacon_get(&path, accept, gzip);
+        hit.next_lookup();
+        let answer = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
+        let response = hit.answered(&answer, 256).expect("a hit");
+        let header = |name: &str| response.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(response.gzip, gzip, "{accept}");
+        assert_eq!(header("vary"), Some("Accept, Accept-Encoding"), "the node's Vary: Accept is answered here");
+        let body = if gzip { gunzip(&response.body) } else { response.body.clone() };
+        if accept.contains("octet-stream") {
+            assert_eq!(body, blob);
+            assert_eq!(header("content-type"), Some("application/octet-stream"));
+            assert_eq!(header("eth-consensus-finalized"), Some("true"));
+        } else {
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body, serde_json::from_str::<serde_json::Value>(&json).unwrap(), "{accept}");
+            assert_eq!(header("content-type"), Some("application/json"));
+        }
+    }
+    // by root, only what the node calls finalized and not optimistic
+    assert_eq!(beacon_miss(&path, "*/*", &node, blobs_answer(1, "false").1.as_bytes()), Err(Refusal::NotFinal));
+    let optimistic = json.replace(r#""execution_optimistic":false"#, r#""execution_optimistic":true"#);
+    assert_eq!(beacon_miss(&path, "*/*", &node, optimistic.as_bytes()), Err(Refusal::NotFinal));
+    // by slot, once the daemon knows the slot is final
+    let by_slot = beacon_miss("/eth/v1/beacon/blobs/348241", "*/*", &node, json.as_bytes()).unwrap();
+    let requirement = by_slot.headers.iter().find(|(name, _)| *name == protocol::REQUIRES_FINAL_HEADER);
+    assert_eq!(requirement.map(|(_, v)| v.as_str()), Some("slot:348241"));
+    assert_eq!("slot:348241".parse(), Ok(Final::Slot(348_241)));
+    // an SSZ answer says the rest in its headers, or is not kept
+    let ssz = [("content-type", "application/octet-stream")];
+    assert_eq!(beacon_miss("/eth/v1/beacon/blobs/1", "application/octet-stream", &ssz, &blob), Err(Refusal::NotFinal));
+    let lodestar = [
+        ("content-type", "application/octet-stream"),
+        ("eth-execution-optimistic", "false"),
+        ("eth-consensus-finalized", "true"),
+    ];
+    assert!(beacon_miss(&path, "application/octet-stream", &lodestar, &blob).is_ok());
+    assert_eq!(beacon_miss(&path, "application/octet-stream", &lodestar, &blob[1..]), Err(Refusal::Malformed));
+    let block = [("content-type", "application/octet-stream"), ("eth-execution-optimistic", "false")];
+    let unversioned = beacon_miss("/eth/v2/beacon/blocks/1", "application/octet-stream", &block, &blob);
+    assert_eq!(unversioned, Err(Refusal::Malformed), "a block's type depends on its version");
 }

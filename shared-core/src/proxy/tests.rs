@@ -50,8 +50,8 @@ fn counted(exchange: &mut ProxyExchange) -> Vec<(Counter, u64)> {
 
 /// A request whose body has come, through the cache: the step it takes.
 fn ask(exchange: &mut ProxyExchange, body: &str, hot: Option<&dyn HotRegion>) -> RequestStep {
-    let head = exchange.on_request_headers(&request_headers(body.len()), false, || Some("mainnet"));
-    assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: true });
+    let head = exchange.on_request_headers(&request_headers(body.len()), false, || Some("mainnet"), None, || 0);
+    assert!(matches!(head, RequestHead { upstream_accept: None, step: RequestStep::Wait }));
     assert!(exchange.reads_request_body());
     let wait = exchange.on_request_body(body.len() - 1, false, || unreachable!("read before its end"), hot, || 0);
     assert!(matches!(wait.step, RequestStep::Wait));
@@ -106,8 +106,8 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
 #[test]
 fn a_large_answer_is_compressed_and_counted_once() {
     let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
-    let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
-    assert_eq!(head, RequestHead { upstream_accept: None, wait_for_body: false });
+    let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>, None, || 0);
+    assert!(matches!(head, RequestHead { upstream_accept: None, step: RequestStep::Continue }));
     assert!(!exchange.reads_request_body(), "no body is the core's business");
     let body: Vec<u8> = br#"{"hash":"0x00","gasUsed":"0x5208"},"#.iter().cycle().take(50_000).copied().collect();
     let length = body.len().to_string();
@@ -139,7 +139,7 @@ fn a_large_answer_is_compressed_and_counted_once() {
 #[test]
 fn a_stream_that_ends_early_is_aborted_once() {
     let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
-    exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+    exchange.on_request_headers(&request_headers(2), true, || None::<&str>, None, || 0);
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "50000")];
     assert!(exchange.on_response_headers(&node, false, || 0).unwrap().hold);
     exchange.on_body(&[b' '; 1000], false, false, || 0).unwrap();
@@ -152,7 +152,7 @@ fn a_stream_that_ends_early_is_aborted_once() {
 fn without_a_namespace_the_cache_is_bypassed_and_the_reason_counted() {
     let mut exchange = ProxyExchange::new(cached(), Arc::default());
     let body = block_request(1);
-    exchange.on_request_headers(&request_headers(body.len()), false, || None::<&str>);
+    exchange.on_request_headers(&request_headers(body.len()), false, || None::<&str>, None, || 0);
     let after = exchange.on_request_body(body.len(), true, || body.as_bytes().to_vec(), None, || 0);
     assert!(matches!(after.step, RequestStep::Continue), "nothing to look up");
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", "10")];
@@ -175,8 +175,8 @@ fn the_configured_limits_decide_what_is_looked_up_and_what_is_stored() {
     let node = [(":status", "200"), ("content-type", "application/json"), ("content-length", length.as_str())];
     // a request body over max_request is not waited for, and bypasses the cache
     let mut over = limited(request.len() - 1, answer.len());
-    let head = over.on_request_headers(&request_headers(request.len()), false, || Some("mainnet"));
-    assert!(!head.wait_for_body && !over.reads_request_body());
+    let head = over.on_request_headers(&request_headers(request.len()), false, || Some("mainnet"), None, || 0);
+    assert!(matches!(head.step, RequestStep::Continue) && !over.reads_request_body());
     assert_eq!(
         over.on_response_headers(&node, false, || 0).unwrap().edits[0],
         HeaderOp::Append("x-rpcedge-cache", "BYPASS")
@@ -206,7 +206,7 @@ fn a_header_is_removed_only_when_the_node_sent_it() {
     let length = body.len().to_string();
     for sent in [false, true] {
         let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
-        exchange.on_request_headers(&request_headers(2), true, || None::<&str>);
+        exchange.on_request_headers(&request_headers(2), true, || None::<&str>, None, || 0);
         let mut node = vec![(":status", "200"), ("content-type", "application/json"), ("content-length", &length)];
         if sent {
             node.push(("Accept-Ranges", "bytes"));
