@@ -2,8 +2,11 @@
 mix answered as hits and as misses, beside the same proxy serving the same bytes without rpcedge
 (nginx: a static file, gzip_static for these gzip clients; Envoy: a direct_response, its rpcedge
 filter removed). req/s and the proxy's CPU per request, the median of `--runs` runs per cell.
+Then big answers (blocks by hash of 100 KiB and more) as hits to gzip and to identity clients,
+beside the same bytes without rpcedge, through nginx and the native Envoy module: the CPU of the
+proxy and of the daemon per hit.
 
-    .venv/bin/python loadtest/cache_bench.py [--seconds 5] [--runs 3]
+    .venv/bin/python loadtest/cache_bench.py [--seconds 5] [--runs 3] [--part mix|big]
 
 The calls are ones whose entries wait for finality (blocks by number, receipts, transactions),
 in one namespace whose finalized block the run moves: at block 0 every lookup misses and every
@@ -43,6 +46,9 @@ CONNECTIONS = 16
 # room in the hot tier for every call's entry (the make run configs give 32 MiB)
 HOT_BYTES = 32 * 1024 * 1024
 WARMUP_S = 2
+# big answers: at least this long, and this many of them
+BIG = 100 * 1024
+BIG_CALLS = 4
 
 
 def waits_for_finality(request, response):
@@ -55,15 +61,21 @@ def waits_for_finality(request, response):
         and 512 <= cc.size(response) <= 1 << 20
 
 
+def big_answer(request, response):
+    """A block by hash of at least BIG bytes: stored without waiting for finality."""
+    return request["method"] == "eth_getBlockByHash" and isinstance(response.get("result"), dict) \
+        and cc.size(response) >= BIG
+
+
 def write_list(path, rows):
     """A request list for cache_mix.lua: method, path, decoded length, body."""
     path.write_text("".join(f"{method}\t{target}\t{length}\t{body}\n" for method, target, length, body in rows))
     return path
 
 
-def wrk(port, request_list, expected, seconds):
+def wrk(port, request_list, expected, seconds, coding="gzip"):
     argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", SCRIPT,
-            f"http://{LOOPBACK}:{port}", "--", request_list, expected]
+            f"http://{LOOPBACK}:{port}", "--", request_list, expected, coding]
     done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
     result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
     if done.returncode != 0 or result is None:
@@ -76,14 +88,14 @@ def wrk(port, request_list, expected, seconds):
     return stats
 
 
-def measure(pids, port, request_list, expected, seconds, runs):
-    """Runs after a warm-up: req/s and the proxy's CPU microseconds per request, each run."""
-    wrk(port, request_list, expected, WARMUP_S)
+def measure(pids, port, request_list, expected, seconds, runs, coding="gzip"):
+    """Runs after a warm-up: req/s and the CPU microseconds of `pids` per request, each run."""
+    wrk(port, request_list, expected, WARMUP_S, coding)
     time.sleep(0.5)
     results = []
     for _ in range(runs):
         before = cpu_seconds(pids)
-        stats = wrk(port, request_list, expected, seconds)
+        stats = wrk(port, request_list, expected, seconds, coding)
         cpu = cpu_seconds(pids) - before
         results.append({"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
                         "cpu_us": cpu / stats["requests"] * 1e6, "p50_us": stats["latency_us"]["50"],
@@ -100,22 +112,27 @@ def row(proxy, case, runs):
     }
 
 
+def post(port, call, coding="gzip"):
+    return wire.request(port, call.path, "POST", {"Content-Type": "application/json"}, call.body(1),
+                        accept_encoding=coding if coding != "identity" else None)
+
+
 def store_all(port, calls):
     """Sends every call until each is a HIT."""
     for call in calls:
         deadline = time.monotonic() + 10
-        while wire.request(port, call.path, "POST", {"Content-Type": "application/json"},
-                           call.body(1)).header("x-rpcedge-cache") != "HIT":
+        while post(port, call).header("x-rpcedge-cache") != "HIT":
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{call.request} is never stored")
             time.sleep(0.05)
 
 
-def direct_response_config(upstream_port, listen_port, admin_port, hits):
-    """The Envoy example without rpcedge, answering /static/<i> with hit i's bytes and headers."""
+def direct_response_config(upstream_port, listen_port, admin_port, hits, name=str):
+    """The Envoy example without rpcedge, answering /static/<name(i)> with hit i's bytes and
+    headers."""
     text = replace_rpcedge_entry(render_config(upstream_port, listen_port, admin_port), "")
     routes = "".join(
-        f"              - match: {{path: \"/static/{i}\"}}\n"
+        f"              - match: {{path: \"/static/{name(i)}\"}}\n"
         f"                direct_response:\n"
         f"                  status: 200\n"
         f"                  body: {{inline_bytes: \"{base64.b64encode(hit.body).decode()}\"}}\n"
@@ -132,10 +149,150 @@ def direct_response_config(upstream_port, listen_port, admin_port, hits):
     return text.replace(anchor, anchor + "            max_direct_response_body_size_bytes: 4194304\n")
 
 
+def direct_response(stack, prefix, hits, list_, name, args):
+    """The runs of Envoy without rpcedge answering `hits`' bytes from direct_responses."""
+    port, admin = free_port(), free_port()
+    text = direct_response_config(stack.replay.port, port, admin, hits, name)
+    workdir = WORK / "envoy-direct"
+    workdir.mkdir(exist_ok=True)
+    process = start_envoy(workdir, text, "envoy-direct", concurrency=1, argv_prefix=prefix)
+    try:
+        process.wait_for_port(port)
+        return measure([process.proc.pid], port, list_, "-", args.seconds, args.runs)
+    finally:
+        process.stop()
+
+
+def mix(stack, prefix, args, results):
+    """The method mix's cacheable calls: misses, hits from the daemon and from the hot tier, and
+    the same bytes without rpcedge; the proxy's CPU."""
+    calls = cc.find_all(waits_for_finality, limit=48)
+    print(f"cache bench: {len(calls)} calls from {cc.CORPUS} ({', '.join(sorted({c.method for c in calls}))}), "
+          f"{args.runs} x {args.seconds} s per cell", flush=True)
+    rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
+    mix_list = write_list(WORK / "mix.tsv", rows)
+    static = write_list(WORK / "static.tsv", [("GET", f"/static/{i}", r[2], "-") for i, r in enumerate(rows)])
+    files = WORK / "static"
+    files.mkdir(exist_ok=True)
+    for host in ("nginx", "envoy", "envoy-native"):
+        stack.fresh_daemon()
+        options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
+        proxy = cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix, **options)
+        try:
+            runs = measure(proxy.pids, proxy.port, mix_list, "MISS", args.seconds, args.runs)
+            results.append(row(host, "miss", runs))
+            stack.finalize_late(cc.FINAL)
+            store_all(proxy.port, calls)
+            runs = measure(proxy.pids, proxy.port, mix_list, "HIT", args.seconds, args.runs)
+            results.append(row(host, "hit", runs))
+            # the bytes a hit sends, for the variants without rpcedge
+            hits = [post(proxy.port, c) for c in calls]
+            assert all(h.decoded() == c.answer(1) for h, c in zip(hits, calls))
+            if host == "nginx":
+                for i, (hit, call) in enumerate(zip(hits, calls)):
+                    (files / str(i)).write_bytes(call.answer(1))
+                    if hit.header("content-encoding") == "gzip":
+                        (files / f"{i}.gz").write_bytes(hit.body)
+                runs = measure(proxy.pids, proxy.port, static, "-", args.seconds, args.runs)
+                results.append(row(host, "static file (gzip_static)", runs))
+        finally:
+            proxy.stop()
+        # the same hits, answered from the hot tier (the warm-up puts them there)
+        proxy = cc.start_proxy(host, WORK / f"{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
+        try:
+            runs = measure(proxy.pids, proxy.port, mix_list, "HIT", args.seconds, args.runs)
+            results.append(row(host, "hit, hot tier", runs))
+        finally:
+            proxy.stop()
+        if host == "envoy":
+            results.append(row(host, "direct_response", direct_response(stack, prefix, hits, static, str, args)))
+    print_rows(results)
+    for host in ("nginx", "envoy", "envoy-native"):
+        by_case = {r["case"]: r for r in results if r["proxy"] == host}
+        bare = next(r for r in results if r["proxy"] in (host, "envoy") and r["case"] in BARE)
+        for hit in ("hit", "hit, hot tier"):
+            print(f"{host} {hit}: hit/miss req/s {by_case[hit]['req_s'] / by_case['miss']['req_s']:.2f}x, "
+                  f"hit CPU/{bare['case']} CPU {by_case[hit]['cpu_us'] / bare['cpu_us']:.2f}x")
+    return len(calls)
+
+
+# the cases that serve the same bytes without rpcedge
+BARE = ("static file (gzip_static)", "direct_response")
+
+
+def static_location():
+    return (f"location /static/ {{ root {WORK}; gzip_static on; default_type application/json; "
+            "rpcedge off; rpcedge_cache off; }")
+
+
+def big(stack, prefix, args, results):
+    """Big answers as hits, to gzip and to identity clients, from the daemon and the hot tier,
+    beside the same bytes without rpcedge: the CPU of the proxy and of the daemon per request."""
+    calls = cc.find_all(big_answer, limit=BIG_CALLS)
+    sizes = ", ".join(f"{len(c.answer(1)) // 1024} KiB" for c in calls)
+    print(f"big answers: {len(calls)} blocks by hash ({sizes}), {args.runs} x {args.seconds} s per cell", flush=True)
+    rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
+    hit_list = write_list(WORK / "big.tsv", rows)
+    name = "big-{}".format
+    static = write_list(WORK / "big-static.tsv", [("GET", f"/static/{name(i)}", r[2], "-") for i, r in enumerate(rows)])
+    files = WORK / "static"
+    files.mkdir(exist_ok=True)
+    codings = ("gzip", "identity")
+    for host in ("nginx", "envoy-native"):
+        stack.fresh_daemon()
+        daemon = [stack.daemon.process.proc.pid]
+        options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
+        proxy = cc.start_proxy(host, WORK / f"big-{host}", stack, argv_prefix=prefix, **options)
+        try:
+            store_all(proxy.port, calls)
+            hits = {coding: [post(proxy.port, c, coding) for c in calls] for coding in codings}
+            for coding in codings:
+                assert all(h.decoded() == c.answer(1) for h, c in zip(hits[coding], calls))
+                runs = measure(proxy.pids + daemon, proxy.port, hit_list, "HIT", args.seconds, args.runs, coding)
+                results.append(row(host, f"big hit, {coding}", runs))
+            if host == "nginx":
+                for i, (hit, call) in enumerate(zip(hits["gzip"], calls)):
+                    (files / name(i)).write_bytes(call.answer(1))
+                    (files / f"{name(i)}.gz").write_bytes(hit.body)
+                for coding in codings:
+                    runs = measure(proxy.pids + daemon, proxy.port, static, "-", args.seconds, args.runs, coding)
+                    results.append(row(host, f"big static file, {coding}", runs))
+        finally:
+            proxy.stop()
+        proxy = cc.start_proxy(host, WORK / f"big-{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
+        try:
+            for coding in codings:
+                runs = measure(proxy.pids + daemon, proxy.port, hit_list, "HIT", args.seconds, args.runs, coding)
+                results.append(row(host, f"big hit, hot tier, {coding}", runs))
+        finally:
+            proxy.stop()
+        if host == "envoy-native":
+            for coding in codings:
+                runs = direct_response(stack, prefix, hits[coding], static, name, args)
+                results.append(row(host, f"big direct_response, {coding}", runs))
+    print_rows([r for r in results if r["case"].startswith("big")])
+    for host in ("nginx", "envoy-native"):
+        by_case = {r["case"]: r for r in results if r["proxy"] == host}
+        bare = "static file" if host == "nginx" else "direct_response"
+        for coding in codings:
+            for hit in ("big hit", "big hit, hot tier"):
+                ratio = by_case[f"{hit}, {coding}"]["cpu_us"] / by_case[f"big {bare}, {coding}"]["cpu_us"]
+                print(f"{host} {hit}, {coding}: CPU/{bare} CPU {ratio:.2f}x")
+    return len(calls)
+
+
+def print_rows(results):
+    print(f"\n{'proxy':12} {'case':32} {'req/s':>9} {'CPU us/req':>11} {'ERROR':>7}")
+    for r in results:
+        fail_open = max(run["fail_open"] for run in r["runs"])
+        print(f"{r['proxy']:12} {r['case']:32} {r['req_s']:9.0f} {r['cpu_us']:11.1f} {fail_open:7.2%}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--part", choices=("mix", "big"), help="one part only (default: both)")
     args = parser.parse_args()
 
     proxy_cpu, other_cpus = split_cpus()
@@ -143,78 +300,20 @@ def main():
     prefix = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-
-    calls = cc.find_all(waits_for_finality, limit=48)
-    print(f"cache bench: {len(calls)} calls from {cc.CORPUS} ({', '.join(sorted({c.method for c in calls}))}), "
-          f"{args.runs} x {args.seconds} s per cell, proxy on CPU {proxy_cpu}", flush=True)
-    rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
-    mix = write_list(WORK / "mix.tsv", rows)
-    static = write_list(WORK / "static.tsv", [("GET", f"/static/{i}", r[2], "-") for i, r in enumerate(rows)])
+    print(f"proxy on CPU {proxy_cpu}", flush=True)
 
     stack = cc.CacheStack(WORK, [])
-    results = []
+    results, counted = [], {}
     try:
-        for host in ("nginx", "envoy"):
-            stack.fresh_daemon()
-            files = WORK / "static"
-            extra = (f"location /static/ {{ root {WORK}; gzip_static on; default_type application/json; "
-                     "rpcedge off; rpcedge_cache off; }")
-            options = {"namespace": NAMESPACE, "extra": extra} if host == "nginx" else {"namespace": NAMESPACE}
-            proxy = cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix, **options)
-            try:
-                runs = measure(proxy.pids, proxy.port, mix, "MISS", args.seconds, args.runs)
-                results.append(row(host, "miss", runs))
-                stack.finalize_late(cc.FINAL)
-                store_all(proxy.port, calls)
-                runs = measure(proxy.pids, proxy.port, mix, "HIT", args.seconds, args.runs)
-                results.append(row(host, "hit", runs))
-                # the bytes a hit sends, for the variants without rpcedge
-                hits = [wire.request(proxy.port, c.path, "POST", {"Content-Type": "application/json"}, c.body(1))
-                        for c in calls]
-                assert all(h.decoded() == c.answer(1) for h, c in zip(hits, calls))
-                if host == "nginx":
-                    files.mkdir(exist_ok=True)
-                    for i, (hit, call) in enumerate(zip(hits, calls)):
-                        (files / str(i)).write_bytes(call.answer(1))
-                        if hit.header("content-encoding") == "gzip":
-                            (files / f"{i}.gz").write_bytes(hit.body)
-                    runs = measure(proxy.pids, proxy.port, static, "-", args.seconds, args.runs)
-                    results.append(row(host, "static file (gzip_static)", runs))
-            finally:
-                proxy.stop()
-            # the same hits, answered from the hot tier (the warm-up puts them there)
-            proxy = cc.start_proxy(host, WORK / f"{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
-            try:
-                runs = measure(proxy.pids, proxy.port, mix, "HIT", args.seconds, args.runs)
-                results.append(row(host, "hit, hot tier", runs))
-            finally:
-                proxy.stop()
-            if host == "envoy":
-                port, admin = free_port(), free_port()
-                text = direct_response_config(stack.replay.port, port, admin, hits)
-                process = start_envoy(WORK / "envoy", text, "envoy-direct", concurrency=1, argv_prefix=prefix)
-                try:
-                    process.wait_for_port(port)
-                    runs = measure([process.proc.pid], port, static, "-", args.seconds, args.runs)
-                    results.append(row(host, "direct_response", runs))
-                finally:
-                    process.stop()
+        for part, run in (("mix", mix), ("big", big)):
+            if args.part in (None, part):
+                counted[part] = run(stack, prefix, args, results)
     finally:
         stack.stop()
-
-    print(f"\n{'proxy':8} {'case':28} {'req/s':>9} {'CPU us/req':>11} {'ERROR':>7}")
-    for r in results:
-        fail_open = max(run["fail_open"] for run in r["runs"])
-        print(f"{r['proxy']:8} {r['case']:28} {r['req_s']:9.0f} {r['cpu_us']:11.1f} {fail_open:7.2%}")
-    for host in ("nginx", "envoy"):
-        by_case = {r["case"]: r for r in results if r["proxy"] == host}
-        bare = next(r for case, r in by_case.items() if not case.startswith(("hit", "miss")))
-        for hit in ("hit", "hit, hot tier"):
-            print(f"{host} {hit}: hit/miss req/s {by_case[hit]['req_s'] / by_case['miss']['req_s']:.2f}x, "
-                  f"hit CPU/{bare['case']} CPU {by_case[hit]['cpu_us'] / bare['cpu_us']:.2f}x")
-    RESULTS.write_text(json.dumps({"calls": len(calls), "seconds": args.seconds, "runs": args.runs,
-                                   "proxy_cpu": proxy_cpu, "rows": results}, indent=1) + "\n")
-    print(f"results: {RESULTS.relative_to(REPO)}")
+    if args.part is None:
+        RESULTS.write_text(json.dumps({"calls": counted, "seconds": args.seconds, "runs": args.runs,
+                                       "proxy_cpu": proxy_cpu, "rows": results}, indent=1) + "\n")
+        print(f"results: {RESULTS.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

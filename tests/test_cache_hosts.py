@@ -473,6 +473,30 @@ def test_requests_that_are_not_json_rpc_calls_pass_through(proxies, stack):
     assert status(malformed) == "BYPASS" and malformed.status in (200, 400)
 
 
+def big_block(request, response):
+    """A block by hash whose answer the daemon keeps plain beside its stream (64 KiB and more)."""
+    return request["method"] == "eth_getBlockByHash" and isinstance(response.get("result"), dict) \
+        and cc.size(response) >= 64 * 1024
+
+
+def test_a_big_answer_hits_in_either_coding_from_the_daemon_and_from_the_hot_tier(proxies, stack):
+    try:
+        big = cc.find(big_block)
+    except LookupError:
+        pytest.skip("no block of 64 KiB or more in this corpus")
+    proxy = proxies()
+    assert status(post(proxy.port, big)) == "MISS"
+    wait_for_hit(proxy.port, big, time.monotonic())
+    hot = proxies(hot=True)
+    # the daemon's hits, then the hot tier's: the first of each coding fills it
+    for port in (proxy.port, hot.port, hot.port):
+        for coding in ("gzip", None):
+            hit = post(port, big, id_=5, accept_encoding=coding)
+            assert (hit.status, status(hit), hit.header("content-encoding")) == (200, "HIT", coding)
+            assert int(hit.header("content-length")) == len(hit.body), "an exact Content-Length"
+            assert hit.decoded() == big.answer(5)
+
+
 def test_the_cache_off_adds_nothing(proxies, stack):
     proxy = proxies(cache=False)
     response = post(proxy.port, case("block_by_hash"))

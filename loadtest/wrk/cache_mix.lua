@@ -3,9 +3,10 @@
 --   wrk -t1 -c16 -d5s -s loadtest/wrk/cache_mix.lua http://127.0.0.1:18080 -- build/bench/cache/hit.tsv HIT
 --
 -- Arguments: the list (one request per line, tab-separated: method, path, the length of the
--- answer once decoded, the body or "-" for none) and the X-Rpcedge-Cache status every answer must
--- carry ("-": none, as from a static file or an Envoy direct_response). Requests go out with
--- Accept-Encoding: gzip; each connection takes the next request of the list, round and round.
+-- answer once decoded, the body or "-" for none), the X-Rpcedge-Cache status every answer must
+-- carry ("-": none, as from a static file or an Envoy direct_response), and optionally the
+-- Accept-Encoding to send (default gzip; "identity" for a client without gzip). Each connection
+-- takes the next request of the list, round and round.
 --
 -- A response counts as broken when its status is not 200, its cache status is not the one
 -- expected (ERROR, the daemon too slow under the load, is counted apart: the node answered), or
@@ -25,11 +26,11 @@ function setup(thread)
 end
 
 function init(args)
-  local list
-  list, expected_status = args[1], args[2]
+  local list, coding
+  list, expected_status, coding = args[1], args[2], args[3] or "gzip"
   for line in io.lines(list) do
     local method, path, length, body = line:match("^([^\t]+)\t([^\t]+)\t(%d+)\t(.+)$")
-    local headers = {["Accept-Encoding"] = "gzip"}
+    local headers = {["Accept-Encoding"] = coding}
     if body == "-" then
       body = nil
     else

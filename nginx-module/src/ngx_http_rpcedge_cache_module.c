@@ -718,16 +718,20 @@ static ngx_uint_t
 ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone)
 {
+    uint64_t                       min_length;
     ngx_uint_t                     found;
     ngx_http_rpcedge_cache_hot_t  *hot = zone->data;
 
+    min_length = ngx_http_rpcedge_min_length(r);
+
+    /* a call's hit is made under the lock: the entry is copied once, into it */
+
     ngx_shmtx_lock(&hot->shpool->mutex);
     found = rpcedge_cache_hot_find(ctx->cache, hot->region, hot->len,
-                                   ngx_time());
+                                   ngx_time(), min_length);
     ngx_shmtx_unlock(&hot->shpool->mutex);
 
-    return found
-           && rpcedge_cache_hot_hit(ctx->cache, ngx_http_rpcedge_min_length(r));
+    return found && rpcedge_cache_hot_hit(ctx->cache, min_length);
 }
 
 

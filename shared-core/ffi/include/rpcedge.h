@@ -613,13 +613,14 @@ size_t rpcedge_cache_hot_min_region(void);
 
 /**
  * Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
- * copied out, so that the host can release its lock before `rpcedge_cache_hot_hit`.
+ * out of it (a call's hit made, gzip above `min_length` where the client takes it; a batch's
+ * entries copied), so that the host can release its lock before `rpcedge_cache_hot_hit`.
  *
  * # Safety
  * `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
  * holds it alone during the call (nginx: the zone's lock).
  */
-int32_t rpcedge_cache_hot_find(rpcedge_cache_t *cache, uint8_t *region, size_t len, uint64_t now_s);
+int32_t rpcedge_cache_hot_find(rpcedge_cache_t *cache, uint8_t *region, size_t len, uint64_t now_s, uint64_t min_length);
 
 /**
  * The hit for the entry `rpcedge_cache_hot_find` found. 1: send it as `rpcedge_cache_hit` gives

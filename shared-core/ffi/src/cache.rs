@@ -276,16 +276,23 @@ pub extern "C" fn rpcedge_cache_hot_min_region() -> usize {
 }
 
 /// Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
-/// copied out, so that the host can release its lock before `rpcedge_cache_hot_hit`.
+/// out of it (a call's hit made, gzip above `min_length` where the client takes it; a batch's
+/// entries copied), so that the host can release its lock before `rpcedge_cache_hot_hit`.
 ///
 /// # Safety
 /// `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
 /// holds it alone during the call (nginx: the zone's lock).
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_hot_find(cache: *mut RpcedgeCache, region: *mut u8, len: usize, now_s: u64) -> i32 {
+pub unsafe extern "C" fn rpcedge_cache_hot_find(
+    cache: *mut RpcedgeCache,
+    region: *mut u8,
+    len: usize,
+    now_s: u64,
+    min_length: u64,
+) -> i32 {
     guard(0, || {
         let (Some(cache), Some(hot)) = (cache.as_mut(), hot_tier(region, len)) else { return 0 };
-        cache.exchange.find_hot(&hot, now_s).into()
+        cache.exchange.find_hot(&hot, now_s, min_length).into()
     })
 }
 

@@ -452,16 +452,16 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_free(hit);
         let third = request.replace(r#""id":1"#, r#""id":3"#);
         let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000), 1);
+        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000, 1024), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
         assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
         assert_eq!(owned(&rpcedge_cache_status(from_hot, 0)), b"HIT");
         let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(from_hot, counts)), hot_hit);
-        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + rpcedge_core::cache::HOT_MAX_AGE_S), 0, "aged out");
+        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + rpcedge_core::cache::HOT_MAX_AGE_S, 0), 0, "aged out");
         rpcedge_cache_free(from_hot);
-        assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0), 0);
+        assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0, 0), 0);
     }
 }
 

@@ -11,6 +11,7 @@ use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Key, Refusal, Request};
 use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
+use sha2::{Digest, Sha256};
 
 /// What a host reports: the `X-Rpcedge-Cache` header, nginx's `$rpcedge_cache_status`, counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,8 +184,8 @@ pub struct CacheExchange {
     answered: Answered,
     /// A daemon's hit, to keep in the hot tier for this many seconds.
     hot_ttl_s: Option<u64>,
-    /// The entry the hot tier holds for this request.
-    hot_entry: Option<Vec<u8>>,
+    /// The hit made from the entry the hot tier holds for this request.
+    hot_hit: Option<HitResponse>,
     /// The call's lookup has been made (a batch knows which of its keys were looked up).
     looked_up: bool,
     /// A batch's node answer is held whole and merged with what the store answered.
@@ -263,7 +264,7 @@ impl CacheExchange {
             head: Ok(Head::default()),
             answered: Answered::default(),
             hot_ttl_s: None,
-            hot_entry: None,
+            hot_hit: None,
             looked_up: false,
             merge: false,
             captures: Vec::new(),
@@ -400,14 +401,19 @@ impl CacheExchange {
     }
 
     /// Before the daemon is asked: whether the hot tier holds this request's entry (or any of a
-    /// batch's), which is copied out so that a host that locks the tier can let go of it before
-    /// `hot_answer`.
-    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64) -> bool {
+    /// batch's), which leaves the tier before `hot_answer`, so that a host that locks it can let
+    /// go first: one call's hit is made from it here (the entry copied once, into the hit), a
+    /// batch's entries are copied out.
+    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64, min_length: u64) -> bool {
         match &mut self.request {
             Ok(Taken::Batch(batch)) => batch.find_hot(hot, now_s),
             Ok(request) => {
-                self.hot_entry = request.key().and_then(|key| hot.find(key, now_s)).map(<[u8]>::to_vec);
-                self.hot_entry.is_some()
+                // a client without gzip takes a long tail kept plain for it, else the shared entry
+                let plain = |key: &Key| if self.gzip { None } else { hot.find(&plain_key(key), now_s) };
+                let entry = request.key().and_then(|key| plain(key).or_else(|| hot.find(key, now_s)));
+                let (headers, gzip) = (&self.request_headers, self.gzip);
+                self.hot_hit = entry.and_then(|entry| request.hit(entry, headers, gzip, min_length).ok());
+                self.hot_hit.is_some()
             }
             Err(_) => false,
         }
@@ -415,11 +421,10 @@ impl CacheExchange {
 
     /// The hit for what `find_hot` found, or `None` to ask the daemon after all.
     pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
-        let request = match self.request.as_ref().ok()? {
-            Taken::Batch(_) => return self.batch_hit(min_length),
-            request => request,
-        };
-        let hit = request.hit(&self.hot_entry.take()?, &self.request_headers, self.gzip, min_length).ok()?;
+        if let Ok(Taken::Batch(_)) = self.request {
+            return self.batch_hit(min_length);
+        }
+        let hit = self.hot_hit.take()?;
         self.status = Status::Hit;
         Some(hit)
     }
@@ -431,7 +436,12 @@ impl CacheExchange {
             Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
             Ok(request) => {
                 if let (Some(key), Some(ttl_s)) = (request.key(), self.hot_ttl_s.take()) {
-                    hot.keep(key, entry, now_s, ttl_s);
+                    // a client without gzip gets a long tail copied from the tier, not inflated
+                    let plain = if self.gzip { None } else { Entry::decode(entry).ok().and_then(|e| e.plain_form()) };
+                    match plain {
+                        Some(plain) => hot.keep(&plain_key(key), &plain, now_s, ttl_s),
+                        None => hot.keep(key, entry, now_s, ttl_s),
+                    }
                 }
             }
             Err(_) => {}
@@ -597,6 +607,12 @@ impl CacheExchange {
             _ => self.status.as_str(),
         }
     }
+}
+
+/// Where the hot tier keeps a key's entry with its long tail plain (`Entry::plain_form`), beside
+/// the entry itself, which every client can take.
+fn plain_key(key: &Key) -> Key {
+    Key(Sha256::new().chain_update(key.0).chain_update(b"plain").finalize().into())
 }
 
 /// A JSON-RPC call's hit: the entry around the client's id.

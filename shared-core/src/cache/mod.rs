@@ -24,7 +24,7 @@ use call::{Call, Unread};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit};
+pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, HitResponse, LookupCall, Release, Status, StoreCall};
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};

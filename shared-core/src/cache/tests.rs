@@ -483,10 +483,10 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let mut hot = HotTier::open(&mut region).unwrap();
 
     let mut miss = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-    assert!(!miss.find_hot(&hot, 100));
+    assert!(!miss.find_hot(&hot, 100, 0));
     miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
-    assert!(!miss.find_hot(&hot, 100), "a miss is not kept");
+    assert!(!miss.find_hot(&hot, 100, 0), "a miss is not kept");
 
     let mut daemon_hit = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), lock: None, body: &stored };
@@ -495,14 +495,14 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
 
     let again = asked.replace("\"id\":7", "\"id\":8");
     let mut hot_hit = exchange(Some("n"), Some(again.as_bytes()), false, false);
-    assert!(hot_hit.find_hot(&hot, 104));
+    assert!(hot_hit.find_hot(&hot, 104, 0));
     assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
     let hit = hot_hit.hot_answer(0).unwrap();
     assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
     let mut late = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-    assert!(!late.find_hot(&hot, 105), "the daemon said 5 s were left");
+    assert!(!late.find_hot(&hot, 105, 0), "the daemon said 5 s were left");
     let mut elsewhere = exchange(Some("other"), Some(asked.as_bytes()), false, false);
-    assert!(!elsewhere.find_hot(&hot, 101), "another namespace");
+    assert!(!elsewhere.find_hot(&hot, 101, 0), "another namespace");
 }
 
 #[test]
@@ -1123,7 +1123,7 @@ fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
     let mut region = vec![0; HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
     shared.keep_hot(&mut hot, &entry, 100);
-    assert!(!exchange(Some("n"), Some(asked.as_bytes()), true, false).find_hot(&hot, 100));
+    assert!(!exchange(Some("n"), Some(asked.as_bytes()), true, false).find_hot(&hot, 100, 0));
     assert_eq!(shared.release(), None);
 
     // released or out of time: to the node, whose answer it stores (it holds no key)
@@ -1266,4 +1266,45 @@ fn a_beacon_entry_serves_json_and_ssz() {
     let block = [("content-type", "application/octet-stream"), ("eth-execution-optimistic", "false")];
     let unversioned = beacon_miss("/eth/v2/beacon/blocks/1", "application/octet-stream", &block, &blob);
     assert_eq!(unversioned, Err(Refusal::Malformed), "a block's type depends on its version");
+}
+
+/// A daemon's hit of a long tail is kept plain in the hot tier for a client without gzip (its
+/// next hits copy it rather than inflate it) under a key of its own, beside the entry as the
+/// daemon sent it, which answers any client; a short one is kept once, as sent.
+#[test]
+fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
+    let item = r#"{"hash":"0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6","gas":"0x5208"}"#;
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    for (items, long) in [(10, false), (PLAIN_HOT_MIN as usize / item.len() + 1, true)] {
+        let result = format!("[{}]", vec![item; items].join(","));
+        let sent = encode(&Envelope::default(), &Head::default(), format!("{result}}}").as_bytes());
+        let stored = Entry::decode(&sent).unwrap().compact().unwrap();
+        assert_eq!(Entry::decode(&stored).unwrap().plain_form().is_some(), long, "{items} items");
+        let mut region = vec![0; 4 << 20];
+        let mut hot = HotTier::open(&mut region).unwrap();
+        let keep = |hot: &mut HotTier, gzip| {
+            let mut hit = exchange(Some("n"), Some(asked.as_bytes()), gzip, false);
+            hit.next_lookup();
+            let answer = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
+            assert!(hit.answered(&answer, 0).is_some());
+            hit.keep_hot(hot, &stored, 100);
+        };
+        let answer = |hot: &HotTier, gzip| {
+            let mut again = exchange(Some("n"), Some(asked.as_bytes()), gzip, false);
+            again.find_hot(hot, 101, 0).then(|| again.hot_answer(0).unwrap()).map(|response| {
+                assert_eq!(response.gzip, gzip, "gzip: {gzip}");
+                let body = if gzip { gunzip(&response.body) } else { response.body };
+                assert_eq!(body, envelope("7", result.as_bytes()));
+            })
+        };
+        keep(&mut hot, false);
+        assert!(answer(&hot, false).is_some());
+        assert_eq!(answer(&hot, true).is_some(), !long, "a plain form is for clients without gzip only");
+        keep(&mut hot, true);
+        assert!(answer(&hot, true).is_some() && answer(&hot, false).is_some());
+        let mut region = vec![0; 4 << 20];
+        let mut hot = HotTier::open(&mut region).unwrap();
+        keep(&mut hot, true);
+        assert!(answer(&hot, false).is_some(), "the entry as sent answers a client without gzip too");
+    }
 }
