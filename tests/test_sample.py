@@ -6,6 +6,7 @@ import filecmp
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -106,3 +107,14 @@ def test_a_batch_of_calls_recorded_alone_is_answered_call_by_call(sample_replay)
 
     notifications = rc.compact([calls[0], calls[1]])
     assert sample_replay.request("POST", "/mainnet", notifications)[::2] == (200, b"")
+
+    # the node's work: each call counted and, when asked, taking its time, one after another
+    stats = lambda: json.loads(sample_replay.request("GET", "/stats")[2])
+    before = stats()
+    started = time.monotonic()
+    delayed = {"X-Replay-Call-Delay-Ms": "100"}
+    status, _, body = sample_replay.request("POST", "/mainnet", rc.compact(batch[:3]), delayed)
+    assert status == 200 and len(json.loads(body)) == 3
+    assert time.monotonic() - started >= 0.3
+    after = stats()
+    assert (after["rpc_requests"] - before["rpc_requests"], after["rpc_calls"] - before["rpc_calls"]) == (1, 3)

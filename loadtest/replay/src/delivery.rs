@@ -41,6 +41,9 @@ pub struct Delivery {
     pub reset_after: Option<u64>,
     /// Answer a Beacon-API request in SSZ when its Accept asks for it (otherwise always JSON).
     pub ssz: bool,
+    /// The time a JSON-RPC call takes before its answer starts; a batch's calls one after
+    /// another, as geth runs them.
+    pub call_delay: Duration,
 }
 
 impl Delivery {
@@ -59,6 +62,7 @@ impl Delivery {
             extra_headers: Vec::new(),
             reset_after: None,
             ssz: false,
+            call_delay: Duration::ZERO,
         }
     }
 
@@ -84,6 +88,9 @@ impl Delivery {
         }
         if let Some(delay) = header_number(headers, "x-replay-chunk-delay-ms")? {
             delivery.chunk_delay = Duration::from_millis(delay);
+        }
+        if let Some(delay) = header_number(headers, "x-replay-call-delay-ms")? {
+            delivery.call_delay = Duration::from_millis(delay);
         }
         if let Some(flush) = header_text(headers, "x-replay-flush")? {
             delivery.flush = match flush {

@@ -70,6 +70,10 @@ struct Cli {
     /// (request header X-Replay-Ssz: 1|0).
     #[arg(long)]
     ssz: bool,
+    /// Time each JSON-RPC call takes, in milliseconds, as a real node's work; a batch's calls
+    /// one after another (request header X-Replay-Call-Delay-Ms).
+    #[arg(long, default_value_t = 0)]
+    call_delay_ms: u64,
 }
 
 /// The shared corpus beside the repository where it is there (tests and benchmarks), else the
@@ -175,6 +179,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         cli.flush,
     );
     defaults.ssz = cli.ssz;
+    defaults.call_delay = Duration::from_millis(cli.call_delay_ms);
     let heads = head::Heads::default();
     for (settings, tag) in [(&cli.finalized, head::Tag::Finalized), (&cli.latest, head::Tag::Latest)] {
         for (network, number) in settings {
@@ -182,8 +187,15 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     let beacon = beacon::BeaconRoutes::new(ssz_dir);
-    let state =
-        server::State { corpus, defaults, heads, beacon, rpc_requests: Default::default(), beacon_requests: Default::default() };
+    let state = server::State {
+        corpus,
+        defaults,
+        heads,
+        beacon,
+        rpc_requests: Default::default(),
+        rpc_calls: Default::default(),
+        beacon_requests: Default::default(),
+    };
     server::serve(listener, Arc::new(state)).await;
     Ok(())
 }

@@ -37,6 +37,8 @@ pub struct State {
     pub beacon: BeaconRoutes,
     /// JSON-RPC requests answered, so that tests can tell what reached the "node".
     pub rpc_requests: AtomicU64,
+    /// The calls in them (a batch counts each of its members).
+    pub rpc_calls: AtomicU64,
     /// Beacon-API requests answered, likewise.
     pub beacon_requests: AtomicU64,
 }
@@ -108,8 +110,11 @@ async fn route(
     if path == "/stats" {
         return if read_only {
             let requests = state.rpc_requests.load(Ordering::Relaxed);
+            let calls = state.rpc_calls.load(Ordering::Relaxed);
             let beacon = state.beacon_requests.load(Ordering::Relaxed);
-            Ok(json_text(format!("{{\"rpc_requests\":{requests},\"beacon_requests\":{beacon}}}\n")))
+            Ok(json_text(format!(
+                "{{\"rpc_requests\":{requests},\"rpc_calls\":{calls},\"beacon_requests\":{beacon}}}\n"
+            )))
         } else {
             Err(method_not_allowed(method))
         };
@@ -189,7 +194,11 @@ async fn route(
     let delivery = delivery_for(state, &request)?;
     let body = read_body(request).await?;
     state.rpc_requests.fetch_add(1, Ordering::Relaxed);
-    let (segments, origin) = answer(table, &state.heads, &network, &body);
+    let (segments, origin, calls) = answer(table, &state.heads, &network, &body);
+    state.rpc_calls.fetch_add(calls, Ordering::Relaxed);
+    if !delivery.call_delay.is_zero() {
+        tokio::time::sleep(delivery.call_delay * u32::try_from(calls).unwrap_or(u32::MAX)).await;
+    }
     Ok(deliver(segments, &delivery, origin, &[], false, abort))
 }
 
@@ -261,13 +270,14 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
     }
 }
 
-/// The body segments for a JSON-RPC request, and which recording they come from, if any.
+/// The body segments for a JSON-RPC request, which recording they come from, if any, and how
+/// many calls the request made (a batch's members; 1 otherwise).
 fn answer<'t>(
     table: &'t RecordingTable,
     heads: &Heads,
     network: &str,
     body: &[u8],
-) -> (Vec<Bytes>, Option<&'t str>) {
+) -> (Vec<Bytes>, Option<&'t str>, u64) {
     let parsed = std::str::from_utf8(body)
         .map_err(|e| json::ParseError {
             offset: e.valid_up_to(),
@@ -276,25 +286,30 @@ fn answer<'t>(
         .and_then(json::parse);
     let request = match parsed {
         Ok(request) => request,
-        Err(error) => return (vec![Bytes::from(rpc::parse_error_answer(&error))], None),
+        Err(error) => return (vec![Bytes::from(rpc::parse_error_answer(&error))], None, 1),
     };
     let key = RequestKey::of(&request);
     let recorded = table.get(&key);
-    if let (Json::Array(calls), None) = (&request, recorded) {
-        if !calls.is_empty() {
+    let calls = match &request {
+        Json::Array(members) => members.len() as u64,
+        _ => 1,
+    };
+    if let (Json::Array(members), None) = (&request, recorded) {
+        if !members.is_empty() {
             // Not recorded whole: each call from its own recording, in one array, as a node answers.
-            return (rpc::batch_answer(calls, |call| call_answer(table, heads, network, call)), None);
+            return (rpc::batch_answer(members, |call| call_answer(table, heads, network, call)), None, calls);
         }
     }
     if let Some(head) = heads.answer(network, &request) {
-        return (vec![Bytes::from(head)], None);
+        return (vec![Bytes::from(head)], None, calls);
     }
     match recorded {
         Some(recording) => (
             recording.template.live_body(&rpc::live_ids(&request)),
             Some(&recording.origin),
+            calls,
         ),
-        None => (vec![Bytes::from(rpc::no_recording_answer(&request))], None),
+        None => (vec![Bytes::from(rpc::no_recording_answer(&request))], None, calls),
     }
 }
 
