@@ -131,6 +131,7 @@ bench: build
 	$(VENV)/bin/python loadtest/cached_bench.py
 	$(VENV)/bin/python loadtest/cache_bench.py
 	$(VENV)/bin/python loadtest/herd_bench.py
+	$(VENV)/bin/python loadtest/batch_bench.py
 	$(VENV)/bin/python loadtest/transcode_bench.py
 
 clean:

@@ -78,10 +78,10 @@ def own_seconds():
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
-def wrk(port, connections, request_list, accept_encoding, seconds):
+def wrk(port, connections, request_list, accept_encoding, seconds, header=None):
     """One wrk run: (the RESULT of loadtest/wrk/replay.lua, wrk's whole output)."""
     argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", WRK_TIMEOUT, "-s", SCRIPT,
-            f"http://{LOOPBACK}:{port}", "--", request_list, accept_encoding]
+            f"http://{LOOPBACK}:{port}", "--", request_list, accept_encoding, *([header] if header else [])]
     done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
     result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
     if done.returncode != 0 or result is None:

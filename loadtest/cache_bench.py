@@ -4,9 +4,10 @@ mix answered as hits and as misses, beside the same proxy serving the same bytes
 filter removed). req/s and the proxy's CPU per request, the median of `--runs` runs per cell.
 Then big answers (blocks by hash of 100 KiB and more) as hits to gzip and to identity clients,
 beside the same bytes without rpcedge, through nginx and the native Envoy module: the CPU of the
-proxy and of the daemon per hit.
+proxy and of the daemon per hit. Last, the load test's whole method mix with the cache warm
+through nginx, beside bare nginx without compression (`warm`).
 
-    .venv/bin/python loadtest/cache_bench.py [--seconds 5] [--runs 3] [--part mix|big]
+    .venv/bin/python loadtest/cache_bench.py [--seconds 5] [--runs 3] [--part mix|big|warm]
 
 The calls are ones whose entries wait for finality (blocks by number, receipts, transactions),
 in one namespace whose finalized block the run moves: at block 0 every lookup misses and every
@@ -22,6 +23,7 @@ import argparse
 import base64
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -32,11 +34,15 @@ from pathlib import Path
 LOADTEST = Path(__file__).resolve().parent
 sys.path.insert(0, str(LOADTEST.parent / "tests"))
 sys.path.insert(0, str(LOADTEST))
+import bench  # noqa: E402
 import cache_cases as cc  # noqa: E402
+import scenarios  # noqa: E402
+import variants  # noqa: E402
 import wire  # noqa: E402
 from bench import cpu_seconds, split_cpus  # noqa: E402
-from envoy_harness import EXAMPLE, render_config, replace_rpcedge_entry, start_envoy  # noqa: E402
+from envoy_harness import render_config, replace_rpcedge_entry, start_envoy  # noqa: E402
 from harness import LOOPBACK, REPO, free_port  # noqa: E402
+from stack import NETWORKS  # noqa: E402
 
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
@@ -73,9 +79,9 @@ def write_list(path, rows):
     return path
 
 
-def wrk(port, request_list, expected, seconds, coding="gzip"):
+def wrk(port, request_list, expected, seconds, coding="gzip", header=None):
     argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", SCRIPT,
-            f"http://{LOOPBACK}:{port}", "--", request_list, expected, coding]
+            f"http://{LOOPBACK}:{port}", "--", request_list, expected, coding, *([header] if header else [])]
     done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
     result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
     if done.returncode != 0 or result is None:
@@ -88,18 +94,21 @@ def wrk(port, request_list, expected, seconds, coding="gzip"):
     return stats
 
 
-def measure(pids, port, request_list, expected, seconds, runs, coding="gzip"):
-    """Runs after a warm-up: req/s and the CPU microseconds of `pids` per request, each run."""
-    wrk(port, request_list, expected, WARMUP_S, coding)
+def measure(pids, port, request_list, expected, seconds, runs, coding="gzip", header=None, count=None):
+    """Runs after a warm-up: req/s and the CPU microseconds of `pids` per request, each run (and
+    how much `count()` grew per request, where given)."""
+    wrk(port, request_list, expected, WARMUP_S, coding, header)
     time.sleep(0.5)
     results = []
     for _ in range(runs):
-        before = cpu_seconds(pids)
-        stats = wrk(port, request_list, expected, seconds, coding)
+        before, counted = cpu_seconds(pids), count() if count else 0
+        stats = wrk(port, request_list, expected, seconds, coding, header)
         cpu = cpu_seconds(pids) - before
         results.append({"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
                         "cpu_us": cpu / stats["requests"] * 1e6, "p50_us": stats["latency_us"]["50"],
                         "fail_open": stats["checks"]["fail_open"] / stats["requests"]})
+        if count:
+            results[-1]["counted_per_request"] = (count() - counted) / stats["requests"]
     return results
 
 
@@ -179,7 +188,7 @@ def mix(stack, prefix, args, results):
         options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
         proxy = cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix, **options)
         try:
-            runs = measure(proxy.pids, proxy.port, mix_list, "MISS", args.seconds, args.runs)
+            runs = measure(proxy.pids, proxy.port, mix_list, "MISS,COALESCED", args.seconds, args.runs)
             results.append(row(host, "miss", runs))
             stack.finalize_late(cc.FINAL)
             store_all(proxy.port, calls)
@@ -281,6 +290,73 @@ def big(stack, prefix, args, results):
     return len(calls)
 
 
+def warm(stack, prefix, args, results):
+    """The load test's method mix (loadtest/scenarios.py: single calls of every kind, cacheable
+    or not) with the cache warm, through nginx with rpcedge's defaults and a hot tier as `make
+    run` has them, beside bare nginx proxying to the node without compression: req/s, the proxy's
+    CPU and the bytes of an answer; with the node answering at once and taking
+    `--call-delay-ms` per call."""
+    pairs = list(scenarios.real_pairs(cc.CORPUS))
+    requests = scenarios.mix_requests(stack.replay, cc.CORPUS, pairs, random.Random(scenarios.SEED))
+    request_list = WORK / "load-mix.tsv"
+    scenarios.write_list(request_list, requests)
+    connections = next(s.connections for s in scenarios.SCENARIOS if s.name == "mix")
+    print(f"warm mix: the load test's mix, {len(requests)} requests, {connections} connections, "
+          f"{args.runs} x {args.seconds} s per cell", flush=True)
+
+    def runs_of(port, pids, header):
+        bench.wrk(port, connections, request_list, "gzip", WARMUP_S, header)
+        time.sleep(0.5)
+        runs = []
+        for _ in range(args.runs):
+            before = cpu_seconds(pids)
+            stats, output = bench.wrk(port, connections, request_list, "gzip", args.seconds, header)
+            checks = stats["checks"]
+            broken = {name: checks[name] for name in ("bad_status", "unknown", "bad_length", "bad_gzip", "bad_coding")
+                      if checks[name]}
+            if broken or any(stats["errors"].values()):
+                raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
+            runs.append({"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
+                         "cpu_us": (cpu_seconds(pids) - before) / stats["requests"] * 1e6,
+                         "body_bytes": checks["body_bytes"] / checks["answered"],
+                         "cached": checks["cached"] / checks["answered"], "fail_open": 0})
+        return runs
+
+    for delay_ms in (0, args.call_delay_ms):
+        header = f"X-Replay-Call-Delay-Ms: {delay_ms}"
+        bare = variants.start(next(v for v in variants.VARIANTS if v.name == "nginx"), stack.replay.port,
+                              WORK / "warm", prefix)
+        try:
+            results.append(warm_row("bare nginx", delay_ms, runs_of(bare.port, list(bare.cpu_pids), header)))
+        finally:
+            bare.stop()
+        stack.fresh_daemon()
+        proxy = cc.start_proxy("nginx", WORK / "warm-nginx", stack, argv_prefix=prefix, hot=HOT_BYTES)
+        try:
+            # warm: every cacheable answer stored, then kept in the hot tier by the measured runs' warm-up
+            bench.wrk(proxy.port, connections, request_list, "gzip", WARMUP_S)
+            results.append(warm_row("nginx + rpcedge, cache warm", delay_ms, runs_of(proxy.port, proxy.pids, header)))
+        finally:
+            proxy.stop()
+    print(f"\n{'warm mix':30} {'node ms/call':>12} {'req/s':>8} {'CPU us/req':>11} {'B/answer':>9} {'cached':>7}")
+    for r in (r for r in results if r["case"].startswith("warm mix")):
+        print(f"{r['proxy']:30} {r['call_delay_ms']:12} {r['req_s']:8.0f} {r['cpu_us']:11.1f} {r['body_bytes']:9.0f} "
+              f"{r['cached']:7.1%}", flush=True)
+    for delay_ms in (0, args.call_delay_ms):
+        bare, warm_ = (next(r for r in results if r["case"] == f"warm mix, node {delay_ms} ms" and r["proxy"] == name)
+                       for name in ("bare nginx", "nginx + rpcedge, cache warm"))
+        print(f"node {delay_ms} ms per call: nginx + rpcedge / bare nginx: "
+              f"{warm_['req_s'] / bare['req_s']:.2f}x req/s, {warm_['body_bytes'] / bare['body_bytes']:.2f}x the bytes",
+              flush=True)
+    return len(requests)
+
+
+def warm_row(proxy, delay_ms, runs):
+    return {**row(proxy, f"warm mix, node {delay_ms} ms", runs), "call_delay_ms": delay_ms,
+            "body_bytes": statistics.median(r["body_bytes"] for r in runs),
+            "cached": statistics.median(r["cached"] for r in runs)}
+
+
 def print_rows(results):
     print(f"\n{'proxy':12} {'case':32} {'req/s':>9} {'CPU us/req':>11} {'ERROR':>7}")
     for r in results:
@@ -292,7 +368,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--part", choices=("mix", "big"), help="one part only (default: both)")
+    parser.add_argument("--part", choices=PARTS, help="one part only (default: all)")
+    parser.add_argument("--call-delay-ms", type=int, default=5, help="the slow node's time per call (warm mix)")
     args = parser.parse_args()
 
     proxy_cpu, other_cpus = split_cpus()
@@ -302,10 +379,11 @@ def main():
     WORK.mkdir(parents=True)
     print(f"proxy on CPU {proxy_cpu}", flush=True)
 
-    stack = cc.CacheStack(WORK, [])
+    # the warm mix's calls are kept in their networks' namespaces, where every block is final
+    stack = cc.CacheStack(WORK, NETWORKS if args.part in (None, "warm") else [])
     results, counted = [], {}
     try:
-        for part, run in (("mix", mix), ("big", big)):
+        for part, run in PARTS.items():
             if args.part in (None, part):
                 counted[part] = run(stack, prefix, args, results)
     finally:
@@ -314,6 +392,9 @@ def main():
         RESULTS.write_text(json.dumps({"calls": counted, "seconds": args.seconds, "runs": args.runs,
                                        "proxy_cpu": proxy_cpu, "rows": results}, indent=1) + "\n")
         print(f"results: {RESULTS.relative_to(REPO)}")
+
+
+PARTS = {"mix": mix, "big": big, "warm": warm}
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 --   wrk -t1 -c16 -d5s -s loadtest/wrk/cache_mix.lua http://127.0.0.1:18080 -- build/bench/cache/hit.tsv HIT
 --
 -- Arguments: the list (one request per line, tab-separated: method, path, the length of the
--- answer once decoded, the body or "-" for none), the X-Rpcedge-Cache status every answer must
--- carry ("-": none, as from a static file or an Envoy direct_response), and optionally the
--- Accept-Encoding to send (default gzip; "identity" for a client without gzip). Each connection
--- takes the next request of the list, round and round.
+-- answer once decoded, the body or "-" for none), the X-Rpcedge-Cache statuses an answer may
+-- carry, comma-separated ("-": none, as from a static file or an Envoy direct_response; a miss
+-- that found its key in flight is COALESCED), and optionally the Accept-Encoding to send (default
+-- gzip; "identity" for a client without gzip) and one more request header ("Name: value"). Each
+-- connection takes the next request of the list, round and round.
 --
 -- A response counts as broken when its status is not 200, its cache status is not the one
 -- expected (ERROR, the daemon too slow under the load, is counted apart: the node answered), or
@@ -17,7 +18,7 @@ requests = {}
 lengths = {}
 next_request = 0
 answered, bad_status, bad_cache, fail_open, bad_body, encoded, body_bytes = 0, 0, 0, 0, 0, 0, 0
-expected_status = nil
+expected_statuses = {}
 
 local threads = {}
 
@@ -26,11 +27,17 @@ function setup(thread)
 end
 
 function init(args)
-  local list, coding
-  list, expected_status, coding = args[1], args[2], args[3] or "gzip"
+  local list, statuses, coding, extra = args[1], args[2], args[3] or "gzip", args[4]
+  for status in statuses:gmatch("[^,]+") do expected_statuses[status] = true end
+  local extra_name, extra_value
+  if extra then
+    extra_name, extra_value = extra:match("^([^:]+):%s*(.*)$")
+    assert(extra_name, "a header is Name: value, got " .. extra)
+  end
   for line in io.lines(list) do
     local method, path, length, body = line:match("^([^\t]+)\t([^\t]+)\t(%d+)\t(.+)$")
     local headers = {["Accept-Encoding"] = coding}
+    if extra_name then headers[extra_name] = extra_value end
     if body == "-" then
       body = nil
     else
@@ -66,7 +73,7 @@ function response(status, headers, body)
   end
   if cache == "ERROR" then
     fail_open = fail_open + 1
-  elseif cache ~= expected_status then
+  elseif not expected_statuses[cache] then
     bad_cache = bad_cache + 1
   end
   -- lengths differ across the list: a body must have one of them

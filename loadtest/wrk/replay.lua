@@ -3,15 +3,16 @@
 --   wrk -t1 -c32 -d5s -s loadtest/wrk/replay.lua http://127.0.0.1:18080 -- build/bench/requests/mix.tsv gzip
 --
 -- Arguments: the list (one request per line, tab-separated: network, the recording that answers
--- it, the length of that answer, the compact JSON-RPC body) and the Accept-Encoding to send.
--- Each connection takes the next request of the list, round and round.
+-- it, the length of that answer, the compact JSON-RPC body), the Accept-Encoding to send and,
+-- optionally, one more request header ("Name: value"). Each connection takes the next request of
+-- the list, round and round.
 --
 -- A response counts as broken when its status is not 200, when it carries no X-Replay-Recording
 -- naming a request of the list, when an identity body does not have the recorded length, when a
 -- gzip body lacks the gzip magic or its trailer (ISIZE) disagrees with the recorded length, when a
 -- br body is empty, or when it has any other Content-Encoding. A cache hit (X-Rpcedge-Cache: HIT)
--- has no recording (the node did not answer): it counts as `cached`, and its length (or gzip
--- trailer) must be one of the list's. done() prints one RESULT line of JSON for
+-- counts as `cached`; one without a recording (the node's head was not kept) must have the length
+-- (or gzip trailer) of one of the list's answers. done() prints one RESULT line of JSON for
 -- loadtest/bench.py; wrk's own summary is printed above it.
 
 requests = {}
@@ -28,12 +29,18 @@ function setup(thread)
 end
 
 function init(args)
-  local list, accept_encoding = args[1], args[2]
+  local list, accept_encoding, extra = args[1], args[2], args[3]
+  local extra_name, extra_value
+  if extra then
+    extra_name, extra_value = extra:match("^([^:]+):%s*(.*)$")
+    assert(extra_name, "a header is Name: value, got " .. extra)
+  end
   for line in io.lines(list) do
     local network, recording, length, body = line:match("^([^\t]+)\t([^\t]+)\t(%d+)\t(.+)$")
     expected[recording] = tonumber(length)
     lengths[tonumber(length)] = true
     local headers = {["Content-Type"] = "application/json", ["Accept-Encoding"] = accept_encoding}
+    if extra_name then headers[extra_name] = extra_value end
     table.insert(requests, wrk.format("POST", "/" .. network, headers, body))
   end
   assert(#requests > 0, "no requests in " .. list)
@@ -75,10 +82,9 @@ function response(status, headers, body)
       cache = value
     end
   end
+  if cache == "HIT" then cached = cached + 1 end
   local length = recording and expected[recording]
-  if not length and cache == "HIT" then
-    cached = cached + 1
-  elseif not length then
+  if not length and cache ~= "HIT" then
     unknown = unknown + 1
     return
   end

@@ -11,6 +11,8 @@ use libdeflater::{CompressionLvl, Compressor};
 
 use crate::negotiate::Coding;
 
+pub(crate) mod blocks;
+
 /// The libdeflate level of `level auto` for a body of `length` bytes, chosen by measurement on
 /// the corpus (`benches/level.rs`; BENCHMARKS.md has the table). Level 5, libdeflate's first
 /// with lazy matching, saves the most bytes per extra microsecond over level 1 on bodies up to

@@ -291,8 +291,8 @@ pub unsafe extern "C" fn rpcedge_cache_hot_find(
     min_length: u64,
 ) -> i32 {
     guard(0, || {
-        let (Some(cache), Some(hot)) = (cache.as_mut(), hot_tier(region, len)) else { return 0 };
-        cache.exchange.find_hot(&hot, now_s, min_length).into()
+        let (Some(cache), Some(mut hot)) = (cache.as_mut(), hot_tier(region, len)) else { return 0 };
+        cache.exchange.find_hot(&mut hot, now_s, min_length).into()
     })
 }
 

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::call::Call;
+use super::entry::GzipSplice;
 use super::head::Head;
 use super::hot::HotTier;
 use super::{
@@ -189,39 +190,51 @@ impl Batch {
     }
 
     /// Answers the calls whose entries were found, for a client with these request headers. The
-    /// whole batch's answer when every call has one (`gzip`: compressed where that pays); `Err`
-    /// when a found value was not an entry.
+    /// whole batch's answer when every call has one (`gzip`: compressed where that pays, spliced
+    /// from the entries' streams where each is continuable); `Err` when a found value was not an
+    /// entry.
     pub fn answer(
         &mut self,
         request_headers: &[(Vec<u8>, Vec<u8>)],
         gzip: bool,
         min_length: u64,
     ) -> Result<Option<BatchHit>, Failed> {
-        let mut looked = Ok(());
-        for member in self.members.iter_mut().filter(|member| member.answer.is_none()) {
-            let Some((request, at)) = &member.request else { continue };
-            let Found::Entry { entry, .. } = &self.slots[*at].found else { continue };
-            match Entry::decode(entry) {
-                Ok(entry) if Head::is_for(&entry.vary, request_headers) => match entry.respond(&request.id, false, 0) {
-                    Ok(hit) => member.answer = Some(hit.body),
-                    Err(_) => looked = Err(Failed),
+        let (members, slots) = (&mut self.members, &self.slots);
+        let mut found = Vec::with_capacity(members.len());
+        for member in members.iter() {
+            let entry = match (&member.answer, &member.request) {
+                (None, Some((request, at))) => match &slots[*at].found {
+                    Found::Entry { entry, .. } => match Entry::decode(entry) {
+                        Ok(entry) if Head::is_for(&entry.vary, request_headers) => Some((entry, request.id.clone())),
+                        // an answer for other values of the headers it varies on: the node answers
+                        Ok(_) => None,
+                        Err(_) => return Err(Failed),
+                    },
+                    _ => None,
                 },
-                // an answer for other values of the headers it varies on: the node answers
-                Ok(_) => {}
-                Err(_) => looked = Err(Failed),
+                _ => None,
+            };
+            found.push(entry);
+        }
+        let spliced = (gzip && found.iter().all(Option::is_some))
+            .then(|| spliced_gzip(found.iter().flatten(), min_length))
+            .flatten();
+        if spliced.is_none() {
+            for (member, found) in members.iter_mut().zip(&found) {
+                if let Some((entry, id)) = found {
+                    member.answer = Some(entry.respond(id, false, 0).map_err(|_| Failed)?.body);
+                }
+            }
+            if members.iter().any(|member| member.answer.is_none()) {
+                return Ok(None);
             }
         }
-        looked?;
-        if self.members.iter().any(|member| member.answer.is_none()) {
-            return Ok(None);
-        }
-        Ok(Some(self.whole_hit(gzip, min_length)))
+        Ok(Some(self.whole_hit(gzip, min_length, spliced)))
     }
 
-    /// Every call answered from the store: the client's array, and its headers.
-    fn whole_hit(&self, gzip: bool, min_length: u64) -> BatchHit {
-        let answers = self.members.iter().filter_map(|member| member.answer.as_deref());
-        let body = array(answers);
+    /// Every call answered from the store: the client's array (`spliced`: in gzip already), and
+    /// its headers.
+    fn whole_hit(&self, gzip: bool, min_length: u64, spliced: Option<Vec<u8>>) -> BatchHit {
         let mut vary: Vec<&str> = Vec::new();
         let mut shared: Option<Vec<(&str, &str)>> = None;
         for slot in &self.slots {
@@ -240,10 +253,17 @@ impl Batch {
             });
         }
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-        let compressed = (gzip && body.len() as u64 >= min_length)
-            .then(|| compress_whole(Coding::Gzip, auto_level(body.len()), &body))
-            .flatten()
-            .filter(|compressed| compressed.len() < body.len());
+        let (body, compressed) = match spliced {
+            Some(spliced) => (Vec::new(), Some(spliced)),
+            None => {
+                let body = array(self.members.iter().filter_map(|member| member.answer.as_deref()));
+                let compressed = (gzip && body.len() as u64 >= min_length)
+                    .then(|| compress_whole(Coding::Gzip, auto_level(body.len()), &body))
+                    .flatten()
+                    .filter(|compressed| compressed.len() < body.len());
+                (body, compressed)
+            }
+        };
         if compressed.is_some() {
             headers.push(("content-encoding".into(), "gzip".into()));
         }
@@ -360,6 +380,28 @@ fn array<'a>(items: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     }
     out.push(b']');
     out
+}
+
+/// The array of `answers` (each an entry and the id it answers) as one gzip body spliced from
+/// their streams, with nothing compressed again; `None` unless every entry is continuable and the
+/// array is at least `min_length`.
+fn spliced_gzip<'e>(
+    answers: impl Iterator<Item = &'e (Entry<'e>, String)> + Clone,
+    min_length: u64,
+) -> Option<Vec<u8>> {
+    let plain_len: u64 = answers.clone().map(|(entry, id)| entry.answer_len(id) + 1).sum::<u64>() + 1;
+    if plain_len < min_length {
+        return None;
+    }
+    let mut gzip = GzipSplice::new(usize::try_from(plain_len / 4).unwrap_or(0));
+    for (at, (entry, id)) in answers.enumerate() {
+        if !entry.splice_open(if at == 0 { b"[" } else { b"," }, id, &mut gzip) {
+            return None;
+        }
+    }
+    gzip.plain(b"]");
+    gzip.close();
+    Some(gzip.finish()).filter(|spliced| (spliced.len() as u64) < plain_len)
 }
 
 /// The answers from the store, then the node's answers as it sent them (JSON-RPC lets a batch's

@@ -404,19 +404,34 @@ impl CacheExchange {
     /// batch's), which leaves the tier before `hot_answer`, so that a host that locks it can let
     /// go first: one call's hit is made from it here (the entry copied once, into the hit), a
     /// batch's entries are copied out.
-    pub fn find_hot(&mut self, hot: &HotTier, now_s: u64, min_length: u64) -> bool {
-        match &mut self.request {
-            Ok(Taken::Batch(batch)) => batch.find_hot(hot, now_s),
-            Ok(request) => {
-                // a client without gzip takes a long tail kept plain for it, else the shared entry
-                let plain = |key: &Key| if self.gzip { None } else { hot.find(&plain_key(key), now_s) };
-                let entry = request.key().and_then(|key| plain(key).or_else(|| hot.find(key, now_s)));
-                let (headers, gzip) = (&self.request_headers, self.gzip);
-                self.hot_hit = entry.and_then(|entry| request.hit(entry, headers, gzip, min_length).ok());
-                self.hot_hit.is_some()
+    ///
+    /// A client without gzip takes a long tail kept plain for it; the first to find only the
+    /// entry as the daemon sent it keeps that plain form beside it (one inflate, which its own
+    /// hit needs anyway), so that the next ones copy it.
+    pub fn find_hot(&mut self, hot: &mut HotTier, now_s: u64, min_length: u64) -> bool {
+        let request = match &mut self.request {
+            Ok(Taken::Batch(batch)) => return batch.find_hot(hot, now_s),
+            Ok(request) => request,
+            Err(_) => return false,
+        };
+        let Some(key) = request.key() else { return false };
+        let plain_at = plain_key(key);
+        let mut plain = None;
+        if !self.gzip && hot.find(&plain_at, now_s).is_none() {
+            if let Some((shared, expires_s)) = hot.find_until(key, now_s) {
+                plain = Entry::decode(shared).ok().and_then(|entry| entry.plain_form());
+                if let Some(plain) = &plain {
+                    hot.keep(&plain_at, plain, now_s, expires_s - now_s);
+                }
             }
-            Err(_) => false,
         }
+        let entry = match &plain {
+            Some(plain) => Some(plain.as_slice()),
+            None if self.gzip => hot.find(key, now_s),
+            None => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
+        };
+        self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, self.gzip, min_length).ok());
+        self.hot_hit.is_some()
     }
 
     /// The hit for what `find_hot` found, or `None` to ask the daemon after all.

@@ -66,10 +66,16 @@ impl<'a> HotTier<'a> {
 
     /// The entry kept under `key`, unless it has expired or been overwritten.
     pub fn find(&self, key: &Key, now_s: u64) -> Option<&[u8]> {
+        self.find_until(key, now_s).map(|(entry, _)| entry)
+    }
+
+    /// The same, with the second at which the entry expires.
+    pub fn find_until(&self, key: &Key, now_s: u64) -> Option<(&[u8], u64)> {
         let tag = tag(key);
         self.window(tag).find_map(|index| {
             let slot = self.slot(index);
-            (slot.tag == tag && slot.expires_s > now_s).then(|| self.record(slot, key)).flatten()
+            let entry = (slot.tag == tag && slot.expires_s > now_s).then(|| self.record(slot, key)).flatten();
+            entry.map(|entry| (entry, slot.expires_s))
         })
     }
 

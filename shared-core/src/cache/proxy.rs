@@ -186,7 +186,7 @@ impl ProxyCacheRequest {
     fn hot_hit(&mut self, hot: &dyn HotRegion, min_length: u64, now_s: u64) -> Option<HitResponse> {
         let mut found = false;
         hot.with_region(&mut |region| {
-            found = HotTier::open(region).is_some_and(|tier| self.exchange.find_hot(&tier, now_s, min_length));
+            found = HotTier::open(region).is_some_and(|mut tier| self.exchange.find_hot(&mut tier, now_s, min_length));
         });
         found.then(|| self.exchange.hot_answer(min_length)).flatten()
     }

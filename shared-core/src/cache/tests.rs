@@ -386,7 +386,7 @@ fn a_damaged_entry_is_refused() {
     *sent.last_mut().unwrap() = b']';
     assert!(Entry::decode(&sent).unwrap().compact().is_err(), "the store checks what a host sends");
     let kept = as_kept(&Envelope::default(), &tail(&b"[1,2,3]".repeat(100)));
-    assert_eq!(kept[1], 1, "deflated");
+    assert_eq!(kept[1], 2, "deflated, continuable");
     assert_eq!(Entry::decode(&kept).unwrap().compact().unwrap(), kept, "a deflated tail is kept as it came");
     let mut broken = kept.clone();
     let inside = broken.len() - 3;
@@ -483,10 +483,10 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let mut hot = HotTier::open(&mut region).unwrap();
 
     let mut miss = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-    assert!(!miss.find_hot(&hot, 100, 0));
+    assert!(!miss.find_hot(&mut hot, 100, 0));
     miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
     miss.keep_hot(&mut hot, &stored, 100);
-    assert!(!miss.find_hot(&hot, 100, 0), "a miss is not kept");
+    assert!(!miss.find_hot(&mut hot, 100, 0), "a miss is not kept");
 
     let mut daemon_hit = exchange(Some("n"), Some(asked.as_bytes()), false, false);
     let ttl = DaemonAnswer { status: 200, miss: None, ttl: Some(b" 5 "), lock: None, body: &stored };
@@ -495,14 +495,14 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
 
     let again = asked.replace("\"id\":7", "\"id\":8");
     let mut hot_hit = exchange(Some("n"), Some(again.as_bytes()), false, false);
-    assert!(hot_hit.find_hot(&hot, 104, 0));
+    assert!(hot_hit.find_hot(&mut hot, 104, 0));
     assert_eq!(hot_hit.status(), Status::Miss, "not a hit before it is answered");
     let hit = hot_hit.hot_answer(0).unwrap();
     assert_eq!((hit.body, hot_hit.status()), (answer.replace("\"id\":7", "\"id\":8").into_bytes(), Status::Hit));
     let mut late = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-    assert!(!late.find_hot(&hot, 105, 0), "the daemon said 5 s were left");
+    assert!(!late.find_hot(&mut hot, 105, 0), "the daemon said 5 s were left");
     let mut elsewhere = exchange(Some("other"), Some(asked.as_bytes()), false, false);
-    assert!(!elsewhere.find_hot(&hot, 101, 0), "another namespace");
+    assert!(!elsewhere.find_hot(&mut hot, 101, 0), "another namespace");
 }
 
 #[test]
@@ -911,6 +911,43 @@ fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
     assert_eq!(serde_json::from_slice::<Value>(&gunzip(&hit.body)).unwrap(), answers);
 }
 
+/// A batch whose entries are all deflated is answered in gzip spliced from their streams: the
+/// envelopes around the client's ids go in stored blocks, and nothing is compressed again.
+#[test]
+fn a_gzip_batch_hit_is_spliced_from_the_entries_streams() {
+    let log = r#"{"data":"0x0000000000000000000000000000000000000000000000000000000000000001"}"#;
+    let receipt = |tx: &str, logs: usize| {
+        format!(r#"{{"blockNumber":"0x20","transactionHash":"{tx}","logs":[{}]}}"#, vec![log; logs].join(","))
+    };
+    let params = [format!(r#"["{TX}"]"#), format!(r#"["{TX2}"]"#)];
+    let results = [receipt(TX, 40), receipt(TX2, 90)];
+    let entries: Vec<Vec<u8>> =
+        params.iter().zip(&results).map(|(params, result)| entry_of("eth_getTransactionReceipt", params, result)).collect();
+    let batch = format!(
+        "[{},{}]",
+        call(Some("7"), "eth_getTransactionReceipt", &params[0]),
+        call(Some(r#""x""#), "eth_getTransactionReceipt", &params[1])
+    );
+    let found = looked(&[Some(&entries[0]), Some(&entries[1])]);
+    let expected = format!(
+        r#"[{{"jsonrpc":"2.0","id":7,"result":{}}},{{"jsonrpc":"2.0","id":"x","result":{}}}]"#,
+        results[0], results[1]
+    );
+    for gzip in [true, false] {
+        let mut exchange = exchange(Some("n"), Some(batch.as_bytes()), gzip, false);
+        exchange.next_lookup().unwrap();
+        let hit = exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0);
+        let hit = hit.unwrap();
+        assert_eq!(hit.gzip, gzip);
+        assert_eq!(if gzip { gunzip(&hit.body) } else { hit.body.clone() }, expected.as_bytes());
+        if gzip {
+            let envelope = br#"[{"jsonrpc":"2.0","id":7,"result":"#;
+            let spliced = hit.body.windows(envelope.len()).any(|bytes| bytes == envelope);
+            assert!(spliced, "the envelope as it is, in a stored block");
+        }
+    }
+}
+
 #[test]
 fn a_partly_stored_batch_sends_the_node_the_rest_and_merges_its_answer_in_the_clients_order() {
     let receipt_params = |tx: &str| format!(r#"["{tx}"]"#);
@@ -1123,7 +1160,7 @@ fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
     let mut region = vec![0; HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();
     shared.keep_hot(&mut hot, &entry, 100);
-    assert!(!exchange(Some("n"), Some(asked.as_bytes()), true, false).find_hot(&hot, 100, 0));
+    assert!(!exchange(Some("n"), Some(asked.as_bytes()), true, false).find_hot(&mut hot, 100, 0));
     assert_eq!(shared.release(), None);
 
     // released or out of time: to the node, whose answer it stores (it holds no key)
@@ -1270,7 +1307,8 @@ fn a_beacon_entry_serves_json_and_ssz() {
 
 /// A daemon's hit of a long tail is kept plain in the hot tier for a client without gzip (its
 /// next hits copy it rather than inflate it) under a key of its own, beside the entry as the
-/// daemon sent it, which answers any client; a short one is kept once, as sent.
+/// daemon sent it, which answers any client; a short one is kept once, as sent. A client without
+/// gzip that finds only the entry as sent keeps the plain form beside it.
 #[test]
 fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
     let item = r#"{"hash":"0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6","gas":"0x5208"}"#;
@@ -1280,31 +1318,37 @@ fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
         let sent = encode(&Envelope::default(), &Head::default(), format!("{result}}}").as_bytes());
         let stored = Entry::decode(&sent).unwrap().compact().unwrap();
         assert_eq!(Entry::decode(&stored).unwrap().plain_form().is_some(), long, "{items} items");
-        let mut region = vec![0; 4 << 20];
-        let mut hot = HotTier::open(&mut region).unwrap();
-        let keep = |hot: &mut HotTier, gzip| {
+        let keep = |region: &mut [u8], gzip| {
             let mut hit = exchange(Some("n"), Some(asked.as_bytes()), gzip, false);
             hit.next_lookup();
             let answer = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
             assert!(hit.answered(&answer, 0).is_some());
-            hit.keep_hot(hot, &stored, 100);
+            hit.keep_hot(&mut HotTier::open(region).unwrap(), &stored, 100);
         };
-        let answer = |hot: &HotTier, gzip| {
+        let answer = |region: &mut [u8], gzip| {
             let mut again = exchange(Some("n"), Some(asked.as_bytes()), gzip, false);
-            again.find_hot(hot, 101, 0).then(|| again.hot_answer(0).unwrap()).map(|response| {
-                assert_eq!(response.gzip, gzip, "gzip: {gzip}");
-                let body = if gzip { gunzip(&response.body) } else { response.body };
-                assert_eq!(body, envelope("7", result.as_bytes()));
-            })
+            again.find_hot(&mut HotTier::open(region).unwrap(), 101, 0).then(|| again.hot_answer(0).unwrap()).map(
+                |response| {
+                    assert_eq!(response.gzip, gzip, "gzip: {gzip}");
+                    let body = if gzip { gunzip(&response.body) } else { response.body };
+                    assert_eq!(body, envelope("7", result.as_bytes()));
+                },
+            )
         };
-        keep(&mut hot, false);
-        assert!(answer(&hot, false).is_some());
-        assert_eq!(answer(&hot, true).is_some(), !long, "a plain form is for clients without gzip only");
-        keep(&mut hot, true);
-        assert!(answer(&hot, true).is_some() && answer(&hot, false).is_some());
         let mut region = vec![0; 4 << 20];
-        let mut hot = HotTier::open(&mut region).unwrap();
-        keep(&mut hot, true);
-        assert!(answer(&hot, false).is_some(), "the entry as sent answers a client without gzip too");
+        keep(&mut region, false);
+        assert!(answer(&mut region, false).is_some());
+        assert_eq!(answer(&mut region, true).is_some(), !long, "a plain form is for clients without gzip only");
+        keep(&mut region, true);
+        assert!(answer(&mut region, true).is_some() && answer(&mut region, false).is_some());
+
+        let mut region = vec![0; 4 << 20];
+        keep(&mut region, true);
+        let before = region.clone();
+        assert!(answer(&mut region, false).is_some(), "the entry as sent answers a client without gzip too");
+        assert_eq!(region != before, long, "and the first such client keeps a long one's plain form");
+        let after = region.clone();
+        assert!(answer(&mut region, false).is_some() && answer(&mut region, true).is_some());
+        assert_eq!(region, after, "which the next ones take");
     }
 }
