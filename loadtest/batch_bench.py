@@ -16,8 +16,6 @@ answer checked), the replay node and the daemon share the others.
 import argparse
 import collections
 import json
-import os
-import shutil
 import statistics
 import sys
 import time
@@ -28,7 +26,7 @@ sys.path.insert(0, str(LOADTEST.parent / "tests"))
 sys.path.insert(0, str(LOADTEST))
 import cache_cases as cc  # noqa: E402
 import wire  # noqa: E402
-from bench import split_cpus  # noqa: E402
+from bench import pinned  # noqa: E402
 from cache_bench import measure, write_list  # noqa: E402
 from envoy_harness import ENVOY_HOSTS  # noqa: E402
 from harness import REPO  # noqa: E402
@@ -115,11 +113,7 @@ def main():
     parser.add_argument("--call-delay-ms", type=int, default=5)
     args = parser.parse_args()
 
-    proxy_cpu, other_cpus = split_cpus()
-    os.sched_setaffinity(0, other_cpus)
-    prefix = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    proxy_cpu, prefix = pinned(WORK)
     calls = receipts()
     body = batch_body(calls)
     # final up to the middle call's block: the calls of blocks up to it are cached, the others not

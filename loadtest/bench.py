@@ -19,6 +19,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +54,16 @@ def split_cpus():
     if len(cpus) < 2:
         return None, cpus
     return cpus[0], cpus[1:]
+
+
+def pinned(work):
+    """Pins this process (and so the wrk and the node it starts) to the CPUs that the proxy does
+    not use, and empties `work`: (the proxy's CPU, the argv prefix that runs a proxy on it)."""
+    proxy_cpu, other_cpus = split_cpus()
+    os.sched_setaffinity(0, other_cpus)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return proxy_cpu, ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
 
 
 def cpu_seconds(pids):

@@ -22,9 +22,7 @@ milliseconds for the same calls: a miss here is cheap.
 import argparse
 import base64
 import json
-import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +37,7 @@ import cache_cases as cc  # noqa: E402
 import scenarios  # noqa: E402
 import variants  # noqa: E402
 import wire  # noqa: E402
-from bench import cpu_seconds, split_cpus  # noqa: E402
+from bench import cpu_seconds, pinned  # noqa: E402
 from envoy_harness import render_config, replace_rpcedge_entry, start_envoy  # noqa: E402
 from harness import LOOPBACK, REPO, free_port  # noqa: E402
 from stack import NETWORKS  # noqa: E402
@@ -372,11 +370,7 @@ def main():
     parser.add_argument("--call-delay-ms", type=int, default=5, help="the slow node's time per call (warm mix)")
     args = parser.parse_args()
 
-    proxy_cpu, other_cpus = split_cpus()
-    os.sched_setaffinity(0, other_cpus)
-    prefix = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    proxy_cpu, prefix = pinned(WORK)
     print(f"proxy on CPU {proxy_cpu}", flush=True)
 
     # the warm mix's calls are kept in their networks' namespaces, where every block is final
