@@ -415,9 +415,28 @@ impl GzipSplice {
     }
 }
 
-/// Whether the raw DEFLATE `stream` inflates to exactly `tail`.
+/// Whether the raw DEFLATE `stream` inflates to exactly `tail`, and ends where its last byte does
+/// (a final block left before the sync flush would end it early: a splice would stop there).
 fn inflates_to(stream: &[u8], tail: &[u8]) -> bool {
     let mut out = Vec::with_capacity(tail.len());
-    let done = Decompress::new(false).decompress_vec(stream, &mut out, FlushDecompress::Finish);
-    matches!(done, Ok(Status::StreamEnd)) && out == tail
+    let mut inflate = Decompress::new(false);
+    let done = inflate.decompress_vec(stream, &mut out, FlushDecompress::Finish);
+    matches!(done, Ok(Status::StreamEnd)) && inflate.total_in() == stream.len() as u64 && out == tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_ends_before_its_last_byte_does_not_inflate_to_its_tail() {
+        let tail = br#"{"a":"0x00000000000000000000"}"#.repeat(20);
+        let stream = deflate_raw(STORE_LEVEL, &tail).unwrap();
+        assert!(inflates_to(&stream, &tail));
+        assert!(inflates_to(&continuable(&stream).unwrap(), &tail));
+        // the final block left final: what follows it would never be read
+        let still_final = [stream.as_slice(), &[0, 0, 0, 0xff, 0xff], &EMPTY_FINAL_BLOCK].concat();
+        assert!(!inflates_to(&still_final, &tail));
+        assert!(!inflates_to(&stream, &tail[1..]));
+    }
 }
