@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import types
@@ -357,11 +358,14 @@ class StandInNode(StandIn):
                     answer, status = b"overloaded\n", 503
                 else:
                     answer, status = case_.answer(json.loads(body)["id"]), 200
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except ConnectionError:
+                    pass  # the proxy gave up on this request (its client went away)
 
             def log_message(self, *args):
                 pass
@@ -442,6 +446,27 @@ def test_a_holder_slower_than_the_lock_timeout_leaves_the_waiters_to_the_node(st
     assert waited < 2.5, f"the waiters waited {waited:.1f}s, the holder's whole time"
     assert status(holder.result()) == "MISS" and holder.result().decoded() == block.answer(99)
     assert node.requests >= 2
+
+
+def test_a_holder_whose_client_goes_away_leaves_the_key_to_the_next_request(stand_in):
+    # the default lock timeout (5 s): a key left held would make the next client wait for it
+    node, proxy = stand_in(delays=[1.5, 0.0])
+    block = case("block_by_hash")
+    body = block.body("gone")
+    with socket.create_connection((LOOPBACK, proxy.port)) as gone:
+        gone.sendall(b"POST %s HTTP/1.1\r\nHost: rpc\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (block.path.encode(), len(body), body))
+        deadline = time.monotonic() + 2
+        while node.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert node.requests == 1, "the holder's request reached the node"
+    time.sleep(0.2)
+    started = time.monotonic()
+    response = post(proxy.port, block, id_=7)
+    waited = time.monotonic() - started
+    assert (response.status, response.decoded()) == (200, block.answer(7))
+    assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
+    assert node.requests == 2
 
 
 def raw_block_by_number(request, response):

@@ -16,7 +16,8 @@
  * miss holds its key in the daemon while the node answers (coalescing): a
  * concurrent miss of the same key waits, at most rpcedge_cache_lock_timeout,
  * for the answer the store hands over, and a holder with none to store
- * releases the key with one more background subrequest. With
+ * releases the key with one more background subrequest (a holder whose
+ * client went away leaves that to the worker's next lookup). With
  * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
  * zone (the core's hot tier), which answers them again without the trip. The filter sits
  * just above postpone, so that it sees the daemon's answers before postpone
@@ -88,7 +89,6 @@ typedef struct {
     ngx_http_request_t         *request;
     rpcedge_cache_t            *cache;
     ngx_http_rpcedge_cache_state_e  state;
-    ngx_uint_t                  shard;
     /* the lookup, then the store: ended if it outlives its timeout */
     ngx_http_request_t         *call;
     ngx_event_t                 timer;
@@ -106,7 +106,8 @@ typedef struct {
 
 /* a subrequest to the daemon: a lookup (its answer is kept) or a store */
 typedef struct {
-    ngx_http_rpcedge_cache_ctx_t   *main;
+    /* the daemon it goes to: $rpcedge_cache_shard */
+    ngx_uint_t                  shard;
     ngx_uint_t                  status;
     ngx_str_t                   miss;
     ngx_str_t                   ttl;
@@ -116,6 +117,25 @@ typedef struct {
     unsigned                    complete:1;
     unsigned                    too_large:1;
 } ngx_http_rpcedge_cache_call_t;
+
+
+/*
+ * a key held by a request that ended without its answer (its client went
+ * away: nginx drops the subrequests of a request it terminates), released
+ * by this worker's next lookup through the same server and daemons
+ */
+typedef struct {
+    ngx_http_core_srv_conf_t   *server;
+    ngx_str_t                   pass;
+    ngx_uint_t                  shard;
+    size_t                      len;
+    /* a flight's path, /v1/flights/ and the key in hex */
+    u_char                      path[128];
+} ngx_http_rpcedge_cache_orphan_t;
+
+
+/* past this many, the daemon lets a key go at the lock's time */
+#define NGX_HTTP_RPCEDGE_CACHE_ORPHANS  16
 
 
 static ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
@@ -147,14 +167,17 @@ static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
 static ngx_int_t ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in);
 static void ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx);
+    ngx_uint_t shard, rpcedge_str_t path);
+static void ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
+    ngx_uint_t shard, rpcedge_str_t path);
+static void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t path,
-    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup);
+    ngx_uint_t shard, rpcedge_str_t path, ngx_http_post_subrequest_t *ps,
+    ngx_uint_t lookup);
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
 static rpcedge_header_t *ngx_http_rpcedge_cache_headers(ngx_pool_t *pool,
@@ -319,6 +342,11 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
 
       ngx_null_command
 };
+
+
+static ngx_http_rpcedge_cache_orphan_t
+    ngx_http_rpcedge_cache_orphans[NGX_HTTP_RPCEDGE_CACHE_ORPHANS];
+static ngx_uint_t  ngx_http_rpcedge_cache_norphans;
 
 
 static ngx_http_module_t  ngx_http_rpcedge_cache_module_ctx = {
@@ -570,6 +598,8 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
+    ngx_http_rpcedge_cache_release_orphans(r);
+
     if (conf->hot && ngx_http_rpcedge_cache_find_hot(r, ctx, conf->hot)) {
         ctx->state = ngx_http_rpcedge_cache_hit;
         return;
@@ -603,8 +633,6 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    ctx->shard = lookup.shard;
-
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
         return NGX_ERROR;
@@ -613,7 +641,7 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_looked_up;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, ctx, lookup.path, ps, 1);
+    sr = ngx_http_rpcedge_cache_call(r, lookup.shard, lookup.path, ps, 1);
     if (sr == NULL) {
         return NGX_ERROR;
     }
@@ -1047,8 +1075,6 @@ ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
     ngx_http_post_subrequest_t     *ps;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
-    ctx->shard = put->shard;
-
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
         goto failed;
@@ -1057,7 +1083,7 @@ ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_stored;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, ctx, put->path, ps, 0);
+    sr = ngx_http_rpcedge_cache_call(r, put->shard, put->path, ps, 0);
     if (sr == NULL) {
         goto failed;
     }
@@ -1185,9 +1211,8 @@ ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr, rpcedge_str_t body)
  * none of the client's headers */
 
 static ngx_http_request_t *
-ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t path,
-    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
+ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_uint_t shard,
+    rpcedge_str_t path, ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
 {
     u_char                         *p;
     ngx_str_t                       uri;
@@ -1229,7 +1254,7 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
     sr->headers_in.transfer_encoding = NULL;
     sr->headers_in.chunked = 0;
 
-    call->main = ctx;
+    call->shard = shard;
     call->lookup = lookup;
 
     ngx_http_set_ctx(sr, call, ngx_http_rpcedge_cache_module);
@@ -1578,6 +1603,8 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc)
 {
     size_t           n;
+    uint32_t         shard;
+    rpcedge_str_t    path;
     rpcedge_count_t  counts[RPCEDGE_COUNTS_MAX];
 
     ctx->ended = 1;
@@ -1591,30 +1618,24 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
         ngx_http_rpcedge_count(counts, n);
     }
 
-    ngx_http_rpcedge_cache_release(r, ctx);
+    if (rpcedge_cache_release(ctx->cache, &shard, &path)) {
+        ngx_http_rpcedge_cache_release(r, shard, path);
+    }
 }
 
 
-/* a key this request held without an answer to store: released, so that
- * the requests waiting for it go to the node themselves; the answer of the
+/* a key a request held without an answer to store: released, so that the
+ * requests waiting for it go to the node themselves; the answer of the
  * background subrequest is not waited for (the daemon drops a held key at
  * the lock's time anyway) */
 
 static void
-ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx)
+ngx_http_rpcedge_cache_release(ngx_http_request_t *r, ngx_uint_t shard,
+    rpcedge_str_t path)
 {
-    uint32_t             shard;
-    rpcedge_str_t        path;
     ngx_http_request_t  *sr;
 
-    if (!rpcedge_cache_release(ctx->cache, &shard, &path)) {
-        return;
-    }
-
-    ctx->shard = shard;
-
-    sr = ngx_http_rpcedge_cache_call(r, ctx, path, NULL, 0);
+    sr = ngx_http_rpcedge_cache_call(r, shard, path, NULL, 0);
     if (sr == NULL) {
         return;
     }
@@ -1623,6 +1644,76 @@ ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
     ngx_str_set(&sr->method_name, "DELETE");
     sr->request_body = NULL;
     sr->headers_in.content_length_n = -1;
+}
+
+
+/* a key r held and can no longer release itself (it is being freed): kept
+ * for the worker's next lookup to release */
+
+static void
+ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r, ngx_uint_t shard,
+    rpcedge_str_t path)
+{
+    ngx_http_rpcedge_cache_conf_t    *conf;
+    ngx_http_rpcedge_cache_orphan_t  *orphan;
+
+    if (ngx_http_rpcedge_cache_norphans == NGX_HTTP_RPCEDGE_CACHE_ORPHANS
+        || path.len > sizeof(orphan->path))
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "rpcedge cache: a held key is left to the daemon's "
+                      "lock time");
+        return;
+    }
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    orphan = &ngx_http_rpcedge_cache_orphans[ngx_http_rpcedge_cache_norphans++];
+
+    orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+    orphan->pass = conf->pass;
+    orphan->shard = shard;
+    orphan->len = path.len;
+    ngx_memcpy(orphan->path, path.data, path.len);
+}
+
+
+/* the keys of ended requests that r can reach: those of its own server and
+ * rpcedge_cache_pass */
+
+static void
+ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
+{
+    ngx_uint_t                        i, n;
+    rpcedge_str_t                     path;
+    ngx_http_core_srv_conf_t         *server;
+    ngx_http_rpcedge_cache_conf_t    *conf;
+    ngx_http_rpcedge_cache_orphan_t  *orphan;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+    server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    n = 0;
+
+    for (i = 0; i < ngx_http_rpcedge_cache_norphans; i++) {
+        orphan = &ngx_http_rpcedge_cache_orphans[i];
+
+        if (orphan->server != server
+            || orphan->pass.len != conf->pass.len
+            || ngx_strncmp(orphan->pass.data, conf->pass.data, conf->pass.len)
+               != 0)
+        {
+            ngx_http_rpcedge_cache_orphans[n++] = *orphan;
+            continue;
+        }
+
+        path.data = orphan->path;
+        path.len = orphan->len;
+
+        ngx_http_rpcedge_cache_release(r, orphan->shard, path);
+    }
+
+    ngx_http_rpcedge_cache_norphans = n;
 }
 
 
@@ -1741,7 +1832,14 @@ ngx_http_rpcedge_cache_cleanup(void *data)
 {
     ngx_http_rpcedge_cache_ctx_t  *ctx = data;
 
+    uint32_t       shard;
+    rpcedge_str_t  path;
+
     ngx_http_rpcedge_cache_stop_timer(ctx);
+
+    if (ctx->cache && rpcedge_cache_release(ctx->cache, &shard, &path)) {
+        ngx_http_rpcedge_cache_orphan(ctx->request, shard, path);
+    }
 
     rpcedge_cache_free(ctx->cache);
     ctx->cache = NULL;
@@ -1789,11 +1887,15 @@ static ngx_int_t
 ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    ngx_http_rpcedge_cache_ctx_t  *ctx;
+    ngx_http_rpcedge_cache_call_t  *call;
 
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
+    /* r is this module's subrequest to the daemon */
 
-    if (ctx == NULL) {
+    call = (r == r->main) ? NULL
+                          : ngx_http_get_module_ctx(r,
+                                                    ngx_http_rpcedge_cache_module);
+
+    if (call == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -1803,7 +1905,7 @@ ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(v->data, "%ui", ctx->shard) - v->data;
+    v->len = ngx_sprintf(v->data, "%ui", call->shard) - v->data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
