@@ -7,6 +7,7 @@ import json
 import struct
 
 import pytest
+from Crypto.Hash import keccak
 
 import wire
 from envoy_harness import ENVOY_HOSTS, run_envoy
@@ -94,6 +95,49 @@ def test_a_witness_goes_out_as_ssz_with_the_envelope_in_headers(hosts, host, blo
     assert r.header("x-rpcedge-jsonrpc-id") == '"w-1"'
     assert r.header("x-rpcedge-jsonrpc-version") == "2.0"
     assert "accept" in [v.strip().lower() for v in r.header("vary").split(",")]
+
+
+def json_header_witnesses():
+    """The corpus's witnesses whose headers are JSON objects (geth's form), each the only recording
+    of its call: (params, result)."""
+    recorded = [pair for path in sorted((CORPUS / "debug_executionWitness").glob("*hive*.json"))
+                for pair in json.loads(path.read_text())]
+    calls = [json.dumps(pair["request"]["params"]) for pair in recorded]
+    return [(pair["request"]["params"], pair["response"]["result"]) for pair, params in zip(recorded, calls)
+            if calls.count(params) == 1 and isinstance((pair["response"].get("result") or {}).get("headers"), list)
+            and any(isinstance(header, dict) for header in pair["response"]["result"]["headers"])]
+
+
+def read_container(ssz, fields):
+    """The variable-size fields of an SSZ container, each a List[ByteList]: lists of bytes."""
+    bounds = [struct.unpack_from("<I", ssz, 4 * i)[0] for i in range(fields)] + [len(ssz)]
+    lists = []
+    for start, end in zip(bounds, bounds[1:]):
+        field = ssz[start:end]
+        count = struct.unpack_from("<I", field)[0] // 4 if field else 0
+        items = [struct.unpack_from("<I", field, 4 * i)[0] for i in range(count)] + [len(field)]
+        lists.append([field[a:b] for a, b in zip(items, items[1:])])
+    return lists
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_witness_with_json_headers_goes_out_with_each_header_as_the_rlp_of_its_hash(hosts, host):
+    witnesses = json_header_witnesses()
+    assert witnesses, "the corpus has a witness with JSON headers"
+    for params, result in witnesses:
+        r = post(hosts[host], "/hive", call("debug_executionWitness", params), accept=SSZ)
+        assert r.complete and r.status == 200 and r.header("content-type") == SSZ, params
+        assert int(r.header("content-length")) == len(r.body)
+        state, codes, headers, keys = read_container(r.body, 4)
+        for name, items in [("state", state), ("codes", codes), ("keys", keys)]:
+            assert items == [bytes.fromhex(h[2:]) for h in result.get(name) or []], (params, name)
+        assert len(headers) == len(result["headers"])
+        for rlp, header in zip(headers, result["headers"]):
+            if isinstance(header, str):
+                assert rlp == bytes.fromhex(header[2:])
+            else:
+                # the RLP of a header is a list: its keccak-256 is the block's hash
+                assert rlp[0] >= 0xf8 and keccak.new(data=rlp, digest_bits=256).hexdigest() == header["hash"][2:]
 
 
 @pytest.mark.parametrize("host", HOSTS)

@@ -6,7 +6,9 @@ and the same corpus always gives the same sample:
   rpc/      per method and network, the smallest recording with a real (not placeholder) answer;
             per method of the load test's mix, the smallest recordings it can use; per load-test
             size bucket (loadtest/scenarios.py), the smallest recordings with an
-            answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; and the
+            answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; of the
+            witnesses whose headers are JSON objects (geth's form) and whose call no other
+            recording makes, the smallest of the latest fork (most header fields); and the
             recordings that the README's examples ask for. index.jsonl keeps their rows.
   witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
   ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; the real
@@ -45,7 +47,7 @@ def real_pairs(row):
     return [pair for pair in row["pairs"] if not pair["placeholder_response"]]
 
 
-def rpc_choice(rows):
+def rpc_choice(rows, *also):
     rows = [row for row in rows if real_pairs(row)]
     by_size = sorted(rows, key=lambda row: (row["file_bytes"], row["path"]))
     chosen = {}
@@ -64,7 +66,24 @@ def rpc_choice(rows):
                   and max(pair["resp_bytes"] for pair in real_pairs(row)) > MiB]
     picked.update(row["path"] for row in big_traces[:BIG_TRACES])
     picked.update(EXAMPLES)
+    picked.update(also)
     return [row for row in rows if row["path"] in picked]
+
+
+def json_header_witness(corpus, rows):
+    """The path of the smallest recorded witness with JSON headers of the latest fork, whose call
+    is recorded once."""
+    found, calls = [], []
+    for row in rows:
+        if row["method"] != "debug_executionWitness" or row["format"] != "rpc-tests-json":
+            continue
+        for pair in json.loads((corpus / "rpc" / row["path"]).read_text()):
+            calls.append(json.dumps(pair["request"], sort_keys=True))
+            headers = (pair["response"].get("result") or {}).get("headers") or []
+            if headers and all(isinstance(header, dict) for header in headers):
+                fields = sum(value is not None for value in headers[0].values())
+                found.append((-fields, row["file_bytes"], row["path"], calls[-1]))
+    return min(choice for choice in found if calls.count(choice[3]) == 1)[2]
 
 
 def smallest_case(directory):
@@ -74,7 +93,7 @@ def smallest_case(directory):
 
 def files_to_copy(corpus):
     rows = [json.loads(line) for line in (corpus / "rpc/index.jsonl").read_text().splitlines()]
-    chosen = rpc_choice(rows)
+    chosen = rpc_choice(rows, json_header_witness(corpus, rows))
     files = [Path("rpc") / row["path"] for row in chosen]
     files.append(Path(WITNESS))
     cases = [smallest_case(corpus / SSZ_STATIC.format(fork=fork, type="SignedBeaconBlock")) for fork in FORKS]

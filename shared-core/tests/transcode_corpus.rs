@@ -1,14 +1,18 @@
 //! The transcoders against ssz_rs, the oracle, on the corpus's witnesses: every witness (both
 //! JSON shapes) goes to exactly the bytes ssz_rs serializes for the same values, ssz_rs reads our
 //! bytes back to the same values (and so the same root), and our JSON from them has the input's
-//! values in the list shape.
+//! values in the list shape. Headers given as JSON objects (geth's form) go in as RLP whose
+//! keccak-256 is the header's hash, byte for byte the RLP that erigon gives for the same header
+//! where the corpus has it.
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use rpcedge_core::transcode::{jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm};
 use serde_json::Value;
+use sha3::{Digest, Keccak256};
 use ssz_rs::prelude::*;
 
 type Nodes = List<List<u8, 1024>, 4_194_304>;
@@ -83,46 +87,77 @@ fn ours(witness: &Value, form: WitnessForm) -> Vec<u8> {
     jsonrpc_to_ssz(&serde_json::to_vec(&body).unwrap(), Schema::Witness, form).unwrap().ssz
 }
 
+/// Headers' RLP by their hash.
+type Twins = HashMap<Vec<u8>, Vec<u8>>;
+
+/// The RLP each header's JSON object must become: the RLP the corpus gives for the same header
+/// elsewhere (erigon's RLP form), by the keccak-256 that is its hash.
+fn rlp_headers(witnesses: &[(String, Value)]) -> Twins {
+    let rlp = witnesses.iter().flat_map(|(_, witness)| values(witness, "headers")).filter(Value::is_string);
+    rlp.map(|header| bytes(&header)).map(|rlp| (Keccak256::digest(&rlp).to_vec(), rlp)).collect()
+}
+
+/// The headers of `witness` as RLP: as the witness has them, or for a JSON header those of `ssz`
+/// (ours), once they hash to the header's `hash` and equal the RLP of `twins` for it.
+fn headers(name: &str, witness: &Value, ssz: &[u8], twins: &Twins, twinned: &mut usize) -> Headers {
+    let ours: Witness = ssz_rs::deserialize(ssz).unwrap();
+    let items = values(witness, "headers");
+    assert_eq!(ours.headers.len(), items.len(), "{name}");
+    let rlp: Vec<List<u8, 1024>> = items
+        .iter()
+        .zip(ours.headers.iter())
+        .map(|(item, ours)| {
+            if item.is_string() {
+                return bytes(item).try_into().unwrap();
+            }
+            let hash = bytes(&item["hash"]);
+            assert_eq!(Keccak256::digest(ours.as_slice()).to_vec(), hash, "{name}: the RLP of {item}");
+            if let Some(twin) = twins.get(&hash) {
+                assert_eq!(ours.as_slice(), twin.as_slice(), "{name}: erigon's RLP of {item}");
+                *twinned += 1;
+            }
+            ours.clone()
+        })
+        .collect();
+    rlp.try_into().unwrap()
+}
+
 #[test]
 fn every_witness_transcodes_to_what_ssz_rs_serializes_and_back() {
     let witnesses = witnesses();
     assert!(witnesses.len() >= common::corpus::least(10, 1), "only {} witnesses: is the corpus there?", witnesses.len());
-    let mut transcoded = 0;
+    let twins = rlp_headers(&witnesses);
+    let (mut json_headers, mut twinned) = (0, 0);
     for (name, witness) in &witnesses {
-        let hex = |v: &Value| v.as_str().is_some_and(|s| s.starts_with("0x"));
-        if !["state", "codes", "keys", "headers"].iter().all(|field| values(witness, field).iter().all(hex)) {
-            // e.g. erigon's headers as JSON objects, not RLP: not this schema, so left untouched
-            let body = serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": witness})).unwrap();
-            assert!(jsonrpc_to_ssz(&body, Schema::Witness, WitnessForm::Lossless).is_err(), "{name}");
-            continue;
-        }
-        transcoded += 1;
-        let mut oracle = Witness {
-            state: list(witness, "state"),
-            codes: list(witness, "codes"),
-            headers: list(witness, "headers"),
-            keys: list(witness, "keys"),
-        };
         let ssz = ours(witness, WitnessForm::Lossless);
+        let headers = headers(name, witness, &ssz, &twins, &mut twinned);
+        json_headers += usize::from(values(witness, "headers").iter().any(Value::is_object));
+        let (state, codes, keys) = (list(witness, "state"), list(witness, "codes"), list(witness, "keys"));
+        let mut oracle = Witness { state, codes, headers, keys };
         assert_eq!(ssz, ssz_rs::serialize(&oracle).unwrap(), "{name}");
         let mut read_back: Witness = ssz_rs::deserialize(&ssz).unwrap();
         assert_eq!(read_back.hash_tree_root().unwrap(), oracle.hash_tree_root().unwrap(), "{name}");
 
-        let mut eip = SszExecutionWitness { state: oracle.state, codes: oracle.codes, headers: oracle.headers };
+        let (state, codes, headers) = (oracle.state.clone(), oracle.codes.clone(), oracle.headers.clone());
+        let mut eip = SszExecutionWitness { state, codes, headers };
         let eip_ssz = ours(witness, WitnessForm::Eip8025);
         assert_eq!(eip_ssz, ssz_rs::serialize(&eip).unwrap(), "{name}");
         let mut eip_back: SszExecutionWitness = ssz_rs::deserialize(&eip_ssz).unwrap();
         assert_eq!(eip_back.hash_tree_root().unwrap(), eip.hash_tree_root().unwrap());
 
+        // back to JSON: the list shape, headers as RLP
         let mut json = Vec::new();
         ssz_to_json(&ssz, Schema::Witness, WitnessForm::Lossless, &mut json).unwrap();
         let json: Value = serde_json::from_slice(&json).unwrap();
-        for field in ["state", "codes", "keys", "headers"] {
-            let lower = |items: Vec<Value>| -> Vec<String> {
-                items.iter().map(|v| v.as_str().unwrap().to_ascii_lowercase()).collect()
-            };
+        let lower = |items: Vec<Value>| -> Vec<String> {
+            items.iter().map(|v| v.as_str().unwrap().to_ascii_lowercase()).collect()
+        };
+        for field in ["state", "codes", "keys"] {
             assert_eq!(lower(values(&json, field)), lower(values(witness, field)), "{name}: {field}");
         }
+        let headers: Vec<Vec<u8>> = values(&json, "headers").iter().map(bytes).collect();
+        assert_eq!(headers, oracle.headers.iter().map(|h| h.to_vec()).collect::<Vec<_>>(), "{name}: headers");
     }
-    assert!(transcoded >= common::corpus::least(8, 1), "only {transcoded} witnesses of the schema's shape");
+    assert!(json_headers >= common::corpus::least(52, 1), "only {json_headers} witnesses with JSON headers");
+    assert!(twinned >= common::corpus::least(40, 0), "only {twinned} JSON headers checked against erigon's RLP");
 }

@@ -5,6 +5,7 @@
 //! same types in the tests, as the oracle; it is far too slow for the request path.
 
 mod beacon;
+mod header;
 mod hex;
 mod json;
 mod raw;
@@ -92,6 +93,8 @@ pub enum TranscodeError {
     Ssz(&'static str),
     /// Over one of the schema's limits.
     Limit(&'static str),
+    /// A JSON block header that cannot be RLP-encoded to the header it claims to be.
+    Header(&'static str),
     /// A JSON-RPC response with an error or no result: it stays JSON.
     NoResult,
     /// A Beacon-API object of a consensus version rpcedge has no types for, or whose versions
@@ -110,6 +113,7 @@ impl fmt::Display for TranscodeError {
             TranscodeError::Hex => f.write_str("a string that is not 0x-prefixed hex of whole bytes"),
             TranscodeError::Ssz(what) => write!(f, "malformed SSZ: {what}"),
             TranscodeError::Limit(what) => write!(f, "over a limit: {what}"),
+            TranscodeError::Header(what) => write!(f, "a block header: {what}"),
             TranscodeError::NoResult => f.write_str("an error or no result"),
             TranscodeError::Fork => f.write_str("an unknown or conflicting consensus version"),
             TranscodeError::Encoded => f.write_str("an encoded body"),

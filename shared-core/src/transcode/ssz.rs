@@ -19,12 +19,22 @@ pub struct ByteLists {
 impl ByteLists {
     /// Decodes one JSON hex string from `json` as the next element.
     pub fn push_hex(&mut self, json: &mut Scanner, max_items: usize, max_bytes: usize) -> Result<(), TranscodeError> {
+        self.push_with(max_items, max_bytes, |data| decode_hex_into(json, data))
+    }
+
+    /// Appends the next element, which `write` appends to the list's bytes.
+    pub fn push_with(
+        &mut self,
+        max_items: usize,
+        max_bytes: usize,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), TranscodeError>,
+    ) -> Result<(), TranscodeError> {
         if self.starts.len() == max_items {
             return Err(TranscodeError::Limit("more elements than the list's limit"));
         }
         let start = self.data.len();
         self.starts.push(u32::try_from(start).map_err(|_| TranscodeError::Limit("a list over 4 GiB"))?);
-        decode_hex_into(json, &mut self.data)?;
+        write(&mut self.data)?;
         if self.data.len() - start > max_bytes {
             return Err(TranscodeError::Limit("an element longer than its limit"));
         }

@@ -1,7 +1,9 @@
 //! Execution witnesses (`debug_executionWitness`) as SSZ.
 //!
 //! The JSON comes in today's list shape `{state, codes, keys, headers}` (lists of 0x-hex, RLP
-//! headers) or the older map shape `{state: {hash: node}, codes: {hash: code}, keys: {hash: key}}`,
+//! headers; `keys` may be absent, as in execution-apis #847's canonical form), with the headers
+//! as JSON objects instead (geth's form: RLP-encoded here, each checked against its hash), or
+//! the older map shape `{state: {hash: node}, codes: {hash: code}, keys: {hash: key}}`,
 //! whose map keys are the keccak-256 of their values: the values are kept, the hashes can be
 //! computed again. JSON out is always the list shape.
 //!
@@ -11,6 +13,7 @@
 //! which serialize the same but have other roots and no item limits). EIP-8025's own copy
 //! differs in its limits; this table is the one place to change them.
 
+use super::header;
 use super::json::Scanner;
 use super::ssz::{offset, read_byte_lists, read_offset, write_hex_array, ByteLists, OFFSET};
 use super::TranscodeError;
@@ -41,6 +44,9 @@ pub const FIELDS: [Field; 4] = [
     Field { name: "keys", max_items: 1 << 22, max_bytes: 32 },
 ];
 
+/// The field of the headers, which may come as JSON objects.
+const HEADERS: usize = 2;
+
 /// The order the list shape's JSON names the fields in.
 const JSON_ORDER: [usize; 4] = [0, 1, 3, 2];
 
@@ -70,6 +76,10 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
             Some(b'{') => json.object(|json, _hash| list.push_hex(json, field.max_items, field.max_bytes)),
             // some nodes send `null` for an empty field
             Some(b'n') if json.value()? == b"null" => Ok(()),
+            _ if index == HEADERS => json.array(|json| match json.peek() {
+                Some(b'{') => list.push_with(field.max_items, field.max_bytes, |data| header::to_rlp(json, data)),
+                _ => list.push_hex(json, field.max_items, field.max_bytes),
+            }),
             _ => json.array(|json| list.push_hex(json, field.max_items, field.max_bytes)),
         }
     })?;
