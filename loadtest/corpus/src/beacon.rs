@@ -3,7 +3,7 @@
 //! - `/eth/v2/beacon/blocks/<fork>:<case>`: the ssz_static `SignedBeaconBlock` of that fork and case
 //!   (`deneb:case_0`), and `/eth/v2/debug/beacon/states/<fork>:<case>` its `BeaconState`;
 //! - `/eth/v1/beacon/blobs/<fork>:<case>`: the blob of that ssz_static `BlobSidecar`, as a list
-//!   of one;
+//!   of one; `/eth/v1/beacon/blob_sidecars/<fork>:<case>`: the sidecar, as a list of one;
 //! - `/eth/v1/beacon/blinded_blocks/348241` (its slot) or `/<its block root>`: the real deneb
 //!   blinded block.
 //!
@@ -76,13 +76,16 @@ impl BeaconRoutes {
         let type_name = match kind {
             Kind::Block => "SignedBeaconBlock",
             Kind::State => "BeaconState",
-            Kind::Blobs => "BlobSidecar",
+            Kind::Blobs | Kind::BlobSidecars => "BlobSidecar",
             Kind::BlindedBlock => unreachable!("answered above"),
         };
         let dir = self.dir.join("ssz_static/tests/mainnet").join(fork).join("ssz_static").join(type_name).join("ssz_random").join(case);
         let (json, ssz) = ssz_static_case(&dir)?;
-        if kind != Kind::Blobs {
-            return Ok(envelope(Some(fork), &json, ssz));
+        match kind {
+            // a list of fixed-size sidecars is their bytes one after another
+            Kind::BlobSidecars => return Ok(envelope(Some(fork), &format!("[{json}]"), ssz)),
+            Kind::Blobs => {}
+            _ => return Ok(envelope(Some(fork), &json, ssz)),
         }
         // the sidecar's blob (its second field, after the index) as a list of one
         let blob = YamlLoader::load_from_str(&std::fs::read_to_string(dir.join("value.yaml")).map_err(|e| e.to_string())?)
@@ -100,6 +103,7 @@ enum Kind {
     Block,
     BlindedBlock,
     Blobs,
+    BlobSidecars,
     State,
 }
 
@@ -108,6 +112,7 @@ fn route(path: &str) -> Option<(Kind, &str)> {
         ("/eth/v2/beacon/blocks/", Kind::Block),
         ("/eth/v1/beacon/blinded_blocks/", Kind::BlindedBlock),
         ("/eth/v1/beacon/blobs/", Kind::Blobs),
+        ("/eth/v1/beacon/blob_sidecars/", Kind::BlobSidecars),
         ("/eth/v2/debug/beacon/states/", Kind::State),
     ]
     .into_iter()

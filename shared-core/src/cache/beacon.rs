@@ -1,4 +1,4 @@
-//! Beacon-API reads the store may answer: a block, a blinded block or a block's blobs, by block
+//! Beacon-API reads the store may answer: a block, a blinded block, a block's blobs or blob sidecars, by block
 //! root once the node calls the block finalized (without expiry), or by slot once the daemon has
 //! heard from its beacon node that the slot is finalized. `head`, `justified`, `finalized` and
 //! `genesis` move (or are not worth a rule), and states are hundreds of MB: never stored.

@@ -46,20 +46,31 @@ pub enum BeaconObject {
     BlindedBlock,
     /// `/eth/v1/beacon/blobs/{block_id}`: `List[Blob, MAX_BLOB_COMMITMENTS_PER_BLOCK]`.
     Blobs,
+    /// `/eth/v1/beacon/blob_sidecars/{block_id}`: `List[BlobSidecar, MAX_BLOBS_PER_BLOCK]`. Gone
+    /// from the spec for getBlobs, but what OP-stack derivation (op-node, kona) still reads.
+    BlobSidecars,
     /// `/eth/v2/debug/beacon/states/{state_id}`: a `BeaconState`.
     State,
 }
 
 /// Each route's path before its last segment, the object's id.
-const ROUTES: [(&str, BeaconObject); 4] = [
+const ROUTES: [(&str, BeaconObject); 5] = [
     ("/eth/v2/beacon/blocks/", BeaconObject::Block),
     ("/eth/v1/beacon/blinded_blocks/", BeaconObject::BlindedBlock),
     ("/eth/v1/beacon/blobs/", BeaconObject::Blobs),
+    ("/eth/v1/beacon/blob_sidecars/", BeaconObject::BlobSidecars),
     ("/eth/v2/debug/beacon/states/", BeaconObject::State),
 ];
 
 /// The blobs route's list of blobs.
 const BLOBS: Ty = Ty::List(&types::BLOB, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
+
+/// The blob sidecars route's list, by `MAX_BLOBS_PER_BLOCK` (deneb's, electra's); fulu's count
+/// is set per blob-parameter-only fork, so its list is bounded by the commitments a block can
+/// carry.
+const DENEB_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, 6);
+const ELECTRA_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, 9);
+const FULU_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
 
 impl BeaconObject {
     /// The object a GET of `path` (with or without its query) answers with. The route may follow
@@ -86,6 +97,9 @@ impl BeaconObject {
             (BeaconObject::BlindedBlock, Fork::Deneb) => &DENEB_SIGNED_BLINDED_BEACON_BLOCK,
             (BeaconObject::BlindedBlock, Fork::Electra | Fork::Fulu) => &ELECTRA_SIGNED_BLINDED_BEACON_BLOCK,
             (BeaconObject::Blobs, _) => &BLOBS,
+            (BeaconObject::BlobSidecars, Fork::Deneb) => &DENEB_BLOB_SIDECARS,
+            (BeaconObject::BlobSidecars, Fork::Electra) => &ELECTRA_BLOB_SIDECARS,
+            (BeaconObject::BlobSidecars, Fork::Fulu) => &FULU_BLOB_SIDECARS,
             (BeaconObject::State, Fork::Deneb) => &DENEB_BEACON_STATE,
             (BeaconObject::State, Fork::Electra) => &ELECTRA_BEACON_STATE,
             (BeaconObject::State, Fork::Fulu) => &FULU_BEACON_STATE,

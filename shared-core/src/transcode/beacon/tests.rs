@@ -45,6 +45,9 @@ fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
         ("SignedBeaconBlock", BeaconObject::Block.ty(fork)),
         ("BeaconState", BeaconObject::State.ty(fork)),
     ];
+    if fork != Fork::Fulu {
+        types.push(("BlobSidecar", &BLOB_SIDECAR));
+    }
     if fork == Fork::Deneb {
         types.extend([
             ("IndexedAttestation", &INDEXED_ATTESTATION),
@@ -331,11 +334,32 @@ fn routes_name_their_objects_by_path_alone() {
     assert_eq!(BeaconObject::from_route(b"/eth/v2/beacon/blocks/head"), Some(BeaconObject::Block));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blinded_blocks/348241?x=1"), Some(BeaconObject::BlindedBlock));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blobs/0xab?versioned_hashes=0x01"), Some(BeaconObject::Blobs));
+    assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blob_sidecars/head?indices=0"), Some(BeaconObject::BlobSidecars));
     assert_eq!(BeaconObject::from_route(b"/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
     assert_eq!(BeaconObject::from_route(b"/beacon/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
     for other in [&b"/eth/v2/beacon/blocks/head/attestations"[..], b"/eth/v2/beacon/blocks/", b"/eth/v1/beacon/blocks/head", b"/"] {
         assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
     }
+}
+
+#[test]
+fn blob_sidecars_are_a_list_of_sidecars_as_long_as_the_forks_blobs_per_block() {
+    let case = corpus().join("ssz/ssz_static/tests/mainnet/deneb/ssz_static/BlobSidecar/ssz_random/case_0");
+    let (sidecar, ssz) = ssz_static_case(&case).unwrap();
+    let response = |fork: &str, count: usize| {
+        format!(r#"{{"version":"{fork}","finalized":true,"data":[{}]}}"#, vec![sidecar.as_str(); count].join(","))
+    };
+    let six = beacon_to_ssz(response("deneb", 6).as_bytes(), BeaconObject::BlobSidecars, None).unwrap();
+    assert_eq!((six.ssz, six.fork), (ssz.repeat(6), Some(Fork::Deneb)));
+    let seven = beacon_to_ssz(response("deneb", 7).as_bytes(), BeaconObject::BlobSidecars, None);
+    assert!(matches!(seven, Err(TranscodeError::Limit(_))), "{seven:?}");
+    let nine = beacon_to_ssz(response("electra", 9).as_bytes(), BeaconObject::BlobSidecars, None).unwrap();
+    assert_eq!(nine.ssz, ssz.repeat(9));
+    let mut json = Vec::new();
+    beacon_data_to_json(&nine.ssz, BeaconObject::BlobSidecars, Fork::Electra, &mut json).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let nine_sidecars = format!("[{}]", [sidecar.as_str(); 9].join(","));
+    assert_eq!(json, serde_json::from_str::<serde_json::Value>(&nine_sidecars).unwrap());
 }
 
 #[test]

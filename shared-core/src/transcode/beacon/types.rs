@@ -15,6 +15,8 @@ const VERSION: Ty = Ty::Bytes(4);
 const ADDRESS: Ty = Ty::Bytes(20);
 const ROOT: Ty = Ty::Bytes(32);
 const PUBKEY: Ty = Ty::Bytes(48);
+const KZG_COMMITMENT: Ty = Ty::Bytes(48);
+const KZG_PROOF: Ty = Ty::Bytes(48);
 const SIGNATURE: Ty = Ty::Bytes(96);
 const LOGS_BLOOM: Ty = Ty::Bytes(256);
 /// `Blob`: `FIELD_ELEMENTS_PER_BLOB * BYTES_PER_FIELD_ELEMENT`.
@@ -69,6 +71,15 @@ pub(super) const SYNC_AGGREGATE: Ty = Ty::Container(&[
 ]);
 pub(super) const WITHDRAWAL: Ty =
     Ty::Container(&[field("index", U64), field("validator_index", U64), field("address", ADDRESS), field("amount", U64)]);
+/// Deneb's, unchanged since; the proof's length is `KZG_COMMITMENT_INCLUSION_PROOF_DEPTH`.
+pub(super) const BLOB_SIDECAR: Ty = Ty::Container(&[
+    field("index", U64),
+    field("blob", BLOB),
+    field("kzg_commitment", KZG_COMMITMENT),
+    field("kzg_proof", KZG_PROOF),
+    field("signed_block_header", SIGNED_BEACON_BLOCK_HEADER),
+    field("kzg_commitment_inclusion_proof", Ty::Vector(&ROOT, 17)),
+]);
 pub(super) const BLS_TO_EXECUTION_CHANGE: Ty = Ty::Container(&[
     field("validator_index", U64),
     field("from_bls_pubkey", PUBKEY),
