@@ -76,7 +76,8 @@ def test_the_replay_serves_the_sampled_witness_and_beacon_objects(sample_replay)
     assert r.status == 200 and json.loads(r.body)["result"] == recorded
 
     blocks = sorted((SAMPLE_CORPUS / "ssz/ssz_static/tests/mainnet").glob("*/ssz_static/SignedBeaconBlock/ssz_random/case_*"))
-    assert {case.parts[-5] for case in blocks} == {"deneb", "electra", "fulu"}
+    forks = {"phase0", "altair", "bellatrix", "capella", "deneb", "electra", "fulu"}
+    assert {case.parts[-5] for case in blocks} == forks
     versioned = [f"/eth/v2/beacon/blocks/{case.parts[-5]}:{case.name}" for case in blocks]
     versioned.append("/eth/v1/beacon/blinded_blocks/348241")
     for path in [*versioned, "/eth/v1/beacon/blobs/deneb:case_0"]:

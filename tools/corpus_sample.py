@@ -39,7 +39,7 @@ BIG_TRACES = 4  # tarballs holding a trace answer over 1 MiB
 # Recordings that the README and `make run`'s banner ask for.
 EXAMPLES = ["eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"]
 WITNESS = "witness/ethrex-replay/cache_hoodi_1265656.json"
-FORKS = ["deneb", "electra", "fulu"]
+FORKS = ["phase0", "altair", "bellatrix", "capella", "deneb", "electra", "fulu"]
 SSZ_STATIC = "ssz/ssz_static/tests/mainnet/{fork}/ssz_static/{type}/ssz_random"
 
 

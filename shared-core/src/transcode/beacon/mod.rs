@@ -13,14 +13,18 @@ use ssz_type::Ty;
 /// A consensus version (fork) whose types rpcedge knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fork {
+    Phase0,
+    Altair,
+    Bellatrix,
+    Capella,
     Deneb,
     Electra,
     Fulu,
 }
 
 impl Fork {
-    pub fn all() -> [Fork; 3] {
-        [Fork::Deneb, Fork::Electra, Fork::Fulu]
+    pub fn all() -> [Fork; 7] {
+        [Fork::Phase0, Fork::Altair, Fork::Bellatrix, Fork::Capella, Fork::Deneb, Fork::Electra, Fork::Fulu]
     }
 
     /// The fork a version string names (as `Eth-Consensus-Version` or `version` give it).
@@ -30,6 +34,10 @@ impl Fork {
 
     pub fn name(self) -> &'static str {
         match self {
+            Fork::Phase0 => "phase0",
+            Fork::Altair => "altair",
+            Fork::Bellatrix => "bellatrix",
+            Fork::Capella => "capella",
             Fork::Deneb => "deneb",
             Fork::Electra => "electra",
             Fork::Fulu => "fulu",
@@ -89,21 +97,36 @@ impl BeaconObject {
         self != BeaconObject::Blobs
     }
 
-    fn ty(self, fork: Fork) -> &'static Ty {
+    /// Its type in `fork`, if the fork has it (blinded blocks came with bellatrix, blob sidecars
+    /// with deneb).
+    fn ty(self, fork: Fork) -> Result<&'static Ty, TranscodeError> {
         use types::*;
-        match (self, fork) {
-            (BeaconObject::Block, Fork::Deneb) => &DENEB_SIGNED_BEACON_BLOCK,
-            (BeaconObject::Block, Fork::Electra | Fork::Fulu) => &ELECTRA_SIGNED_BEACON_BLOCK,
-            (BeaconObject::BlindedBlock, Fork::Deneb) => &DENEB_SIGNED_BLINDED_BEACON_BLOCK,
-            (BeaconObject::BlindedBlock, Fork::Electra | Fork::Fulu) => &ELECTRA_SIGNED_BLINDED_BEACON_BLOCK,
+        use Fork::*;
+        Ok(match (self, fork) {
+            (BeaconObject::Block, Phase0) => &PHASE0_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Altair) => &ALTAIR_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Bellatrix) => &BELLATRIX_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Capella) => &CAPELLA_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Deneb) => &DENEB_SIGNED_BEACON_BLOCK,
+            (BeaconObject::Block, Electra | Fulu) => &ELECTRA_SIGNED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Phase0 | Altair) => return Err(TranscodeError::Fork),
+            (BeaconObject::BlindedBlock, Bellatrix) => &BELLATRIX_SIGNED_BLINDED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Capella) => &CAPELLA_SIGNED_BLINDED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Deneb) => &DENEB_SIGNED_BLINDED_BEACON_BLOCK,
+            (BeaconObject::BlindedBlock, Electra | Fulu) => &ELECTRA_SIGNED_BLINDED_BEACON_BLOCK,
             (BeaconObject::Blobs, _) => &BLOBS,
-            (BeaconObject::BlobSidecars, Fork::Deneb) => &DENEB_BLOB_SIDECARS,
-            (BeaconObject::BlobSidecars, Fork::Electra) => &ELECTRA_BLOB_SIDECARS,
-            (BeaconObject::BlobSidecars, Fork::Fulu) => &FULU_BLOB_SIDECARS,
-            (BeaconObject::State, Fork::Deneb) => &DENEB_BEACON_STATE,
-            (BeaconObject::State, Fork::Electra) => &ELECTRA_BEACON_STATE,
-            (BeaconObject::State, Fork::Fulu) => &FULU_BEACON_STATE,
-        }
+            (BeaconObject::BlobSidecars, Phase0 | Altair | Bellatrix | Capella) => return Err(TranscodeError::Fork),
+            (BeaconObject::BlobSidecars, Deneb) => &DENEB_BLOB_SIDECARS,
+            (BeaconObject::BlobSidecars, Electra) => &ELECTRA_BLOB_SIDECARS,
+            (BeaconObject::BlobSidecars, Fulu) => &FULU_BLOB_SIDECARS,
+            (BeaconObject::State, Phase0) => &PHASE0_BEACON_STATE,
+            (BeaconObject::State, Altair) => &ALTAIR_BEACON_STATE,
+            (BeaconObject::State, Bellatrix) => &BELLATRIX_BEACON_STATE,
+            (BeaconObject::State, Capella) => &CAPELLA_BEACON_STATE,
+            (BeaconObject::State, Deneb) => &DENEB_BEACON_STATE,
+            (BeaconObject::State, Electra) => &ELECTRA_BEACON_STATE,
+            (BeaconObject::State, Fulu) => &FULU_BEACON_STATE,
+        })
     }
 }
 
@@ -144,10 +167,10 @@ pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -
             }
             b"data" if ssz.is_some() || deferred.is_some() => return Err(json.error("one data member")),
             b"data" => match fork {
-                Some(fork) => ssz = Some(data_to_ssz(json, object.ty(fork))?),
+                Some(fork) => ssz = Some(data_to_ssz(json, object.ty(fork)?)?),
                 // no version yet: take the data once it is known
                 None if object.versioned() => deferred = Some(json.value()?),
-                None => ssz = Some(data_to_ssz(json, object.ty(Fork::Deneb))?),
+                None => ssz = Some(data_to_ssz(json, object.ty(Fork::Deneb)?)?),
             },
             _ => {
                 json.value()?;
@@ -160,7 +183,7 @@ pub fn beacon_to_ssz(body: &[u8], object: BeaconObject, header: Option<&[u8]>) -
         (Some(ssz), ..) => ssz,
         (None, Some(data), Some(fork)) => {
             let mut json = Scanner::new(data);
-            data_to_ssz(&mut json, object.ty(fork))?
+            data_to_ssz(&mut json, object.ty(fork)?)?
         }
         (None, Some(_), None) => return Err(unknown),
         (None, None, _) => return Err(TranscodeError::NoResult),
@@ -179,7 +202,7 @@ fn data_to_ssz(json: &mut Scanner, ty: &Ty) -> Result<Vec<u8>, TranscodeError> {
 /// the `data` member's value.
 pub fn beacon_data_to_json(ssz: &[u8], object: BeaconObject, fork: Fork, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     out.reserve(ssz.len() * 2 + 64);
-    ssz_type::to_json(object.ty(fork), ssz, out)
+    ssz_type::to_json(object.ty(fork)?, ssz, out)
 }
 
 /// What a Beacon-API JSON envelope says beside its `data`; an SSZ answer says it in headers.
@@ -215,7 +238,7 @@ pub fn beacon_from_ssz(ssz: &[u8], object: BeaconObject, envelope: BeaconEnvelop
         out.extend_from_slice(flag(finalized));
     }
     out.extend_from_slice(b",\"data\":");
-    ssz_type::to_json(object.ty(fork), ssz, &mut out)?;
+    ssz_type::to_json(object.ty(fork)?, ssz, &mut out)?;
     out.push(b'}');
     Ok(out)
 }
@@ -223,7 +246,7 @@ pub fn beacon_from_ssz(ssz: &[u8], object: BeaconObject, envelope: BeaconEnvelop
 /// The Beacon-API JSON `data` of `object` as SSZ (`beacon_data_to_json`'s inverse).
 pub fn beacon_data_to_ssz(json: &[u8], object: BeaconObject, fork: Fork) -> Result<Vec<u8>, TranscodeError> {
     let mut json = Scanner::new(json);
-    let ssz = data_to_ssz(&mut json, object.ty(fork))?;
+    let ssz = data_to_ssz(&mut json, object.ty(fork)?)?;
     json.end()?;
     Ok(ssz)
 }

@@ -19,56 +19,75 @@ fn corpus() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
 }
 
-/// The spec's name of each type described here, by fork.
+/// The spec's name of each type described here, by fork: phase0 to capella's vectors in the
+/// corpus are of the blocks, states and payloads only.
 fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
-    let mut types: Vec<(&str, &Ty)> = vec![
-        ("Fork", &FORK),
-        ("Checkpoint", &CHECKPOINT),
-        ("Eth1Data", &ETH1_DATA),
-        ("BeaconBlockHeader", &BEACON_BLOCK_HEADER),
-        ("SignedBeaconBlockHeader", &SIGNED_BEACON_BLOCK_HEADER),
-        ("ProposerSlashing", &PROPOSER_SLASHING),
-        ("AttestationData", &ATTESTATION_DATA),
-        ("DepositData", &DEPOSIT_DATA),
-        ("Deposit", &DEPOSIT),
-        ("VoluntaryExit", &VOLUNTARY_EXIT),
-        ("SignedVoluntaryExit", &SIGNED_VOLUNTARY_EXIT),
-        ("SyncAggregate", &SYNC_AGGREGATE),
-        ("Withdrawal", &WITHDRAWAL),
-        ("BLSToExecutionChange", &BLS_TO_EXECUTION_CHANGE),
-        ("SignedBLSToExecutionChange", &SIGNED_BLS_TO_EXECUTION_CHANGE),
-        ("ExecutionPayload", &EXECUTION_PAYLOAD),
-        ("ExecutionPayloadHeader", &EXECUTION_PAYLOAD_HEADER),
-        ("Validator", &VALIDATOR),
-        ("SyncCommittee", &SYNC_COMMITTEE),
-        ("HistoricalSummary", &HISTORICAL_SUMMARY),
-        ("SignedBeaconBlock", BeaconObject::Block.ty(fork)),
-        ("BeaconState", BeaconObject::State.ty(fork)),
-    ];
-    if fork != Fork::Fulu {
-        types.push(("BlobSidecar", &BLOB_SIDECAR));
+    let object = |object: BeaconObject| object.ty(fork).unwrap();
+    let mut types: Vec<(&str, &Ty)> =
+        vec![("SignedBeaconBlock", object(BeaconObject::Block)), ("BeaconState", object(BeaconObject::State))];
+    match fork {
+        Fork::Phase0 => types.push(("BeaconBlockBody", &PHASE0_BEACON_BLOCK_BODY)),
+        Fork::Altair => types.push(("BeaconBlockBody", &ALTAIR_BEACON_BLOCK_BODY)),
+        Fork::Bellatrix => types.extend([
+            ("BeaconBlockBody", &BELLATRIX_BEACON_BLOCK_BODY),
+            ("ExecutionPayload", &BELLATRIX_EXECUTION_PAYLOAD),
+            ("ExecutionPayloadHeader", &BELLATRIX_EXECUTION_PAYLOAD_HEADER),
+        ]),
+        Fork::Capella => types.extend([
+            ("BeaconBlockBody", &CAPELLA_BEACON_BLOCK_BODY),
+            ("ExecutionPayload", &CAPELLA_EXECUTION_PAYLOAD),
+            ("ExecutionPayloadHeader", &CAPELLA_EXECUTION_PAYLOAD_HEADER),
+        ]),
+        Fork::Deneb | Fork::Electra | Fork::Fulu => types.extend([
+            ("Fork", &FORK),
+            ("Checkpoint", &CHECKPOINT),
+            ("Eth1Data", &ETH1_DATA),
+            ("BeaconBlockHeader", &BEACON_BLOCK_HEADER),
+            ("SignedBeaconBlockHeader", &SIGNED_BEACON_BLOCK_HEADER),
+            ("ProposerSlashing", &PROPOSER_SLASHING),
+            ("AttestationData", &ATTESTATION_DATA),
+            ("DepositData", &DEPOSIT_DATA),
+            ("Deposit", &DEPOSIT),
+            ("VoluntaryExit", &VOLUNTARY_EXIT),
+            ("SignedVoluntaryExit", &SIGNED_VOLUNTARY_EXIT),
+            ("SyncAggregate", &SYNC_AGGREGATE),
+            ("Withdrawal", &WITHDRAWAL),
+            ("BLSToExecutionChange", &BLS_TO_EXECUTION_CHANGE),
+            ("SignedBLSToExecutionChange", &SIGNED_BLS_TO_EXECUTION_CHANGE),
+            ("ExecutionPayload", &EXECUTION_PAYLOAD),
+            ("ExecutionPayloadHeader", &EXECUTION_PAYLOAD_HEADER),
+            ("Validator", &VALIDATOR),
+            ("SyncCommittee", &SYNC_COMMITTEE),
+            ("HistoricalSummary", &HISTORICAL_SUMMARY),
+        ]),
     }
-    if fork == Fork::Deneb {
-        types.extend([
+    match fork {
+        Fork::Deneb => types.extend([
+            ("BlobSidecar", &BLOB_SIDECAR),
             ("IndexedAttestation", &INDEXED_ATTESTATION),
             ("AttesterSlashing", &ATTESTER_SLASHING),
             ("Attestation", &ATTESTATION),
             ("BeaconBlockBody", &DENEB_BEACON_BLOCK_BODY),
-        ]);
-    } else {
-        types.extend([
-            ("IndexedAttestation", &ELECTRA_INDEXED_ATTESTATION),
-            ("AttesterSlashing", &ELECTRA_ATTESTER_SLASHING),
-            ("Attestation", &ELECTRA_ATTESTATION),
-            ("BeaconBlockBody", &ELECTRA_BEACON_BLOCK_BODY),
-            ("DepositRequest", &DEPOSIT_REQUEST),
-            ("WithdrawalRequest", &WITHDRAWAL_REQUEST),
-            ("ConsolidationRequest", &CONSOLIDATION_REQUEST),
-            ("ExecutionRequests", &EXECUTION_REQUESTS),
-            ("PendingDeposit", &PENDING_DEPOSIT),
-            ("PendingPartialWithdrawal", &PENDING_PARTIAL_WITHDRAWAL),
-            ("PendingConsolidation", &PENDING_CONSOLIDATION),
-        ]);
+        ]),
+        Fork::Electra | Fork::Fulu => {
+            if fork == Fork::Electra {
+                types.push(("BlobSidecar", &BLOB_SIDECAR));
+            }
+            types.extend([
+                ("IndexedAttestation", &ELECTRA_INDEXED_ATTESTATION),
+                ("AttesterSlashing", &ELECTRA_ATTESTER_SLASHING),
+                ("Attestation", &ELECTRA_ATTESTATION),
+                ("BeaconBlockBody", &ELECTRA_BEACON_BLOCK_BODY),
+                ("DepositRequest", &DEPOSIT_REQUEST),
+                ("WithdrawalRequest", &WITHDRAWAL_REQUEST),
+                ("ConsolidationRequest", &CONSOLIDATION_REQUEST),
+                ("ExecutionRequests", &EXECUTION_REQUESTS),
+                ("PendingDeposit", &PENDING_DEPOSIT),
+                ("PendingPartialWithdrawal", &PENDING_PARTIAL_WITHDRAWAL),
+                ("PendingConsolidation", &PENDING_CONSOLIDATION),
+            ]);
+        }
+        _ => {}
     }
     types
 }
@@ -227,7 +246,7 @@ fn every_ssz_static_case_of_the_described_types_transcodes_exactly_both_ways() {
         }
     }
     eprintln!("{cases} ssz_static cases");
-    let least = if sample { Fork::all().len() } else { 300 };
+    let least = if sample { Fork::all().len() } else { 500 };
     assert!(cases >= least, "only {cases} cases: is the corpus there?");
 }
 
@@ -255,7 +274,7 @@ fn the_real_blinded_block_gives_its_computed_ssz() {
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&json).unwrap(), original);
 
     // the root that the replay upstream answers it by
-    let Ty::Container(fields) = BeaconObject::BlindedBlock.ty(Fork::Deneb) else { unreachable!() };
+    let Ty::Container(fields) = BeaconObject::BlindedBlock.ty(Fork::Deneb).unwrap() else { unreachable!() };
     let message = &expected[read_u32(&expected, 0)..];
     assert_eq!(format!("0x{}", faster_hex::hex_string(&hash_tree_root(&fields[0].ty, message))), REAL_BLINDED_BLOCK_ROOT);
 }
@@ -380,7 +399,10 @@ fn the_version_comes_from_the_json_or_the_header_and_they_must_agree() {
     assert!(beacon_to_ssz(data_first.as_bytes(), BeaconObject::BlindedBlock, Some(b"electra")).is_err());
     let version_first = format!(r#"{{"version":"deneb","data":{data}}}"#);
     assert_eq!(beacon_to_ssz(version_first.as_bytes(), BeaconObject::BlindedBlock, Some(b"electra")), Err(TranscodeError::Fork));
-    let capella = format!(r#"{{"version":"capella","data":{data}}}"#);
-    assert_eq!(beacon_to_ssz(capella.as_bytes(), BeaconObject::BlindedBlock, None), Err(TranscodeError::Fork));
+    // a fork rpcedge has no types for yet, and one before blinded blocks
+    for version in ["gloas", "altair"] {
+        let unknown = format!(r#"{{"version":"{version}","data":{data}}}"#);
+        assert_eq!(beacon_to_ssz(unknown.as_bytes(), BeaconObject::BlindedBlock, None), Err(TranscodeError::Fork));
+    }
     assert_eq!(beacon_to_ssz(br#"{"code":404,"message":"not found"}"#, BeaconObject::Block, None), Err(TranscodeError::NoResult));
 }

@@ -1,5 +1,5 @@
 //! The Beacon-API objects' SSZ types, as the consensus specs define them (mainnet preset), for
-//! deneb, electra and fulu. Every container is named as in the specs so that the tests can find
+//! every fork from phase0 to fulu. Every container is named as in the specs so that the tests can find
 //! its ssz_static vectors.
 
 use super::ssz_type::{Field, Ty};
@@ -30,7 +30,8 @@ const SLOTS_PER_HISTORICAL_ROOT: usize = 8192;
 const HISTORICAL_ROOTS_LIMIT: u64 = 1 << 24;
 const SYNC_COMMITTEE_SIZE: usize = 512;
 
-pub(super) const FORK: Ty = Ty::Container(&[field("previous_version", VERSION), field("current_version", VERSION), field("epoch", U64)]);
+pub(super) const FORK: Ty =
+    Ty::Container(&[field("previous_version", VERSION), field("current_version", VERSION), field("epoch", U64)]);
 pub(super) const CHECKPOINT: Ty = Ty::Container(&[field("epoch", U64), field("root", ROOT)]);
 pub(super) const ETH1_DATA: Ty =
     Ty::Container(&[field("deposit_root", ROOT), field("deposit_count", U64), field("block_hash", ROOT)]);
@@ -69,8 +70,12 @@ pub(super) const SYNC_AGGREGATE: Ty = Ty::Container(&[
     field("sync_committee_bits", Ty::Bitvector(SYNC_COMMITTEE_SIZE)),
     field("sync_committee_signature", SIGNATURE),
 ]);
-pub(super) const WITHDRAWAL: Ty =
-    Ty::Container(&[field("index", U64), field("validator_index", U64), field("address", ADDRESS), field("amount", U64)]);
+pub(super) const WITHDRAWAL: Ty = Ty::Container(&[
+    field("index", U64),
+    field("validator_index", U64),
+    field("address", ADDRESS),
+    field("amount", U64),
+]);
 /// Deneb's, unchanged since; the proof's length is `KZG_COMMITMENT_INCLUSION_PROOF_DEPTH`.
 pub(super) const BLOB_SIDECAR: Ty = Ty::Container(&[
     field("index", U64),
@@ -88,10 +93,10 @@ pub(super) const BLS_TO_EXECUTION_CHANGE: Ty = Ty::Container(&[
 pub(super) const SIGNED_BLS_TO_EXECUTION_CHANGE: Ty =
     Ty::Container(&[field("message", BLS_TO_EXECUTION_CHANGE), field("signature", SIGNATURE)]);
 
-/// An execution payload's fields (deneb's, unchanged in electra and fulu), with its lists (or,
-/// in the header, their roots) as given.
+/// An execution payload's fields: bellatrix's, then `$later` (its lists or, in the header, their
+/// roots, and what later forks append).
 macro_rules! execution_payload {
-    ($($lists:expr),*) => {
+    ($($later:expr),*) => {
         Ty::Container(&[
             field("parent_hash", ROOT),
             field("fee_recipient", ADDRESS),
@@ -106,20 +111,27 @@ macro_rules! execution_payload {
             field("extra_data", Ty::ByteList(32)),
             field("base_fee_per_gas", U256),
             field("block_hash", ROOT),
-            $($lists,)*
-            field("blob_gas_used", U64),
-            field("excess_blob_gas", U64),
+            $($later),*
         ])
     };
 }
 
-pub(super) const EXECUTION_PAYLOAD: Ty = execution_payload!(
-    // MAX_TRANSACTIONS_PER_PAYLOAD of MAX_BYTES_PER_TRANSACTION
-    field("transactions", Ty::List(&Ty::ByteList(1 << 30), 1 << 20)),
-    field("withdrawals", Ty::List(&WITHDRAWAL, 16))
-);
+// MAX_TRANSACTIONS_PER_PAYLOAD of MAX_BYTES_PER_TRANSACTION
+const TRANSACTIONS: Field = field("transactions", Ty::List(&Ty::ByteList(1 << 30), 1 << 20));
+const WITHDRAWALS: Field = field("withdrawals", Ty::List(&WITHDRAWAL, 16));
+const TRANSACTIONS_ROOT: Field = field("transactions_root", ROOT);
+const WITHDRAWALS_ROOT: Field = field("withdrawals_root", ROOT);
+const BLOB_GAS_USED: Field = field("blob_gas_used", U64);
+const EXCESS_BLOB_GAS: Field = field("excess_blob_gas", U64);
+
+pub(super) const BELLATRIX_EXECUTION_PAYLOAD: Ty = execution_payload!(TRANSACTIONS);
+pub(super) const BELLATRIX_EXECUTION_PAYLOAD_HEADER: Ty = execution_payload!(TRANSACTIONS_ROOT);
+pub(super) const CAPELLA_EXECUTION_PAYLOAD: Ty = execution_payload!(TRANSACTIONS, WITHDRAWALS);
+pub(super) const CAPELLA_EXECUTION_PAYLOAD_HEADER: Ty = execution_payload!(TRANSACTIONS_ROOT, WITHDRAWALS_ROOT);
+/// Deneb's, unchanged in electra and fulu.
+pub(super) const EXECUTION_PAYLOAD: Ty = execution_payload!(TRANSACTIONS, WITHDRAWALS, BLOB_GAS_USED, EXCESS_BLOB_GAS);
 pub(super) const EXECUTION_PAYLOAD_HEADER: Ty =
-    execution_payload!(field("transactions_root", ROOT), field("withdrawals_root", ROOT));
+    execution_payload!(TRANSACTIONS_ROOT, WITHDRAWALS_ROOT, BLOB_GAS_USED, EXCESS_BLOB_GAS);
 
 /// An `IndexedAttestation` of up to `max` validators.
 macro_rules! indexed_attestation {
@@ -132,10 +144,10 @@ macro_rules! indexed_attestation {
     };
 }
 
-/// A block body's fields: deneb's, with the fork's attester slashings and attestations, the
-/// execution payload (or its header, when blinded), then what later forks append.
+/// A block body's fields: phase0's, with the fork's attester slashings and attestations, then
+/// what later forks append.
 macro_rules! block_body {
-    ($attester_slashings:expr, $attestations:expr, $payload:expr $(, $later:expr)*) => {
+    ($attester_slashings:expr, $attestations:expr $(, $later:expr)*) => {
         Ty::Container(&[
             field("randao_reveal", SIGNATURE),
             field("eth1_data", ETH1_DATA),
@@ -145,14 +157,16 @@ macro_rules! block_body {
             field("attestations", $attestations),
             field("deposits", Ty::List(&DEPOSIT, 16)),
             field("voluntary_exits", Ty::List(&SIGNED_VOLUNTARY_EXIT, 16)),
-            field("sync_aggregate", SYNC_AGGREGATE),
-            $payload,
-            field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16)),
-            field("blob_kzg_commitments", Ty::List(&PUBKEY, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
             $($later),*
         ])
     };
 }
+
+const SYNC_AGGREGATE_FIELD: Field = field("sync_aggregate", SYNC_AGGREGATE);
+const BLS_TO_EXECUTION_CHANGES: Field =
+    field("bls_to_execution_changes", Ty::List(&SIGNED_BLS_TO_EXECUTION_CHANGE, 16));
+const BLOB_KZG_COMMITMENTS: Field =
+    field("blob_kzg_commitments", Ty::List(&KZG_COMMITMENT, MAX_BLOB_COMMITMENTS_PER_BLOCK));
 
 // deneb
 
@@ -165,14 +179,38 @@ pub(super) const ATTESTATION: Ty = Ty::Container(&[
     field("signature", SIGNATURE),
 ]);
 
-macro_rules! deneb_body {
-    ($payload:expr) => {
-        block_body!(Ty::List(&ATTESTER_SLASHING, 2), Ty::List(&ATTESTATION, 128), $payload)
+/// The body of phase0 to deneb, with `$later` after its voluntary exits.
+macro_rules! phase0_body {
+    ($($later:expr),*) => {
+        block_body!(Ty::List(&ATTESTER_SLASHING, 2), Ty::List(&ATTESTATION, 128) $(, $later)*)
     };
 }
 
-pub(super) const DENEB_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execution_payload", EXECUTION_PAYLOAD));
-pub(super) const DENEB_BLINDED_BEACON_BLOCK_BODY: Ty = deneb_body!(field("execution_payload_header", EXECUTION_PAYLOAD_HEADER));
+pub(super) const PHASE0_BEACON_BLOCK_BODY: Ty = phase0_body!();
+pub(super) const ALTAIR_BEACON_BLOCK_BODY: Ty = phase0_body!(SYNC_AGGREGATE_FIELD);
+pub(super) const BELLATRIX_BEACON_BLOCK_BODY: Ty =
+    phase0_body!(SYNC_AGGREGATE_FIELD, field("execution_payload", BELLATRIX_EXECUTION_PAYLOAD));
+pub(super) const BELLATRIX_BLINDED_BEACON_BLOCK_BODY: Ty =
+    phase0_body!(SYNC_AGGREGATE_FIELD, field("execution_payload_header", BELLATRIX_EXECUTION_PAYLOAD_HEADER));
+pub(super) const CAPELLA_BEACON_BLOCK_BODY: Ty =
+    phase0_body!(SYNC_AGGREGATE_FIELD, field("execution_payload", CAPELLA_EXECUTION_PAYLOAD), BLS_TO_EXECUTION_CHANGES);
+pub(super) const CAPELLA_BLINDED_BEACON_BLOCK_BODY: Ty = phase0_body!(
+    SYNC_AGGREGATE_FIELD,
+    field("execution_payload_header", CAPELLA_EXECUTION_PAYLOAD_HEADER),
+    BLS_TO_EXECUTION_CHANGES
+);
+pub(super) const DENEB_BEACON_BLOCK_BODY: Ty = phase0_body!(
+    SYNC_AGGREGATE_FIELD,
+    field("execution_payload", EXECUTION_PAYLOAD),
+    BLS_TO_EXECUTION_CHANGES,
+    BLOB_KZG_COMMITMENTS
+);
+pub(super) const DENEB_BLINDED_BEACON_BLOCK_BODY: Ty = phase0_body!(
+    SYNC_AGGREGATE_FIELD,
+    field("execution_payload_header", EXECUTION_PAYLOAD_HEADER),
+    BLS_TO_EXECUTION_CHANGES,
+    BLOB_KZG_COMMITMENTS
+);
 
 // electra (and fulu)
 
@@ -210,7 +248,10 @@ macro_rules! electra_body {
         block_body!(
             Ty::List(&ELECTRA_ATTESTER_SLASHING, 1),
             Ty::List(&ELECTRA_ATTESTATION, 8),
+            SYNC_AGGREGATE_FIELD,
             $payload,
+            BLS_TO_EXECUTION_CHANGES,
+            BLOB_KZG_COMMITMENTS,
             field("execution_requests", EXECUTION_REQUESTS)
         )
     };
@@ -239,6 +280,12 @@ macro_rules! signed_block {
     };
 }
 
+pub(super) const PHASE0_SIGNED_BEACON_BLOCK: Ty = signed_block!(PHASE0_BEACON_BLOCK_BODY);
+pub(super) const ALTAIR_SIGNED_BEACON_BLOCK: Ty = signed_block!(ALTAIR_BEACON_BLOCK_BODY);
+pub(super) const BELLATRIX_SIGNED_BEACON_BLOCK: Ty = signed_block!(BELLATRIX_BEACON_BLOCK_BODY);
+pub(super) const BELLATRIX_SIGNED_BLINDED_BEACON_BLOCK: Ty = signed_block!(BELLATRIX_BLINDED_BEACON_BLOCK_BODY);
+pub(super) const CAPELLA_SIGNED_BEACON_BLOCK: Ty = signed_block!(CAPELLA_BEACON_BLOCK_BODY);
+pub(super) const CAPELLA_SIGNED_BLINDED_BEACON_BLOCK: Ty = signed_block!(CAPELLA_BLINDED_BEACON_BLOCK_BODY);
 pub(super) const DENEB_SIGNED_BEACON_BLOCK: Ty = signed_block!(DENEB_BEACON_BLOCK_BODY);
 pub(super) const DENEB_SIGNED_BLINDED_BEACON_BLOCK: Ty = signed_block!(DENEB_BLINDED_BEACON_BLOCK_BODY);
 pub(super) const ELECTRA_SIGNED_BEACON_BLOCK: Ty = signed_block!(ELECTRA_BEACON_BLOCK_BODY);
@@ -271,27 +318,23 @@ pub(super) const PENDING_PARTIAL_WITHDRAWAL: Ty =
     Ty::Container(&[field("validator_index", U64), field("amount", U64), field("withdrawable_epoch", U64)]);
 pub(super) const PENDING_CONSOLIDATION: Ty = Ty::Container(&[field("source_index", U64), field("target_index", U64)]);
 
-/// The state's fields through deneb's, then what electra appends, then `$later`.
+/// Phase0's pending attestation, which its state keeps per epoch.
+pub(super) const PENDING_ATTESTATION: Ty = Ty::Container(&[
+    field("aggregation_bits", Ty::Bitlist(MAX_VALIDATORS_PER_COMMITTEE)),
+    field("data", ATTESTATION_DATA),
+    field("inclusion_delay", U64),
+    field("proposer_index", U64),
+]);
+
+// JUSTIFICATION_BITS_LENGTH
+const JUSTIFICATION_BITS: Field = field("justification_bits", Ty::Bitvector(4));
+const PREVIOUS_JUSTIFIED: Field = field("previous_justified_checkpoint", CHECKPOINT);
+const CURRENT_JUSTIFIED: Field = field("current_justified_checkpoint", CHECKPOINT);
+const FINALIZED: Field = field("finalized_checkpoint", CHECKPOINT);
+
+/// The state's fields: phase0's through its slashings, then the fork's (`$later`).
 macro_rules! beacon_state {
-    (deneb) => {
-        beacon_state!(@)
-    };
-    (electra $(, $later:expr)*) => {
-        beacon_state!(@
-            field("deposit_requests_start_index", U64),
-            field("deposit_balance_to_consume", U64),
-            field("exit_balance_to_consume", U64),
-            field("earliest_exit_epoch", U64),
-            field("consolidation_balance_to_consume", U64),
-            field("earliest_consolidation_epoch", U64),
-            // PENDING_DEPOSITS_LIMIT, PENDING_PARTIAL_WITHDRAWALS_LIMIT, PENDING_CONSOLIDATIONS_LIMIT
-            field("pending_deposits", Ty::List(&PENDING_DEPOSIT, 1 << 27)),
-            field("pending_partial_withdrawals", Ty::List(&PENDING_PARTIAL_WITHDRAWAL, 1 << 27)),
-            field("pending_consolidations", Ty::List(&PENDING_CONSOLIDATION, 1 << 18))
-            $(, $later)*
-        )
-    };
-    (@ $($later:expr),*) => {
+    ($($later:expr),*) => {
         Ty::Container(&[
             field("genesis_time", U64),
             field("genesis_validators_root", ROOT),
@@ -311,26 +354,76 @@ macro_rules! beacon_state {
             field("randao_mixes", Ty::Vector(&ROOT, 65536)),
             // EPOCHS_PER_SLASHINGS_VECTOR
             field("slashings", Ty::Vector(&U64, 8192)),
-            field("previous_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
-            field("current_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
-            // JUSTIFICATION_BITS_LENGTH
-            field("justification_bits", Ty::Bitvector(4)),
-            field("previous_justified_checkpoint", CHECKPOINT),
-            field("current_justified_checkpoint", CHECKPOINT),
-            field("finalized_checkpoint", CHECKPOINT),
-            field("inactivity_scores", Ty::List(&U64, VALIDATOR_REGISTRY_LIMIT)),
-            field("current_sync_committee", SYNC_COMMITTEE),
-            field("next_sync_committee", SYNC_COMMITTEE),
-            field("latest_execution_payload_header", EXECUTION_PAYLOAD_HEADER),
-            field("next_withdrawal_index", U64),
-            field("next_withdrawal_validator_index", U64),
-            field("historical_summaries", Ty::List(&HISTORICAL_SUMMARY, HISTORICAL_ROOTS_LIMIT)),
             $($later),*
         ])
     };
 }
 
-pub(super) const DENEB_BEACON_STATE: Ty = beacon_state!(deneb);
-pub(super) const ELECTRA_BEACON_STATE: Ty = beacon_state!(electra);
+/// Altair's state after the slashings, then `$later`.
+macro_rules! altair_state {
+    ($($later:expr),*) => {
+        beacon_state!(
+            field("previous_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
+            field("current_epoch_participation", Ty::List(&U8, VALIDATOR_REGISTRY_LIMIT)),
+            JUSTIFICATION_BITS,
+            PREVIOUS_JUSTIFIED,
+            CURRENT_JUSTIFIED,
+            FINALIZED,
+            field("inactivity_scores", Ty::List(&U64, VALIDATOR_REGISTRY_LIMIT)),
+            field("current_sync_committee", SYNC_COMMITTEE),
+            field("next_sync_committee", SYNC_COMMITTEE)
+            $(, $later)*
+        )
+    };
+}
+
+/// Capella's state after the slashings, with the fork's payload `$header`, then `$later`.
+macro_rules! capella_state {
+    ($header:expr $(, $later:expr)*) => {
+        altair_state!(
+            field("latest_execution_payload_header", $header),
+            field("next_withdrawal_index", U64),
+            field("next_withdrawal_validator_index", U64),
+            field("historical_summaries", Ty::List(&HISTORICAL_SUMMARY, HISTORICAL_ROOTS_LIMIT))
+            $(, $later)*
+        )
+    };
+}
+
+/// Electra's state, then `$later`.
+macro_rules! electra_state {
+    ($($later:expr),*) => {
+        capella_state!(
+            EXECUTION_PAYLOAD_HEADER,
+            field("deposit_requests_start_index", U64),
+            field("deposit_balance_to_consume", U64),
+            field("exit_balance_to_consume", U64),
+            field("earliest_exit_epoch", U64),
+            field("consolidation_balance_to_consume", U64),
+            field("earliest_consolidation_epoch", U64),
+            // PENDING_DEPOSITS_LIMIT, PENDING_PARTIAL_WITHDRAWALS_LIMIT, PENDING_CONSOLIDATIONS_LIMIT
+            field("pending_deposits", Ty::List(&PENDING_DEPOSIT, 1 << 27)),
+            field("pending_partial_withdrawals", Ty::List(&PENDING_PARTIAL_WITHDRAWAL, 1 << 27)),
+            field("pending_consolidations", Ty::List(&PENDING_CONSOLIDATION, 1 << 18))
+            $(, $later)*
+        )
+    };
+}
+
+// MAX_ATTESTATIONS * SLOTS_PER_EPOCH
+pub(super) const PHASE0_BEACON_STATE: Ty = beacon_state!(
+    field("previous_epoch_attestations", Ty::List(&PENDING_ATTESTATION, 128 * 32)),
+    field("current_epoch_attestations", Ty::List(&PENDING_ATTESTATION, 128 * 32)),
+    JUSTIFICATION_BITS,
+    PREVIOUS_JUSTIFIED,
+    CURRENT_JUSTIFIED,
+    FINALIZED
+);
+pub(super) const ALTAIR_BEACON_STATE: Ty = altair_state!();
+pub(super) const BELLATRIX_BEACON_STATE: Ty =
+    altair_state!(field("latest_execution_payload_header", BELLATRIX_EXECUTION_PAYLOAD_HEADER));
+pub(super) const CAPELLA_BEACON_STATE: Ty = capella_state!(CAPELLA_EXECUTION_PAYLOAD_HEADER);
+pub(super) const DENEB_BEACON_STATE: Ty = capella_state!(EXECUTION_PAYLOAD_HEADER);
+pub(super) const ELECTRA_BEACON_STATE: Ty = electra_state!();
 // (MIN_SEED_LOOKAHEAD + 1) * SLOTS_PER_EPOCH
-pub(super) const FULU_BEACON_STATE: Ty = beacon_state!(electra, field("proposer_lookahead", Ty::Vector(&U64, 2 * 32)));
+pub(super) const FULU_BEACON_STATE: Ty = electra_state!(field("proposer_lookahead", Ty::Vector(&U64, 2 * 32)));
