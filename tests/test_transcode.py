@@ -218,6 +218,10 @@ BEACON_ROUTES = [
     ("/eth/v1/beacon/blobs/electra:case_3", None),
     ("/eth/v1/beacon/blob_sidecars/deneb:case_0", "deneb"),
     ("/eth/v2/debug/beacon/states/fulu:case_0", "fulu"),
+    ("/eth/v1/beacon/light_client/bootstrap/altair:case_4", "altair"),
+    ("/eth/v1/beacon/light_client/bootstrap/electra:case_0", "electra"),
+    ("/eth/v1/beacon/light_client/finality_update?case=electra:case_4", "electra"),
+    ("/eth/v1/beacon/light_client/optimistic_update?case=altair:case_0", "altair"),
 ]
 
 

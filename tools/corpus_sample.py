@@ -11,7 +11,8 @@ and the same corpus always gives the same sample:
             recording makes, the smallest of the latest fork (most header fields); and the
             recordings that the README's examples ask for. index.jsonl keeps their rows.
   witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
-  ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; the real
+  ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; altair's
+            and electra's smallest light client bootstrap, finality and optimistic update; the real
             deneb blinded block. (A random BeaconState case is 8.6 MB: states are not sampled.)
   licenses/ the sources' licences, as in the shared corpus.
 
@@ -40,6 +41,9 @@ BIG_TRACES = 4  # tarballs holding a trace answer over 1 MiB
 EXAMPLES = ["eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"]
 WITNESS = "witness/ethrex-replay/cache_hoodi_1265656.json"
 FORKS = ["phase0", "altair", "bellatrix", "capella", "deneb", "electra", "fulu"]
+# the light client's header without and with the execution payload's, branches of both depths
+LIGHT_CLIENT_FORKS = ["altair", "electra"]
+LIGHT_CLIENT_TYPES = ["LightClientBootstrap", "LightClientFinalityUpdate", "LightClientOptimisticUpdate"]
 SSZ_STATIC = "ssz/ssz_static/tests/mainnet/{fork}/ssz_static/{type}/ssz_random"
 
 
@@ -98,6 +102,8 @@ def files_to_copy(corpus):
     files.append(Path(WITNESS))
     cases = [smallest_case(corpus / SSZ_STATIC.format(fork=fork, type="SignedBeaconBlock")) for fork in FORKS]
     cases.append(corpus / SSZ_STATIC.format(fork="deneb", type="BlobSidecar") / "case_0")
+    cases.extend(smallest_case(corpus / SSZ_STATIC.format(fork=fork, type=name))
+                 for fork in LIGHT_CLIENT_FORKS for name in LIGHT_CLIENT_TYPES)
     for case in cases:
         files.extend(path.relative_to(corpus) for path in sorted(case.iterdir()))
     files.extend(path.relative_to(corpus) for path in sorted((corpus / "ssz/real").iterdir()))

@@ -5,7 +5,11 @@
 //! - `/eth/v1/beacon/blobs/<fork>:<case>`: the blob of that ssz_static `BlobSidecar`, as a list
 //!   of one; `/eth/v1/beacon/blob_sidecars/<fork>:<case>`: the sidecar, as a list of one;
 //! - `/eth/v1/beacon/blinded_blocks/348241` (its slot) or `/<its block root>`: the real deneb
-//!   blinded block.
+//!   blinded block;
+//! - `/eth/v1/beacon/light_client/bootstrap/<fork>:<case>`, and the routes without an id
+//!   `/eth/v1/beacon/light_client/finality_update?case=<fork>:<case>` and `.../optimistic_update?...`:
+//!   that `LightClientBootstrap`, `LightClientFinalityUpdate` or `LightClientOptimisticUpdate`, in
+//!   the light client's envelope (`version` and `data` only).
 //!
 //! JSON is the Beacon-API's (integers as decimal strings) in its envelope, with
 //! `Eth-Consensus-Version`; SSZ is the case's serialized bytes. Answers are built on first use
@@ -66,7 +70,7 @@ impl BeaconRoutes {
             let real = self.dir.join("real");
             let data = read(&real.join("signed-blinded-beacon-block-deneb.json"))?;
             let ssz = read(&real.join("signed-blinded-beacon-block-deneb.computed.ssz"))?;
-            return Ok(envelope(Some("deneb"), std::str::from_utf8(&data).map_err(|e| e.to_string())?.trim(), ssz));
+            return Ok(envelope(Some("deneb"), std::str::from_utf8(&data).map_err(|e| e.to_string())?.trim(), ssz, true));
         }
         let (fork, case) = id.split_once(':').ok_or_else(|| format!("{id}: expected <fork>:<case>, like deneb:case_0"))?;
         let valid = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
@@ -77,15 +81,21 @@ impl BeaconRoutes {
             Kind::Block => "SignedBeaconBlock",
             Kind::State => "BeaconState",
             Kind::Blobs | Kind::BlobSidecars => "BlobSidecar",
+            Kind::LightClientBootstrap => "LightClientBootstrap",
+            Kind::LightClientFinalityUpdate => "LightClientFinalityUpdate",
+            Kind::LightClientOptimisticUpdate => "LightClientOptimisticUpdate",
             Kind::BlindedBlock => unreachable!("answered above"),
         };
         let dir = self.dir.join("ssz_static/tests/mainnet").join(fork).join("ssz_static").join(type_name).join("ssz_random").join(case);
         let (json, ssz) = ssz_static_case(&dir)?;
         match kind {
             // a list of fixed-size sidecars is their bytes one after another
-            Kind::BlobSidecars => return Ok(envelope(Some(fork), &format!("[{json}]"), ssz)),
+            Kind::BlobSidecars => return Ok(envelope(Some(fork), &format!("[{json}]"), ssz, true)),
             Kind::Blobs => {}
-            _ => return Ok(envelope(Some(fork), &json, ssz)),
+            Kind::LightClientBootstrap | Kind::LightClientFinalityUpdate | Kind::LightClientOptimisticUpdate => {
+                return Ok(envelope(Some(fork), &json, ssz, false))
+            }
+            _ => return Ok(envelope(Some(fork), &json, ssz, true)),
         }
         // the sidecar's blob (its second field, after the index) as a list of one
         let blob = YamlLoader::load_from_str(&std::fs::read_to_string(dir.join("value.yaml")).map_err(|e| e.to_string())?)
@@ -94,7 +104,7 @@ impl BeaconRoutes {
             .ok_or("a sidecar without a blob")?
             .to_string();
         let blob_ssz = ssz.get(8..8 + 131072).ok_or("a sidecar too short for a blob")?.to_vec();
-        Ok(envelope(None, &format!("[\"{blob}\"]"), blob_ssz))
+        Ok(envelope(None, &format!("[\"{blob}\"]"), blob_ssz, true))
     }
 }
 
@@ -105,15 +115,28 @@ enum Kind {
     Blobs,
     BlobSidecars,
     State,
+    LightClientBootstrap,
+    LightClientFinalityUpdate,
+    LightClientOptimisticUpdate,
 }
 
-fn route(path: &str) -> Option<(Kind, &str)> {
+/// The route of `target` (a path, with or without its query) and the id it names.
+fn route(target: &str) -> Option<(Kind, &str)> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let exact = [
+        ("/eth/v1/beacon/light_client/finality_update", Kind::LightClientFinalityUpdate),
+        ("/eth/v1/beacon/light_client/optimistic_update", Kind::LightClientOptimisticUpdate),
+    ];
+    if let Some((_, kind)) = exact.into_iter().find(|(route, _)| *route == path) {
+        return Some((kind, query.split('&').find_map(|pair| pair.strip_prefix("case="))?));
+    }
     [
         ("/eth/v2/beacon/blocks/", Kind::Block),
         ("/eth/v1/beacon/blinded_blocks/", Kind::BlindedBlock),
         ("/eth/v1/beacon/blobs/", Kind::Blobs),
         ("/eth/v1/beacon/blob_sidecars/", Kind::BlobSidecars),
         ("/eth/v2/debug/beacon/states/", Kind::State),
+        ("/eth/v1/beacon/light_client/bootstrap/", Kind::LightClientBootstrap),
     ]
     .into_iter()
     .find_map(|(prefix, kind)| {
@@ -126,9 +149,12 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn envelope(version: Option<&str>, data: &str, ssz: Vec<u8>) -> BeaconAnswer {
+/// The JSON response around `data`: with `version` where there is one, and the chain's flags but
+/// for the light client's objects.
+fn envelope(version: Option<&str>, data: &str, ssz: Vec<u8>, flags: bool) -> BeaconAnswer {
     let version_member = version.map(|v| format!("\"version\":\"{v}\",")).unwrap_or_default();
-    let json = format!("{{{version_member}\"execution_optimistic\":false,\"finalized\":true,\"data\":{data}}}");
+    let flags = if flags { "\"execution_optimistic\":false,\"finalized\":true," } else { "" };
+    let json = format!("{{{version_member}{flags}\"data\":{data}}}");
     BeaconAnswer { json: Bytes::from(json), ssz: Bytes::from(ssz), version: version.map(str::to_string) }
 }
 

@@ -165,9 +165,11 @@ async fn route(
         })?;
         return Ok(json_text(String::from_utf8(header).expect("ASCII")));
     }
-    if BeaconRoutes::handles(path) && read_only {
+    // (the routes without an id name their case in the query)
+    let target = request.uri().path_and_query().map_or(path, |target| target.as_str());
+    if BeaconRoutes::handles(target) && read_only {
         state.beacon_requests.fetch_add(1, Ordering::Relaxed);
-        let answer = state.beacon.answer(path).map_err(|reason| Refusal(StatusCode::NOT_FOUND, reason))?;
+        let answer = state.beacon.answer(target).map_err(|reason| Refusal(StatusCode::NOT_FOUND, reason))?;
         let delivery = delivery_for(state, &request)?;
         let ssz = delivery.ssz && accepts_ssz(request.headers());
         let (body, content_type) = if ssz {

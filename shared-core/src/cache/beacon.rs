@@ -69,7 +69,13 @@ impl Answered {
 /// path and query byte for byte: what the node reads, whatever it makes of a prefix or a
 /// parameter; a client that spells them otherwise gets an entry of its own.
 pub(super) fn read(namespace: &str, path: &[u8], accept: &Accept) -> Result<Read, Bypass> {
-    let object = BeaconObject::from_route(path).filter(|&object| object != BeaconObject::State).ok_or(Bypass::Route)?;
+    // a block's data, which no longer changes once the block is final; not states (hundreds of
+    // MB) nor the light client's objects (which follow the head, or carry no `finalized`)
+    let kept = |object: &BeaconObject| {
+        use BeaconObject::*;
+        matches!(object, Block | BlindedBlock | Blobs | BlobSidecars)
+    };
+    let object = BeaconObject::from_route(path).filter(kept).ok_or(Bypass::Route)?;
     let ssz = match accept.choose() {
         Some(MediaType::Ssz(_)) => true,
         Some(MediaType::Json) => false,

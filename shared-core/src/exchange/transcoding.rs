@@ -120,7 +120,9 @@ impl Transcoding {
                 self.state = State::AskedResult(call);
             } else if let Some(object) = self
                 .beacon_object
-                .filter(|&object| request.get && object != BeaconObject::State && node.sends_beacon_metadata())
+                .filter(|&object| {
+                    request.get && object != BeaconObject::State && object.has_chain_flags() && node.sends_beacon_metadata()
+                })
             {
                 self.state = State::AskedObject(object);
             }

@@ -59,15 +59,25 @@ pub enum BeaconObject {
     BlobSidecars,
     /// `/eth/v2/debug/beacon/states/{state_id}`: a `BeaconState`.
     State,
+    /// `/eth/v1/beacon/light_client/bootstrap/{block_root}`: a `LightClientBootstrap`.
+    LightClientBootstrap,
+    /// `/eth/v1/beacon/light_client/finality_update`: a `LightClientFinalityUpdate`.
+    LightClientFinalityUpdate,
+    /// `/eth/v1/beacon/light_client/optimistic_update`: a `LightClientOptimisticUpdate`.
+    LightClientOptimisticUpdate,
 }
 
-/// Each route's path before its last segment, the object's id.
-const ROUTES: [(&str, BeaconObject); 5] = [
+/// Each route's path: before its last segment, the object's id, where it ends with a slash; the
+/// whole path where it does not.
+const ROUTES: [(&str, BeaconObject); 8] = [
     ("/eth/v2/beacon/blocks/", BeaconObject::Block),
     ("/eth/v1/beacon/blinded_blocks/", BeaconObject::BlindedBlock),
     ("/eth/v1/beacon/blobs/", BeaconObject::Blobs),
     ("/eth/v1/beacon/blob_sidecars/", BeaconObject::BlobSidecars),
     ("/eth/v2/debug/beacon/states/", BeaconObject::State),
+    ("/eth/v1/beacon/light_client/bootstrap/", BeaconObject::LightClientBootstrap),
+    ("/eth/v1/beacon/light_client/finality_update", BeaconObject::LightClientFinalityUpdate),
+    ("/eth/v1/beacon/light_client/optimistic_update", BeaconObject::LightClientOptimisticUpdate),
 ];
 
 /// The blobs route's list of blobs.
@@ -88,8 +98,23 @@ impl BeaconObject {
         ROUTES.iter().find_map(|(route, object)| {
             let at = memchr::memmem::rfind(path, route.as_bytes())?;
             let id = &path[at + route.len()..];
-            (!id.is_empty() && !id.contains(&b'/')).then_some(*object)
+            let fits = match route.ends_with('/') {
+                true => !id.is_empty() && !id.contains(&b'/'),
+                false => id.is_empty(),
+            };
+            fits.then_some(*object)
         })
+    }
+
+    /// Whether its JSON envelope has `execution_optimistic` and `finalized` (the light client's
+    /// has `version` and `data` only).
+    pub fn has_chain_flags(self) -> bool {
+        !matches!(
+            self,
+            BeaconObject::LightClientBootstrap
+                | BeaconObject::LightClientFinalityUpdate
+                | BeaconObject::LightClientOptimisticUpdate
+        )
     }
 
     /// Whether its type depends on the consensus version.
@@ -126,7 +151,22 @@ impl BeaconObject {
             (BeaconObject::State, Deneb) => &DENEB_BEACON_STATE,
             (BeaconObject::State, Electra) => &ELECTRA_BEACON_STATE,
             (BeaconObject::State, Fulu) => &FULU_BEACON_STATE,
+            (BeaconObject::LightClientBootstrap, _) => &light_client(fork)?[0],
+            (BeaconObject::LightClientFinalityUpdate, _) => &light_client(fork)?[2],
+            (BeaconObject::LightClientOptimisticUpdate, _) => &light_client(fork)?[3],
         })
+    }
+}
+
+/// The light client's objects in `fork` (from altair).
+fn light_client(fork: Fork) -> Result<&'static types::LightClient, TranscodeError> {
+    use types::*;
+    match fork {
+        Fork::Phase0 => Err(TranscodeError::Fork),
+        Fork::Altair | Fork::Bellatrix => Ok(&ALTAIR_LIGHT_CLIENT),
+        Fork::Capella => Ok(&CAPELLA_LIGHT_CLIENT),
+        Fork::Deneb => Ok(&DENEB_LIGHT_CLIENT),
+        Fork::Electra | Fork::Fulu => Ok(&ELECTRA_LIGHT_CLIENT),
     }
 }
 
@@ -230,14 +270,17 @@ pub fn beacon_from_ssz(ssz: &[u8], object: BeaconObject, envelope: BeaconEnvelop
         out.extend_from_slice(fork.name().as_bytes());
         out.extend_from_slice(b"\",");
     }
-    let flag = |value: bool| if value { &b"true"[..] } else { b"false" };
-    out.extend_from_slice(b"\"execution_optimistic\":");
-    out.extend_from_slice(flag(envelope.execution_optimistic));
-    if let Some(finalized) = envelope.finalized {
-        out.extend_from_slice(b",\"finalized\":");
-        out.extend_from_slice(flag(finalized));
+    if object.has_chain_flags() {
+        let flag = |value: bool| if value { &b"true"[..] } else { b"false" };
+        out.extend_from_slice(b"\"execution_optimistic\":");
+        out.extend_from_slice(flag(envelope.execution_optimistic));
+        if let Some(finalized) = envelope.finalized {
+            out.extend_from_slice(b",\"finalized\":");
+            out.extend_from_slice(flag(finalized));
+        }
+        out.push(b',');
     }
-    out.extend_from_slice(b",\"data\":");
+    out.extend_from_slice(b"\"data\":");
     ssz_type::to_json(object.ty(fork)?, ssz, &mut out)?;
     out.push(b'}');
     Ok(out)

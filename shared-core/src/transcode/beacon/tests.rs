@@ -61,6 +61,20 @@ fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
             ("HistoricalSummary", &HISTORICAL_SUMMARY),
         ]),
     }
+    if let Ok(light_client) = light_client(fork) {
+        let header: &Ty = match fork {
+            Fork::Altair | Fork::Bellatrix => &ALTAIR_LIGHT_CLIENT_HEADER,
+            Fork::Capella => &CAPELLA_LIGHT_CLIENT_HEADER,
+            _ => &DENEB_LIGHT_CLIENT_HEADER,
+        };
+        types.extend([
+            ("LightClientHeader", header),
+            ("LightClientBootstrap", &light_client[0]),
+            ("LightClientUpdate", &light_client[1]),
+            ("LightClientFinalityUpdate", &light_client[2]),
+            ("LightClientOptimisticUpdate", &light_client[3]),
+        ]);
+    }
     match fork {
         Fork::Deneb => types.extend([
             ("BlobSidecar", &BLOB_SIDECAR),
@@ -354,11 +368,37 @@ fn routes_name_their_objects_by_path_alone() {
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blinded_blocks/348241?x=1"), Some(BeaconObject::BlindedBlock));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blobs/0xab?versioned_hashes=0x01"), Some(BeaconObject::Blobs));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blob_sidecars/head?indices=0"), Some(BeaconObject::BlobSidecars));
+    let bootstrap = b"/eth/v1/beacon/light_client/bootstrap/0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1";
+    assert_eq!(BeaconObject::from_route(bootstrap), Some(BeaconObject::LightClientBootstrap));
+    let finality = b"/eth/v1/beacon/light_client/finality_update";
+    assert_eq!(BeaconObject::from_route(finality), Some(BeaconObject::LightClientFinalityUpdate));
+    let optimistic = b"/beacon/eth/v1/beacon/light_client/optimistic_update?x=1";
+    assert_eq!(BeaconObject::from_route(optimistic), Some(BeaconObject::LightClientOptimisticUpdate));
+    for other in [&b"/eth/v1/beacon/light_client/finality_update/1"[..], b"/eth/v1/beacon/light_client/bootstrap/"] {
+        assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
+    }
     assert_eq!(BeaconObject::from_route(b"/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
     assert_eq!(BeaconObject::from_route(b"/beacon/eth/v2/debug/beacon/states/finalized"), Some(BeaconObject::State));
     for other in [&b"/eth/v2/beacon/blocks/head/attestations"[..], b"/eth/v2/beacon/blocks/", b"/eth/v1/beacon/blocks/head", b"/"] {
         assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
     }
+}
+
+#[test]
+fn a_light_client_object_has_a_version_and_no_chain_flags() {
+    let case = corpus().join("ssz/ssz_static/tests/mainnet/electra/ssz_static/LightClientFinalityUpdate/ssz_random/case_4");
+    let (data, ssz) = ssz_static_case(&case).unwrap();
+    let response = format!(r#"{{"version":"electra","data":{data}}}"#);
+    let object = BeaconObject::LightClientFinalityUpdate;
+    let transcoded = beacon_to_ssz(response.as_bytes(), object, Some(b"electra")).unwrap();
+    assert_eq!((transcoded.ssz.as_slice(), transcoded.fork), (ssz.as_slice(), Some(Fork::Electra)));
+    let envelope = BeaconEnvelope { fork: Some(Fork::Electra), execution_optimistic: false, finalized: None };
+    let json: serde_json::Value = serde_json::from_slice(&beacon_from_ssz(&ssz, object, envelope).unwrap()).unwrap();
+    assert_eq!(json, serde_json::from_str::<serde_json::Value>(&response).unwrap());
+    // deneb's branches are a level shorter: electra's update is not deneb's
+    assert!(beacon_to_ssz(response.as_bytes(), object, Some(b"deneb")).is_err());
+    let deneb = format!(r#"{{"version":"deneb","data":{data}}}"#);
+    assert!(beacon_to_ssz(deneb.as_bytes(), object, None).is_err());
 }
 
 #[test]

@@ -427,3 +427,72 @@ pub(super) const DENEB_BEACON_STATE: Ty = capella_state!(EXECUTION_PAYLOAD_HEADE
 pub(super) const ELECTRA_BEACON_STATE: Ty = electra_state!();
 // (MIN_SEED_LOOKAHEAD + 1) * SLOTS_PER_EPOCH
 pub(super) const FULU_BEACON_STATE: Ty = electra_state!(field("proposer_lookahead", Ty::Vector(&U64, 2 * 32)));
+
+// the light client's objects (altair on; bellatrix's are altair's)
+
+/// A light client's header of a fork with `$execution` (capella on), or of altair's (none).
+macro_rules! light_client_header {
+    () => {
+        Ty::Container(&[field("beacon", BEACON_BLOCK_HEADER)])
+    };
+    ($execution:expr) => {
+        Ty::Container(&[
+            field("beacon", BEACON_BLOCK_HEADER),
+            field("execution", $execution),
+            // floorlog2(EXECUTION_PAYLOAD_GINDEX)
+            field("execution_branch", Ty::Vector(&ROOT, 4)),
+        ])
+    };
+}
+
+pub(super) const ALTAIR_LIGHT_CLIENT_HEADER: Ty = light_client_header!();
+pub(super) const CAPELLA_LIGHT_CLIENT_HEADER: Ty = light_client_header!(CAPELLA_EXECUTION_PAYLOAD_HEADER);
+/// Deneb's, unchanged in electra and fulu.
+pub(super) const DENEB_LIGHT_CLIENT_HEADER: Ty = light_client_header!(EXECUTION_PAYLOAD_HEADER);
+
+const SIGNATURE_SLOT: Field = field("signature_slot", U64);
+
+/// A light client's bootstrap, updates, finality and optimistic updates for `$header`, with the
+/// depths of the branches to the current and next sync committees and to the finalized
+/// checkpoint (electra's state has more fields: one level deeper).
+macro_rules! light_client {
+    ($header:expr, $sync_committee_depth:expr, $finality_depth:expr) => {
+        [
+            Ty::Container(&[
+                field("header", $header),
+                field("current_sync_committee", SYNC_COMMITTEE),
+                field("current_sync_committee_branch", Ty::Vector(&ROOT, $sync_committee_depth)),
+            ]),
+            Ty::Container(&[
+                field("attested_header", $header),
+                field("next_sync_committee", SYNC_COMMITTEE),
+                field("next_sync_committee_branch", Ty::Vector(&ROOT, $sync_committee_depth)),
+                field("finalized_header", $header),
+                field("finality_branch", Ty::Vector(&ROOT, $finality_depth)),
+                SYNC_AGGREGATE_FIELD,
+                SIGNATURE_SLOT,
+            ]),
+            Ty::Container(&[
+                field("attested_header", $header),
+                field("finalized_header", $header),
+                field("finality_branch", Ty::Vector(&ROOT, $finality_depth)),
+                SYNC_AGGREGATE_FIELD,
+                SIGNATURE_SLOT,
+            ]),
+            Ty::Container(&[
+                field("attested_header", $header),
+                SYNC_AGGREGATE_FIELD,
+                SIGNATURE_SLOT,
+            ]),
+        ]
+    };
+}
+
+/// `LightClientBootstrap`, `LightClientUpdate`, `LightClientFinalityUpdate` and
+/// `LightClientOptimisticUpdate`, in that order.
+pub(super) type LightClient = [Ty; 4];
+
+pub(super) static ALTAIR_LIGHT_CLIENT: LightClient = light_client!(ALTAIR_LIGHT_CLIENT_HEADER, 5, 6);
+pub(super) static CAPELLA_LIGHT_CLIENT: LightClient = light_client!(CAPELLA_LIGHT_CLIENT_HEADER, 5, 6);
+pub(super) static DENEB_LIGHT_CLIENT: LightClient = light_client!(DENEB_LIGHT_CLIENT_HEADER, 5, 6);
+pub(super) static ELECTRA_LIGHT_CLIENT: LightClient = light_client!(DENEB_LIGHT_CLIENT_HEADER, 6, 7);
