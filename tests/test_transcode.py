@@ -217,6 +217,7 @@ BEACON_ROUTES = [
     ("/eth/v1/beacon/blinded_blocks/0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1", "deneb"),
     ("/eth/v1/beacon/blobs/electra:case_3", None),
     ("/eth/v1/beacon/blob_sidecars/deneb:case_0", "deneb"),
+    ("/eth/v1/debug/beacon/data_column_sidecars/fulu:case_2", "fulu"),
     ("/eth/v2/debug/beacon/states/fulu:case_0", "fulu"),
     ("/eth/v1/beacon/light_client/bootstrap/altair:case_4", "altair"),
     ("/eth/v1/beacon/light_client/bootstrap/electra:case_0", "electra"),

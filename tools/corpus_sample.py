@@ -11,7 +11,8 @@ and the same corpus always gives the same sample:
             recording makes, the smallest of the latest fork (most header fields); and the
             recordings that the README's examples ask for. index.jsonl keeps their rows.
   witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
-  ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; altair's
+  ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; fulu's
+            smallest DataColumnSidecar; altair's
             and electra's smallest light client bootstrap, finality and optimistic update; the real
             deneb blinded block. (A random BeaconState case is 8.6 MB: states are not sampled.)
   licenses/ the sources' licences, as in the shared corpus.
@@ -102,6 +103,7 @@ def files_to_copy(corpus):
     files.append(Path(WITNESS))
     cases = [smallest_case(corpus / SSZ_STATIC.format(fork=fork, type="SignedBeaconBlock")) for fork in FORKS]
     cases.append(corpus / SSZ_STATIC.format(fork="deneb", type="BlobSidecar") / "case_0")
+    cases.append(smallest_case(corpus / SSZ_STATIC.format(fork="fulu", type="DataColumnSidecar")))
     cases.extend(smallest_case(corpus / SSZ_STATIC.format(fork=fork, type=name))
                  for fork in LIGHT_CLIENT_FORKS for name in LIGHT_CLIENT_TYPES)
     for case in cases:

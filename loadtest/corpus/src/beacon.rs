@@ -4,6 +4,8 @@
 //!   (`deneb:case_0`), and `/eth/v2/debug/beacon/states/<fork>:<case>` its `BeaconState`;
 //! - `/eth/v1/beacon/blobs/<fork>:<case>`: the blob of that ssz_static `BlobSidecar`, as a list
 //!   of one; `/eth/v1/beacon/blob_sidecars/<fork>:<case>`: the sidecar, as a list of one;
+//! - `/eth/v1/debug/beacon/data_column_sidecars/<fork>:<case>`: that `DataColumnSidecar`, as a
+//!   list of one;
 //! - `/eth/v1/beacon/blinded_blocks/348241` (its slot) or `/<its block root>`: the real deneb
 //!   blinded block;
 //! - `/eth/v1/beacon/light_client/bootstrap/<fork>:<case>`, and the routes without an id
@@ -81,6 +83,7 @@ impl BeaconRoutes {
             Kind::Block => "SignedBeaconBlock",
             Kind::State => "BeaconState",
             Kind::Blobs | Kind::BlobSidecars => "BlobSidecar",
+            Kind::DataColumnSidecars => "DataColumnSidecar",
             Kind::LightClientBootstrap => "LightClientBootstrap",
             Kind::LightClientFinalityUpdate => "LightClientFinalityUpdate",
             Kind::LightClientOptimisticUpdate => "LightClientOptimisticUpdate",
@@ -91,6 +94,11 @@ impl BeaconRoutes {
         match kind {
             // a list of fixed-size sidecars is their bytes one after another
             Kind::BlobSidecars => return Ok(envelope(Some(fork), &format!("[{json}]"), ssz, true)),
+            // a list of one variable-size sidecar: its offset, then its bytes
+            Kind::DataColumnSidecars => {
+                let ssz = [&4u32.to_le_bytes()[..], &ssz].concat();
+                return Ok(envelope(Some(fork), &format!("[{json}]"), ssz, true));
+            }
             Kind::Blobs => {}
             Kind::LightClientBootstrap | Kind::LightClientFinalityUpdate | Kind::LightClientOptimisticUpdate => {
                 return Ok(envelope(Some(fork), &json, ssz, false))
@@ -114,6 +122,7 @@ enum Kind {
     BlindedBlock,
     Blobs,
     BlobSidecars,
+    DataColumnSidecars,
     State,
     LightClientBootstrap,
     LightClientFinalityUpdate,
@@ -135,6 +144,7 @@ fn route(target: &str) -> Option<(Kind, &str)> {
         ("/eth/v1/beacon/blinded_blocks/", Kind::BlindedBlock),
         ("/eth/v1/beacon/blobs/", Kind::Blobs),
         ("/eth/v1/beacon/blob_sidecars/", Kind::BlobSidecars),
+        ("/eth/v1/debug/beacon/data_column_sidecars/", Kind::DataColumnSidecars),
         ("/eth/v2/debug/beacon/states/", Kind::State),
         ("/eth/v1/beacon/light_client/bootstrap/", Kind::LightClientBootstrap),
     ]

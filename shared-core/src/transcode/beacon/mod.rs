@@ -57,6 +57,9 @@ pub enum BeaconObject {
     /// `/eth/v1/beacon/blob_sidecars/{block_id}`: `List[BlobSidecar, MAX_BLOBS_PER_BLOCK]`. Gone
     /// from the spec for getBlobs, but what OP-stack derivation (op-node, kona) still reads.
     BlobSidecars,
+    /// `/eth/v1/debug/beacon/data_column_sidecars/{block_id}`: `List[DataColumnSidecar,
+    /// NUMBER_OF_COLUMNS]` (fulu on).
+    DataColumnSidecars,
     /// `/eth/v2/debug/beacon/states/{state_id}`: a `BeaconState`.
     State,
     /// `/eth/v1/beacon/light_client/bootstrap/{block_root}`: a `LightClientBootstrap`.
@@ -69,11 +72,12 @@ pub enum BeaconObject {
 
 /// Each route's path: before its last segment, the object's id, where it ends with a slash; the
 /// whole path where it does not.
-const ROUTES: [(&str, BeaconObject); 8] = [
+const ROUTES: [(&str, BeaconObject); 9] = [
     ("/eth/v2/beacon/blocks/", BeaconObject::Block),
     ("/eth/v1/beacon/blinded_blocks/", BeaconObject::BlindedBlock),
     ("/eth/v1/beacon/blobs/", BeaconObject::Blobs),
     ("/eth/v1/beacon/blob_sidecars/", BeaconObject::BlobSidecars),
+    ("/eth/v1/debug/beacon/data_column_sidecars/", BeaconObject::DataColumnSidecars),
     ("/eth/v2/debug/beacon/states/", BeaconObject::State),
     ("/eth/v1/beacon/light_client/bootstrap/", BeaconObject::LightClientBootstrap),
     ("/eth/v1/beacon/light_client/finality_update", BeaconObject::LightClientFinalityUpdate),
@@ -89,6 +93,9 @@ const BLOBS: Ty = Ty::List(&types::BLOB, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
 const DENEB_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, 6);
 const ELECTRA_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, 9);
 const FULU_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, types::MAX_BLOB_COMMITMENTS_PER_BLOCK);
+
+/// The data column sidecars route's list: `NUMBER_OF_COLUMNS`.
+const DATA_COLUMN_SIDECARS: Ty = Ty::List(&types::DATA_COLUMN_SIDECAR, 128);
 
 impl BeaconObject {
     /// The object a GET of `path` (with or without its query) answers with. The route may follow
@@ -144,6 +151,8 @@ impl BeaconObject {
             (BeaconObject::BlobSidecars, Deneb) => &DENEB_BLOB_SIDECARS,
             (BeaconObject::BlobSidecars, Electra) => &ELECTRA_BLOB_SIDECARS,
             (BeaconObject::BlobSidecars, Fulu) => &FULU_BLOB_SIDECARS,
+            (BeaconObject::DataColumnSidecars, Fulu) => &DATA_COLUMN_SIDECARS,
+            (BeaconObject::DataColumnSidecars, _) => return Err(TranscodeError::Fork),
             (BeaconObject::State, Phase0) => &PHASE0_BEACON_STATE,
             (BeaconObject::State, Altair) => &ALTAIR_BEACON_STATE,
             (BeaconObject::State, Bellatrix) => &BELLATRIX_BEACON_STATE,

@@ -84,9 +84,10 @@ fn named_types(fork: Fork) -> Vec<(&'static str, &'static Ty)> {
             ("BeaconBlockBody", &DENEB_BEACON_BLOCK_BODY),
         ]),
         Fork::Electra | Fork::Fulu => {
-            if fork == Fork::Electra {
-                types.push(("BlobSidecar", &BLOB_SIDECAR));
-            }
+            types.push(match fork {
+                Fork::Electra => ("BlobSidecar", &BLOB_SIDECAR),
+                _ => ("DataColumnSidecar", &DATA_COLUMN_SIDECAR),
+            });
             types.extend([
                 ("IndexedAttestation", &ELECTRA_INDEXED_ATTESTATION),
                 ("AttesterSlashing", &ELECTRA_ATTESTER_SLASHING),
@@ -368,6 +369,8 @@ fn routes_name_their_objects_by_path_alone() {
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blinded_blocks/348241?x=1"), Some(BeaconObject::BlindedBlock));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blobs/0xab?versioned_hashes=0x01"), Some(BeaconObject::Blobs));
     assert_eq!(BeaconObject::from_route(b"/eth/v1/beacon/blob_sidecars/head?indices=0"), Some(BeaconObject::BlobSidecars));
+    let columns = b"/eth/v1/debug/beacon/data_column_sidecars/12?indices=0,5";
+    assert_eq!(BeaconObject::from_route(columns), Some(BeaconObject::DataColumnSidecars));
     let bootstrap = b"/eth/v1/beacon/light_client/bootstrap/0x50b3798189636f067c5456a93df6ea6ba4ac71c02059a81e567134378e0b11a1";
     assert_eq!(BeaconObject::from_route(bootstrap), Some(BeaconObject::LightClientBootstrap));
     let finality = b"/eth/v1/beacon/light_client/finality_update";

@@ -85,6 +85,16 @@ pub(super) const BLOB_SIDECAR: Ty = Ty::Container(&[
     field("signed_block_header", SIGNED_BEACON_BLOCK_HEADER),
     field("kzg_commitment_inclusion_proof", Ty::Vector(&ROOT, 17)),
 ]);
+/// Fulu's: a cell is `FIELD_ELEMENTS_PER_CELL * BYTES_PER_FIELD_ELEMENT` bytes, the proof's
+/// length `KZG_COMMITMENTS_INCLUSION_PROOF_DEPTH`.
+pub(super) const DATA_COLUMN_SIDECAR: Ty = Ty::Container(&[
+    field("index", U64),
+    field("column", Ty::List(&Ty::Bytes(64 * 32), MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+    field("kzg_commitments", Ty::List(&KZG_COMMITMENT, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+    field("kzg_proofs", Ty::List(&KZG_PROOF, MAX_BLOB_COMMITMENTS_PER_BLOCK)),
+    field("signed_block_header", SIGNED_BEACON_BLOCK_HEADER),
+    field("kzg_commitments_inclusion_proof", Ty::Vector(&ROOT, 4)),
+]);
 pub(super) const BLS_TO_EXECUTION_CHANGE: Ty = Ty::Container(&[
     field("validator_index", U64),
     field("from_bls_pubkey", PUBKEY),
