@@ -76,11 +76,12 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
             Some(b'{') => json.object(|json, _hash| list.push_hex(json, field.max_items, field.max_bytes)),
             // some nodes send `null` for an empty field
             Some(b'n') if json.value()? == b"null" => Ok(()),
-            _ if index == HEADERS => json.array(|json| match json.peek() {
-                Some(b'{') => list.push_with(field.max_items, field.max_bytes, |data| header::to_rlp(json, data)),
+            _ => json.array(|json| match json.peek() {
+                Some(b'{') if index == HEADERS => {
+                    list.push_with(field.max_items, field.max_bytes, |data| header::to_rlp(json, data))
+                }
                 _ => list.push_hex(json, field.max_items, field.max_bytes),
             }),
-            _ => json.array(|json| list.push_hex(json, field.max_items, field.max_bytes)),
         }
     })?;
     let lists = &lists[..form.fields()];
