@@ -3,14 +3,15 @@
 //! bytes back to the same values (and so the same root), and our JSON from them has the input's
 //! values in the list shape. Headers given as JSON objects (geth's form) go in as RLP whose
 //! keccak-256 is the header's hash, byte for byte the RLP that erigon gives for the same header
-//! where the corpus has it.
+//! where the corpus has it. Streamed in chunks of any size, a witness response gives the same
+//! bytes as whole.
 
 mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use rpcedge_core::transcode::{jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm};
+use rpcedge_core::transcode::{jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm, WitnessStream};
 use serde_json::Value;
 use sha3::{Digest, Keccak256};
 use ssz_rs::prelude::*;
@@ -84,7 +85,22 @@ fn list<const M: usize, const N: usize>(witness: &Value, field: &str) -> List<Li
 
 fn ours(witness: &Value, form: WitnessForm) -> Vec<u8> {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": witness});
-    jsonrpc_to_ssz(&serde_json::to_vec(&body).unwrap(), Schema::Witness, form).unwrap().ssz
+    let whole = jsonrpc_to_ssz(&serde_json::to_vec(&body).unwrap(), Schema::Witness, form).unwrap().ssz;
+    // as it would arrive, compact in nginx's 8 KiB buffers or pretty-printed in odd pieces
+    for (json, chunk) in [(serde_json::to_vec(&body).unwrap(), 8192), (serde_json::to_vec_pretty(&body).unwrap(), 1021)] {
+        let mut stream = WitnessStream::new(form);
+        for piece in json.chunks(chunk) {
+            stream.feed(piece, false).unwrap();
+        }
+        stream.feed(&[], true).unwrap();
+        let mut streamed = stream.finish().unwrap();
+        let (mut ssz, mut scratch) = (Vec::new(), Vec::new());
+        while let Some(piece) = streamed.ssz.next_piece(&mut scratch) {
+            ssz.extend_from_slice(piece);
+        }
+        assert_eq!(ssz, whole, "streamed in chunks of {chunk}");
+    }
+    whole
 }
 
 /// Headers' RLP by their hash.

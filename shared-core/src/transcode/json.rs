@@ -44,6 +44,18 @@ impl<'a> Scanner<'a> {
         Ok(())
     }
 
+    /// Where the scanner is in its input.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    /// Consumes `byte` if it comes next (after whitespace).
+    pub fn eat(&mut self, byte: u8) -> bool {
+        let next = self.peek() == Some(byte);
+        self.at += usize::from(next);
+        next
+    }
+
     /// The bytes not read yet.
     pub fn remaining(&self) -> usize {
         self.input.len() - self.at

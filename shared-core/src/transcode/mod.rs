@@ -17,7 +17,7 @@ use std::fmt;
 
 use json::Scanner;
 pub use beacon::{beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, BeaconEnvelope, BeaconObject, BeaconSsz, Fork};
-pub use witness::{Field as WitnessField, WitnessForm, FIELDS as WITNESS_FIELDS};
+pub use witness::{Field as WitnessField, WitnessForm, StreamedWitness, WitnessSsz, WitnessStream, FIELDS as WITNESS_FIELDS};
 
 /// What a JSON-RPC method's result is, for the transcoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,21 +140,8 @@ pub fn jsonrpc_to_ssz(body: &[u8], schema: Schema, form: WitnessForm) -> Result<
     let (mut id, mut version, mut ssz) = (None, None, None);
     json.object(|json, key| {
         match key {
-            b"id" => {
-                let value = json.value()?;
-                // It goes out in a response header: printable ASCII only.
-                if !value.iter().all(|&b| (0x20..0x7f).contains(&b)) {
-                    return Err(json.error("an id that fits in a header"));
-                }
-                id = Some(value)
-            }
-            b"jsonrpc" => {
-                let value = json.string()?;
-                if !value.iter().all(|&b| (0x21..0x7f).contains(&b)) {
-                    return Err(json.error("a version that fits in a header"));
-                }
-                version = Some(value)
-            }
+            b"id" => id = Some(envelope_id(json)?),
+            b"jsonrpc" => version = Some(envelope_version(json)?),
             b"result" if ssz.is_none() => {
                 let mut out = Vec::new();
                 result_to_ssz(json, schema, form, &mut out)?;
@@ -174,6 +161,25 @@ pub fn jsonrpc_to_ssz(body: &[u8], schema: Schema, form: WitnessForm) -> Result<
         version: version.unwrap_or(Cow::Borrowed(b"2.0")),
         ssz: ssz.ok_or(TranscodeError::NoResult)?,
     })
+}
+
+/// A JSON-RPC response's id, as its raw JSON text; it goes out in a response header, so only
+/// printable ASCII is taken.
+fn envelope_id<'a>(json: &mut Scanner<'a>) -> Result<&'a [u8], TranscodeError> {
+    let value = json.value()?;
+    if !value.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+        return Err(json.error("an id that fits in a header"));
+    }
+    Ok(value)
+}
+
+/// A JSON-RPC response's `jsonrpc` member, for a response header too.
+fn envelope_version<'a>(json: &mut Scanner<'a>) -> Result<Cow<'a, [u8]>, TranscodeError> {
+    let value = json.string()?;
+    if !value.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+        return Err(json.error("a version that fits in a header"));
+    }
+    Ok(value)
 }
 
 fn result_to_ssz(json: &mut Scanner, schema: Schema, form: WitnessForm, out: &mut Vec<u8>) -> Result<(), TranscodeError> {

@@ -46,14 +46,42 @@ impl ByteLists {
         self.starts.len() * OFFSET + self.data.len()
     }
 
+    /// The memory the list holds.
+    pub fn held(&self) -> usize {
+        self.starts.capacity() * OFFSET + self.data.capacity()
+    }
+
+    /// Where the list ends now, to go back to with [`ByteLists::truncate`].
+    pub fn mark(&self) -> (usize, usize) {
+        (self.starts.len(), self.data.len())
+    }
+
+    /// Drops the elements pushed since `mark`.
+    pub fn truncate(&mut self, (items, bytes): (usize, usize)) {
+        self.starts.truncate(items);
+        self.data.truncate(bytes);
+    }
+
     /// Appends the serialized list to `out`.
     pub fn write(&self, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+        self.write_offsets(out)?;
+        out.extend_from_slice(&self.data);
+        Ok(())
+    }
+
+    /// Appends the list's offset table to `out`: the serialization is this, then the elements.
+    pub fn write_offsets(&self, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
         let table = (self.starts.len() * OFFSET) as u64;
+        out.reserve(self.starts.len() * OFFSET);
         for start in &self.starts {
             out.extend_from_slice(&offset(table + u64::from(*start))?.to_le_bytes());
         }
-        out.extend_from_slice(&self.data);
         Ok(())
+    }
+
+    /// The elements' bytes, one after another, which follow the offset table.
+    pub fn into_data(self) -> Vec<u8> {
+        self.data
     }
 }
 

@@ -82,7 +82,7 @@ fn what_is_not_a_witness_is_refused() {
 }
 
 /// Block 1 of a hive test chain, as erigon gave it in a witness before it took up RLP headers.
-fn json_header(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+pub(super) fn json_header(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
     let zeros = |bytes: usize| format!("0x{}", "00".repeat(bytes));
     let mut header = serde_json::json!({
         "parentHash": "0x79e0f5ffb6a0c9f54d507dbbadc935603ac1db86d32f7857472180a75ec11f90",

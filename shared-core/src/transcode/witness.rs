@@ -13,10 +13,14 @@
 //! which serialize the same but have other roots and no item limits). EIP-8025's own copy
 //! differs in its limits; this table is the one place to change them.
 
+mod stream;
+
 use super::header;
 use super::json::Scanner;
 use super::ssz::{offset, read_byte_lists, read_offset, write_hex_array, ByteLists, OFFSET};
 use super::TranscodeError;
+
+pub use stream::{StreamedWitness, WitnessSsz, WitnessStream};
 
 /// Which container a witness is sent as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +55,7 @@ const HEADERS: usize = 2;
 const JSON_ORDER: [usize; 4] = [0, 1, 3, 2];
 
 impl WitnessForm {
+    /// How many of [`FIELDS`] the form's container has.
     fn fields(self) -> usize {
         match self {
             WitnessForm::Lossless => 4,
@@ -85,18 +90,24 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
         }
     })?;
     let lists = &lists[..form.fields()];
-    let fixed = lists.len() * OFFSET;
-    out.reserve(fixed + lists.iter().map(ByteLists::len).sum::<usize>());
-    let mut at = fixed as u64;
+    out.reserve(lists.len() * OFFSET + lists.iter().map(ByteLists::len).sum::<usize>());
+    write_container_offsets(lists, out)?;
+    for list in lists {
+        list.write(out)?;
+    }
+    Ok(())
+}
+
+/// Appends the offsets of the container of `lists`, refusing one that 4-byte offsets cannot
+/// address; its length is what it returns.
+fn write_container_offsets(lists: &[ByteLists], out: &mut Vec<u8>) -> Result<u64, TranscodeError> {
+    let mut at = (lists.len() * OFFSET) as u64;
     for list in lists {
         out.extend_from_slice(&offset(at)?.to_le_bytes());
         at += list.len() as u64;
     }
     offset(at)?;
-    for list in lists {
-        list.write(out)?;
-    }
-    Ok(())
+    Ok(at)
 }
 
 /// The SSZ container of `form` as the list shape's JSON object, onto `out`.
