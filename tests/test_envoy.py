@@ -133,7 +133,8 @@ def test_the_native_module_imports_only_what_envoy_exports():
     ('{"cache": {"clusters": []}}', "cache_shards"),
     ('{"transcode": true}', "buffer_limit"),
     ('{"transcode": true, "buffer_limit": 2097152}', "buffer_limit"),
-    ('{"transcode_max": 4294967296}', "transcode_max"),
+    ('{"transcode_max": 9663676416}', "transcode_max"),
+    ('{"transcode_budget": -1}', "config"),
 ])
 def test_a_bad_setting_stops_envoy_from_starting(tmp_path, adapter, plugin_config, field):
     text = render_config(free_port(), free_port(), free_port(), plugin_config, adapter=adapter)

@@ -700,7 +700,10 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_level 0;", '"rpcedge_level" directive must be between 1 and 12, got 0'),
     ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
     ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),
-    ("rpcedge_transcode_max 3000m;", '"rpcedge_transcode_max" directive must be between 0 and 2147483648'),
+    ("rpcedge_transcode_max 9000m;", '"rpcedge_transcode_max" directive must be between 0 and 8589934592'),
+    ("rpcedge_transcode_hold_max 3000m;",
+     '"rpcedge_transcode_hold_max" directive must be between 0 and 2147483648'),
+    ("rpcedge_transcode_budget lots;", '"rpcedge_transcode_budget" directive invalid value'),
     ("rpcedge_transcode maybe;", 'invalid value "maybe" in "rpcedge_transcode"'),
 ])
 def test_bad_values_fail_nginx_t_naming_the_directive(tmp_path, directive, message):

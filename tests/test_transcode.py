@@ -5,6 +5,7 @@ be transcoded get the node's JSON as before; nginx and Envoy send the same bytes
 
 import json
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from Crypto.Hash import keccak
@@ -138,6 +139,80 @@ def test_a_witness_with_json_headers_goes_out_with_each_header_as_the_rlp_of_its
             else:
                 # the RLP of a header is a list: its keccak-256 is the block's hash
                 assert rlp[0] >= 0xf8 and keccak.new(data=rlp, digest_bits=256).hexdigest() == header["hash"][2:]
+
+
+# bytes of content: about 80 MB of JSON, past the 64 MiB that a transcoded body was once held to
+BIG_WITNESS = 40_000_000
+BIG_CALL = call("debug_executionWitness", ["0x1"], id=9)
+
+
+@pytest.fixture(scope="module")
+def big_witness(replay):
+    """A witness the replay makes up past 64 MiB of JSON: the JSON the node sends, and its fields'
+    bytes in the container's order."""
+    r = wire.request(replay.port, f"/generated/witness?bytes={BIG_WITNESS}", method="POST",
+                     headers={"Content-Type": "application/json"}, body=BIG_CALL, accept_encoding=None)
+    assert r.status == 200 and len(r.body) > 64 << 20
+    result = json.loads(r.body)["result"]
+    return r.body, [[bytes.fromhex(h[2:]) for h in result[name]] for name in ("state", "codes", "headers", "keys")]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_witness_past_64_mib_is_transcoded_as_it_arrives_with_its_exact_length(hosts, host, big_witness):
+    _, fields = big_witness
+    r = post(hosts[host], f"/generated/witness?bytes={BIG_WITNESS}", BIG_CALL, accept=SSZ)
+    assert r.complete and r.status == 200 and r.header("content-type") == SSZ
+    assert int(r.header("content-length")) == len(r.body)
+    assert r.header("x-rpcedge-jsonrpc-id") == "9"
+    assert read_container(r.body, 4) == fields
+
+
+BUDGET_SERVER = """
+    server {{
+        listen {LOOPBACK}:{port};
+        rpcedge on;
+        rpcedge_transcode on;
+        rpcedge_transcode_budget 100m;
+        location / {{
+            proxy_pass http://{LOOPBACK}:{replay_port};
+            proxy_http_version 1.1;
+        }}
+    }}
+"""
+
+
+@pytest.fixture(scope="module")
+def budget_hosts(replay, tmp_path_factory):
+    """nginx and the native Envoy module with a transcode budget that holds one big witness's
+    transcode but not two."""
+    port = free_port()
+    nginx = start_nginx(tmp_path_factory.mktemp("budget-nginx"),
+                        BUDGET_SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port), [port])
+    config = json.dumps({**json.loads(ENVOY_PLUGIN_CONFIG), "transcode_budget": 100 << 20})
+    envoy = run_envoy(tmp_path_factory.mktemp("budget-envoy"), replay.port, config, adapter="native", concurrency=2)
+    yield {"nginx": nginx.port, "envoy-native": envoy.port}
+    envoy.process.stop()
+    nginx.stop()
+
+
+@pytest.mark.parametrize("host", ["nginx", "envoy-native"])
+def test_two_witnesses_over_the_budget_one_is_transcoded_and_the_other_goes_out_as_it_came(
+        budget_hosts, host, big_witness):
+    json_body, fields = big_witness
+    # the node sends each slowly, so that both transcodes would be in flight at once
+    slow = {"X-Replay-Chunk-Size": str(1 << 20), "X-Replay-Chunk-Delay-Ms": "20"}
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: post(budget_hosts[host], f"/generated/witness?bytes={BIG_WITNESS}",
+                                               BIG_CALL, accept=SSZ, headers=slow), range(2)))
+    assert all(r.complete and r.status == 200 for r in answers)
+    kinds = sorted(r.header("content-type") for r in answers)
+    assert kinds == ["application/json", SSZ], kinds
+    for r in answers:
+        if r.header("content-type") == SSZ:
+            assert int(r.header("content-length")) == len(r.body)
+            assert read_container(r.body, 4) == fields
+        else:
+            assert r.decoded() == json_body, "the JSON as it came"
 
 
 @pytest.mark.parametrize("host", HOSTS)

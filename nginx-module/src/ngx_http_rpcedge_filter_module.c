@@ -45,6 +45,8 @@ typedef struct {
     size_t                     offload_min_length;
     ngx_flag_t                 transcode;
     size_t                     transcode_max;
+    size_t                     transcode_hold_max;
+    size_t                     transcode_budget;
     ngx_flag_t                 transcode_upstream_ssz;
     ngx_array_t               *types;
     rpcedge_settings_t        *settings;
@@ -92,6 +94,7 @@ typedef struct {
     /* the last buffer came in (it may still wait in ctx->in) */
     unsigned                   last_in:1;
     unsigned                   done:1;
+    unsigned                   more:1;
     unsigned                   offloaded:1;
 } ngx_http_rpcedge_ctx_t;
 
@@ -189,6 +192,11 @@ static ngx_http_rpcedge_check_t  ngx_http_rpcedge_offload_min_length_check =
       NGX_HTTP_RPCEDGE_SIZE_SLOT };
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_transcode_max_check =
     { ngx_http_rpcedge_check, "transcode_max", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_transcode_hold_max_check =
+    { ngx_http_rpcedge_check, "transcode_hold_max",
+      NGX_HTTP_RPCEDGE_SIZE_SLOT };
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_transcode_budget_check =
+    { ngx_http_rpcedge_check, "transcode_budget", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 
 
 static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
@@ -249,6 +257,20 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, transcode_max),
       &ngx_http_rpcedge_transcode_max_check },
+
+    { ngx_string("rpcedge_transcode_hold_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, transcode_hold_max),
+      &ngx_http_rpcedge_transcode_hold_max_check },
+
+    { ngx_string("rpcedge_transcode_budget"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, transcode_budget),
+      &ngx_http_rpcedge_transcode_budget_check },
 
     { ngx_string("rpcedge_transcode_upstream_ssz"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -962,7 +984,9 @@ ngx_http_rpcedge_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
                                      rpcedge_exchange_failure(ctx->exchange));
     }
 
-    if (ctx->in || ctx->pending_len || ctx->pending_flags || ctx->offloaded) {
+    if (ctx->in || ctx->pending_len || ctx->pending_flags || ctx->more
+        || ctx->offloaded)
+    {
         r->connection->buffered |= NGX_HTTP_RPCEDGE_BUFFERED;
 
     } else {
@@ -1160,7 +1184,9 @@ ngx_http_rpcedge_filter(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
                                 (ngx_buf_tag_t) &ngx_http_rpcedge_filter_module);
 
-        if (ctx->pending_len == 0 && (ctx->in == NULL || ctx->done)) {
+        if (ctx->pending_len == 0 && !ctx->more
+            && (ctx->in == NULL || ctx->done))
+        {
             /* all that came in is on its way */
             return rc;
         }
@@ -1215,7 +1241,12 @@ ngx_http_rpcedge_feed(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         goto output;
     }
 
-    if (ctx->in) {
+    if (ctx->more) {
+        /* the core has more of the body ready: an empty feed takes it */
+        data = NULL;
+        size = 0;
+
+    } else if (ctx->in) {
         cl = ctx->in;
         b = cl->buf;
         data = b->pos;
@@ -1300,6 +1331,7 @@ output:
     ctx->pending = (u_char *) out.data;
     ctx->pending_len = out.len;
     ctx->pending_flags = out.flags;
+    ctx->more = (out.flags & RPCEDGE_OUT_MORE) ? 1 : 0;
 
     if (out.flags & RPCEDGE_OUT_END) {
         ctx->done = 1;
@@ -1846,6 +1878,8 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->offload_min_length = NGX_CONF_UNSET_SIZE;
     conf->transcode = NGX_CONF_UNSET;
     conf->transcode_max = NGX_CONF_UNSET_SIZE;
+    conf->transcode_hold_max = NGX_CONF_UNSET_SIZE;
+    conf->transcode_budget = NGX_CONF_UNSET_SIZE;
     conf->transcode_upstream_ssz = NGX_CONF_UNSET;
     conf->types = NGX_CONF_UNSET_PTR;
 
@@ -1882,6 +1916,11 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->transcode, prev->transcode, config.transcode);
     ngx_conf_merge_size_value(conf->transcode_max, prev->transcode_max,
                               config.transcode_max);
+    ngx_conf_merge_size_value(conf->transcode_hold_max,
+                              prev->transcode_hold_max,
+                              config.transcode_hold_max);
+    ngx_conf_merge_size_value(conf->transcode_budget, prev->transcode_budget,
+                              config.transcode_budget);
     ngx_conf_merge_value(conf->transcode_upstream_ssz,
                          prev->transcode_upstream_ssz,
                          config.transcode_upstream_ssz);
@@ -1895,6 +1934,8 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.offload_min_length = conf->offload_min_length;
     config.transcode = conf->transcode;
     config.transcode_max = conf->transcode_max;
+    config.transcode_hold_max = conf->transcode_hold_max;
+    config.transcode_budget = conf->transcode_budget;
     config.transcode_upstream_ssz = conf->transcode_upstream_ssz;
 
     if (conf->types) {

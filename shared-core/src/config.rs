@@ -36,8 +36,18 @@ pub struct Config {
     /// Give clients that ask for SSZ (`Accept: application/octet-stream`) the SSZ of a JSON answer
     /// that has a schema (the `transcode` module).
     pub transcode: bool,
-    /// The largest body held whole to transcode; a longer one goes out as it came.
+    /// The largest body transcoded; a longer one goes out as it came. A witness with a
+    /// Content-Length past `transcode_hold_max` is transcoded as it arrives, holding only its
+    /// SSZ (about half the JSON).
     pub transcode_max: u64,
+    /// The largest body held whole to transcode: any other (Beacon-API objects, raw bytes, a
+    /// witness without a Content-Length or up to this long, and SSZ rendered as JSON). A body
+    /// held whole can always go out as it came; one transcoded as it arrives cannot, so it is
+    /// answered 502 if it turns out not to be transcodable.
+    pub transcode_hold_max: u64,
+    /// The memory that all transcodes in flight may hold together (per nginx worker, per Envoy
+    /// process, per Wasm VM); a body that would pass it goes out as it came.
+    pub transcode_budget: u64,
     /// Ask the node for SSZ where a JSON client's answer has a schema, and render its JSON here:
     /// half the bytes between node and proxy, and less work for the node.
     pub transcode_upstream_ssz: bool,
@@ -237,9 +247,12 @@ impl Default for Config {
             // back costs tens of microseconds; below, inline is cheaper than the hop.
             offload_min_length: 128 * 1024,
             transcode: false,
-            // Mainnet witnesses are 10-15 MB of JSON and reach hundreds of MB; a mainnet
-            // BeaconState is about 250 MB and needs this raised.
-            transcode_max: 64 * MIB,
+            // Mainnet witnesses are 10-15 MB of JSON and reach hundreds of MB, 750 MB for a
+            // 60M-gas block: twice that is covered.
+            transcode_max: 2048 * MIB,
+            // a mainnet BeaconState is about 250 MB and needs this raised
+            transcode_hold_max: 64 * MIB,
+            transcode_budget: 1024 * MIB,
             transcode_upstream_ssz: false,
             buffer_limit: None,
             cache: None,
@@ -254,14 +267,17 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 16] = [
+pub const FIELDS: [Field; 18] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
     Field { name: "stream_level", range: 1..=9 },
     Field { name: "stream_delay_ms", range: 0..=60_000 },
     Field { name: "offload_min_length", range: 0..=256 * MIB },
-    Field { name: "transcode_max", range: 0..=2048 * MIB },
+    // an SSZ witness is at most 4 GiB (its offsets), its JSON about twice that
+    Field { name: "transcode_max", range: 0..=8192 * MIB },
+    Field { name: "transcode_hold_max", range: 0..=2048 * MIB },
+    Field { name: "transcode_budget", range: 0..=1024 * 1024 * MIB },
     Field { name: "cache_timeout_ms", range: 1..=60_000 },
     Field { name: "cache_shards", range: 1..=1024 },
     Field { name: "cache_hot_bytes", range: 0..=1024 * MIB },
@@ -345,16 +361,32 @@ impl Config {
     /// Parses and validates a JSON object (the Envoy plugin configuration); an empty input means
     /// all defaults.
     pub fn from_json(json: &[u8]) -> Result<Settings, ConfigError> {
+        Config::from_json_over(json, Config::default())
+    }
+
+    /// [`Config::from_json`] with the fields it does not name taken from `defaults`.
+    pub fn from_json_over(json: &[u8], defaults: Config) -> Result<Settings, ConfigError> {
         let trimmed = json.trim_ascii();
         let config: Config = if trimmed.is_empty() {
-            Config::default()
+            defaults
         } else {
-            serde_json::from_slice(trimmed).map_err(|e| {
-                // serde names the offending field in its message ("unknown field `levle`").
-                ConfigError::new("config", e.to_string())
-            })?
+            // serde names the offending field in its message ("unknown field `levle`").
+            let error = |e: serde_json::Error| ConfigError::new("config", e.to_string());
+            let given: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(trimmed).map_err(error)?;
+            let mut fields = match serde_json::to_value(defaults).map_err(error)? {
+                serde_json::Value::Object(fields) => fields,
+                _ => unreachable!("a Config is an object"),
+            };
+            fields.extend(given);
+            serde_json::from_value(serde_json::Value::Object(fields)).map_err(error)?
         };
         config.validate()
+    }
+
+    /// The Wasm filter's defaults: its VM addresses 4 GiB, and a witness transcoded as it
+    /// arrives holds about half its JSON before its SSZ is copied out to Envoy.
+    pub fn wasm_defaults() -> Config {
+        Config { transcode_max: 256 * MIB, ..Config::default() }
     }
 
     /// Checks every bound and turns the config into the [`Settings`] an exchange runs with.
@@ -378,6 +410,8 @@ impl Config {
             ("stream_delay_ms", self.stream_delay_ms),
             ("offload_min_length", self.offload_min_length),
             ("transcode_max", self.transcode_max),
+            ("transcode_hold_max", self.transcode_hold_max),
+            ("transcode_budget", self.transcode_budget),
         ];
         for (name, value) in values {
             check_field(name, value)?;
@@ -462,8 +496,9 @@ impl Settings {
     /// so such a configuration is refused rather than left to fail at run time.
     pub fn check_buffer_limit(&self) -> Result<(), ConfigError> {
         let transcodes = self.transcode || self.transcode_upstream_ssz;
-        let (mut written, mut what) = if transcodes && self.transcode_max > self.max_buffer {
-            (self.transcode_max, "transcode_max")
+        let held = self.transcode_hold_max.min(self.transcode_max);
+        let (mut written, mut what) = if transcodes && held > self.max_buffer {
+            (held, "transcode_hold_max")
         } else {
             (self.max_buffer, "max_buffer")
         };
@@ -474,7 +509,7 @@ impl Settings {
             None if transcodes => Err(ConfigError::new(
                 "buffer_limit",
                 "must be given with transcode or transcode_upstream_ssz: set it to the listener's per_connection_buffer_limit_bytes, \
-                 which must exceed transcode_max by one upstream read"
+                 which must exceed transcode_hold_max by one upstream read"
                     .into(),
             )),
             Some(limit) if written >= limit => Err(ConfigError::new(
@@ -506,7 +541,19 @@ mod tests {
         assert_eq!((s.min_length, s.max_buffer, s.level, s.stream_level), (1024, MIB, Level::Auto, 1));
         assert_eq!(s.stream_delay_ms, 100);
         assert_eq!(s.offload_min_length, 128 * 1024);
-        assert_eq!((s.transcode, s.transcode_max), (false, 64 * MIB));
+        assert_eq!((s.transcode, s.transcode_max, s.transcode_hold_max), (false, 2048 * MIB, 64 * MIB));
+        assert_eq!(s.transcode_budget, 1024 * MIB);
+    }
+
+    #[test]
+    fn a_host_s_own_defaults_fill_what_its_json_does_not_name() {
+        let wasm = |json: &[u8]| Config::from_json_over(json, Config::wasm_defaults());
+        assert_eq!(wasm(b"").unwrap().transcode_max, 256 * MIB);
+        let s = wasm(br#"{"transcode": true, "buffer_limit": 69206016}"#).unwrap();
+        assert_eq!((s.transcode, s.transcode_max, s.buffer_limit), (true, 256 * MIB, Some(69206016)));
+        assert_eq!(wasm(br#"{"transcode_max": 1024}"#).unwrap().transcode_max, 1024);
+        assert!(wasm(br#"{"levle": 3}"#).unwrap_err().message.contains("levle"));
+        assert_eq!(wasm(br#"[1]"#).unwrap_err().field, "config");
     }
 
     #[test]
@@ -636,7 +683,7 @@ mod tests {
         assert_eq!(check(br#"{"transcode": true}"#).unwrap_err().field, "buffer_limit");
         assert!(check(br#"{"transcode": true, "buffer_limit": 69206016}"#).is_ok());
         let err = check(br#"{"transcode": true, "buffer_limit": 2097152}"#).unwrap_err();
-        assert!(err.message.contains("transcode_max (67108864)"), "{err}");
+        assert!(err.message.contains("transcode_hold_max (67108864)"), "{err}");
         assert!(check(br#"{"buffer_limit": 1048576}"#).unwrap_err().message.contains("max_buffer"));
         assert!(check(br#"{"buffer_limit": 2097152}"#).is_ok());
     }

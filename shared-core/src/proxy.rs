@@ -407,15 +407,24 @@ impl ProxyExchange {
 
     fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         let started = Instant::now();
-        let (released, ended) = match self.exchange.feed(chunk, end, flush, now_ms) {
-            Ok(output) => {
-                self.out.extend_from_slice(output.data);
-                (output.headers.is_some(), output.end)
+        let mut released = false;
+        let mut fed = self.exchange.feed(chunk, end, flush, now_ms);
+        // the output of this feed, and of as many empty ones as there is more of it
+        let ended = loop {
+            match fed {
+                Ok(output) => {
+                    self.out.extend_from_slice(output.data);
+                    released |= output.headers.is_some();
+                    if !output.more {
+                        break output.end;
+                    }
+                }
+                Err(e) => {
+                    let failure = self.exchange.failure();
+                    return Err(self.fail(e.to_string(), failure));
+                }
             }
-            Err(e) => {
-                let failure = self.exchange.failure();
-                return Err(self.fail(e.to_string(), failure));
-            }
+            fed = self.exchange.feed(&[], false, false, now_ms);
         };
         self.compress_ns += started.elapsed().as_nanos() as u64;
         if ended {

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chunked, run, run_on, Exchange1};
+use common::{chunked, run, run_on, witness_answer_head, Exchange1};
 use rpcedge_core::transcode::{beacon_data_to_ssz, ssz_to_json, BeaconObject, Fork, Schema, WitnessForm};
 use rpcedge_core::{
     BodyPlan, Coding, Config, EtagEdit, Mode, Settings, TranscodeOutcome, CONSENSUS_VERSION_HEADER,
@@ -346,4 +346,90 @@ fn a_json_clients_beacon_object_is_asked_in_ssz_only_once_the_node_has_shown_it_
     let json: serde_json::Value = serde_json::from_slice(&wire.decoded()).unwrap();
     assert_eq!((&json["execution_optimistic"], json.get("finalized")), (&true.into(), None));
     assert_eq!(run_on(&settings, &node, &beacon_get(&data, path, "application/json")).unwrap().upstream_accept, None);
+}
+
+const WITNESS_CALL: &[u8] = br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#;
+
+/// A witness response of `items` elements per field.
+fn witness_body(items: usize) -> Vec<u8> {
+    let item = |i: usize, len: usize| format!(r#""0x{}""#, (0..len).map(|j| format!("{:02x}", (i * 31 + j) % 256)).collect::<String>());
+    let list = |len: usize| (0..items).map(|i| item(i, len + i % 7)).collect::<Vec<_>>().join(",");
+    format!(
+        r#"{{"jsonrpc":"2.0","id":3,"result":{{"state":[{}],"codes":[{}],"keys":[{}],"headers":[{}]}}}}"#,
+        list(100),
+        list(300),
+        list(20),
+        list(500)
+    )
+    .into_bytes()
+}
+
+fn witness_call<'a>(body: &'a [u8]) -> Exchange1<'a> {
+    let mut spec = ssz_call(body, "application/octet-stream");
+    spec.request_body = WITNESS_CALL.to_vec();
+    spec
+}
+
+#[test]
+fn a_witness_past_transcode_hold_max_is_transcoded_as_it_arrives_to_the_same_ssz_with_its_exact_length() {
+    let body = witness_body(40);
+    let held = run(&transcoding(Config::default()), &witness_call(&body)).unwrap();
+    assert_eq!(held.transcode, TranscodeOutcome::Transcoded);
+    let streaming = transcoding(Config { transcode_hold_max: 1000, ..Config::default() });
+    for cuts in [vec![], vec![1, 2, 3, 500, 501, 4000, 9000], (0..body.len()).step_by(997).collect()] {
+        let mut spec = witness_call(&body);
+        spec.chunks = chunked(&body, &cuts, 0);
+        let wire = run(&streaming, &spec).unwrap();
+        assert_eq!(wire.transcode, TranscodeOutcome::Transcoded);
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Buffer, Mode::Untouched));
+        assert!(wire.body == held.body, "cut at {cuts:?}");
+        assert_eq!(wire.content_length, Some(held.body.len() as u64));
+        assert_eq!(wire.edits.content_type, Some("application/octet-stream"));
+        assert_eq!(header(&wire.edits, JSONRPC_ID_HEADER), Some(&b"3"[..]));
+    }
+
+    // compressed as SSZ is where it is listed: whole under max_buffer, else as a stream
+    let types = vec!["application/json".into(), "application/octet-stream".into()];
+    for (max_buffer, mode) in [(1 << 20, Mode::Oneshot), (4096, Mode::Stream)] {
+        let config = Config { transcode_hold_max: 1000, max_buffer, types: types.clone(), ..Config::default() };
+        let mut spec = witness_call(&body);
+        spec.chunks = chunked(&body, &[7000, 20000], 0);
+        let wire = run(&transcoding(config), &spec).unwrap();
+        assert_eq!((wire.mode, wire.edits.content_encoding), (mode, Some(Coding::Gzip)));
+        assert!(wire.decoded() == held.body);
+        let length = if mode == Mode::Oneshot { Some(wire.body.len() as u64) } else { None };
+        assert_eq!(wire.content_length, length);
+    }
+
+    // a witness longer than transcode_max is left alone; one without a length is held as before
+    let config = Config { transcode_hold_max: 1000, transcode_max: 5000, ..Config::default() };
+    let wire = run(&transcoding(config), &witness_call(&body)).unwrap();
+    assert_eq!(wire.transcode, TranscodeOutcome::Refused);
+    assert!(wire.decoded() == body, "as it came");
+    let mut spec = witness_call(&body);
+    spec.content_length = None;
+    let wire = run(&transcoding(Config { transcode_hold_max: 1000, ..Config::default() }), &spec).unwrap();
+    assert_eq!(wire.transcode, TranscodeOutcome::Refused);
+    assert!(wire.decoded() == body, "as it came");
+    let wire = run(&transcoding(Config::default()), &spec).unwrap();
+    assert_eq!(wire.transcode, TranscodeOutcome::Transcoded);
+    assert!(wire.body == held.body);
+}
+
+#[test]
+fn a_witness_transcoded_as_it_arrives_that_turns_out_not_to_be_one_fails_before_any_byte_goes_out() {
+    let streaming = transcoding(Config { transcode_hold_max: 1000, ..Config::default() });
+    let mut body = witness_body(40);
+    let at = body.len() / 2 + body[body.len() / 2..].iter().position(|&b| b == b'x').unwrap();
+    body[at + 3] = b'g';
+    let mut spec = witness_call(&body);
+    spec.chunks = chunked(&body, &[4000, 9000], 0);
+    assert!(matches!(run(&streaming, &spec), Err(rpcedge_core::Error::Transcode(_))));
+
+    let mut ex = witness_answer_head(&streaming, body.len());
+    let out = ex.feed(&body[..at - 10], false, false, 0).unwrap();
+    assert!(out.data.is_empty() && out.headers.is_none());
+    assert!(ex.feed(&body[at - 10..], true, false, 0).is_err());
+    assert_eq!(ex.failure(), rpcedge_core::Failure::Respond(502));
+    assert_eq!(ex.transcode_outcome(), TranscodeOutcome::Refused);
 }

@@ -94,8 +94,8 @@ fn ours(witness: &Value, form: WitnessForm) -> Vec<u8> {
         }
         stream.feed(&[], true).unwrap();
         let mut streamed = stream.finish().unwrap();
-        let (mut ssz, mut scratch) = (Vec::new(), Vec::new());
-        while let Some(piece) = streamed.ssz.next_piece(&mut scratch) {
+        let mut ssz = Vec::new();
+        while let Some((piece, _)) = streamed.ssz.next_piece() {
             ssz.extend_from_slice(piece);
         }
         assert_eq!(ssz, whole, "streamed in chunks of {chunk}");

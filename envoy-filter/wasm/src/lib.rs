@@ -105,7 +105,7 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let json = self.get_plugin_configuration().unwrap_or_default();
-        let settings = match Config::from_json(&json).and_then(|s| s.check_buffer_limit().map(|()| s)) {
+        let settings = match Config::from_json_over(&json, Config::wasm_defaults()).and_then(|s| s.check_buffer_limit().map(|()| s)) {
             Ok(settings) => settings,
             Err(e) => {
                 log::error!("invalid plugin configuration: {e}");

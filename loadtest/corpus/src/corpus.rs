@@ -50,6 +50,39 @@ pub struct Corpus {
     all: RecordingTable,
     by_network: HashMap<String, RecordingTable>,
     pub stats: LoadStats,
+    /// The sizes of the witnesses' elements, for witnesses made up at the real ones' proportions.
+    pub witness_items: WitnessItems,
+}
+
+/// The byte lengths of the elements of every witness added, by field, and the most headers one
+/// witness has.
+#[derive(Debug, Default)]
+pub struct WitnessItems {
+    pub state: Vec<u32>,
+    pub codes: Vec<u32>,
+    pub keys: Vec<u32>,
+    pub headers: Vec<u32>,
+    pub most_headers: usize,
+}
+
+impl WitnessItems {
+    fn add(&mut self, witness: &Json) {
+        let lengths = |field: &str| -> Vec<u32> {
+            let items: Vec<&Json> = match witness.get(field) {
+                Some(Json::Array(items)) => items.iter().collect(),
+                Some(Json::Object(members)) => members.iter().map(|(_, item)| item).collect(),
+                _ => Vec::new(),
+            };
+            // 0x-hex strings: their bytes (headers given as objects are not counted)
+            items.iter().filter_map(|item| item.as_str()).map(|hex| (hex.len().saturating_sub(2) / 2) as u32).collect()
+        };
+        self.state.extend(lengths("state"));
+        self.codes.extend(lengths("codes"));
+        self.keys.extend(lengths("keys"));
+        let headers = lengths("headers");
+        self.most_headers = self.most_headers.max(headers.len());
+        self.headers.extend(headers);
+    }
 }
 
 /// Bzip2 inflates these JSON files about sixty-fold: the factor that makes a tar's file size
@@ -80,6 +113,7 @@ impl Corpus {
             all: HashMap::new(),
             by_network: HashMap::new(),
             stats: LoadStats::default(),
+            witness_items: WitnessItems::default(),
         };
         for (path, result) in paths.into_iter().zip(loaded) {
             match result {
@@ -161,6 +195,7 @@ impl Corpus {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             let file = json::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             let witness = file.get("witness").ok_or_else(|| format!("{}: no \"witness\"", path.display()))?;
+            self.witness_items.add(witness);
             let request_text =
                 format!(r#"{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["{block:#x}"]}}"#);
             let request = json::parse(&request_text).expect("well-formed");

@@ -2,5 +2,6 @@
 //! `rpcedge-corpus` reads them.
 
 pub mod delivery;
+pub mod generated;
 pub mod head;
 pub mod server;

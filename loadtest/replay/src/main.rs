@@ -2,7 +2,7 @@
 //! See README.md for the command line, the routes and the `X-Replay-*` headers.
 
 use rpcedge_corpus::{beacon, cache, corpus};
-use rpcedge_replay::{delivery, head, server};
+use rpcedge_replay::{delivery, generated, head, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -187,7 +187,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     let beacon = beacon::BeaconRoutes::new(ssz_dir);
+    let witnesses = generated::WitnessMaker::new(&corpus.witness_items).map(Arc::new);
     let state = server::State {
+        witnesses,
         corpus,
         defaults,
         heads,

@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use rpcedge_corpus::beacon::BeaconRoutes;
 use rpcedge_corpus::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
+use crate::generated::{self, WitnessMaker};
 use crate::head::{self, Heads, Tag};
 use rpcedge_corpus::json::{self, Json};
 use rpcedge_corpus::rpc::{self, RequestKey};
@@ -35,6 +36,8 @@ pub struct State {
     pub defaults: Delivery,
     pub heads: Heads,
     pub beacon: BeaconRoutes,
+    /// Witnesses made up at any size; `None` without loaded ones to take the proportions from.
+    pub witnesses: Option<Arc<WitnessMaker>>,
     /// JSON-RPC requests answered, so that tests can tell what reached the "node".
     pub rpc_requests: AtomicU64,
     /// The calls in them (a batch counts each of its members).
@@ -186,6 +189,9 @@ async fn route(
     if method != Method::POST {
         return Err(method_not_allowed(method));
     }
+    if path == "/generated/witness" {
+        return generated_witness(request, state, abort).await;
+    }
     let network = path.trim_matches('/').to_string();
     // A network with a head set and no recordings answers only for its head.
     let none = RecordingTable::new();
@@ -202,6 +208,39 @@ async fn route(
         tokio::time::sleep(delivery.call_delay * u32::try_from(calls).unwrap_or(u32::MAX)).await;
     }
     Ok(deliver(segments, &delivery, origin, &[], false, abort))
+}
+
+/// `POST /generated/witness?bytes=N`: a made-up witness of N bytes of content, as the answer to
+/// the call in the body (its id).
+async fn generated_witness(
+    request: Request<Incoming>,
+    state: &State,
+    abort: &AbortSignal,
+) -> Result<Response<ReplayBody>, Refusal> {
+    let maker = state.witnesses.clone().ok_or_else(|| {
+        Refusal(StatusCode::NOT_FOUND, "no witnesses were loaded to take the proportions from".into())
+    })?;
+    let bytes = request
+        .uri()
+        .query()
+        .and_then(|query| query.split('&').find_map(|pair| pair.strip_prefix("bytes=")))
+        .and_then(|bytes| bytes.parse::<u64>().ok())
+        .filter(|&bytes| bytes <= generated::MAX_BYTES)
+        .ok_or_else(|| Refusal(StatusCode::BAD_REQUEST, format!("bytes=N, N up to {}", generated::MAX_BYTES)))?;
+    let delivery = delivery_for(state, &request)?;
+    let body = read_body(request).await?;
+    let call = std::str::from_utf8(&body).ok().and_then(|text| json::parse(text).ok());
+    let mut id = Vec::new();
+    match call.as_ref().and_then(|call| call.get("id")) {
+        Some(value) => value.write_compact(&mut id),
+        None => id.extend_from_slice(b"null"),
+    }
+    state.rpc_requests.fetch_add(1, Ordering::Relaxed);
+    state.rpc_calls.fetch_add(1, Ordering::Relaxed);
+    let result = tokio::task::spawn_blocking(move || maker.result(bytes))
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("making the witness: {e}")))?;
+    Ok(deliver(generated::response(&id, result), &delivery, None, &[], false, abort))
 }
 
 /// `/` means every network, `/<network>` that network's recordings only.

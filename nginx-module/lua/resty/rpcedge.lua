@@ -178,6 +178,7 @@ local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
 local PLAN_PASS = 0
 local EDIT_SET, EDIT_REMOVE = 1, 2
 local OUT_HEADERS = 1
+local OUT_MORE = 16
 local FEED_END = 1
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
@@ -398,6 +399,15 @@ function Exchange:respond(res)
     -- with the headers held (buffered), they come with the output; streamed, they are in force
     apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
     ngx.print(C_string(out.data, out.len))
+    -- a long witness's SSZ comes piece by piece
+    while bit_band(out.flags, OUT_MORE) ~= 0 do
+        if lib.rpcedge_exchange_feed(exchange, nil, 0, 0, ngx.now() * 1000, out, err) ~= 0 then
+            ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
+            self:ended(compress_us)
+            return ngx.exit(444)
+        end
+        ngx.print(C_string(out.data, out.len))
+    end
     return self:ended(compress_us)
 end
 

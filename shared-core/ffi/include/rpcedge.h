@@ -48,6 +48,11 @@
 #define RPCEDGE_OUT_WORK 8
 
 /**
+ * More of the body is ready: once the data is on its way, feed an empty chunk (no flags) for it.
+ */
+#define RPCEDGE_OUT_MORE 16
+
+/**
  * `rpcedge_exchange_feed` flags
  */
 #define RPCEDGE_FEED_END 1
@@ -131,6 +136,8 @@ typedef struct {
    */
   uint8_t transcode;
   uint64_t transcode_max;
+  uint64_t transcode_hold_max;
+  uint64_t transcode_budget;
   /**
    * Non-zero: ask the node for SSZ and render JSON clients' answers here.
    */

@@ -63,6 +63,8 @@ pub struct RpcedgeConfig {
     /// Non-zero: transcode for clients that ask for SSZ.
     pub transcode: u8,
     pub transcode_max: u64,
+    pub transcode_hold_max: u64,
+    pub transcode_budget: u64,
     /// Non-zero: ask the node for SSZ and render JSON clients' answers here.
     pub transcode_upstream_ssz: u8,
     /// Media type patterns; none at all means the defaults.
@@ -170,6 +172,8 @@ pub const RPCEDGE_OUT_END: u32 = 4;
 /// Only after `rpcedge_exchange_offload`: the body is in and its compression waits as a job, to
 /// take with `rpcedge_exchange_take_job`, run on a thread and give back.
 pub const RPCEDGE_OUT_WORK: u32 = 8;
+/// More of the body is ready: once the data is on its way, feed an empty chunk (no flags) for it.
+pub const RPCEDGE_OUT_MORE: u32 = 16;
 
 /// `rpcedge_exchange_feed` flags
 pub const RPCEDGE_FEED_END: u32 = 1;
@@ -330,6 +334,8 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             offload_min_length: c.offload_min_length,
             transcode: c.transcode != 0,
             transcode_max: c.transcode_max,
+            transcode_hold_max: c.transcode_hold_max,
+            transcode_budget: c.transcode_budget,
             transcode_upstream_ssz: c.transcode_upstream_ssz != 0,
             buffer_limit: None,
             types,
@@ -374,6 +380,8 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         offload_min_length: d.offload_min_length,
         transcode: d.transcode.into(),
         transcode_max: d.transcode_max,
+        transcode_hold_max: d.transcode_hold_max,
+        transcode_budget: d.transcode_budget,
         transcode_upstream_ssz: d.transcode_upstream_ssz.into(),
         types: ptr::null(),
         types_len: 0,
@@ -705,6 +713,7 @@ fn c_output(output: &Output<'_>, set: &mut Vec<RpcedgeHeader>) -> RpcedgeOutput 
         (output.end, RPCEDGE_OUT_END),
         (output.headers.is_some(), RPCEDGE_OUT_HEADERS),
         (output.work, RPCEDGE_OUT_WORK),
+        (output.more, RPCEDGE_OUT_MORE),
     ] {
         if set {
             bits |= bit;

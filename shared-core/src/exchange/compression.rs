@@ -115,8 +115,14 @@ impl Compression {
 
     /// The body plan for a body whose length is as the response head says.
     pub fn plan(&mut self, sink: &mut Sink) -> BodyPlan {
+        self.plan_for(sink.response.content_length, sink)
+    }
+
+    /// The body plan for a body of `length` (`None`: not known), which the response head may not
+    /// say: a body that an earlier stage made.
+    pub fn plan_for(&mut self, length: Option<u64>, sink: &mut Sink) -> BodyPlan {
         let settings = sink.settings;
-        let plan = match sink.response.content_length {
+        let plan = match length {
             _ if !self.compressible => {
                 self.mode = Mode::Untouched;
                 BodyPlan::Pass

@@ -1,9 +1,10 @@
 //! One exchange's way through rpcedge, as a sans-IO state machine.
 //!
 //! Two stages, chained: the transcoding stage (`transcoding.rs`) holds a body that goes out in
-//! the other encoding (JSON or SSZ) and hands on the transcoded body, or the body as it came; the
-//! compression stage (`compression.rs`) compresses what it is handed, whole or chunk by chunk.
-//! Both write into one set of header edits.
+//! the other encoding (JSON or SSZ) and hands on the transcoded body, or the body as it came (or
+//! transcodes a long witness as it arrives and hands on its SSZ piece by piece); the compression
+//! stage (`compression.rs`) compresses what it is handed, whole or chunk by chunk. Both write
+//! into one set of header edits.
 //!
 //! The host feeds the request head, then the response head, which yields a [`BodyPlan`], then the
 //! body chunk by chunk (with end and flush flags and the time each arrived), getting back header
@@ -23,6 +24,7 @@ use crate::negotiate::{media_type, Coding};
 use crate::node::Node;
 use crate::transcode::{TranscodeError, WitnessForm};
 
+mod budget;
 mod compression;
 mod transcoding;
 
@@ -153,6 +155,16 @@ pub struct Output<'a> {
     /// The body is in and a [`WholeBody`] job waits: take it with [`Exchange::take_whole_body`],
     /// run it off the event loop and give it back with [`Exchange::complete_whole_body`].
     pub work: bool,
+    /// More of the body is ready: once `data` is on its way, feed an empty chunk (not the end)
+    /// for it. The body's last chunk may yield a transcoded body this way, piece by piece.
+    pub more: bool,
+}
+
+impl<'a> Output<'a> {
+    /// Nothing to send yet.
+    fn nothing(out: &'a [u8]) -> Self {
+        Output { headers: None, data: out, flush: false, end: false, work: false, more: false }
+    }
 }
 
 /// A whole buffered body to compress, self-contained so that it can run on any thread.
@@ -188,6 +200,8 @@ pub enum Error {
         received: u64,
     },
     Stream(StreamError),
+    /// A body transcoded as it arrived turned out not to be transcodable; it was not kept.
+    Transcode(TranscodeError),
     /// A call out of order (body before head, body after end).
     OutOfOrder(&'static str),
 }
@@ -199,6 +213,7 @@ impl fmt::Display for Error {
                 write!(f, "upstream body does not match its Content-Length: declared {declared}, received {received}")
             }
             Error::Stream(e) => e.fmt(f),
+            Error::Transcode(e) => write!(f, "a witness transcoded as it arrived cannot be transcoded: {e}"),
             Error::OutOfOrder(what) => write!(f, "call out of order: {what}"),
         }
     }
@@ -436,6 +451,9 @@ impl Exchange {
     pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
         self.out.clear();
         self.bytes_in += chunk.len() as u64;
+        if self.transcoding.streaming() {
+            return self.feed_stream(chunk, end, now_ms);
+        }
         let (headers, flush) = match self.check_length(end).and_then(|()| self.step(chunk, end, flush, now_ms)) {
             Ok(step) => step,
             Err(e) => {
@@ -447,7 +465,68 @@ impl Exchange {
         let work = self.compression.has_job();
         let end = end && !work;
         self.bytes_out += self.out.len() as u64;
-        Ok(Output { headers: headers.then_some(&self.edits), data: &self.out, flush: flush || end, end, work })
+        Ok(Output { headers: headers.then_some(&self.edits), data: &self.out, flush: flush || end, end, work, more: false })
+    }
+
+    /// A witness transcoded as it arrives: its JSON read, then at its end its SSZ, handed out a
+    /// piece per feed (passed on as it is, or through the compression stage).
+    fn feed_stream(&mut self, chunk: &[u8], end: bool, now_ms: u64) -> Result<Output<'_>, Error> {
+        if let Err(e) = self.read_stream(chunk, end) {
+            self.fail();
+            return Err(e);
+        }
+        if self.transcoding.holding() {
+            return Ok(Output::nothing(&self.out));
+        }
+        let first = !self.headers_out;
+        // (the stages are borrowed apart: the piece is the transcoding stage's)
+        let Some((piece, last)) = self.transcoding.next_piece() else {
+            self.compression.fail();
+            return Err(Error::OutOfOrder("body after the end"));
+        };
+        let (data, headers, flush) = if self.compression.transforms() {
+            let mut sink =
+                Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+            let (sent, flush) = match self.compression.feed(piece, last, false, now_ms, &mut sink) {
+                Ok(step) => step,
+                Err(e) => {
+                    self.compression.fail();
+                    self.out.clear();
+                    return Err(e);
+                }
+            };
+            // a stream's headers go with its first part, a buffered body's with the body
+            (&self.out[..], first && (sent || self.compression.mode() == Mode::Stream), flush)
+        } else {
+            (piece, first, last)
+        };
+        self.headers_out |= headers;
+        self.bytes_out += data.len() as u64;
+        let work = self.compression.has_job();
+        let end = last && !work;
+        Ok(Output { headers: headers.then_some(&self.edits), data, flush: flush || end, end, work, more: !last })
+    }
+
+    /// Reads a chunk of a witness transcoded as it arrives; at its end, the SSZ's body plan.
+    fn read_stream(&mut self, chunk: &[u8], end: bool) -> Result<(), Error> {
+        self.check_length(end)?;
+        if !self.transcoding.holding() {
+            return match chunk.is_empty() && !end {
+                true => Ok(()),
+                false => Err(Error::OutOfOrder("body after the end")),
+            };
+        }
+        let Some(length) = self.transcoding.read(chunk, end, &mut self.response, &mut self.edits).map_err(Error::Transcode)?
+        else {
+            return Ok(());
+        };
+        let mut sink = Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+        let content_type = sink.edits.content_type.unwrap_or_default();
+        self.compression.retype(content_type.as_bytes(), &mut sink);
+        if self.compression.plan_for(Some(length), &mut sink) == BodyPlan::Pass {
+            sink.edits.content_length = LengthEdit::Set(length);
+        }
+        Ok(())
     }
 
     /// What the host does now that the exchange failed (a feed returned an error).
@@ -490,7 +569,7 @@ impl Exchange {
         self.compression.send_whole(job, &mut sink);
         self.headers_out = true;
         self.bytes_out += self.out.len() as u64;
-        Ok(Output { headers: Some(&self.edits), data: &self.out, flush: true, end: true, work: false })
+        Ok(Output { headers: Some(&self.edits), data: &self.out, flush: true, end: true, work: false, more: false })
     }
 
     /// A body this filter transforms must match its declared length, however it is sent: a

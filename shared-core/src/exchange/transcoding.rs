@@ -1,16 +1,19 @@
 //! The transcoding stage: whether a body goes out in the other encoding (JSON with hex bytes or
-//! SSZ) than the node's, by the client's Accept; it holds such a body whole and hands the
+//! SSZ) than the node's, by the client's Accept. It holds such a body whole and hands the
 //! compression stage either the transcoded body or, when it cannot be transcoded, the body as it
-//! came.
+//! came; or, for a witness longer than `transcode_hold_max`, it transcodes the JSON as it
+//! arrives and hands on the SSZ piece by piece. What it holds counts against the process's
+//! transcode budget.
 
 use crate::config::Settings;
 use crate::negotiate::{Accept, MediaType};
 use crate::node::Node;
 use crate::transcode::{
     beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, BeaconEnvelope, BeaconObject,
-    Fork, JsonRpcCall, Schema, TranscodeError, WitnessForm,
+    Fork, JsonRpcCall, Schema, StreamedWitness, TranscodeError, WitnessForm, WitnessSsz, WitnessStream,
 };
 
+use super::budget::Reservation;
 use super::{
     EtagEdit, HeaderEdits, RequestFacts, ResponseFacts, TranscodeOutcome, CONSENSUS_VERSION_HEADER,
     EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
@@ -61,11 +64,28 @@ pub(super) struct Transcoding {
     state: State,
     /// The body held whole to transcode, from the response head on (`None`: not holding).
     held: Option<Vec<u8>>,
+    /// A witness transcoded as it arrives, then its SSZ going out.
+    stream: Option<Stream>,
+    /// The share of the transcode budget that what it holds takes.
+    reservation: Reservation,
+}
+
+enum Stream {
+    Reading(WitnessStream),
+    Sending(WitnessSsz),
 }
 
 impl Transcoding {
     pub fn new() -> Self {
-        Transcoding { media: Accept::default(), beacon_object: None, call: None, state: State::None, held: None }
+        Transcoding {
+            media: Accept::default(),
+            beacon_object: None,
+            call: None,
+            state: State::None,
+            held: None,
+            stream: None,
+            reservation: Reservation::default(),
+        }
     }
 
     pub fn request_path(&mut self, path: &[u8]) {
@@ -153,11 +173,21 @@ impl Transcoding {
         }
         edits.add_vary_accept = true;
         match self.transcodable(status, facts, settings, request) {
-            Some(Ok(())) => {
-                let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_max);
-                self.held = Some(Vec::with_capacity(capacity as usize));
-                true
-            }
+            Some(Ok(())) => match (self.streamable(facts, settings), facts.content_length) {
+                (Some(form), Some(length)) => {
+                    if !self.reservation.take(WitnessStream::most_held(length), settings.transcode_budget) {
+                        self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
+                        return false;
+                    }
+                    self.stream = Some(Stream::Reading(WitnessStream::new(form)));
+                    true
+                }
+                _ => {
+                    let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_hold_max);
+                    self.held = Some(Vec::with_capacity(capacity as usize));
+                    true
+                }
+            },
             Some(Err(refusal)) => {
                 self.state = State::Refused(refusal);
                 false
@@ -192,26 +222,101 @@ impl Transcoding {
             Err(TranscodeError::NoTransform)
         } else if facts.content_length.is_some_and(|length| length > settings.transcode_max) {
             Err(TranscodeError::Limit("transcode_max"))
+        } else if self.streamable(facts, settings).is_none()
+            && facts.content_length.is_some_and(|length| length > settings.transcode_hold_max)
+        {
+            Err(TranscodeError::Limit("transcode_hold_max"))
         } else {
             Ok(())
         })
     }
 
-    /// Whether the stage holds the body.
-    pub fn holding(&self) -> bool {
-        self.held.is_some()
+    /// The form of a witness to transcode as it arrives: one whose length is known (its SSZ goes
+    /// out with an exact length) and too long to hold whole.
+    fn streamable(&self, facts: &ResponseFacts, settings: &Settings) -> Option<WitnessForm> {
+        match self.state {
+            State::WantedResult(Schema::Witness, form)
+                if facts.content_length.is_some_and(|length| length > settings.transcode_hold_max) =>
+            {
+                Some(form)
+            }
+            _ => None,
+        }
     }
 
-    /// Holds one more chunk; when the body outgrows `transcode_max`, it is refused and what was
-    /// held comes back, to go on as the body came.
+    /// Whether the stage reads the body: holds it, or transcodes it as it arrives.
+    pub fn holding(&self) -> bool {
+        self.held.is_some() || matches!(self.stream, Some(Stream::Reading(_)))
+    }
+
+    /// Holds one more chunk; when the body outgrows `transcode_hold_max` or the budget, it is
+    /// refused and what was held comes back, to go on as the body came. Each byte held takes two
+    /// of the budget: it, and about as much for what it becomes.
     pub fn hold(&mut self, chunk: &[u8], settings: &Settings) -> Result<(), Vec<u8>> {
         let held = self.held.as_mut().expect("holding");
-        if held.len() + chunk.len() > settings.transcode_max as usize {
-            self.state = State::Refused(TranscodeError::Limit("transcode_max"));
+        let refusal = if held.len() + chunk.len() > settings.transcode_hold_max.min(settings.transcode_max) as usize {
+            Some("transcode_hold_max")
+        } else if !self.reservation.take(2 * chunk.len() as u64, settings.transcode_budget) {
+            Some("transcode_budget")
+        } else {
+            None
+        };
+        if let Some(limit) = refusal {
+            self.state = State::Refused(TranscodeError::Limit(limit));
+            self.reservation = Reservation::default();
             return Err(self.held.take().expect("holding"));
         }
         held.extend_from_slice(chunk);
         Ok(())
+    }
+
+    /// Whether the stage transcodes the body as it arrives (or sends what it became).
+    pub fn streaming(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Reads one more chunk of a witness transcoded as it arrives; at its end, the SSZ's length,
+    /// with the header edits that say what it is. A body that turns out not to be transcodable
+    /// is lost: the exchange fails.
+    pub fn read(
+        &mut self,
+        chunk: &[u8],
+        end: bool,
+        facts: &mut ResponseFacts,
+        edits: &mut HeaderEdits,
+    ) -> Result<Option<u64>, TranscodeError> {
+        let Some(Stream::Reading(reader)) = &mut self.stream else { unreachable!("reading a body not being read") };
+        let read = reader.feed(chunk, end).and_then(|()| {
+            if !end {
+                return Ok(None);
+            }
+            let Some(Stream::Reading(reader)) = self.stream.take() else { unreachable!() };
+            reader.finish().map(Some)
+        });
+        let StreamedWitness { id, version, ssz } = match read {
+            Ok(Some(witness)) => witness,
+            Ok(None) => return Ok(None),
+            Err(refusal) => {
+                self.stream = None;
+                self.state = State::Refused(refusal.clone());
+                return Err(refusal);
+            }
+        };
+        let State::WantedResult(schema, form) = self.state else { unreachable!("a witness no one asked for") };
+        jsonrpc_edits(schema, form, &id, version, edits);
+        self.transcoded(facts, edits);
+        let length = ssz.len();
+        self.stream = Some(Stream::Sending(ssz));
+        Ok(Some(length))
+    }
+
+    /// The next piece of the SSZ that [`Transcoding::read`] finished, and whether it is the
+    /// last; `None` when all is out.
+    pub fn next_piece(&mut self) -> Option<(&[u8], bool)> {
+        match &mut self.stream {
+            Some(Stream::Sending(ssz)) => ssz.next_piece(),
+            _ => None,
+        }
     }
 
     /// The whole held body, transcoded with the header edits that say so (`Ok`), or as it came
@@ -252,13 +357,7 @@ impl Transcoding {
         let transcoded = match &self.state {
             &State::WantedResult(schema, form) => {
                 let result = jsonrpc_to_ssz(body, schema, form)?;
-                edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
-                    "application/octet-stream; witness=eip8025"
-                } else {
-                    "application/octet-stream"
-                });
-                edits.set.push((JSONRPC_ID_HEADER, result.id.to_vec()));
-                edits.set.push((JSONRPC_VERSION_HEADER, result.version.into_owned()));
+                jsonrpc_edits(schema, form, result.id, result.version.into_owned(), edits);
                 result.ssz
             }
             &State::WantedObject(object) => {
@@ -298,11 +397,26 @@ impl Transcoding {
             }
             _ => unreachable!("transcoding a body that no one asked for"),
         };
+        self.transcoded(facts, edits);
+        Ok(transcoded)
+    }
+
+    fn transcoded(&mut self, facts: &mut ResponseFacts, edits: &mut HeaderEdits) {
         // Another representation: the original's tag does not name it, nor its ranges.
         facts.etag = None;
         edits.etag = EtagEdit::Remove;
         edits.remove_accept_ranges = true;
         self.state = State::Done;
-        Ok(transcoded)
     }
+}
+
+/// The edits of a JSON-RPC result sent as SSZ: its type, and the envelope's members in headers.
+fn jsonrpc_edits(schema: Schema, form: WitnessForm, id: &[u8], version: Vec<u8>, edits: &mut HeaderEdits) {
+    edits.content_type = Some(if schema == Schema::Witness && form == WitnessForm::Eip8025 {
+        "application/octet-stream; witness=eip8025"
+    } else {
+        "application/octet-stream"
+    });
+    edits.set.push((JSONRPC_ID_HEADER, id.to_vec()));
+    edits.set.push((JSONRPC_VERSION_HEADER, version));
 }

@@ -46,11 +46,6 @@ impl ByteLists {
         self.starts.len() * OFFSET + self.data.len()
     }
 
-    /// The memory the list holds.
-    pub fn held(&self) -> usize {
-        self.starts.capacity() * OFFSET + self.data.capacity()
-    }
-
     /// Where the list ends now, to go back to with [`ByteLists::truncate`].
     pub fn mark(&self) -> (usize, usize) {
         (self.starts.len(), self.data.len())

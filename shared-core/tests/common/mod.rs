@@ -85,6 +85,18 @@ impl<'a> Exchange1<'a> {
     }
 }
 
+/// An SSZ client's witness call whose JSON answer of `length` bytes is about to come.
+pub fn witness_answer_head(settings: &Arc<Settings>, length: usize) -> Exchange {
+    let mut ex = Exchange::new(Arc::clone(settings), Arc::default());
+    ex.request_method(b"POST");
+    ex.request_header(b"Accept", b"application/octet-stream");
+    ex.request_body(br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#);
+    ex.response_header(b"Content-Type", b"application/json");
+    ex.response_header(b"Content-Length", length.to_string().as_bytes());
+    assert_eq!(ex.response_head(200), BodyPlan::Buffer);
+    ex
+}
+
 /// Runs one exchange through the core, ticking timers as a host's event loop would.
 pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
     run_on(settings, &Arc::default(), spec)
@@ -135,20 +147,37 @@ pub fn run_on(settings: &Arc<Settings>, node: &Arc<Node>, spec: &Exchange1) -> R
     for (i, chunk) in spec.chunks.iter().enumerate() {
         // Fire every timer that falls before this chunk arrives.
         while let Some(deadline) = ex.deadline().filter(|&d| d < chunk.at_ms) {
-            let out = ex.feed(&[], false, false, deadline)?;
-            collect(&mut wire, &mut headers_out, deadline, out.headers.cloned(), out.data);
+            feed(&mut ex, &mut wire, &mut headers_out, &[], false, false, deadline)?;
         }
-        let out = ex.feed(&chunk.data, i == last, chunk.flush, chunk.at_ms)?;
-        collect(&mut wire, &mut headers_out, chunk.at_ms, out.headers.cloned(), out.data);
+        feed(&mut ex, &mut wire, &mut headers_out, &chunk.data, i == last, chunk.flush, chunk.at_ms)?;
     }
     if spec.chunks.is_empty() {
-        let out = ex.feed(&[], true, false, 0)?;
-        collect(&mut wire, &mut headers_out, 0, out.headers.cloned(), out.data);
+        feed(&mut ex, &mut wire, &mut headers_out, &[], true, false, 0)?;
     }
     assert!(headers_out, "headers never released");
     wire.mode = ex.mode();
     wire.transcode = ex.transcode_outcome();
     Ok(wire)
+}
+
+/// Feeds one chunk, and empty ones for as long as the core has more, as hosts do.
+fn feed(
+    ex: &mut Exchange,
+    wire: &mut Wire,
+    headers_out: &mut bool,
+    chunk: &[u8],
+    end: bool,
+    flush: bool,
+    at: u64,
+) -> Result<(), rpcedge_core::Error> {
+    let mut out = ex.feed(chunk, end, flush, at)?;
+    loop {
+        collect(wire, headers_out, at, out.headers.cloned(), out.data);
+        if !out.more {
+            return Ok(());
+        }
+        out = ex.feed(&[], false, false, at)?;
+    }
 }
 
 fn collect(wire: &mut Wire, headers_out: &mut bool, at: u64, headers: Option<HeaderEdits>, data: &[u8]) {

@@ -84,9 +84,11 @@ impl WitnessStream {
         }
     }
 
-    /// The memory it holds.
-    pub fn held(&self) -> usize {
-        self.lists.iter().map(ByteLists::held).sum::<usize>() + self.carry.capacity()
+    /// The most memory a stream of a `length`-byte body can hold: the lists take at most 4/5 of
+    /// the JSON (an element of n bytes is at least the 2n + 5 of `"0x..",` and holds n + 4),
+    /// and a cut unit up to [`UNIT_MAX`], twice while it is read again.
+    pub fn most_held(length: u64) -> u64 {
+        length / 5 * 4 + 4 + 2 * UNIT_MAX as u64
     }
 
     /// Reads the next chunk of the body (`end`: its last).
@@ -152,7 +154,7 @@ impl WitnessStream {
         Ok(StreamedWitness {
             id: self.id.unwrap_or_else(|| b"null".to_vec()),
             version: self.version.unwrap_or_else(|| b"2.0".to_vec()),
-            ssz: WitnessSsz { head, lists, data: Vec::new(), sent: 0, len },
+            ssz: WitnessSsz { head, lists, table: Vec::new(), data: Vec::new(), sent: 0, len },
         })
     }
 
@@ -319,6 +321,8 @@ pub struct WitnessSsz {
     head: Vec<u8>,
     /// The lists still to go, the next one last.
     lists: Vec<ByteLists>,
+    /// The offset table going out.
+    table: Vec<u8>,
     /// The elements of the list going out, and how much of them is out.
     data: Vec<u8>,
     sent: usize,
@@ -335,23 +339,28 @@ impl WitnessSsz {
         self.len == 0
     }
 
-    /// The next piece, written onto `out` or lent; `None` once all is out.
-    pub fn next_piece<'a>(&'a mut self, out: &'a mut Vec<u8>) -> Option<&'a [u8]> {
-        out.clear();
+    /// The next piece, and whether it is the last; `None` once all is out.
+    pub fn next_piece(&mut self) -> Option<(&[u8], bool)> {
+        self.table.clear();
         while self.sent == self.data.len() {
             self.data = Vec::new();
             self.sent = 0;
             let list = self.lists.pop()?;
-            out.append(&mut self.head);
-            list.write_offsets(out).expect("the container's offsets were checked");
+            self.table.append(&mut self.head);
+            list.write_offsets(&mut self.table).expect("the container's offsets were checked");
             self.data = list.into_data();
-            if !out.is_empty() {
-                return Some(out);
+            if !self.table.is_empty() {
+                return Some((&self.table, self.is_out()));
             }
         }
-        let piece = &self.data[self.sent..self.data.len().min(self.sent + PIECE_MAX)];
-        self.sent += piece.len();
-        Some(piece)
+        let start = self.sent;
+        self.sent = self.data.len().min(start + PIECE_MAX);
+        Some((&self.data[start..self.sent], self.is_out()))
+    }
+
+    /// All is out but lists with nothing to serialize.
+    fn is_out(&self) -> bool {
+        self.sent == self.data.len() && self.lists.iter().all(|list| list.len() == 0)
     }
 }
 
@@ -377,9 +386,10 @@ mod tests {
         }
         stream.feed(&body[at..], true)?;
         let StreamedWitness { id, version, mut ssz } = stream.finish()?;
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        while let Some(piece) = ssz.next_piece(&mut scratch) {
+        let mut out = Vec::new();
+        while let Some((piece, last)) = ssz.next_piece() {
             out.extend_from_slice(piece);
+            assert_eq!(last, out.len() as u64 == ssz.len());
         }
         assert_eq!(out.len() as u64, ssz.len());
         Ok((id, version, out))
