@@ -107,6 +107,10 @@ pub struct ProxyExchange {
     done: bool,
     /// The core's output since the host last cleared it.
     out: Vec<u8>,
+    /// The core has more of the body ready (see [`ProxyExchange::write_output`]), and the time
+    /// of the last feed, for the feeds that take it.
+    more: bool,
+    now_ms: u64,
     /// The node's response has an `ACCEPT_RANGES`.
     accept_ranges_sent: bool,
     compress_ns: u64,
@@ -132,6 +136,8 @@ impl ProxyExchange {
             body_wanted: false,
             done: false,
             out: Vec::new(),
+            more: false,
+            now_ms: 0,
             accept_ranges_sent: false,
             compress_ns: 0,
             counters: Vec::new(),
@@ -408,14 +414,17 @@ impl ProxyExchange {
     fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         let started = Instant::now();
         let mut released = false;
+        self.now_ms = now_ms;
         let mut fed = self.exchange.feed(chunk, end, flush, now_ms);
-        // the output of this feed, and of as many empty ones as there is more of it
+        // More of the body (a witness's SSZ, piece by piece): taken here until some is out (so the
+        // headers are), the rest by `write_output`.
         let ended = loop {
             match fed {
                 Ok(output) => {
                     self.out.extend_from_slice(output.data);
                     released |= output.headers.is_some();
-                    if !output.more {
+                    self.more = output.more;
+                    if !output.more || !self.out.is_empty() {
                         break output.end;
                     }
                 }
@@ -504,6 +513,22 @@ impl ProxyExchange {
 
     pub fn clear_output(&mut self) {
         self.out.clear();
+    }
+
+    /// Hands the output to `write`, then each further piece of a body that the core gives piece
+    /// by piece, each freed before the next is made: such a body is never held whole here. The
+    /// output is empty after.
+    pub fn write_output(&mut self, mut write: impl FnMut(&[u8])) -> Result<(), Failed> {
+        loop {
+            if !self.out.is_empty() {
+                write(&self.out);
+                self.out.clear();
+            }
+            if !self.more {
+                return Ok(());
+            }
+            self.feed(&[], false, false, self.now_ms)?;
+        }
     }
 
     /// Nothing more to feed.

@@ -189,8 +189,11 @@ impl Filter {
         if !fed {
             return BodyStatus::StopIterationNoBuffer;
         }
-        host.append_body(BodyType::ReceivedResponse, self.exchange.output());
-        if end || !self.exchange.output().is_empty() {
+        let output = !self.exchange.output().is_empty();
+        if !self.write_output(host, BodyType::ReceivedResponse) {
+            return BodyStatus::StopIterationNoBuffer;
+        }
+        if end || output {
             // Envoy sends this (after the headers and anything it holds here, if stopped).
             self.stopped = false;
             self.disarm();
@@ -214,8 +217,11 @@ impl Filter {
             return TrailersStatus::StopIteration;
         }
         self.disarm();
-        host.append_body(BodyType::BufferedResponse, self.exchange.output());
-        if self.exchange.output().is_empty() || self.stopped {
+        let output = !self.exchange.output().is_empty();
+        if !self.write_output(host, BodyType::BufferedResponse) {
+            return TrailersStatus::StopIteration;
+        }
+        if !output || self.stopped {
             // Envoy sends what it holds here, then the trailers.
             self.stopped = false;
             return TrailersStatus::Continue;
@@ -254,7 +260,9 @@ impl Filter {
             return;
         }
         if !self.exchange.output().is_empty() || (headers_held && self.headers_released) {
-            host.append_body(BodyType::BufferedResponse, self.exchange.output());
+            if !self.write_output(host, BodyType::BufferedResponse) {
+                return;
+            }
             self.stopped = false;
             host.continue_response();
         } else {
@@ -308,6 +316,19 @@ impl Filter {
                 true
             }
             Ok(None) => true,
+            Err(failed) => {
+                self.disarm();
+                fail(host, failed);
+                false
+            }
+        }
+    }
+
+    /// Adds the core's output to the body Envoy holds, piece by piece where the core gives it so.
+    /// False when the exchange failed (and the response is being reset).
+    fn write_output(&mut self, host: Host, kind: BodyType) -> bool {
+        match self.exchange.write_output(|piece| host.append_body(kind, piece)) {
+            Ok(()) => true,
             Err(failed) => {
                 self.disarm();
                 fail(host, failed);

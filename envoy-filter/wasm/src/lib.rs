@@ -349,6 +349,11 @@ impl Stream {
             let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &[unsent, out].concat());
         }
         self.held = held + out.len();
+        // the rest of a body that the core gives piece by piece
+        self.exchange.clear_output();
+        if !self.append_output() {
+            return Action::Pause;
+        }
         if end && (self.stopped || !self.buffering || self.held == 0) {
             // Envoy passes this data on, or continues with the body it holds, and the body ends.
             return self.proceed();
@@ -380,7 +385,9 @@ impl Stream {
                 fail(self.exchange.abort("the body ended in trailers, with no body held to end"));
                 return Action::Pause;
             }
-            self.append_output();
+            if !self.append_output() {
+                return Action::Pause;
+            }
         }
         if self.stopped || self.held == 0 {
             // Envoy continues with the body it holds, then the trailers.
@@ -399,13 +406,15 @@ impl Stream {
         Action::Continue
     }
 
-    /// Adds the core's output behind the unsent output in the body Envoy holds.
-    fn append_output(&mut self) {
-        let out = self.exchange.output();
-        if !out.is_empty() {
-            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, self.held, 0, out);
-            self.held += out.len();
-        }
+    /// Adds the core's output behind the unsent output in the body Envoy holds, piece by piece
+    /// where the core gives it so; false when the exchange failed.
+    fn append_output(&mut self) -> bool {
+        let held = &mut self.held;
+        let written = self.exchange.write_output(|piece| {
+            let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, *held, 0, piece);
+            *held += piece.len();
+        });
+        written.map_err(fail).is_ok()
     }
 
     /// Resumes Envoy where it stopped at this filter: it sends the body it holds.
@@ -432,11 +441,9 @@ impl Stream {
         if hostcalls::set_effective_context(self.id).is_err() {
             return;
         }
-        if self.exchange.deadline().is_some_and(|at| at <= now) {
-            if !self.feed(&[], false) {
-                return;
-            }
-            self.append_output();
+        let due = self.exchange.deadline().is_some_and(|at| at <= now);
+        if due && (!self.feed(&[], false) || !self.append_output()) {
+            return;
         }
         self.account();
         if self.held > 0 {

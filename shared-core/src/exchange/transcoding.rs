@@ -71,7 +71,7 @@ pub(super) struct Transcoding {
 }
 
 enum Stream {
-    Reading(WitnessStream),
+    Reading(Box<WitnessStream>),
     Sending(WitnessSsz),
 }
 
@@ -179,7 +179,7 @@ impl Transcoding {
                         self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
                         return false;
                     }
-                    self.stream = Some(Stream::Reading(WitnessStream::new(form)));
+                    self.stream = Some(Stream::Reading(Box::new(WitnessStream::new(form))));
                     true
                 }
                 _ => {

@@ -8,11 +8,19 @@ use super::TranscodeError;
 /// Bytes of an SSZ offset.
 pub(super) const OFFSET: usize = 4;
 
-/// A `List[ByteList[max_bytes], max_items]` being written: the elements' bytes, and where each
-/// begins in them.
+/// The size from which the elements' bytes go on in a new segment: a list handed out piece by
+/// piece frees each segment once it is out.
+const SEGMENT: usize = 1 << 20;
+
+/// A `List[ByteList[max_bytes], max_items]` being written: the elements' bytes, in segments, and
+/// where each begins in them.
 #[derive(Default)]
 pub struct ByteLists {
     starts: Vec<u32>,
+    /// The full segments, and their length together.
+    sealed: Vec<Vec<u8>>,
+    sealed_len: usize,
+    /// The segment being written.
     data: Vec<u8>,
 }
 
@@ -32,8 +40,14 @@ impl ByteLists {
         if self.starts.len() == max_items {
             return Err(TranscodeError::Limit("more elements than the list's limit"));
         }
+        // (sealed only before an element, so that a mark is never inside a sealed segment)
+        if self.data.len() >= SEGMENT {
+            self.sealed_len += self.data.len();
+            self.sealed.push(std::mem::take(&mut self.data));
+        }
         let start = self.data.len();
-        self.starts.push(u32::try_from(start).map_err(|_| TranscodeError::Limit("a list over 4 GiB"))?);
+        let at = self.sealed_len + start;
+        self.starts.push(u32::try_from(at).map_err(|_| TranscodeError::Limit("a list over 4 GiB"))?);
         write(&mut self.data)?;
         if self.data.len() - start > max_bytes {
             return Err(TranscodeError::Limit("an element longer than its limit"));
@@ -43,23 +57,26 @@ impl ByteLists {
 
     /// The list's serialized length.
     pub fn len(&self) -> usize {
-        self.starts.len() * OFFSET + self.data.len()
+        self.starts.len() * OFFSET + self.sealed_len + self.data.len()
     }
 
     /// Where the list ends now, to go back to with [`ByteLists::truncate`].
     pub fn mark(&self) -> (usize, usize) {
-        (self.starts.len(), self.data.len())
+        (self.starts.len(), self.sealed_len + self.data.len())
     }
 
     /// Drops the elements pushed since `mark`.
     pub fn truncate(&mut self, (items, bytes): (usize, usize)) {
         self.starts.truncate(items);
-        self.data.truncate(bytes);
+        self.data.truncate(bytes - self.sealed_len);
     }
 
     /// Appends the serialized list to `out`.
     pub fn write(&self, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
         self.write_offsets(out)?;
+        for segment in &self.sealed {
+            out.extend_from_slice(segment);
+        }
         out.extend_from_slice(&self.data);
         Ok(())
     }
@@ -74,9 +91,10 @@ impl ByteLists {
         Ok(())
     }
 
-    /// The elements' bytes, one after another, which follow the offset table.
-    pub fn into_data(self) -> Vec<u8> {
-        self.data
+    /// The elements' bytes, which follow the offset table, segment by segment.
+    pub fn into_segments(mut self) -> Vec<Vec<u8>> {
+        self.sealed.push(self.data);
+        self.sealed
     }
 }
 

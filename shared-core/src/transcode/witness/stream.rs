@@ -23,9 +23,6 @@ pub const UNIT_MAX: usize = 1 << 20;
 /// How much of the next chunk a cut unit takes at a time to be read again.
 const CARRY_STEP: usize = 64 * 1024;
 
-/// The most the SSZ hands out at once (see [`WitnessSsz::next_piece`]).
-const PIECE_MAX: usize = 1 << 20;
-
 /// Where the reading stands: before which unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
@@ -154,7 +151,7 @@ impl WitnessStream {
         Ok(StreamedWitness {
             id: self.id.unwrap_or_else(|| b"null".to_vec()),
             version: self.version.unwrap_or_else(|| b"2.0".to_vec()),
-            ssz: WitnessSsz { head, lists, table: Vec::new(), data: Vec::new(), sent: 0, len },
+            ssz: WitnessSsz { head, lists, table: Vec::new(), segments: Vec::new(), segment: Vec::new(), len },
         })
     }
 
@@ -314,8 +311,8 @@ fn after_envelope_member(json: &mut Scanner) -> Result<Place, TranscodeError> {
     }
 }
 
-/// A witness container's serialization, handed out piece by piece, each list freed once it is
-/// out: the container's offsets, then each list's offset table and elements.
+/// A witness container's serialization, handed out piece by piece, each freed once the next is
+/// asked for: the container's offsets, then each list's offset table and its elements' segments.
 pub struct WitnessSsz {
     /// The container's offsets, until they are out.
     head: Vec<u8>,
@@ -323,9 +320,9 @@ pub struct WitnessSsz {
     lists: Vec<ByteLists>,
     /// The offset table going out.
     table: Vec<u8>,
-    /// The elements of the list going out, and how much of them is out.
-    data: Vec<u8>,
-    sent: usize,
+    /// The segments of the list going out still to go, the next one last, and the one out.
+    segments: Vec<Vec<u8>>,
+    segment: Vec<u8>,
     len: u64,
 }
 
@@ -342,25 +339,29 @@ impl WitnessSsz {
     /// The next piece, and whether it is the last; `None` once all is out.
     pub fn next_piece(&mut self) -> Option<(&[u8], bool)> {
         self.table.clear();
-        while self.sent == self.data.len() {
-            self.data = Vec::new();
-            self.sent = 0;
+        loop {
+            if let Some(segment) = self.segments.pop() {
+                self.segment = segment;
+                if !self.segment.is_empty() {
+                    return Some((&self.segment, self.is_out()));
+                }
+                continue;
+            }
+            self.segment = Vec::new();
             let list = self.lists.pop()?;
             self.table.append(&mut self.head);
             list.write_offsets(&mut self.table).expect("the container's offsets were checked");
-            self.data = list.into_data();
+            self.segments = list.into_segments();
+            self.segments.reverse();
             if !self.table.is_empty() {
                 return Some((&self.table, self.is_out()));
             }
         }
-        let start = self.sent;
-        self.sent = self.data.len().min(start + PIECE_MAX);
-        Some((&self.data[start..self.sent], self.is_out()))
     }
 
-    /// All is out but lists with nothing to serialize.
+    /// All is out but pieces with nothing in them.
     fn is_out(&self) -> bool {
-        self.sent == self.data.len() && self.lists.iter().all(|list| list.len() == 0)
+        self.segments.iter().all(Vec::is_empty) && self.lists.iter().all(|list| list.len() == 0)
     }
 }
 
@@ -458,6 +459,19 @@ mod tests {
         let junk = format!(r#"{{"id":1,"junk":"{}","result":{{}}}}"#, "x".repeat(UNIT_MAX));
         let cuts: Vec<usize> = (0..junk.len()).step_by(4096).collect();
         assert!(matches!(streamed(junk.as_bytes(), &cuts, WitnessForm::Lossless), Err(TranscodeError::Json { .. })));
+    }
+
+    #[test]
+    fn lists_past_a_segment_cut_anywhere_give_the_ssz_of_the_whole() {
+        let items: Vec<String> = (0..5000u32).map(|i| hex(&[i as u8; 500])).collect();
+        let body = format!(r#"{{"id":1,"result":{{"state":[{}],"keys":[{}]}}}}"#, items.join(","), hex(&[7; 20]));
+        let expected = whole(body.as_bytes(), WitnessForm::Lossless);
+        let (_, _, ssz) = expected.as_ref().unwrap();
+        assert!(ssz.len() > 2 << 20, "past two segments");
+        for step in [997, 4096, 65_537] {
+            let cuts: Vec<usize> = (0..body.len()).step_by(step).collect();
+            assert!(streamed(body.as_bytes(), &cuts, WitnessForm::Lossless) == expected, "cut every {step}");
+        }
     }
 
     fn hex(bytes: &[u8]) -> String {
