@@ -133,6 +133,7 @@ bench: build
 	$(VENV)/bin/python loadtest/herd_bench.py
 	$(VENV)/bin/python loadtest/batch_bench.py
 	$(VENV)/bin/python loadtest/transcode_bench.py
+	$(VENV)/bin/python loadtest/witness_bench.py
 
 clean:
 	$(CARGO) clean
