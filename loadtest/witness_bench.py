@@ -92,6 +92,7 @@ class Rss:
 
     def __init__(self, pid):
         self.pid = pid
+        self.started = self.now()
 
     def field(self, name):
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -174,13 +175,25 @@ def measure(args, link):
 
 
 def concurrent_and_abandoned(args, replay, proxies):
-    """Ten SSZ clients of the 300 MB witness at once, each answer checked; and one that goes away
-    halfway, the proxy's RSS a moment later."""
+    """A client that goes away halfway through the 300 MB witness, the proxy's RSS a moment later
+    (first, while the proxy's heap is as the fetches left it); then ten SSZ clients of it at once,
+    each answer checked."""
     size = 300
     expected = {"ssz": {}, "json": fetch(replay.port, size, "json")[4]}
     out = {"concurrent": {}, "abandoned": {}}
     for host, (_, port, rss) in proxies.items():
         expected["ssz"][host] = fetch(port, size, "ssz")[4]
+        # the node sends the JSON over ~6 s; the client leaves after 2
+        idle = rss.now()
+        rss.reset_peak()
+        slow = ["X-Replay-Chunk-Size: 4000000", "X-Replay-Chunk-Delay-Ms: 40"]
+        fetch(port, size, "ssz", headers=slow, max_time=2)
+        time.sleep(1.5)
+        out["abandoned"][host] = {"rss_peak_above_idle": rss.peak() - idle, "rss_after_above_idle": rss.now() - idle,
+                                  "rss_after_above_start": rss.now() - rss.started}
+        print(f"a client gone after 2 s through {host}: peak +{(rss.peak() - idle) / MB:.1f} MB, 1.5 s later "
+              f"+{(rss.now() - idle) / MB:.1f} MB (+{(rss.now() - rss.started) / MB:.1f} MB over the proxy "
+              f"at its start)", flush=True)
         idle = rss.now()
         rss.reset_peak()
         with ThreadPoolExecutor(10) as pool:
@@ -193,15 +206,6 @@ def concurrent_and_abandoned(args, replay, proxies):
         print(f"10 x {size} MB SSZ through {host}: {kinds.count('ssz')} SSZ, {kinds.count('json')} JSON as it "
               f"came, {kinds.count('wrong')} wrong; peak RSS +{(rss.peak() - idle) / MB:.1f} MB "
               f"(budget {BUDGET / MB:.0f} MB)", flush=True)
-        # the node sends the JSON over ~6 s; the client leaves after 2
-        idle = rss.now()
-        rss.reset_peak()
-        slow = ["X-Replay-Chunk-Size: 4000000", "X-Replay-Chunk-Delay-Ms: 40"]
-        fetch(port, size, "ssz", headers=slow, max_time=2)
-        time.sleep(1.5)
-        out["abandoned"][host] = {"rss_peak_above_idle": rss.peak() - idle, "rss_after_above_idle": rss.now() - idle}
-        print(f"a client gone after 2 s through {host}: peak +{(rss.peak() - idle) / MB:.1f} MB, 1.5 s later "
-              f"+{(rss.now() - idle) / MB:.1f} MB", flush=True)
     return out
 
 
