@@ -496,7 +496,7 @@ impl Settings {
     /// so such a configuration is refused rather than left to fail at run time.
     pub fn check_buffer_limit(&self) -> Result<(), ConfigError> {
         let transcodes = self.transcode || self.transcode_upstream_ssz;
-        let held = self.transcode_hold_max.min(self.transcode_max);
+        let held = self.transcode_held_max();
         let (mut written, mut what) = if transcodes && held > self.max_buffer {
             (held, "transcode_hold_max")
         } else {
@@ -518,6 +518,12 @@ impl Settings {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The longest body held whole to transcode: within `transcode_hold_max`, and within
+    /// `transcode_max` as every transcoded body is.
+    pub fn transcode_held_max(&self) -> u64 {
+        self.transcode_hold_max.min(self.transcode_max)
     }
 
     /// Whether a Content-Type value names a media type to compress.

@@ -183,7 +183,7 @@ impl Transcoding {
                     true
                 }
                 _ => {
-                    let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_hold_max);
+                    let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_held_max());
                     self.held = Some(Vec::with_capacity(capacity as usize));
                     true
                 }
@@ -254,7 +254,7 @@ impl Transcoding {
     /// of the budget: it, and about as much for what it becomes.
     pub fn hold(&mut self, chunk: &[u8], settings: &Settings) -> Result<(), Vec<u8>> {
         let held = self.held.as_mut().expect("holding");
-        let refusal = if held.len() + chunk.len() > settings.transcode_hold_max.min(settings.transcode_max) as usize {
+        let refusal = if held.len() + chunk.len() > settings.transcode_held_max() as usize {
             Some("transcode_hold_max")
         } else if !self.reservation.take(2 * chunk.len() as u64, settings.transcode_budget) {
             Some("transcode_budget")

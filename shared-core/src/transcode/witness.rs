@@ -69,7 +69,7 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
     let mut lists: [ByteLists; 4] = Default::default();
     let mut seen = [false; 4];
     json.object(|json, key| {
-        let Some(index) = FIELDS.iter().position(|field| field.name.as_bytes() == key) else {
+        let Some(index) = field_index(key) else {
             json.value()?;
             return Ok(());
         };
@@ -81,12 +81,7 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
             Some(b'{') => json.object(|json, _hash| list.push_hex(json, field.max_items, field.max_bytes)),
             // some nodes send `null` for an empty field
             Some(b'n') if json.value()? == b"null" => Ok(()),
-            _ => json.array(|json| match json.peek() {
-                Some(b'{') if index == HEADERS => {
-                    list.push_with(field.max_items, field.max_bytes, |data| header::to_rlp(json, data))
-                }
-                _ => list.push_hex(json, field.max_items, field.max_bytes),
-            }),
+            _ => json.array(|json| push_element(list, index, json)),
         }
     })?;
     let lists = &lists[..form.fields()];
@@ -96,6 +91,23 @@ pub fn to_ssz(json: &mut Scanner, form: WitnessForm, out: &mut Vec<u8>) -> Resul
         list.write(out)?;
     }
     Ok(())
+}
+
+/// The index in [`FIELDS`] of the field named `key`.
+fn field_index(key: &[u8]) -> Option<usize> {
+    FIELDS.iter().position(|field| field.name.as_bytes() == key)
+}
+
+/// Reads one element of the list shape's field `index` onto its list: 0x-hex, or for a header a
+/// JSON object too, which goes in as its RLP.
+fn push_element(list: &mut ByteLists, index: usize, json: &mut Scanner) -> Result<(), TranscodeError> {
+    let field = &FIELDS[index];
+    match json.peek() {
+        Some(b'{') if index == HEADERS => {
+            list.push_with(field.max_items, field.max_bytes, |data| header::to_rlp(json, data))
+        }
+        _ => list.push_hex(json, field.max_items, field.max_bytes),
+    }
 }
 
 /// Appends the offsets of the container of `lists`, refusing one that 4-byte offsets cannot

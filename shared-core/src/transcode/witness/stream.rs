@@ -12,8 +12,8 @@ use std::borrow::Cow;
 
 use super::super::json::Scanner;
 use super::super::ssz::{ByteLists, OFFSET};
-use super::super::{envelope_id, envelope_version, header, TranscodeError};
-use super::{write_container_offsets, WitnessForm, FIELDS, HEADERS};
+use super::super::{envelope_id, envelope_version, TranscodeError};
+use super::{field_index, push_element, write_container_offsets, WitnessForm, FIELDS};
 
 /// The longest unit carried from one chunk to the next: far over a field's longest element
 /// (a 64 KiB code is 128 KiB of hex) or a JSON header, so only something that is no witness
@@ -227,7 +227,7 @@ impl WitnessStream {
                     return after_envelope_member(json);
                 }
                 let key = member_key(json)?;
-                let Some(field) = FIELDS.iter().position(|field| field.name.as_bytes() == &key[..]) else {
+                let Some(field) = field_index(&key) else {
                     json.value()?;
                     return after_witness_member(json);
                 };
@@ -256,13 +256,11 @@ impl WitnessStream {
                 }
                 let (limits, list) = (&FIELDS[field], &mut self.lists[field]);
                 if map {
+                    // (the map shape's values are 0x-hex, its keys their hashes)
                     member_key(json)?;
-                }
-                match json.peek() {
-                    Some(b'{') if field == HEADERS && !map => {
-                        list.push_with(limits.max_items, limits.max_bytes, |data| header::to_rlp(json, data))?
-                    }
-                    _ => list.push_hex(json, limits.max_items, limits.max_bytes)?,
+                    list.push_hex(json, limits.max_items, limits.max_bytes)?;
+                } else {
+                    push_element(list, field, json)?;
                 }
                 if json.eat(b',') {
                     Ok(Place::Items { field, map, first: false })
