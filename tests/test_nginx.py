@@ -705,6 +705,9 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
      '"rpcedge_transcode_hold_max" directive must be between 0 and 2147483648'),
     ("rpcedge_transcode_budget lots;", '"rpcedge_transcode_budget" directive invalid value'),
     ("rpcedge_transcode maybe;", 'invalid value "maybe" in "rpcedge_transcode"'),
+    ("rpcedge_beacon_network goerli;",
+     '"rpcedge_beacon_network" directive must be off or one of mainnet, sepolia, hoodi, holesky, got "goerli"'),
+    ("rpcedge_beacon_network hoodi; rpcedge_beacon_network hoodi;", '"rpcedge_beacon_network" directive is duplicate'),
 ])
 def test_bad_values_fail_nginx_t_naming_the_directive(tmp_path, directive, message):
     conf = tmp_path / "nginx.conf"

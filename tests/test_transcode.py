@@ -20,13 +20,15 @@ SERVER = """
         listen {LOOPBACK}:{port};
         rpcedge on;
         rpcedge_transcode on;
+        rpcedge_beacon_network mainnet;
         location / {{
             proxy_pass http://{LOOPBACK}:{replay_port};
             proxy_http_version 1.1;
         }}
     }}
 """
-ENVOY_PLUGIN_CONFIG = '{"min_length": 1024, "max_buffer": 1048576, "transcode": true, "buffer_limit": 68157440}'
+ENVOY_PLUGIN_CONFIG = ('{"min_length": 1024, "max_buffer": 1048576, "transcode": true, "beacon_network": "mainnet", '
+                       '"buffer_limit": 68157440}')
 
 WITNESS_BLOCKS = {"0x134ff8": "cache_hoodi_1265656.json", "0x138c2d": "cache_hoodi_1281069.json"}
 SSZ = "application/octet-stream"
@@ -328,6 +330,33 @@ def test_a_beacon_api_object_goes_out_as_the_specs_ssz(hosts, host, replay, path
     r = get(hosts[host], path, accept="application/json")
     assert r.header("content-type") == "application/json"
     assert r.decoded() == node_answer(replay, path, ssz=False)
+
+
+LIGHT_CLIENT_UPDATES = ("/eth/v1/beacon/light_client/updates?start_period=1&count=4"
+                        "&cases=altair:case_1,capella:case_2,electra:case_0,fulu:case_3")
+
+
+def updates_chunks(ssz):
+    """The updates route's SSZ read by its framing: (fork digest, update) per chunk."""
+    chunks = []
+    while ssz:
+        (length,) = struct.unpack_from("<Q", ssz)
+        chunks.append((ssz[8:12].hex(), ssz[12:8 + length]))
+        ssz = ssz[8 + length:]
+    return chunks
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_light_client_updates_go_out_framed_with_their_forks_digests(hosts, host, replay):
+    r = get(hosts[host], LIGHT_CLIENT_UPDATES, accept=SSZ)
+    assert r.complete and r.status == 200
+    assert r.header("content-type") == SSZ and int(r.header("content-length")) == len(r.body)
+    assert r.header("eth-consensus-version") is None, "the updates may be of several forks"
+    assert r.body == node_answer(replay, LIGHT_CLIENT_UPDATES, ssz=True)
+    # mainnet's published digests of altair, capella, electra and (before blob parameters) fulu
+    assert [digest for digest, _ in updates_chunks(r.body)] == ["afcaaba0", "bba4da96", "ad532ceb", "82fae541"]
+    r = get(hosts[host], LIGHT_CLIENT_UPDATES, accept="application/json")
+    assert r.decoded() == node_answer(replay, LIGHT_CLIENT_UPDATES, ssz=False)
 
 
 @pytest.mark.parametrize("host", HOSTS)

@@ -11,7 +11,7 @@ import pytest
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import CORPUS, LOOPBACK, free_port
 from nginx_harness import start_nginx
-from test_transcode import SSZ, WITNESS_BLOCKS, call, get, node_answer, post, witness_json
+from test_transcode import LIGHT_CLIENT_UPDATES, SSZ, WITNESS_BLOCKS, call, get, node_answer, post, witness_json
 
 NODE_AND_PROXY = """
     server {{
@@ -115,3 +115,10 @@ def test_states_are_never_asked_for_in_ssz(hosts, host, replay):
     r = get(hosts[host], path, accept="application/json")
     assert r.header("eth-execution-optimistic") is None
     assert r.decoded() == node_answer(replay, path, ssz=False)
+
+
+def test_light_client_updates_pass_through_where_the_chain_is_not_named(hosts, replay):
+    # the node's proxy transcodes, but no rpcedge_beacon_network names the chain whose digests frame them
+    r = get(hosts["node"], LIGHT_CLIENT_UPDATES, accept=SSZ)
+    assert r.complete and r.status == 200 and r.header("content-type") == "application/json"
+    assert r.decoded() == node_answer(replay, LIGHT_CLIENT_UPDATES, ssz=False)

@@ -48,6 +48,7 @@ typedef struct {
     size_t                     transcode_hold_max;
     size_t                     transcode_budget;
     ngx_flag_t                 transcode_upstream_ssz;
+    ngx_int_t                  beacon_network;
     ngx_array_t               *types;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
@@ -168,7 +169,7 @@ static ngx_int_t ngx_http_rpcedge_mode_variable(ngx_http_request_t *r,
 static ngx_int_t ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
-static char *ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd,
+static char *ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -178,6 +179,17 @@ static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_rpcedge_filter_init(ngx_conf_t *cf);
 
+
+/* a value the core parses into rpcedge_config_t's form */
+typedef struct {
+    int32_t  (*parse)(const uint8_t *value, size_t len, uint32_t *out,
+                      rpcedge_error_t *err);
+} ngx_http_rpcedge_parser_t;
+
+static ngx_http_rpcedge_parser_t  ngx_http_rpcedge_level_parser =
+    { rpcedge_parse_level };
+static ngx_http_rpcedge_parser_t  ngx_http_rpcedge_beacon_network_parser =
+    { rpcedge_parse_beacon_network };
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_max_buffer_check =
     { ngx_http_rpcedge_check, "max_buffer", NGX_HTTP_RPCEDGE_SIZE_SLOT };
@@ -218,10 +230,10 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
 
     { ngx_string("rpcedge_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_rpcedge_level,
+      ngx_http_rpcedge_parsed_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
-      0,
-      NULL },
+      offsetof(ngx_http_rpcedge_conf_t, level),
+      &ngx_http_rpcedge_level_parser },
 
     { ngx_string("rpcedge_stream_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -278,6 +290,13 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, transcode_upstream_ssz),
       NULL },
+
+    { ngx_string("rpcedge_beacon_network"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_rpcedge_parsed_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, beacon_network),
+      &ngx_http_rpcedge_beacon_network_parser },
 
     { ngx_string("rpcedge_types"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -1778,28 +1797,36 @@ ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 }
 
 
-/* "auto" or a number: the core parses it, as it does the JSON of the other hosts */
+/*
+ * "auto" or a level, a chain's name: the core parses it, as it does the JSON
+ * of the other hosts
+ */
 
 static char *
-ngx_http_rpcedge_level(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_rpcedge_conf_t  *rcf = conf;
+    char  *p = conf;
 
-    uint32_t          level;
-    ngx_str_t        *value;
-    rpcedge_error_t   err;
+    uint32_t                    parsed;
+    ngx_int_t                  *field;
+    ngx_str_t                  *value;
+    rpcedge_error_t             err;
+    ngx_http_rpcedge_parser_t  *parser;
 
-    if (rcf->level != NGX_CONF_UNSET) {
+    field = (ngx_int_t *) (p + cmd->offset);
+
+    if (*field != NGX_CONF_UNSET) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
+    parser = cmd->post;
 
-    if (rpcedge_parse_level(value[1].data, value[1].len, &level, &err) != 0) {
+    if (parser->parse(value[1].data, value[1].len, &parsed, &err) != 0) {
         return ngx_http_rpcedge_conf_error(cf, &err);
     }
 
-    rcf->level = level;
+    *field = parsed;
 
     return NGX_CONF_OK;
 }
@@ -1881,6 +1908,7 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->transcode_hold_max = NGX_CONF_UNSET_SIZE;
     conf->transcode_budget = NGX_CONF_UNSET_SIZE;
     conf->transcode_upstream_ssz = NGX_CONF_UNSET;
+    conf->beacon_network = NGX_CONF_UNSET;
     conf->types = NGX_CONF_UNSET_PTR;
 
     return conf;
@@ -1924,6 +1952,8 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->transcode_upstream_ssz,
                          prev->transcode_upstream_ssz,
                          config.transcode_upstream_ssz);
+    ngx_conf_merge_value(conf->beacon_network, prev->beacon_network,
+                         config.beacon_network);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
 
     config.min_length = ngx_http_rpcedge_conf_min_length(cf);
@@ -1937,6 +1967,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.transcode_hold_max = conf->transcode_hold_max;
     config.transcode_budget = conf->transcode_budget;
     config.transcode_upstream_ssz = conf->transcode_upstream_ssz;
+    config.beacon_network = conf->beacon_network;
 
     if (conf->types) {
         types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));

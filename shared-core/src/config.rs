@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheSettings;
+use crate::transcode::BeaconNetwork;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -51,6 +52,10 @@ pub struct Config {
     /// Ask the node for SSZ where a JSON client's answer has a schema, and render its JSON here:
     /// half the bytes between node and proxy, and less work for the node.
     pub transcode_upstream_ssz: bool,
+    /// The beacon chain behind the proxy, whose fork digests frame the light client updates
+    /// route's SSZ; absent: that route is not transcoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub beacon_network: Option<BeaconNetwork>,
     /// Envoy only: the listener's `per_connection_buffer_limit_bytes`, which counts what the
     /// filter writes at once ([`Settings::check_buffer_limit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -254,6 +259,7 @@ impl Default for Config {
             transcode_hold_max: 64 * MIB,
             transcode_budget: 1024 * MIB,
             transcode_upstream_ssz: false,
+            beacon_network: None,
             buffer_limit: None,
             cache: None,
         }
@@ -439,6 +445,17 @@ impl Config {
     }
 }
 
+/// Parses a `beacon_network` directive's value: a chain's name, or `off`.
+pub fn parse_beacon_network(value: &str) -> Result<Option<BeaconNetwork>, ConfigError> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    BeaconNetwork::from_name(value).map(Some).ok_or_else(|| {
+        let names: Vec<&str> = BeaconNetwork::all().iter().map(|network| network.name()).collect();
+        ConfigError::new("beacon_network", format!("must be off or one of {}, got \"{value}\"", names.join(", ")))
+    })
+}
+
 /// A validated [`Config`]; the only way to start an exchange.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -593,6 +610,10 @@ mod tests {
         assert!(json.contains(r#""level":3"#), "{json}");
         assert!(serde_json::to_string(&Config::default()).unwrap().contains(r#""level":"auto""#));
         assert!(s.compresses_type(b"application/json; charset=utf-8"));
+        let s = Config::from_json(br#"{"beacon_network": "hoodi"}"#).unwrap();
+        assert_eq!(s.beacon_network, Some(BeaconNetwork::Hoodi));
+        let err = Config::from_json(br#"{"beacon_network": "goerli"}"#).unwrap_err();
+        assert!(err.message.contains("goerli") && err.message.contains("holesky"), "{err}");
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! - `/eth/v1/beacon/light_client/bootstrap/<fork>:<case>`, and the routes without an id
 //!   `/eth/v1/beacon/light_client/finality_update?case=<fork>:<case>` and `.../optimistic_update?...`:
 //!   that `LightClientBootstrap`, `LightClientFinalityUpdate` or `LightClientOptimisticUpdate`, in
-//!   the light client's envelope (`version` and `data` only).
+//!   the light client's envelope (`version` and `data` only);
+//! - `/eth/v1/beacon/light_client/updates?start_period=..&count=..&cases=<fork>:<case>,..`: those
+//!   `LightClientUpdate`s, as the route's array of `{version, data}` or its SSZ chunks, each framed
+//!   with its fork's digest on mainnet (the preset of the vectors).
 //!
 //! JSON is the Beacon-API's (integers as decimal strings) in its envelope, with
 //! `Eth-Consensus-Version`; SSZ is the case's serialized bytes. Answers are built on first use
@@ -22,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use sha2::{Digest, Sha256};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// The real blinded block's slot and block root (the hash_tree_root of its message; the core's
@@ -65,6 +69,9 @@ impl BeaconRoutes {
     }
 
     fn load(&self, kind: Kind, id: &str) -> Result<BeaconAnswer, String> {
+        if kind == Kind::LightClientUpdates {
+            return self.updates(id);
+        }
         if kind == Kind::BlindedBlock {
             if id != REAL_BLINDED_BLOCK_SLOT && !id.eq_ignore_ascii_case(REAL_BLINDED_BLOCK_ROOT) {
                 return Err(format!("no blinded block {id} (there is {REAL_BLINDED_BLOCK_SLOT}, or {REAL_BLINDED_BLOCK_ROOT})"));
@@ -87,7 +94,7 @@ impl BeaconRoutes {
             Kind::LightClientBootstrap => "LightClientBootstrap",
             Kind::LightClientFinalityUpdate => "LightClientFinalityUpdate",
             Kind::LightClientOptimisticUpdate => "LightClientOptimisticUpdate",
-            Kind::BlindedBlock => unreachable!("answered above"),
+            Kind::BlindedBlock | Kind::LightClientUpdates => unreachable!("answered above"),
         };
         let dir = self.dir.join("ssz_static/tests/mainnet").join(fork).join("ssz_static").join(type_name).join("ssz_random").join(case);
         let (json, ssz) = ssz_static_case(&dir)?;
@@ -116,6 +123,42 @@ impl BeaconRoutes {
     }
 }
 
+impl BeaconRoutes {
+    /// The updates of `cases` (`<fork>:<case>,...`).
+    fn updates(&self, cases: &str) -> Result<BeaconAnswer, String> {
+        let (mut items, mut ssz) = (Vec::new(), Vec::new());
+        for id in cases.split(',') {
+            let (fork, case) = id.split_once(':').ok_or_else(|| format!("{id}: expected <fork>:<case>, like deneb:case_0"))?;
+            let digest = mainnet_fork_digest(fork).ok_or_else(|| format!("{fork}: not a fork with light client updates"))?;
+            if !case.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("{id}: expected <fork>:<case>, like deneb:case_0"));
+            }
+            let dir = self.dir.join("ssz_static/tests/mainnet").join(fork).join("ssz_static/LightClientUpdate/ssz_random").join(case);
+            let (json, update) = ssz_static_case(&dir)?;
+            items.push(format!("{{\"version\":\"{fork}\",\"data\":{json}}}"));
+            ssz.extend_from_slice(&(4 + update.len() as u64).to_le_bytes());
+            ssz.extend_from_slice(&digest);
+            ssz.extend_from_slice(&update);
+        }
+        let json = format!("[{}]", items.join(","));
+        Ok(BeaconAnswer { json: Bytes::from(json), ssz: Bytes::from(ssz), version: None })
+    }
+}
+
+/// `compute_fork_digest(fork_version, genesis_validators_root)` of a fork with light client
+/// updates on mainnet, whose versions are the fork's number, then three zero bytes.
+fn mainnet_fork_digest(fork: &str) -> Option<[u8; 4]> {
+    const GENESIS_VALIDATORS_ROOT: [u8; 32] = [
+        0x4b, 0x36, 0x3d, 0xb9, 0x4e, 0x28, 0x61, 0x20, 0xd7, 0x6e, 0xb9, 0x05, 0x34, 0x0f, 0xdd, 0x4e, 0x54, 0xbf, 0xe9,
+        0xf0, 0x6b, 0xf3, 0x3f, 0xf6, 0xcf, 0x5a, 0xd2, 0x7f, 0x51, 0x1b, 0xfe, 0x95,
+    ];
+    let number = ["altair", "bellatrix", "capella", "deneb", "electra", "fulu"].iter().position(|&f| f == fork)? + 1;
+    let mut version_chunk = [0u8; 32];
+    version_chunk[0] = number as u8;
+    let root = Sha256::new().chain_update(version_chunk).chain_update(GENESIS_VALIDATORS_ROOT).finalize();
+    Some(root[..4].try_into().expect("four bytes"))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Block,
@@ -127,17 +170,19 @@ enum Kind {
     LightClientBootstrap,
     LightClientFinalityUpdate,
     LightClientOptimisticUpdate,
+    LightClientUpdates,
 }
 
 /// The route of `target` (a path, with or without its query) and the id it names.
 fn route(target: &str) -> Option<(Kind, &str)> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let exact = [
-        ("/eth/v1/beacon/light_client/finality_update", Kind::LightClientFinalityUpdate),
-        ("/eth/v1/beacon/light_client/optimistic_update", Kind::LightClientOptimisticUpdate),
+        ("/eth/v1/beacon/light_client/finality_update", Kind::LightClientFinalityUpdate, "case="),
+        ("/eth/v1/beacon/light_client/optimistic_update", Kind::LightClientOptimisticUpdate, "case="),
+        ("/eth/v1/beacon/light_client/updates", Kind::LightClientUpdates, "cases="),
     ];
-    if let Some((_, kind)) = exact.into_iter().find(|(route, _)| *route == path) {
-        return Some((kind, query.split('&').find_map(|pair| pair.strip_prefix("case="))?));
+    if let Some((_, kind, name)) = exact.into_iter().find(|(route, ..)| *route == path) {
+        return Some((kind, query.split('&').find_map(|pair| pair.strip_prefix(name))?));
     }
     [
         ("/eth/v2/beacon/blocks/", Kind::Block),

@@ -143,6 +143,11 @@ typedef struct {
    */
   uint8_t transcode_upstream_ssz;
   /**
+   * The beacon chain whose fork digests frame light client updates (`rpcedge_parse_beacon_network`);
+   * 0: none.
+   */
+  uint32_t beacon_network;
+  /**
    * Media type patterns; none at all means the defaults.
    */
   const rpcedge_str_t *types;
@@ -299,6 +304,15 @@ int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *
  * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
  */
 int32_t rpcedge_parse_level(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
+
+/**
+ * Parses a `beacon_network` value (`off`, `mainnet`, `sepolia`, `hoodi` or `holesky`) into `out`
+ * in `RpcedgeConfig`'s form (0: off); 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+ */
+int32_t rpcedge_parse_beacon_network(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
 
 /**
  * Validates a configuration; NULL with `err` filled in when a value is out of range.

@@ -10,7 +10,10 @@ use std::ptr;
 use std::slice;
 use std::sync::Arc;
 
-use rpcedge_core::config::{check_field, check_type, CacheConfig, Config, ConfigError, Level, Settings};
+use rpcedge_core::config::{
+    check_field, check_type, parse_beacon_network, CacheConfig, Config, ConfigError, Level, Settings,
+};
+use rpcedge_core::transcode::BeaconNetwork;
 use rpcedge_core::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
@@ -67,6 +70,9 @@ pub struct RpcedgeConfig {
     pub transcode_budget: u64,
     /// Non-zero: ask the node for SSZ and render JSON clients' answers here.
     pub transcode_upstream_ssz: u8,
+    /// The beacon chain whose fork digests frame light client updates (`rpcedge_parse_beacon_network`);
+    /// 0: none.
+    pub beacon_network: u32,
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
@@ -295,6 +301,31 @@ pub unsafe extern "C" fn rpcedge_parse_level(value: *const u8, len: usize, out: 
     }
 }
 
+/// Parses a `beacon_network` value (`off`, `mainnet`, `sepolia`, `hoodi` or `holesky`) into `out`
+/// in `RpcedgeConfig`'s form (0: off); 0 when valid, -1 with `err` filled in.
+///
+/// # Safety
+/// `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_parse_beacon_network(
+    value: *const u8,
+    len: usize,
+    out: *mut u32,
+    err: *mut RpcedgeError,
+) -> i32 {
+    let result = guard(Err(panicked()), || parse_beacon_network(&String::from_utf8_lossy(bytes(value, len))));
+    match result {
+        Ok(network) => {
+            put(out, BeaconNetwork::to_raw(network));
+            0
+        }
+        Err(e) => {
+            write_error(err, &e);
+            -1
+        }
+    }
+}
+
 /// Validates a configuration; NULL with `err` filled in when a value is out of range.
 ///
 /// # Safety
@@ -337,6 +368,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             transcode_hold_max: c.transcode_hold_max,
             transcode_budget: c.transcode_budget,
             transcode_upstream_ssz: c.transcode_upstream_ssz != 0,
+            beacon_network: BeaconNetwork::from_raw(c.beacon_network),
             buffer_limit: None,
             types,
             cache: None,
@@ -383,6 +415,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         transcode_hold_max: d.transcode_hold_max,
         transcode_budget: d.transcode_budget,
         transcode_upstream_ssz: d.transcode_upstream_ssz.into(),
+        beacon_network: BeaconNetwork::to_raw(d.beacon_network),
         types: ptr::null(),
         types_len: 0,
         cache_timeout_ms: cache.timeout_ms,

@@ -383,6 +383,28 @@ fn a_level_parses_as_auto_or_a_number_in_range() {
     assert_eq!(message(&err), r#"must be auto or a number from 1 to 12, got "6 ""#);
 }
 
+#[test]
+fn a_beacon_network_parses_as_off_or_a_chains_name() {
+    let mut network = 99;
+    let mut err = garbage::<RpcedgeError>();
+    unsafe {
+        assert_eq!(rpcedge_parse_beacon_network(b"Hoodi".as_ptr(), 5, &mut network, &mut err), 0);
+        assert_eq!(BeaconNetwork::from_raw(network), Some(BeaconNetwork::Hoodi));
+        assert_eq!(rpcedge_parse_beacon_network(b"off".as_ptr(), 3, &mut network, &mut err), 0);
+        assert_eq!(network, 0);
+        assert_eq!(rpcedge_parse_beacon_network(b"mainnet".as_ptr(), 7, &mut network, &mut err), 0);
+        for bad in [&b"goerli"[..], b"", b"mainnet ", b"1"] {
+            assert_eq!(rpcedge_parse_beacon_network(bad.as_ptr(), bad.len(), &mut network, &mut err), -1, "{bad:?}");
+            assert_eq!(BeaconNetwork::from_raw(network), Some(BeaconNetwork::Mainnet), "left alone on an error");
+        }
+    }
+    assert_eq!(message(&err), r#"must be off or one of mainnet, sepolia, hoodi, holesky, got "1""#);
+    let config = RpcedgeConfig { beacon_network: BeaconNetwork::to_raw(Some(BeaconNetwork::Sepolia)), ..rpcedge_config_default() };
+    let settings = unsafe { rpcedge_settings_new(&config, &mut err) };
+    assert_eq!(unsafe { &(*settings).0 }.beacon_network, Some(BeaconNetwork::Sepolia));
+    unsafe { rpcedge_settings_free(settings) };
+}
+
 unsafe fn owned(s: &RpcedgeStr) -> Vec<u8> {
     bytes(s.data, s.len).to_vec()
 }

@@ -9,8 +9,9 @@ use crate::config::Settings;
 use crate::negotiate::{Accept, MediaType};
 use crate::node::Node;
 use crate::transcode::{
-    beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, BeaconEnvelope, BeaconObject,
-    Fork, JsonRpcCall, Schema, StreamedWitness, TranscodeError, WitnessForm, WitnessSsz, WitnessStream,
+    beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, light_client_updates_to_ssz,
+    BeaconEnvelope, BeaconNetwork, BeaconObject, Fork, JsonRpcCall, Schema, StreamedWitness, TranscodeError,
+    WitnessForm, WitnessSsz, WitnessStream,
 };
 
 use super::budget::Reservation;
@@ -35,6 +36,8 @@ enum State {
     WantedResult(Schema, WitnessForm),
     /// The client asked for SSZ of this Beacon-API object.
     WantedObject(BeaconObject),
+    /// The client asked for SSZ of the light client updates of this chain.
+    WantedUpdates(BeaconNetwork),
     /// A JSON client's call that the node was asked to answer in SSZ, to render as JSON here.
     AskedResult(JsonRpcCall),
     /// A JSON client's Beacon-API object that the node was asked to send as SSZ.
@@ -51,7 +54,7 @@ impl State {
 
     /// A body is to be transcoded, one way or the other, once it is in.
     fn pending(&self) -> bool {
-        self.asked() || matches!(self, State::WantedResult(..) | State::WantedObject(_))
+        self.asked() || matches!(self, State::WantedResult(..) | State::WantedObject(_) | State::WantedUpdates(_))
     }
 }
 
@@ -165,7 +168,12 @@ impl Transcoding {
         }
         if let (State::None, Some(object), true) = (&self.state, self.beacon_object, request.get) {
             if settings.transcode && matches!(self.media.choose(), Some(MediaType::Ssz(_))) {
-                self.state = State::WantedObject(object);
+                self.state = match (object, settings.beacon_network) {
+                    (BeaconObject::LightClientUpdates, Some(network)) => State::WantedUpdates(network),
+                    // their SSZ needs the chain's fork digests
+                    (BeaconObject::LightClientUpdates, None) => State::None,
+                    (object, _) => State::WantedObject(object),
+                };
             }
         }
         if !self.state.pending() {
@@ -372,6 +380,10 @@ impl Transcoding {
                     edits.set.push((FINALIZED_HEADER, flag(finalized)));
                 }
                 result.ssz
+            }
+            &State::WantedUpdates(network) => {
+                edits.content_type = Some("application/octet-stream");
+                light_client_updates_to_ssz(body, network)?
             }
             State::AskedResult(call) => {
                 let form = facts.ssz.unwrap_or(WitnessForm::Lossless);

@@ -16,7 +16,10 @@ use std::borrow::Cow;
 use std::fmt;
 
 use json::Scanner;
-pub use beacon::{beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, BeaconEnvelope, BeaconObject, BeaconSsz, Fork};
+pub use beacon::{
+    beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, light_client_updates_from_ssz,
+    light_client_updates_to_ssz, BeaconEnvelope, BeaconNetwork, BeaconObject, BeaconSsz, Fork,
+};
 pub use witness::{Field as WitnessField, WitnessForm, StreamedWitness, WitnessSsz, WitnessStream, FIELDS as WITNESS_FIELDS};
 
 /// What a JSON-RPC method's result is, for the transcoders.

@@ -3,12 +3,17 @@
 //! `finalized`, `data`) around it. The SSZ body is the `data` alone, as the Beacon-API sends it;
 //! the version goes in `Eth-Consensus-Version`.
 
+mod network;
 mod ssz_type;
 mod types;
+mod updates;
 
 use super::json::Scanner;
 use super::TranscodeError;
 use ssz_type::Ty;
+
+pub use network::BeaconNetwork;
+pub use updates::{light_client_updates_from_ssz, light_client_updates_to_ssz};
 
 /// A consensus version (fork) whose types rpcedge knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +73,14 @@ pub enum BeaconObject {
     LightClientFinalityUpdate,
     /// `/eth/v1/beacon/light_client/optimistic_update`: a `LightClientOptimisticUpdate`.
     LightClientOptimisticUpdate,
+    /// `/eth/v1/beacon/light_client/updates`: `LightClientUpdate`s, each framed with its fork's
+    /// digest (see [`light_client_updates_to_ssz`]).
+    LightClientUpdates,
 }
 
 /// Each route's path: before its last segment, the object's id, where it ends with a slash; the
 /// whole path where it does not.
-const ROUTES: [(&str, BeaconObject); 9] = [
+const ROUTES: [(&str, BeaconObject); 10] = [
     ("/eth/v2/beacon/blocks/", BeaconObject::Block),
     ("/eth/v1/beacon/blinded_blocks/", BeaconObject::BlindedBlock),
     ("/eth/v1/beacon/blobs/", BeaconObject::Blobs),
@@ -82,6 +90,7 @@ const ROUTES: [(&str, BeaconObject); 9] = [
     ("/eth/v1/beacon/light_client/bootstrap/", BeaconObject::LightClientBootstrap),
     ("/eth/v1/beacon/light_client/finality_update", BeaconObject::LightClientFinalityUpdate),
     ("/eth/v1/beacon/light_client/optimistic_update", BeaconObject::LightClientOptimisticUpdate),
+    ("/eth/v1/beacon/light_client/updates", BeaconObject::LightClientUpdates),
 ];
 
 /// The blobs route's list of blobs.
@@ -114,13 +123,14 @@ impl BeaconObject {
     }
 
     /// Whether its JSON envelope has `execution_optimistic` and `finalized` (the light client's
-    /// has `version` and `data` only).
+    /// has `version` and `data` only, and its updates no envelope at all).
     pub fn has_chain_flags(self) -> bool {
         !matches!(
             self,
             BeaconObject::LightClientBootstrap
                 | BeaconObject::LightClientFinalityUpdate
                 | BeaconObject::LightClientOptimisticUpdate
+                | BeaconObject::LightClientUpdates
         )
     }
 
@@ -130,7 +140,7 @@ impl BeaconObject {
     }
 
     /// Its type in `fork`, if the fork has it (blinded blocks came with bellatrix, blob sidecars
-    /// with deneb).
+    /// with deneb); for the updates route, one update's.
     fn ty(self, fork: Fork) -> Result<&'static Ty, TranscodeError> {
         use types::*;
         use Fork::*;
@@ -163,6 +173,7 @@ impl BeaconObject {
             (BeaconObject::LightClientBootstrap, _) => &light_client(fork)?[0],
             (BeaconObject::LightClientFinalityUpdate, _) => &light_client(fork)?[2],
             (BeaconObject::LightClientOptimisticUpdate, _) => &light_client(fork)?[3],
+            (BeaconObject::LightClientUpdates, _) => &light_client(fork)?[1],
         })
     }
 }

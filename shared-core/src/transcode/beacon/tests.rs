@@ -377,6 +377,8 @@ fn routes_name_their_objects_by_path_alone() {
     assert_eq!(BeaconObject::from_route(finality), Some(BeaconObject::LightClientFinalityUpdate));
     let optimistic = b"/beacon/eth/v1/beacon/light_client/optimistic_update?x=1";
     assert_eq!(BeaconObject::from_route(optimistic), Some(BeaconObject::LightClientOptimisticUpdate));
+    let updates = b"/eth/v1/beacon/light_client/updates?start_period=1&count=4";
+    assert_eq!(BeaconObject::from_route(updates), Some(BeaconObject::LightClientUpdates));
     for other in [&b"/eth/v1/beacon/light_client/finality_update/1"[..], b"/eth/v1/beacon/light_client/bootstrap/"] {
         assert_eq!(BeaconObject::from_route(other), None, "{}", String::from_utf8_lossy(other));
     }
@@ -448,4 +450,97 @@ fn the_version_comes_from_the_json_or_the_header_and_they_must_agree() {
         assert_eq!(beacon_to_ssz(unknown.as_bytes(), BeaconObject::BlindedBlock, None), Err(TranscodeError::Fork));
     }
     assert_eq!(beacon_to_ssz(br#"{"code":404,"message":"not found"}"#, BeaconObject::Block, None), Err(TranscodeError::NoResult));
+}
+
+#[test]
+fn fork_digests_are_the_ones_each_chain_publishes() {
+    let digest = |network: BeaconNetwork, fork: Fork| network.fork_digest(fork).map(|b| format!("{b:02x}")).concat();
+    // mainnet's as its clients log them (fulu's without blob parameters: see network.rs)
+    let mainnet = ["b5303f2a", "afcaaba0", "4a26c58b", "bba4da96", "6a95a1a9", "ad532ceb", "82fae541"];
+    for (fork, expected) in Fork::all().into_iter().zip(mainnet) {
+        assert_eq!(digest(BeaconNetwork::Mainnet, fork), expected, "{fork:?}");
+    }
+    assert_eq!(digest(BeaconNetwork::Hoodi, Fork::Electra), "82556a32");
+    assert_eq!(digest(BeaconNetwork::Holesky, Fork::Deneb), "69ae0e99");
+    assert_eq!(digest(BeaconNetwork::Holesky, Fork::Electra), "019e21ad");
+    assert_eq!(digest(BeaconNetwork::Sepolia, Fork::Fulu), "5cd76c52");
+    // each digest names its fork on its own chain, and nothing on another
+    for network in BeaconNetwork::all() {
+        for fork in Fork::all() {
+            assert_eq!(network.fork_of_digest(network.fork_digest(fork)), Some(fork));
+            for other in BeaconNetwork::all().into_iter().filter(|&other| other != network) {
+                assert_eq!(other.fork_of_digest(network.fork_digest(fork)), None, "{network:?} {fork:?} on {other:?}");
+            }
+        }
+        assert_eq!(BeaconNetwork::from_raw(BeaconNetwork::to_raw(Some(network))), Some(network));
+    }
+    assert_eq!(BeaconNetwork::from_raw(0), None);
+    assert_eq!(BeaconNetwork::from_raw(5), None);
+}
+
+/// An updates answer's JSON and SSZ made from the LightClientUpdate vectors of `cases`
+/// (`(fork, case)`), framed here by hand with mainnet's digests.
+fn updates_answer(cases: &[(&str, &str)]) -> (String, Vec<u8>) {
+    let mainnet_digest = |fork: &str| {
+        let at = Fork::all().iter().position(|f| f.name() == fork).unwrap();
+        let hex = ["b5303f2a", "afcaaba0", "4a26c58b", "bba4da96", "6a95a1a9", "ad532ceb", "82fae541"][at];
+        (0..4).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<u8>>()
+    };
+    let (mut items, mut ssz) = (Vec::new(), Vec::new());
+    for (fork, case) in cases {
+        let dir = corpus().join(format!("ssz/ssz_static/tests/mainnet/{fork}/ssz_static/LightClientUpdate/ssz_random/{case}"));
+        let (data, update) = ssz_static_case(&dir).unwrap();
+        items.push(format!(r#"{{"version":"{fork}","data":{data}}}"#));
+        ssz.extend_from_slice(&(4 + update.len() as u64).to_le_bytes());
+        ssz.extend_from_slice(&mainnet_digest(fork));
+        ssz.extend_from_slice(&update);
+    }
+    (format!("[{}]", items.join(",")), ssz)
+}
+
+#[test]
+fn light_client_updates_are_framed_with_their_forks_digests_both_ways() {
+    let cases =
+        [("altair", "case_0"), ("bellatrix", "case_1"), ("capella", "case_2"), ("deneb", "case_3"), ("electra", "case_4"), ("fulu", "case_0")];
+    let (json, ssz) = updates_answer(&cases);
+    let network = BeaconNetwork::Mainnet;
+    assert!(light_client_updates_to_ssz(json.as_bytes(), network).unwrap() == ssz);
+    let back: serde_json::Value = serde_json::from_slice(&light_client_updates_from_ssz(&ssz, network).unwrap()).unwrap();
+    assert_eq!(back, serde_json::from_str::<serde_json::Value>(&json).unwrap());
+    assert_eq!(light_client_updates_to_ssz(b" [ ] ", network).unwrap(), b"");
+    assert_eq!(light_client_updates_from_ssz(b"", network).unwrap(), b"[]");
+    // the version may follow the data
+    let (one, one_ssz) = updates_answer(&[("deneb", "case_1")]);
+    let data = &one[one.find(r#""data":"#).unwrap() + 7..one.len() - 2];
+    let swapped = format!(r#"[{{"data":{data},"version":"deneb"}}]"#);
+    assert!(light_client_updates_to_ssz(swapped.as_bytes(), network).unwrap() == one_ssz);
+    // another chain's digests are not mainnet's: its SSZ does not read as mainnet's
+    let sepolia = light_client_updates_to_ssz(one.as_bytes(), BeaconNetwork::Sepolia).unwrap();
+    assert_eq!(sepolia[12..], one_ssz[12..]);
+    assert_eq!(light_client_updates_from_ssz(&sepolia, network), Err(TranscodeError::Fork));
+}
+
+#[test]
+fn light_client_updates_that_do_not_fit_are_refused() {
+    let network = BeaconNetwork::Mainnet;
+    let (one, ssz) = updates_answer(&[("electra", "case_2")]);
+    let data = &one[one.find(r#""data":"#).unwrap() + 7..one.len() - 2];
+    for json in [
+        format!(r#"[{{"version":"phase0","data":{data}}}]"#),
+        format!(r#"[{{"version":"gloas","data":{data}}}]"#),
+        format!(r#"[{{"data":{data}}}]"#),
+        // deneb's branches are a level shorter
+        format!(r#"[{{"version":"deneb","data":{data}}}]"#),
+        format!(r#"[{{"version":"electra","data":{data},"data":{data}}}]"#),
+        format!(r#"{{"version":"electra","data":{data}}}"#),
+        format!("[{}]", vec![one[1..one.len() - 1].to_string(); 129].join(",")),
+    ] {
+        assert!(light_client_updates_to_ssz(json.as_bytes(), network).is_err(), "{}", &json[..json.len().min(60)]);
+    }
+    assert!(light_client_updates_to_ssz(format!("[{}]", vec![&one[1..one.len() - 1]; 128].join(",")).as_bytes(), network).is_ok());
+    let with_length = |length: u64| [&length.to_le_bytes()[..], &ssz[8..]].concat();
+    for bad in [with_length(3), with_length(ssz.len() as u64 - 7), with_length(ssz.len() as u64 - 9), ssz[..7].to_vec(), ssz[..ssz.len() - 1].to_vec()] {
+        assert!(light_client_updates_from_ssz(&bad, network).is_err());
+    }
+    assert!(matches!(light_client_updates_from_ssz(&ssz.repeat(129), network), Err(TranscodeError::Limit(_))));
 }
