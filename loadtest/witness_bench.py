@@ -1,7 +1,8 @@
 """`make bench`, the witnesses provers fetch: made-up execution witnesses of 100, 300 and 500 MB of
 content (the replay's /generated/witness, at the proportions of the corpus's real ones; their JSON
 is about twice that), fetched through nginx and the native Envoy module as JSON (identity), JSON
-gzip (rpcedge's streaming gzip, the default level) and SSZ.
+gzip (rpcedge's streaming gzip, the default level) and SSZ, the last also from a node that sends
+the JSON chunked, without a Content-Length (as geth and erigon do).
 
     .venv/bin/python loadtest/witness_bench.py [--sizes 100,300,500] [--runs 1]
 
@@ -42,9 +43,10 @@ MB = 1_000_000
 LINK = "1gbit"
 NAMESPACE = f"rpcedge-bench-{os.getpid()}"
 BUDGET = 1 << 30
-# what each way of fetching sends: (Accept, Accept-Encoding)
-WAYS = {"json": ("application/json", "identity"), "json-gzip": ("application/json", "gzip"),
-        "ssz": (SSZ, "identity")}
+# what each way of fetching sends: (Accept, Accept-Encoding, how the replay node sends the JSON)
+CHUNKED = ("X-Replay-Mode: chunked", "X-Replay-Chunk-Size: 65536")
+WAYS = {"json": ("application/json", "identity", ()), "json-gzip": ("application/json", "gzip", ()),
+        "ssz": (SSZ, "identity", ()), "ssz-chunked": (SSZ, "identity", CHUNKED)}
 
 SERVER = """
     server {{
@@ -68,11 +70,11 @@ def path(size_mb):
 def fetch(port, size_mb, way, headers=(), max_time=None):
     """One fetch with curl: (seconds to the last byte, bytes on the wire, status, content type,
     sha256 of the body as it came)."""
-    accept, encoding = WAYS[way]
+    accept, encoding, node = WAYS[way]
     argv = ["curl", "-s", "-o", "-", "-X", "POST", "--data-binary", "@-", "-w",
             "%{stderr}%{time_total} %{size_download} %{http_code} %{content_type}",
             "-H", "Content-Type: application/json", "-H", f"Accept: {accept}", "-H", f"Accept-Encoding: {encoding}"]
-    argv += [arg for header in headers for arg in ("-H", header)]
+    argv += [arg for header in (*node, *headers) for arg in ("-H", header)]
     if max_time:
         argv += ["--max-time", str(max_time)]
     curl = subprocess.Popen([*argv, f"http://{LOOPBACK}:{port}{path(size_mb)}"], stdin=subprocess.PIPE,
@@ -247,19 +249,22 @@ def main():
 def report(loopback, shaped):
     def row(result, size, host, way):
         return next(r for r in result["rows"] if (r["size_mb"], r["host"], r["way"]) == (size, host, way))
-    print("\n| link | witness | host | JSON | JSON gzip | SSZ | SSZ vs JSON | SSZ RSS / JSON size |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\n| link | witness | host | JSON | JSON gzip | SSZ | SSZ, node chunked | SSZ vs JSON | "
+          "SSZ RSS / JSON size (chunked) |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in [loopback] + ([shaped] if "rows" in shaped else []):
         for r in result["rows"]:
             if r["way"] != "ssz":
                 continue
             json_row = row(result, r["size_mb"], r["host"], "json")
             gzip_row = row(result, r["size_mb"], r["host"], "json-gzip")
-            cells = [f"{x['seconds']:.2f} s / {x['wire_bytes'] / MB:.0f} MB" for x in (json_row, gzip_row, r)]
+            chunked_row = row(result, r["size_mb"], r["host"], "ssz-chunked")
+            cells = [f"{x['seconds']:.2f} s / {x['wire_bytes'] / MB:.0f} MB" for x in (json_row, gzip_row, r, chunked_row)]
             print(f"| {result['link']}{' (' + result['qdisc'] + ')' if result.get('qdisc') else ''} | "
                   f"{r['size_mb']} MB | {r['host']} | {' | '.join(cells)} | "
                   f"{json_row['seconds'] / r['seconds']:.2f}x faster | "
-                  f"{r['rss_above_idle'] / json_row['wire_bytes']:.2f} |")
+                  f"{r['rss_above_idle'] / json_row['wire_bytes']:.2f} "
+                  f"({chunked_row['rss_above_idle'] / json_row['wire_bytes']:.2f}) |")
 
 
 if __name__ == "__main__":

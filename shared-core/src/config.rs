@@ -37,14 +37,14 @@ pub struct Config {
     /// Give clients that ask for SSZ (`Accept: application/octet-stream`) the SSZ of a JSON answer
     /// that has a schema (the `transcode` module).
     pub transcode: bool,
-    /// The largest body transcoded; a longer one goes out as it came. A witness with a
-    /// Content-Length past `transcode_hold_max` is transcoded as it arrives, holding only its
-    /// SSZ (about half the JSON).
+    /// The largest body transcoded; a longer one goes out as it came. A witness past
+    /// `transcode_hold_max` is transcoded as it arrives, holding only its SSZ (about half the
+    /// JSON).
     pub transcode_max: u64,
     /// The largest body held whole to transcode: any other (Beacon-API objects, raw bytes, a
-    /// witness without a Content-Length or up to this long, and SSZ rendered as JSON). A body
-    /// held whole can always go out as it came; one transcoded as it arrives cannot, so it is
-    /// answered 502 if it turns out not to be transcodable.
+    /// witness up to this long, and SSZ rendered as JSON). A body held whole can always go out as
+    /// it came; one transcoded as it arrives cannot, so it is answered 502 if it turns out not to
+    /// be transcodable (or, without a Content-Length, grows past `transcode_max` or the budget).
     pub transcode_hold_max: u64,
     /// The memory that all transcodes in flight may hold together (per nginx worker, per Envoy
     /// process, per Wasm VM); a body that would pass it goes out as it came.

@@ -401,19 +401,65 @@ fn a_witness_past_transcode_hold_max_is_transcoded_as_it_arrives_to_the_same_ssz
         assert_eq!(wire.content_length, length);
     }
 
-    // a witness longer than transcode_max is left alone; one without a length is held as before
+    // a witness longer than transcode_max is left alone
     let config = Config { transcode_hold_max: 1000, transcode_max: 5000, ..Config::default() };
     let wire = run(&transcoding(config), &witness_call(&body)).unwrap();
     assert_eq!(wire.transcode, TranscodeOutcome::Refused);
     assert!(wire.decoded() == body, "as it came");
+}
+
+#[test]
+fn a_witness_without_a_length_is_held_up_to_transcode_hold_max_then_transcoded_as_it_arrives() {
+    let body = witness_body(40);
+    let held = run(&transcoding(Config::default()), &witness_call(&body)).unwrap();
+    let streaming = transcoding(Config { transcode_hold_max: 1000, ..Config::default() });
     let mut spec = witness_call(&body);
     spec.content_length = None;
-    let wire = run(&transcoding(Config { transcode_hold_max: 1000, ..Config::default() }), &spec).unwrap();
+    // the chunk that passes the bound: a first one, one at it, one long after
+    for cuts in [vec![], vec![500], vec![999, 1000, 1001], vec![900, 20000], (0..body.len()).step_by(997).collect()] {
+        spec.chunks = chunked(&body, &cuts, 0);
+        let wire = run(&streaming, &spec).unwrap();
+        assert_eq!(wire.transcode, TranscodeOutcome::Transcoded, "cut at {cuts:?}");
+        assert!(wire.body == held.body, "cut at {cuts:?}");
+        assert_eq!(wire.content_length, Some(held.body.len() as u64));
+    }
+
+    // what did not read while it was held goes out as it came
+    let mut bad = body.clone();
+    bad[200] = b'g';
+    let mut spec = witness_call(&bad);
+    spec.content_length = None;
+    spec.chunks = chunked(&bad, &[500, 1500, 9000], 0);
+    let wire = run(&streaming, &spec).unwrap();
+    assert_eq!(wire.transcode, TranscodeOutcome::Refused);
+    assert!(wire.decoded() == bad, "as it came");
+    // past the bound its JSON is gone: the exchange fails, before any byte
+    let mut bad = body.clone();
+    let at = body.len() / 2 + body[body.len() / 2..].iter().position(|&b| b == b'x').unwrap();
+    bad[at + 3] = b'g';
+    let mut ex = witness_answer_head(&streaming, None);
+    for chunk in bad[..at - 10].chunks(700) {
+        let out = ex.feed(chunk, false, false, 0).unwrap();
+        assert!(out.data.is_empty() && out.headers.is_none());
+    }
+    assert!(matches!(ex.feed(&bad[at - 10..], true, false, 0), Err(rpcedge_core::Error::Transcode(_))));
+    assert_eq!(ex.failure(), rpcedge_core::Failure::Respond(502));
+
+    // so does one that grows past transcode_max; one whose first chunk past the bound passes
+    // it, while its JSON is still there, goes out as it came
+    let config = Config { transcode_hold_max: 1000, transcode_max: 5000, ..Config::default() };
+    let mut ex = witness_answer_head(&transcoding(config.clone()), None);
+    for chunk in body[..5000].chunks(700) {
+        ex.feed(chunk, false, false, 0).unwrap();
+    }
+    let past = ex.feed(&body[5000..6000], false, false, 0);
+    assert!(matches!(past, Err(rpcedge_core::Error::Transcode(ref e)) if e.to_string().contains("transcode_max")), "{past:?}");
+    spec = witness_call(&body);
+    spec.content_length = None;
+    spec.chunks = chunked(&body, &[900, 7000], 0);
+    let wire = run(&transcoding(config), &spec).unwrap();
     assert_eq!(wire.transcode, TranscodeOutcome::Refused);
     assert!(wire.decoded() == body, "as it came");
-    let wire = run(&transcoding(Config::default()), &spec).unwrap();
-    assert_eq!(wire.transcode, TranscodeOutcome::Transcoded);
-    assert!(wire.body == held.body);
 }
 
 #[test]
@@ -426,7 +472,7 @@ fn a_witness_transcoded_as_it_arrives_that_turns_out_not_to_be_one_fails_before_
     spec.chunks = chunked(&body, &[4000, 9000], 0);
     assert!(matches!(run(&streaming, &spec), Err(rpcedge_core::Error::Transcode(_))));
 
-    let mut ex = witness_answer_head(&streaming, body.len());
+    let mut ex = witness_answer_head(&streaming, Some(body.len()));
     let out = ex.feed(&body[..at - 10], false, false, 0).unwrap();
     assert!(out.data.is_empty() && out.headers.is_none());
     assert!(ex.feed(&body[at - 10..], true, false, 0).is_err());

@@ -1,6 +1,7 @@
 //! The transcode budget, which every exchange of the process shares (so in a test binary of its
-//! own): a witness whose transcode would pass it goes out as it came, and what an exchange took
-//! comes back when it ends, however it ends.
+//! own, and one test, so that nothing else holds a share meanwhile): a witness whose transcode
+//! would pass it goes out as it came, one without a length takes its share as it grows, and what
+//! an exchange took comes back when it ends, however it ends.
 
 mod common;
 
@@ -30,7 +31,7 @@ fn spec(body: &[u8]) -> Exchange1<'_> {
 
 /// An exchange stopped after half its body, holding its share.
 fn half_way(settings: &Arc<Settings>, body: &[u8]) -> Exchange {
-    let mut ex = witness_answer_head(settings, body.len());
+    let mut ex = witness_answer_head(settings, Some(body.len()));
     ex.feed(&body[..body.len() / 2], false, false, 0).unwrap();
     ex
 }
@@ -61,4 +62,19 @@ fn a_transcode_past_the_budget_goes_out_as_it_came_and_a_share_comes_back_when_i
     assert_eq!(run(&held, &spec(&body)).unwrap().transcode, TranscodeOutcome::Refused);
     drop(holding);
     assert_eq!(run(&held, &spec(&body)).unwrap().transcode, TranscodeOutcome::Transcoded);
+
+    // without a length, past transcode_hold_max: a share as it grows; where the budget ends, the
+    // JSON is gone and the exchange fails
+    let config = Config { transcode_budget: WitnessStream::most_held(body.len() as u64 / 2), ..Config::clone(&settings) };
+    let small = Arc::new(config.validate().unwrap());
+    let mut unsized_spec = spec(&body);
+    unsized_spec.content_length = None;
+    assert_eq!(run(&settings, &unsized_spec).unwrap().transcode, TranscodeOutcome::Transcoded);
+    let mut ex = witness_answer_head(&small, None);
+    let failed = body.chunks(1000).map(|chunk| ex.feed(chunk, false, false, 0).map(|_| ())).find_map(Result::err);
+    assert!(matches!(failed, Some(rpcedge_core::Error::Transcode(ref e)) if e.to_string().contains("transcode_budget")), "{failed:?}");
+    assert_eq!(ex.failure(), rpcedge_core::Failure::Respond(502));
+    drop(ex);
+    // (a share of 2 MiB and more, which the held body's budget would not leave room beside)
+    assert_eq!(run(&held, &spec(&body)).unwrap().transcode, TranscodeOutcome::Transcoded, "its share came back");
 }

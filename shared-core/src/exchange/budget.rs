@@ -24,6 +24,19 @@ impl Reservation {
         }
         taken.is_ok()
     }
+
+    /// Makes the share `bytes`: gives back what it holds over that, or takes what it lacks, as
+    /// [`Reservation::take`] does (false: nothing changed).
+    pub fn resize(&mut self, bytes: u64, budget: u64) -> bool {
+        match bytes.checked_sub(self.0) {
+            Some(more) => self.take(more, budget),
+            None => {
+                HELD.fetch_sub(self.0 - bytes, Ordering::AcqRel);
+                self.0 = bytes;
+                true
+            }
+        }
+    }
 }
 
 impl Drop for Reservation {

@@ -451,7 +451,7 @@ impl Exchange {
     pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
         self.out.clear();
         self.bytes_in += chunk.len() as u64;
-        if self.transcoding.streaming() {
+        if self.transcoding.streaming() || self.transcoding.stream_held(chunk.len(), &self.settings) {
             return self.feed_stream(chunk, end, now_ms);
         }
         let (headers, flush) = match self.check_length(end).and_then(|()| self.step(chunk, end, flush, now_ms)) {
@@ -516,7 +516,7 @@ impl Exchange {
                 false => Err(Error::OutOfOrder("body after the end")),
             };
         }
-        let Some(length) = self.transcoding.read(chunk, end, &mut self.response, &mut self.edits).map_err(Error::Transcode)?
+        let Some(length) = self.transcoding.read(chunk, end, &self.settings, &mut self.response, &mut self.edits).map_err(Error::Transcode)?
         else {
             return Ok(());
         };

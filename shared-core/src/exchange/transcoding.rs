@@ -1,9 +1,9 @@
 //! The transcoding stage: whether a body goes out in the other encoding (JSON with hex bytes or
 //! SSZ) than the node's, by the client's Accept. It holds such a body whole and hands the
 //! compression stage either the transcoded body or, when it cannot be transcoded, the body as it
-//! came; or, for a witness longer than `transcode_hold_max`, it transcodes the JSON as it
-//! arrives and hands on the SSZ piece by piece. What it holds counts against the process's
-//! transcode budget.
+//! came; or, for a witness longer than `transcode_hold_max` (by its Content-Length, or without
+//! one once it outgrows that), it transcodes the JSON as it arrives and hands on the SSZ piece by
+//! piece. What it holds counts against the process's transcode budget.
 
 use crate::config::Settings;
 use crate::negotiate::{Accept, MediaType};
@@ -69,6 +69,8 @@ pub(super) struct Transcoding {
     held: Option<Vec<u8>>,
     /// A witness transcoded as it arrives, then its SSZ going out.
     stream: Option<Stream>,
+    /// The JSON that `stream` has read.
+    streamed: u64,
     /// The share of the transcode budget that what it holds takes.
     reservation: Reservation,
 }
@@ -87,6 +89,7 @@ impl Transcoding {
             state: State::None,
             held: None,
             stream: None,
+            streamed: 0,
             reservation: Reservation::default(),
         }
     }
@@ -270,12 +273,44 @@ impl Transcoding {
             None
         };
         if let Some(limit) = refusal {
-            self.state = State::Refused(TranscodeError::Limit(limit));
+            // (a held witness that did not read says why itself)
+            if !matches!(self.state, State::Refused(_)) {
+                self.state = State::Refused(TranscodeError::Limit(limit));
+            }
             self.reservation = Reservation::default();
             return Err(self.held.take().expect("holding"));
         }
         held.extend_from_slice(chunk);
         Ok(())
+    }
+
+    /// Whether a held witness (one without a Content-Length) that `next` more bytes would take
+    /// past `transcode_hold_max` is from here on transcoded as it arrives: what was held is read
+    /// and dropped, and the share of the budget becomes what its SSZ takes. From then on it cannot
+    /// go out as it came. False when it is not one, would pass `transcode_max`, or what was held
+    /// does not read (then [`Transcoding::hold`] refuses it, and it goes out as it came).
+    pub fn stream_held(&mut self, next: usize, settings: &Settings) -> bool {
+        let (Some(held), &State::WantedResult(Schema::Witness, form)) = (&self.held, &self.state) else {
+            return false;
+        };
+        let length = (held.len() + next) as u64;
+        if length <= settings.transcode_held_max() || length > settings.transcode_max {
+            return false;
+        }
+        // (less than the two bytes per byte held, but where the bound is under a few MiB)
+        if !self.reservation.resize(WitnessStream::most_held(held.len() as u64), settings.transcode_budget) {
+            self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
+            return false;
+        }
+        let mut reader = Box::new(WitnessStream::new(form));
+        if let Err(refusal) = reader.feed(held, false) {
+            self.state = State::Refused(refusal);
+            return false;
+        }
+        self.streamed = held.len() as u64;
+        self.held = None;
+        self.stream = Some(Stream::Reading(reader));
+        true
     }
 
     /// Whether the stage transcodes the body as it arrives (or sends what it became).
@@ -284,17 +319,29 @@ impl Transcoding {
     }
 
     /// Reads one more chunk of a witness transcoded as it arrives; at its end, the SSZ's length,
-    /// with the header edits that say what it is. A body that turns out not to be transcodable
-    /// is lost: the exchange fails.
+    /// with the header edits that say what it is. A body that turns out not to be transcodable,
+    /// or (without a Content-Length, whose share was taken at the head) grows past
+    /// `transcode_max` or the budget, is lost: the exchange fails.
     pub fn read(
         &mut self,
         chunk: &[u8],
         end: bool,
+        settings: &Settings,
         facts: &mut ResponseFacts,
         edits: &mut HeaderEdits,
     ) -> Result<Option<u64>, TranscodeError> {
         let Some(Stream::Reading(reader)) = &mut self.stream else { unreachable!("reading a body not being read") };
-        let read = reader.feed(chunk, end).and_then(|()| {
+        self.streamed += chunk.len() as u64;
+        let read = if self.streamed > settings.transcode_max {
+            Err(TranscodeError::Limit("transcode_max"))
+        } else if facts.content_length.is_none()
+            && !self.reservation.resize(WitnessStream::most_held(self.streamed), settings.transcode_budget)
+        {
+            Err(TranscodeError::Limit("transcode_budget"))
+        } else {
+            Ok(())
+        };
+        let read = read.and_then(|()| reader.feed(chunk, end)).and_then(|()| {
             if !end {
                 return Ok(None);
             }

@@ -86,13 +86,15 @@ impl<'a> Exchange1<'a> {
 }
 
 /// An SSZ client's witness call whose JSON answer of `length` bytes is about to come.
-pub fn witness_answer_head(settings: &Arc<Settings>, length: usize) -> Exchange {
+pub fn witness_answer_head(settings: &Arc<Settings>, length: Option<usize>) -> Exchange {
     let mut ex = Exchange::new(Arc::clone(settings), Arc::default());
     ex.request_method(b"POST");
     ex.request_header(b"Accept", b"application/octet-stream");
     ex.request_body(br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#);
     ex.response_header(b"Content-Type", b"application/json");
-    ex.response_header(b"Content-Length", length.to_string().as_bytes());
+    if let Some(length) = length {
+        ex.response_header(b"Content-Length", length.to_string().as_bytes());
+    }
     assert_eq!(ex.response_head(200), BodyPlan::Buffer);
     ex
 }
