@@ -11,7 +11,8 @@ import pytest
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import CORPUS, LOOPBACK, free_port
 from nginx_harness import start_nginx
-from test_transcode import LIGHT_CLIENT_UPDATES, SSZ, WITNESS_BLOCKS, call, get, node_answer, post, witness_json
+from test_transcode import (BIG_CALL, BIG_WITNESS, LIGHT_CLIENT_UPDATES, SSZ, WITNESS_BLOCKS, big_witness, call, get,  # noqa: F401
+                            node_answer, post, witness_json)
 
 NODE_AND_PROXY = """
     server {{
@@ -27,13 +28,15 @@ NODE_AND_PROXY = """
         listen {LOOPBACK}:{port};
         rpcedge on;
         rpcedge_transcode_upstream_ssz on;
+        # (below the big witness's SSZ, to render it as it arrives)
+        rpcedge_transcode_hold_max 16m;
         location / {{
             proxy_pass http://{LOOPBACK}:{node_port};
             proxy_http_version 1.1;
         }}
     }}
 """
-ENVOY_PLUGIN_CONFIG = '{"transcode_upstream_ssz": true, "buffer_limit": 68157440}'
+ENVOY_PLUGIN_CONFIG = '{"transcode_upstream_ssz": true, "transcode_hold_max": 16777216, "buffer_limit": 68157440}'
 BLINDED_BLOCK = "/eth/v1/beacon/blinded_blocks/348241"
 HOSTS = ["nginx", *ENVOY_HOSTS]
 
@@ -69,6 +72,19 @@ def test_a_json_client_gets_the_json_of_the_ssz_its_call_was_asked_in(hosts, hos
     witness = witness_json(block)
     assert (answer["jsonrpc"], answer["id"]) == ("2.0", "w-1")
     assert answer["result"] == lowered({name: witness[name] for name in ("state", "codes", "keys", "headers")})
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_a_witness_past_transcode_hold_max_is_rendered_as_its_ssz_arrives(hosts, host, big_witness):
+    json_body, _ = big_witness
+    r = post(hosts[host], f"/generated/witness?bytes={BIG_WITNESS}", BIG_CALL)
+    assert r.complete and r.status == 200
+    assert r.header("x-rpcedge-jsonrpc-id") == "9", "the node was asked for SSZ"
+    assert r.header("content-type") == "application/json" and r.header("content-length") is None
+    assert r.header("content-encoding") == "gzip", "streamed, as a body whose length is not known"
+    answer = json.loads(r.decoded())
+    assert (answer["jsonrpc"], answer["id"]) == ("2.0", 9)
+    assert answer["result"] == json.loads(json_body)["result"]
 
 
 @pytest.mark.parametrize("host", HOSTS)

@@ -41,10 +41,10 @@ pub struct Config {
     /// `transcode_hold_max` is transcoded as it arrives, holding only its SSZ (about half the
     /// JSON).
     pub transcode_max: u64,
-    /// The largest body held whole to transcode: any other (Beacon-API objects, raw bytes, a
-    /// witness up to this long, and SSZ rendered as JSON). A body held whole can always go out as
-    /// it came; one transcoded as it arrives cannot, so it is answered 502 if it turns out not to
-    /// be transcodable (or, without a Content-Length, grows past `transcode_max` or the budget).
+    /// The largest body held whole to transcode: any other (Beacon-API objects, raw bytes, and a
+    /// witness up to this long, as JSON or as SSZ to render). A body held whole can always go out
+    /// as it came; one transcoded as it arrives cannot, so it fails if it turns out not to be
+    /// transcodable (or, without a Content-Length, grows past `transcode_max` or the budget).
     pub transcode_hold_max: u64,
     /// The memory that all transcodes in flight may hold together (per nginx worker, per Envoy
     /// process, per Wasm VM); a body that would pass it goes out as it came.

@@ -162,7 +162,8 @@ fn a_transcoded_body_drops_the_json_etag_and_error_statuses_are_left_alone() {
 #[test]
 fn a_witness_goes_out_in_the_form_the_client_asked_for() {
     let settings = transcoding(Config::default());
-    let result = r#"{"state":["0xaabb"],"codes":["0x60"],"keys":["0x01"],"headers":["0xf9"]}"#;
+    // (JSON out names the fields in the container's order)
+    let result = r#"{"state":["0xaabb"],"codes":["0x60"],"headers":["0xf9"],"keys":["0x01"]}"#;
     let body = format!(r#"{{"jsonrpc":"2.0","id":3,"result":{result}}}"#).into_bytes();
     let call = br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#;
     for (accept, form, content_type) in [
@@ -478,4 +479,51 @@ fn a_witness_transcoded_as_it_arrives_that_turns_out_not_to_be_one_fails_before_
     assert!(ex.feed(&body[at - 10..], true, false, 0).is_err());
     assert_eq!(ex.failure(), rpcedge_core::Failure::Respond(502));
     assert_eq!(ex.transcode_outcome(), TranscodeOutcome::Refused);
+}
+
+#[test]
+fn a_witness_asked_of_the_node_in_ssz_past_transcode_hold_max_is_rendered_as_it_arrives() {
+    let json = witness_body(40);
+    let ssz = run(&transcoding(Config::default()), &witness_call(&json)).unwrap().body;
+    let whole = run(&asking_the_node(Config::default()), &witness_json_call(&ssz, true)).unwrap();
+    assert_eq!(whole.transcode, TranscodeOutcome::Transcoded);
+    let rendered = whole.decoded();
+    let value = |json: &[u8]| serde_json::from_slice::<serde_json::Value>(json).unwrap();
+    assert_eq!(value(&rendered), value(&json), "the node's answer, had it been JSON");
+    // no gzip: the JSON as it is rendered, without a length (the node's was the SSZ's)
+    let streaming = Config { transcode_hold_max: 1000, max_buffer: 4096, ..Config::default() };
+    for (length, cuts) in [(true, vec![]), (true, vec![3, 17, 1000, 1001, 5000]), (false, (0..ssz.len()).step_by(997).collect())] {
+        for gzip in [false, true] {
+            let mut spec = witness_json_call(&ssz, length);
+            spec.chunks = chunked(&ssz, &cuts, 0);
+            if !gzip {
+                spec.request_headers.retain(|(name, _)| *name != "Accept-Encoding");
+            }
+            let wire = run(&asking_the_node(streaming.clone()), &spec).unwrap();
+            assert_eq!(wire.transcode, TranscodeOutcome::Transcoded, "cut at {cuts:?}");
+            assert_eq!(wire.edits.content_type, Some("application/json"));
+            assert!(wire.decoded() == rendered, "cut at {cuts:?}, gzip {gzip}");
+            assert_eq!(wire.content_length, None, "known only at the end");
+            let mode = if gzip { Mode::Stream } else { Mode::Untouched };
+            assert_eq!(wire.mode, mode);
+        }
+    }
+
+    // SSZ that turns out not to render fails the exchange; a lying length too
+    let mut bad = ssz.clone();
+    bad[20] = 0xff;
+    let mut spec = witness_json_call(&bad, true);
+    spec.chunks = chunked(&bad, &[2000, 4000], 0);
+    assert!(run(&asking_the_node(streaming.clone()), &spec).is_err());
+    let mut spec = witness_json_call(&ssz, true);
+    spec.content_length = Some(ssz.len() as u64 + 1);
+    assert!(matches!(run(&asking_the_node(streaming), &spec), Err(rpcedge_core::Error::LengthMismatch { .. })));
+}
+
+/// A JSON client's witness call, answered by the node with `ssz`, with its length or without.
+fn witness_json_call(ssz: &[u8], length: bool) -> Exchange1<'_> {
+    let mut spec = json_call(ssz, true);
+    spec.request_body = WITNESS_CALL.to_vec();
+    spec.content_length = length.then_some(ssz.len() as u64);
+    spec
 }

@@ -4,14 +4,16 @@
 //! values in the list shape. Headers given as JSON objects (geth's form) go in as RLP whose
 //! keccak-256 is the header's hash, byte for byte the RLP that erigon gives for the same header
 //! where the corpus has it. Streamed in chunks of any size, a witness response gives the same
-//! bytes as whole.
+//! bytes as whole, and its SSZ the same JSON as whole.
 
 mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use rpcedge_core::transcode::{jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm, WitnessStream};
+use rpcedge_core::transcode::{
+    jsonrpc_from_ssz, jsonrpc_to_ssz, ssz_to_json, Schema, WitnessForm, WitnessRender, WitnessStream,
+};
 use serde_json::Value;
 use sha3::{Digest, Keccak256};
 use ssz_rs::prelude::*;
@@ -160,6 +162,20 @@ fn every_witness_transcodes_to_what_ssz_rs_serializes_and_back() {
         assert_eq!(eip_ssz, ssz_rs::serialize(&eip).unwrap(), "{name}");
         let mut eip_back: SszExecutionWitness = ssz_rs::deserialize(&eip_ssz).unwrap();
         assert_eq!(eip_back.hash_tree_root().unwrap(), eip.hash_tree_root().unwrap());
+
+        // back to JSON as the SSZ arrives, in chunks of any size: what it renders whole
+        for (ssz, form) in [(&ssz, WitnessForm::Lossless), (&eip_ssz, WitnessForm::Eip8025)] {
+            let whole = jsonrpc_from_ssz(ssz, Schema::Witness, form, b"7", b"2.0").unwrap();
+            for step in [8192, 1021] {
+                let mut render = WitnessRender::new(form, b"7", b"2.0").unwrap();
+                let mut out = Vec::new();
+                for chunk in ssz.chunks(step) {
+                    render.feed(chunk, false, &mut out).unwrap();
+                }
+                render.feed(&[], true, &mut out).unwrap();
+                assert!(out == whole, "{name}: rendered in chunks of {step}");
+            }
+        }
 
         // back to JSON: the list shape, headers as RLP
         let mut json = Vec::new();

@@ -265,6 +265,9 @@ pub struct Exchange {
     out: Vec<u8>,
     bytes_in: u64,
     bytes_out: u64,
+    /// The node's Content-Length, which the body must match (kept apart: the response's facts
+    /// lose it when the body becomes one of another length, not known until its end).
+    declared_length: Option<u64>,
     /// The response headers have gone to the client (as far as the core knows).
     headers_out: bool,
 }
@@ -284,6 +287,7 @@ impl Exchange {
             out: Vec::new(),
             bytes_in: 0,
             bytes_out: 0,
+            declared_length: None,
             headers_out: false,
         }
     }
@@ -397,6 +401,7 @@ impl Exchange {
 
     /// Decides what happens to the body, once all response headers are in.
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
+        self.declared_length = self.response.content_length;
         self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
         let holds = self.transcoding.response_head(
             status,
@@ -451,7 +456,7 @@ impl Exchange {
     pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
         self.out.clear();
         self.bytes_in += chunk.len() as u64;
-        if self.transcoding.streaming() || self.transcoding.stream_held(chunk.len(), &self.settings) {
+        if self.transcoding.streaming() || self.transcoding.stream_held(chunk.len(), &self.settings, &self.response) {
             return self.feed_stream(chunk, end, now_ms);
         }
         let (headers, flush) = match self.check_length(end).and_then(|()| self.step(chunk, end, flush, now_ms)) {
@@ -469,8 +474,11 @@ impl Exchange {
     }
 
     /// A witness transcoded as it arrives: its JSON read, then at its end its SSZ, handed out a
-    /// piece per feed (passed on as it is, or through the compression stage).
+    /// piece per feed; or the node's SSZ rendered as JSON, handed out as each chunk renders.
     fn feed_stream(&mut self, chunk: &[u8], end: bool, now_ms: u64) -> Result<Output<'_>, Error> {
+        if self.transcoding.rendering() {
+            return self.feed_render(chunk, end, now_ms);
+        }
         if let Err(e) = self.read_stream(chunk, end) {
             self.fail();
             return Err(e);
@@ -478,11 +486,49 @@ impl Exchange {
         if self.transcoding.holding() {
             return Ok(Output::nothing(&self.out));
         }
+        self.pass_on(Piece::Ssz, now_ms)
+    }
+
+    /// The node's SSZ witness rendered as JSON as it arrives: each chunk's JSON goes on as a body
+    /// of unknown length, through the compression stage (held up to `max_buffer`, then streamed)
+    /// or as it is. A failure once the headers are out resets the response.
+    fn feed_render(&mut self, chunk: &[u8], end: bool, now_ms: u64) -> Result<Output<'_>, Error> {
+        let rendered = self.check_length(end).and_then(|()| {
+            let settings = &self.settings;
+            self.transcoding.render(chunk, end, settings, &mut self.response, &mut self.edits).map_err(Error::Transcode)
+        });
+        let began = match rendered {
+            Ok(began) => began,
+            Err(e) => {
+                self.fail();
+                return Err(e);
+            }
+        };
+        if began {
+            let mut sink =
+                Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+            self.compression.retype(b"application/json", &mut sink);
+            if self.compression.plan_for(None, &mut sink) == BodyPlan::Pass {
+                sink.edits.content_length = LengthEdit::Remove;
+            }
+        }
+        self.pass_on(Piece::Rendered { end }, now_ms)
+    }
+
+    /// Hands on a piece that the transcoding stage made, as it is or through the compression
+    /// stage.
+    fn pass_on(&mut self, piece: Piece, now_ms: u64) -> Result<Output<'_>, Error> {
         let first = !self.headers_out;
         // (the stages are borrowed apart: the piece is the transcoding stage's)
-        let Some((piece, last)) = self.transcoding.next_piece() else {
-            self.compression.fail();
-            return Err(Error::OutOfOrder("body after the end"));
+        let (piece, last, more) = match piece {
+            Piece::Rendered { end } => (self.transcoding.rendered(), end, false),
+            Piece::Ssz => match self.transcoding.next_piece() {
+                Some((piece, last)) => (piece, last, !last),
+                None => {
+                    self.compression.fail();
+                    return Err(Error::OutOfOrder("body after the end"));
+                }
+            },
         };
         let (data, headers, flush) = if self.compression.transforms() {
             let mut sink =
@@ -504,7 +550,7 @@ impl Exchange {
         self.bytes_out += data.len() as u64;
         let work = self.compression.has_job();
         let end = last && !work;
-        Ok(Output { headers: headers.then_some(&self.edits), data, flush: flush || end, end, work, more: !last })
+        Ok(Output { headers: headers.then_some(&self.edits), data, flush: flush || end, end, work, more })
     }
 
     /// Reads a chunk of a witness transcoded as it arrives; at its end, the SSZ's body plan.
@@ -575,7 +621,7 @@ impl Exchange {
     /// A body this filter transforms must match its declared length, however it is sent: a
     /// longer one is cut at the length by the host's codec, a shorter one was truncated.
     fn check_length(&self, end: bool) -> Result<(), Error> {
-        let declared = match self.response.content_length {
+        let declared = match self.declared_length {
             Some(declared) if self.transcoding.holding() || self.compression.transforms() => declared,
             _ => return Ok(()),
         };
@@ -616,6 +662,13 @@ impl Exchange {
         let sent = self.compression.whole(body, &mut sink);
         Ok((sent, sent))
     }
+}
+
+/// What the transcoding stage has to hand on: the next piece of a witness's SSZ, or the JSON that
+/// the last chunk rendered (`end`: the last).
+enum Piece {
+    Ssz,
+    Rendered { end: bool },
 }
 
 /// A `true` or `false` header value.

@@ -11,7 +11,7 @@ use crate::node::Node;
 use crate::transcode::{
     beacon_from_ssz, beacon_to_ssz, jsonrpc_from_ssz, jsonrpc_request, jsonrpc_to_ssz, light_client_updates_to_ssz,
     BeaconEnvelope, BeaconNetwork, BeaconObject, Fork, JsonRpcCall, Schema, StreamedWitness, TranscodeError,
-    WitnessForm, WitnessSsz, WitnessStream,
+    WitnessForm, WitnessRender, WitnessSsz, WitnessStream,
 };
 
 use super::budget::Reservation;
@@ -78,6 +78,28 @@ pub(super) struct Transcoding {
 enum Stream {
     Reading(Box<WitnessStream>),
     Sending(WitnessSsz),
+    /// The node's SSZ rendered as JSON as it arrives: what the last chunk rendered, and whether
+    /// anything was handed on yet.
+    Rendering { render: Box<WitnessRender>, out: Vec<u8>, began: bool },
+}
+
+impl Stream {
+    /// The share of the budget it takes for a body of `length` bytes.
+    fn share(&self, length: u64) -> u64 {
+        match self {
+            Stream::Rendering { .. } => WitnessRender::most_held(),
+            _ => WitnessStream::most_held(length),
+        }
+    }
+
+    /// Reads what was held before it began.
+    fn feed_held(&mut self, held: &[u8]) -> Result<(), TranscodeError> {
+        match self {
+            Stream::Reading(reader) => reader.feed(held, false),
+            Stream::Rendering { render, out, .. } => render.feed(held, false, out),
+            Stream::Sending(_) => unreachable!("a stream that has read its body"),
+        }
+    }
 }
 
 impl Transcoding {
@@ -184,21 +206,27 @@ impl Transcoding {
         }
         edits.add_vary_accept = true;
         match self.transcodable(status, facts, settings, request) {
-            Some(Ok(())) => match (self.streamable(facts, settings), facts.content_length) {
-                (Some(form), Some(length)) => {
-                    if !self.reservation.take(WitnessStream::most_held(length), settings.transcode_budget) {
-                        self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
+            Some(Ok(())) if self.streamable(facts, settings) => {
+                let length = facts.content_length.expect("a stream from the head has a length");
+                let stream = match self.new_stream(facts) {
+                    Ok(stream) => stream,
+                    Err(refusal) => {
+                        self.state = State::Refused(refusal);
                         return false;
                     }
-                    self.stream = Some(Stream::Reading(Box::new(WitnessStream::new(form))));
-                    true
+                };
+                if !self.reservation.take(stream.share(length), settings.transcode_budget) {
+                    self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
+                    return false;
                 }
-                _ => {
-                    let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_held_max());
-                    self.held = Some(Vec::with_capacity(capacity as usize));
-                    true
-                }
-            },
+                self.stream = Some(stream);
+                true
+            }
+            Some(Ok(())) => {
+                let capacity = facts.content_length.unwrap_or(0).min(settings.transcode_held_max());
+                self.held = Some(Vec::with_capacity(capacity as usize));
+                true
+            }
             Some(Err(refusal)) => {
                 self.state = State::Refused(refusal);
                 false
@@ -233,7 +261,7 @@ impl Transcoding {
             Err(TranscodeError::NoTransform)
         } else if facts.content_length.is_some_and(|length| length > settings.transcode_max) {
             Err(TranscodeError::Limit("transcode_max"))
-        } else if self.streamable(facts, settings).is_none()
+        } else if !self.streamable(facts, settings)
             && facts.content_length.is_some_and(|length| length > settings.transcode_hold_max)
         {
             Err(TranscodeError::Limit("transcode_hold_max"))
@@ -242,22 +270,43 @@ impl Transcoding {
         })
     }
 
-    /// The form of a witness to transcode as it arrives: one whose length is known (its SSZ goes
-    /// out with an exact length) and too long to hold whole.
-    fn streamable(&self, facts: &ResponseFacts, settings: &Settings) -> Option<WitnessForm> {
-        match self.state {
-            State::WantedResult(Schema::Witness, form)
-                if facts.content_length.is_some_and(|length| length > settings.transcode_hold_max) =>
-            {
-                Some(form)
+    /// Whether a witness is transcoded as it arrives from the head on: one whose length is known
+    /// (its SSZ goes out with an exact length) and too long to hold whole.
+    fn streamable(&self, facts: &ResponseFacts, settings: &Settings) -> bool {
+        self.is_witness() && facts.content_length.is_some_and(|length| length > settings.transcode_hold_max)
+    }
+
+    /// Whether the body is a witness, to read as JSON or render from SSZ.
+    fn is_witness(&self) -> bool {
+        match &self.state {
+            State::WantedResult(schema, _) => *schema == Schema::Witness,
+            State::AskedResult(call) => call.schema == Schema::Witness,
+            _ => false,
+        }
+    }
+
+    /// The stream that transcodes a witness as it arrives: its JSON read into SSZ, or the node's
+    /// SSZ rendered as JSON.
+    fn new_stream(&self, facts: &ResponseFacts) -> Result<Stream, TranscodeError> {
+        match &self.state {
+            &State::WantedResult(_, form) => Ok(Stream::Reading(Box::new(WitnessStream::new(form)))),
+            State::AskedResult(call) => {
+                let form = facts.ssz.unwrap_or(WitnessForm::Lossless);
+                let render = Box::new(WitnessRender::new(form, &call.id, &call.version)?);
+                Ok(Stream::Rendering { render, out: Vec::new(), began: false })
             }
-            _ => None,
+            _ => unreachable!("a stream of a witness no one asked for"),
         }
     }
 
     /// Whether the stage reads the body: holds it, or transcodes it as it arrives.
     pub fn holding(&self) -> bool {
-        self.held.is_some() || matches!(self.stream, Some(Stream::Reading(_)))
+        self.held.is_some() || matches!(self.stream, Some(Stream::Reading(_) | Stream::Rendering { .. }))
+    }
+
+    /// Whether the stage renders the node's SSZ as JSON as it arrives.
+    pub fn rendering(&self) -> bool {
+        matches!(self.stream, Some(Stream::Rendering { .. }))
     }
 
     /// Holds one more chunk; when the body outgrows `transcode_hold_max` or the budget, it is
@@ -286,31 +335,34 @@ impl Transcoding {
 
     /// Whether a held witness (one without a Content-Length) that `next` more bytes would take
     /// past `transcode_hold_max` is from here on transcoded as it arrives: what was held is read
-    /// and dropped, and the share of the budget becomes what its SSZ takes. From then on it cannot
-    /// go out as it came. False when it is not one, would pass `transcode_max`, or what was held
-    /// does not read (then [`Transcoding::hold`] refuses it, and it goes out as it came).
-    pub fn stream_held(&mut self, next: usize, settings: &Settings) -> bool {
-        let (Some(held), &State::WantedResult(Schema::Witness, form)) = (&self.held, &self.state) else {
-            return false;
-        };
+    /// and dropped, and the share of the budget becomes what the stream takes. From then on it
+    /// cannot go out as it came. False when it is not one, would pass `transcode_max`, or what
+    /// was held does not read (then [`Transcoding::hold`] refuses it, and it goes out as it came).
+    pub fn stream_held(&mut self, next: usize, settings: &Settings, facts: &ResponseFacts) -> bool {
+        let Some(held) = &self.held else { return false };
         let length = (held.len() + next) as u64;
-        if length <= settings.transcode_held_max() || length > settings.transcode_max {
+        if !self.is_witness() || length <= settings.transcode_held_max() || length > settings.transcode_max {
             return false;
         }
-        // (less than the two bytes per byte held, but where the bound is under a few MiB)
-        if !self.reservation.resize(WitnessStream::most_held(held.len() as u64), settings.transcode_budget) {
-            self.state = State::Refused(TranscodeError::Limit("transcode_budget"));
-            return false;
+        let stream = self.new_stream(facts).and_then(|mut stream| {
+            // (less than the two bytes per byte held, but where the bound is under a few MiB)
+            if !self.reservation.resize(stream.share(held.len() as u64), settings.transcode_budget) {
+                return Err(TranscodeError::Limit("transcode_budget"));
+            }
+            stream.feed_held(held).map(|()| stream)
+        });
+        match stream {
+            Ok(stream) => {
+                self.streamed = held.len() as u64;
+                self.held = None;
+                self.stream = Some(stream);
+                true
+            }
+            Err(refusal) => {
+                self.state = State::Refused(refusal);
+                false
+            }
         }
-        let mut reader = Box::new(WitnessStream::new(form));
-        if let Err(refusal) = reader.feed(held, false) {
-            self.state = State::Refused(refusal);
-            return false;
-        }
-        self.streamed = held.len() as u64;
-        self.held = None;
-        self.stream = Some(Stream::Reading(reader));
-        true
     }
 
     /// Whether the stage transcodes the body as it arrives (or sends what it became).
@@ -330,18 +382,14 @@ impl Transcoding {
         facts: &mut ResponseFacts,
         edits: &mut HeaderEdits,
     ) -> Result<Option<u64>, TranscodeError> {
+        let grown = self.grow(chunk.len(), settings).and_then(|()| match facts.content_length {
+            None if !self.reservation.resize(WitnessStream::most_held(self.streamed), settings.transcode_budget) => {
+                Err(TranscodeError::Limit("transcode_budget"))
+            }
+            _ => Ok(()),
+        });
         let Some(Stream::Reading(reader)) = &mut self.stream else { unreachable!("reading a body not being read") };
-        self.streamed += chunk.len() as u64;
-        let read = if self.streamed > settings.transcode_max {
-            Err(TranscodeError::Limit("transcode_max"))
-        } else if facts.content_length.is_none()
-            && !self.reservation.resize(WitnessStream::most_held(self.streamed), settings.transcode_budget)
-        {
-            Err(TranscodeError::Limit("transcode_budget"))
-        } else {
-            Ok(())
-        };
-        let read = read.and_then(|()| reader.feed(chunk, end)).and_then(|()| {
+        let read = grown.and_then(|()| reader.feed(chunk, end)).and_then(|()| {
             if !end {
                 return Ok(None);
             }
@@ -351,11 +399,7 @@ impl Transcoding {
         let StreamedWitness { id, version, ssz } = match read {
             Ok(Some(witness)) => witness,
             Ok(None) => return Ok(None),
-            Err(refusal) => {
-                self.stream = None;
-                self.state = State::Refused(refusal.clone());
-                return Err(refusal);
-            }
+            Err(refusal) => return Err(self.refuse_stream(refusal)),
         };
         let State::WantedResult(schema, form) = self.state else { unreachable!("a witness no one asked for") };
         jsonrpc_edits(schema, form, &id, version, edits);
@@ -363,6 +407,61 @@ impl Transcoding {
         let length = ssz.len();
         self.stream = Some(Stream::Sending(ssz));
         Ok(Some(length))
+    }
+
+    /// Renders one more chunk of the node's SSZ as JSON ([`Transcoding::rendered`]: what it
+    /// completes, with, the first time, what was held before); whether this is the first, which
+    /// comes with the header edits that say what it is (JSON, of a length known only at its
+    /// end). SSZ that turns out not to render, or grows past `transcode_max`, fails the exchange.
+    pub fn render(
+        &mut self,
+        chunk: &[u8],
+        end: bool,
+        settings: &Settings,
+        facts: &mut ResponseFacts,
+        edits: &mut HeaderEdits,
+    ) -> Result<bool, TranscodeError> {
+        let grown = self.grow(chunk.len(), settings);
+        let Some(Stream::Rendering { render, out, began }) = &mut self.stream else {
+            unreachable!("rendering a body not being rendered")
+        };
+        if *began {
+            out.clear();
+        }
+        if let Err(refusal) = grown.and_then(|()| render.feed(chunk, end, out)) {
+            return Err(self.refuse_stream(refusal));
+        }
+        let first = !std::mem::replace(began, true);
+        if first {
+            edits.content_type = Some("application/json");
+            facts.content_length = None;
+            self.transcoded(facts, edits);
+        }
+        Ok(first)
+    }
+
+    /// Counts `more` bytes into a stream, which may not pass `transcode_max`.
+    fn grow(&mut self, more: usize, settings: &Settings) -> Result<(), TranscodeError> {
+        self.streamed += more as u64;
+        match self.streamed > settings.transcode_max {
+            true => Err(TranscodeError::Limit("transcode_max")),
+            false => Ok(()),
+        }
+    }
+
+    /// A stream that failed: it is dropped, and the refusal counted.
+    fn refuse_stream(&mut self, refusal: TranscodeError) -> TranscodeError {
+        self.stream = None;
+        self.state = State::Refused(refusal.clone());
+        refusal
+    }
+
+    /// What the last [`Transcoding::render`] rendered.
+    pub fn rendered(&self) -> &[u8] {
+        match &self.stream {
+            Some(Stream::Rendering { out, .. }) => out,
+            _ => &[],
+        }
     }
 
     /// The next piece of the SSZ that [`Transcoding::read`] finished, and whether it is the

@@ -20,7 +20,9 @@ pub use beacon::{
     beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, light_client_updates_from_ssz,
     light_client_updates_to_ssz, BeaconEnvelope, BeaconNetwork, BeaconObject, BeaconSsz, Fork,
 };
-pub use witness::{Field as WitnessField, WitnessForm, StreamedWitness, WitnessSsz, WitnessStream, FIELDS as WITNESS_FIELDS};
+pub use witness::{
+    Field as WitnessField, StreamedWitness, WitnessForm, WitnessRender, WitnessSsz, WitnessStream, FIELDS as WITNESS_FIELDS,
+};
 
 /// What a JSON-RPC method's result is, for the transcoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,17 +213,24 @@ pub fn jsonrpc_from_ssz(
     id: &[u8],
     version: &[u8],
 ) -> Result<Vec<u8>, TranscodeError> {
+    let mut out = jsonrpc_head(id, version)?;
+    out.reserve(ssz.len() * 2 + 64);
+    ssz_to_json(ssz, schema, form, &mut out)?;
+    out.push(b'}');
+    Ok(out)
+}
+
+/// A JSON-RPC response's opening, up to its result: `{"jsonrpc":<version>,"id":<id>,"result":`.
+fn jsonrpc_head(id: &[u8], version: &[u8]) -> Result<Vec<u8>, TranscodeError> {
     let mut id_check = Scanner::new(id);
     id_check.value()?;
     id_check.end()?;
-    let mut out = Vec::with_capacity(ssz.len() * 2 + 64);
+    let mut out = Vec::with_capacity(64 + id.len());
     out.extend_from_slice(b"{\"jsonrpc\":");
     serde_json::to_writer(&mut out, &String::from_utf8_lossy(version)).expect("a string serialises");
     out.extend_from_slice(b",\"id\":");
     out.extend_from_slice(id);
     out.extend_from_slice(b",\"result\":");
-    ssz_to_json(ssz, schema, form, &mut out)?;
-    out.push(b'}');
     Ok(out)
 }
 

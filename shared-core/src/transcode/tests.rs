@@ -27,7 +27,8 @@ fn a_witness_is_four_lists_of_byte_lists_in_ssz_order() {
     assert_eq!(ssz, expected);
     let mut json = Vec::new();
     ssz_to_json(&ssz, Schema::Witness, WitnessForm::Lossless, &mut json).unwrap();
-    assert_eq!(json, br#"{"state":["0xaabb","0xcc"],"codes":[],"keys":["0x01"],"headers":["0xf9"]}"#);
+    // (in the container's order)
+    assert_eq!(json, br#"{"state":["0xaabb","0xcc"],"codes":[],"headers":["0xf9"],"keys":["0x01"]}"#);
 }
 
 #[test]
@@ -237,8 +238,8 @@ proptest! {
         headers in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..3),
     ) {
         let json = format!(
-            r#"{{"state":{},"codes":{},"keys":{},"headers":{}}}"#,
-            hex_list(&state), hex_list(&codes), hex_list(&keys), hex_list(&headers),
+            r#"{{"state":{},"codes":{},"headers":{},"keys":{}}}"#,
+            hex_list(&state), hex_list(&codes), hex_list(&headers), hex_list(&keys),
         );
         let ssz = witness_ssz(&json, WitnessForm::Lossless).unwrap();
         let mut back = Vec::new();

@@ -13,6 +13,7 @@
 //! which serialize the same but have other roots and no item limits). EIP-8025's own copy
 //! differs in its limits; this table is the one place to change them.
 
+mod render;
 mod stream;
 
 use super::header;
@@ -20,6 +21,7 @@ use super::json::Scanner;
 use super::ssz::{offset, read_byte_lists, read_offset, write_hex_array, ByteLists, OFFSET};
 use super::TranscodeError;
 
+pub use render::WitnessRender;
 pub use stream::{StreamedWitness, WitnessSsz, WitnessStream};
 
 /// Which container a witness is sent as.
@@ -50,9 +52,6 @@ pub const FIELDS: [Field; 4] = [
 
 /// The field of the headers, which may come as JSON objects.
 const HEADERS: usize = 2;
-
-/// The order the list shape's JSON names the fields in.
-const JSON_ORDER: [usize; 4] = [0, 1, 3, 2];
 
 impl WitnessForm {
     /// How many of [`FIELDS`] the form's container has.
@@ -140,14 +139,15 @@ pub fn to_json(ssz: &[u8], form: WitnessForm, out: &mut Vec<u8>) -> Result<(), T
     }
     out.reserve(ssz.len() * 2 + 64);
     out.push(b'{');
-    for (n, &index) in JSON_ORDER.iter().filter(|&&index| index < fields).enumerate() {
-        if n > 0 {
+    // (in the container's order, as the streaming renderer writes them)
+    for (index, list) in lists.iter().enumerate() {
+        if index > 0 {
             out.push(b',');
         }
         out.push(b'"');
         out.extend_from_slice(FIELDS[index].name.as_bytes());
         out.extend_from_slice(b"\":");
-        write_hex_array(&lists[index], out);
+        write_hex_array(list, out);
     }
     out.push(b'}');
     Ok(())
