@@ -4,16 +4,23 @@
     nginx + rpcedge  127.0.0.1:18080  (configs/nginx/nginx.conf)
     Envoy + rpcedge  127.0.0.1:18081  (configs/envoy/envoy.yaml), admin 127.0.0.1:19901
     cache daemon     127.0.0.1:18090  and the Unix socket run/cached.sock
+
+A part that dies is started again, after 0.5 s, then twice as long each time it dies again soon
+(up to 30 s; a part that has run a minute starts over at 0.5 s), each restart logged here and in
+run/stack.log. Ctrl-C (or SIGTERM) stops everything. RPCEDGE_RUN puts run/ elsewhere.
 """
 
+import os
 import signal
 import sys
 import time
+from datetime import datetime
+from pathlib import Path
 
 from harness import LOOPBACK, REPO, Process, StartError, corpus_description, start_cached, start_replay
 from nginx_harness import NGINX_BIN, shipped_conf
 
-RUN = REPO / "run"
+RUN = Path(os.environ.get("RPCEDGE_RUN", REPO / "run"))
 REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT = 18545, 18080, 18081, 19901, 18090
 # The replay's networks. Each is told that a block above every recording is final, so that
 # recorded data counts as final for the cache; the cache's namespaces are the networks' names, as
@@ -24,6 +31,62 @@ FINALIZED = 1_000_000_000
 # finalized slot the replay says: past the real blinded block it serves.
 BEACON = "beacon"
 BEACON_FINALIZED = 1_000_000
+
+
+# restart delays, in seconds: the first, the longest; and how long a part must run to be well again
+RESTART_FIRST, RESTART_MAX, STEADY = 0.5, 30.0, 60.0
+
+
+def log(message):
+    line = f"{datetime.now():%H:%M:%S} {message}"
+    print(line, file=sys.stderr, flush=True)
+    with open(RUN / "stack.log", "a") as out:
+        out.write(line + "\n")
+
+
+class Part:
+    """One part of the stack: how it starts, its process while it runs, and when to start it again."""
+
+    def __init__(self, name, start):
+        self.name = name
+        self.start = start
+        self.process = None
+        self.up_since = 0.0
+        self.failures = 0
+        self.due = 0.0
+
+    def run(self):
+        self.process = self.start()
+        self.up_since = time.monotonic()
+
+    def check(self):
+        """Restarts the part when it has died and its delay is over."""
+        now = time.monotonic()
+        if self.process and self.process.proc.poll() is None:
+            if self.failures and now - self.up_since > STEADY:
+                self.failures = 0
+            return
+        if self.process:
+            code, tail = self.process.proc.returncode, self.process.log_tail(1500)
+            self.process.stop()
+            self.process = None
+            delay = self.retry_later(now)
+            log(f"{self.name} exited with {code}; starting it again in {delay:.1f} s "
+                f"(restart {self.failures}); the end of its log:\n{tail}")
+        if now < self.due:
+            return
+        try:
+            self.run()
+            log(f"{self.name} is running again")
+        except StartError as error:
+            delay = self.retry_later(now)
+            log(f"{self.name} did not start ({error}); next try in {delay:.1f} s")
+
+    def retry_later(self, now):
+        self.failures += 1
+        delay = min(RESTART_FIRST * 2 ** (self.failures - 1), RESTART_MAX)
+        self.due = now + delay
+        return delay
 
 
 def start_daemon():
@@ -55,20 +118,22 @@ def start_envoy():
     return process
 
 
+def start_replay_node():
+    finalized = [arg for network in NETWORKS for arg in ("--finalized", f"{network}={FINALIZED}")]
+    finalized += ["--finalized", f"{BEACON}={BEACON_FINALIZED}"]
+    return start_replay(RUN, port=REPLAY_PORT, args=finalized).process
+
+
 def main():
-    RUN.mkdir(exist_ok=True)
-    processes = []
+    RUN.mkdir(parents=True, exist_ok=True)
+    parts = [Part("replay upstream", start_replay_node), Part("cache daemon", start_daemon),
+             Part("nginx", start_nginx), Part("envoy", start_envoy)]
     # SIGTERM (as from `kill`) stops the stack like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         print(f"loading {corpus_description()} into the replay upstream ...", flush=True)
-        finalized = [arg for network in NETWORKS for arg in ("--finalized", f"{network}={FINALIZED}")]
-        finalized += ["--finalized", f"{BEACON}={BEACON_FINALIZED}"]
-        replay = start_replay(RUN, port=REPLAY_PORT, args=finalized)
-        processes.append(replay.process)
-        processes.append(start_daemon())
-        processes.append(start_nginx())
-        processes.append(start_envoy())
+        for part in parts:
+            part.run()
         print(f"""
 rpcedge is running (logs in {RUN}):
   replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...;
@@ -80,18 +145,17 @@ rpcedge is running (logs in {RUN}):
 try:
   curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\
     -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0xF42401",true]}}'
-  curl -s -D - -o witness.ssz http://127.0.0.1:{NGINX_PORT}/hoodi -H 'Accept: application/octet-stream' \
-    -H 'Content-Type: application/json' \
+  curl -s -D - -o witness.ssz http://127.0.0.1:{NGINX_PORT}/hoodi -H 'Accept: application/octet-stream' \\
+    -H 'Content-Type: application/json' \\
     -d '{{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x134ff8"]}}'
-  curl -s -D - -o block.ssz http://127.0.0.1:{ENVOY_PORT}/eth/v1/beacon/blinded_blocks/348241 \
+  curl -s -D - -o block.ssz http://127.0.0.1:{ENVOY_PORT}/eth/v1/beacon/blinded_blocks/348241 \\
     -H 'Accept: application/octet-stream'
 
-Ctrl-C stops everything.""", flush=True)
-        while all(p.proc.poll() is None for p in processes):
-            time.sleep(0.5)
-        dead = next(p for p in processes if p.proc.poll() is not None)
-        print(f"{dead.name} exited with {dead.proc.returncode}; its log:\n{dead.log_tail()}", file=sys.stderr)
-        return 1
+A part that dies is started again (logged here and in {RUN / "stack.log"}). Ctrl-C stops everything.""", flush=True)
+        while True:
+            for part in parts:
+                part.check()
+            time.sleep(0.2)
     except StartError as error:
         print(error, file=sys.stderr)
         return 1
@@ -99,8 +163,9 @@ Ctrl-C stops everything.""", flush=True)
         print("\nstopping ...")
         return 0
     finally:
-        for process in reversed(processes):
-            process.stop()
+        for part in reversed(parts):
+            if part.process:
+                part.process.stop()
 
 
 if __name__ == "__main__":
