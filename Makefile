@@ -16,10 +16,11 @@ CARGO := cargo
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module and binaryen to
 # optimize that module, libclang for RocksDB's bindings (the cache daemon), and Docker's engine,
-# Compose and debootstrap for the reference stack (docker/).
+# Compose and debootstrap for the reference stack (docker/), debhelper for `make deb`.
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
-	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap
+	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap \
+	debhelper dpkg-dev
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
@@ -27,13 +28,14 @@ export RPCEDGE_CORPUS := $(CORPUS)
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate exchange c_abi transcode cache_lookup
 
-.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run docker bench clean
+.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops)"
 	@echo "make test   install what is needed, build, run every test"
 	@echo "make bench  install what is needed, run the benchmarks"
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
+	@echo "make deb    Debian packages of the nginx module and the cache daemon, into build/deb/"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -121,6 +123,10 @@ run: build
 docker: build
 	bash docker/engine.sh
 	$(VENV)/bin/python docker/build.py
+
+# Debian packages of the nginx module and the cache daemon, into build/deb/ (packaging/).
+deb: build
+	packaging/build-deb
 
 bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked

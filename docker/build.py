@@ -1,7 +1,7 @@
 """`make docker`: the reference stack's images, from the artefacts of `make build`.
 
 Stages build/docker/context (the Dockerfile's build context) from this build's binaries, module,
-Wasm filter and Envoy, the configs rendered from configs/ (docker/render.py), the corpus sample
+Envoy modules (native and Wasm) and Envoy, the configs rendered from configs/ (docker/render.py), the corpus sample
 and a wrk request list over it; then builds one image per Dockerfile target, tagged
 rpcedge/<target>:latest. Run docker/engine.sh first (a Docker engine and the base image).
 
@@ -41,6 +41,7 @@ def artefacts():
         ("bin/envoy", envoy_binary(), True),
         ("modules/ngx_http_rpcedge_filter_module.so", REPO / "build/nginx/objs/ngx_http_rpcedge_filter_module.so", False),
         ("modules/rpcedge_envoy_filter.wasm", REPO / "target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm", False),
+        ("modules/librpcedge_envoy_native.so", REPO / "target/release/librpcedge_envoy_native.so", False),
     ]
 
 
@@ -63,7 +64,8 @@ def stage():
     load.mkdir()
     shutil.copyfile(REPO / "loadtest/wrk/replay.lua", load / "replay.lua")
     shutil.copyfile(DOCKER / "run-load", load / "run-load")
-    shutil.copyfile(DOCKER / "cached-start", CONTEXT / "bin" / "cached-start")
+    for script in ("cached-start", "envoy-start"):
+        shutil.copyfile(DOCKER / script, CONTEXT / "bin" / script)
     write_request_list(load / "mix.tsv")
     # what the services' user may do with them: run the programs, read the rest
     for path in CONTEXT.rglob("*"):

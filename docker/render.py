@@ -2,14 +2,22 @@
 single source of the rpcedge parts, which `make run` also uses): inside containers the proxies
 listen on the container's interface, find the node and the cache daemon by service name, keep pid
 and temp files in /tmp (the root file system is read-only, the user not root), log to the
-container's output, and let Prometheus scrape the status page. Every substitution must match
-exactly as often as it says, so a change to configs/ that this no longer fits fails the build
-instead of shipping a config that drifted.
+container's output, and let Prometheus scrape the status page. Envoy's comes twice: with the
+native module (envoy-native.yaml, the stack's default: its entry is configs/envoy/
+rpcedge-native-filter.yaml, as the tests build it) and with the Wasm filter (envoy-wasm.yaml). Every
+substitution must match exactly as often as it says, so a change to configs/ that this no longer
+fits fails the build instead of shipping a config that drifted.
 """
 
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from envoy_harness import EXAMPLE_PLUGIN_CONFIG, native_entry, replace_rpcedge_entry  # noqa: E402
+
+# where the image keeps Envoy's rpcedge modules
+MODULES = "/usr/lib/rpcedge"
 HEADER = "# Rendered by docker/render.py from {source}: edit that file, not this one.\n"
 TEMPS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 
@@ -45,9 +53,10 @@ def rpcedge_cache_conf():
     return substitute((REPO / source).read_text(), source, [])
 
 
-def envoy_yaml():
+def envoy_yaml(adapter):
+    """The example with the Wasm filter (`wasm`) or the native module (`native`)."""
     source = "configs/envoy/envoy.yaml"
-    return substitute((REPO / source).read_text(), source, [
+    text = substitute((REPO / source).read_text(), source, [
         ("{address: 127.0.0.1, port_value: 19901}", "{address: 0.0.0.0, port_value: 19901}", 1),
         ("{address: 127.0.0.1, port_value: 18081}", "{address: 0.0.0.0, port_value: 18081}", 1),
         ("{address: 127.0.0.1, port_value: 18545}", "{address: replay, port_value: 18545}", 1),
@@ -55,8 +64,11 @@ def envoy_yaml():
         # service names, not addresses: Docker's DNS resolves them
         ("type: STATIC\n", "type: STRICT_DNS\n", 2),
         ("filename: target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm",
-         "filename: /usr/lib/rpcedge/rpcedge_envoy_filter.wasm", 1),
+         f"filename: {MODULES}/rpcedge_envoy_filter.wasm", 1),
     ])
+    if adapter == "native":
+        text = replace_rpcedge_entry(text, native_entry(EXAMPLE_PLUGIN_CONFIG, f"{MODULES}/librpcedge_envoy_native.so"))
+    return text
 
 
 def render(directory):
@@ -65,4 +77,5 @@ def render(directory):
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "nginx.conf").write_text(nginx_conf())
     (directory / "rpcedge-cache.conf").write_text(rpcedge_cache_conf())
-    (directory / "envoy.yaml").write_text(envoy_yaml())
+    for adapter in ("native", "wasm"):
+        (directory / f"envoy-{adapter}.yaml").write_text(envoy_yaml(adapter))

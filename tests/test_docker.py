@@ -106,8 +106,21 @@ def test_the_images_carry_this_build(stack):
          REPO / "build/nginx/objs/ngx_http_rpcedge_filter_module.so"),
         ("rpcedge/envoy", "/usr/lib/rpcedge/rpcedge_envoy_filter.wasm",
          REPO / "target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm"),
+        ("rpcedge/envoy", "/usr/lib/rpcedge/librpcedge_envoy_native.so", REPO / "target/release/librpcedge_envoy_native.so"),
     ]:
         assert image_file_digest(image, inside) == hashlib.sha256(built.read_bytes()).hexdigest(), image
+
+
+def test_envoy_runs_the_native_module_and_the_wasm_filter_is_one_setting_away(stack):
+    with urllib.request.urlopen(f"http://127.0.0.1:{ENVOY_ADMIN}/stats?filter=rpcedge", timeout=10) as answer:
+        stats = answer.read().decode()
+    assert "dynamicmodulescustom.rpcedge." in stats and "wasmcustom.rpcedge." not in stats, stats[:2000]
+    for adapter, config in [("wasm", "envoy-wasm.yaml"), ("native", "envoy-native.yaml")]:
+        valid = checked(["docker", "run", "--rm", "--network", "none", "-e", f"RPCEDGE_ENVOY={adapter}", "rpcedge/envoy",
+                         "--mode", "validate"], timeout=120)
+        assert f"configuration '/etc/rpcedge/envoy/{config}' OK" in valid.stdout + valid.stderr
+    bad = run(["docker", "run", "--rm", "--network", "none", "-e", "RPCEDGE_ENVOY=lua", "rpcedge/envoy"], timeout=60)
+    assert bad.returncode == 2 and "RPCEDGE_ENVOY must be native or wasm" in bad.stderr
 
 
 @pytest.mark.parametrize("proxy", PROXIES)
@@ -182,3 +195,25 @@ def test_the_load_container_runs_through_each_proxy_without_errors(stack):
     for result in results:
         assert result["requests"] > 0 and not any(result["errors"].values())
         assert not any(count for name, count in result["checks"].items() if name.startswith("bad_") or name == "unknown")
+
+
+def test_the_base_image_takes_its_mirrors_from_this_machines_apt(tmp_path):
+    """engine.sh's debootstrap and the image's sources use the mirrors apt is configured with:
+    one-line and deb822 sources, options, comments, deb-src and disabled stanzas as apt reads them."""
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "# deb http://commented.example/debian bookworm main\n"
+        "deb-src http://source.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.example/debian/ bookworm main\n")
+    (tmp_path / "sources.list.d" / "security.sources").write_text(
+        "Types: deb\nURIs: http://off.example/debian-security\nSuites: bookworm-security\nEnabled: no\n\n"
+        "Types: deb deb-src\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n"
+        "Components: main\n")
+    (tmp_path / "sources.list.d" / "other.list.disabled").write_text("deb http://disabled.example bookworm main\n")
+    out = checked([sys.executable, "docker/apt_sources.py", "bookworm", str(tmp_path)]).stdout
+    assert out.splitlines() == ["MIRROR=http://mirror.example/debian",
+                                "SECURITY_MIRROR=http://security.example/debian-security"]
+    out = checked([sys.executable, "docker/apt_sources.py", "trixie", str(tmp_path)]).stdout
+    assert out.splitlines() == ["MIRROR=''", "SECURITY_MIRROR=''"]
+    # and no mirror of its own
+    assert "debian.org" not in (REPO / "docker" / "engine.sh").read_text()
