@@ -238,3 +238,23 @@ def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty,
         "rpcedge_cache_responses_miss": 1, "rpcedge_cache_stores_refused": 1, "rpcedge_cache_stores_refused_null": 1,
         "rpcedge_cache_responses_bypass": 1, "rpcedge_cache_bypass_batch": 1,
     }
+
+
+@pytest.mark.parametrize("path, version", [
+    ("/eth/v2/beacon/blocks/deneb:case_0", "deneb"),
+    # a route whose node reads its query (the replay names the case there)
+    ("/eth/v1/beacon/light_client/finality_update?case=electra:case_4", "electra"),
+])
+def test_a_beacon_get_reaches_the_node_as_the_client_sent_it_and_goes_out_as_ssz(openresty, replay, path, version):
+    from test_transcode import SSZ, node_answer
+
+    r = wire.request(openresty, path, headers={"Accept": f"{SSZ};q=1, application/json;q=0.9"})
+    assert r.status == 200 and r.header("content-type") == SSZ
+    assert r.body == node_answer(replay, path, ssz=True)
+    assert int(r.header("content-length")) == len(r.body)
+    assert r.header("eth-consensus-version") == version
+    r = wire.request(openresty, path, headers={"Accept": "application/json"})
+    assert r.status == 200 and r.decoded() == node_answer(replay, path, ssz=False)
+    # HEAD: the head a GET gets, without its body
+    head = wire.request(openresty, path, method="HEAD", headers={"Accept": "application/json"})
+    assert head.status == 200 and head.body == b"" and head.header("content-type") == "application/json"

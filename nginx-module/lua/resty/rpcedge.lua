@@ -4,8 +4,10 @@
 --     local rpcedge = require "resty.rpcedge"
 --     local settings = rpcedge.settings('{"level": 6}')   -- once, e.g. at module load
 --     ...
---     local res = ngx.location.capture("/__node" .. ngx.var.uri, {...})
---     rpcedge.respond(settings, res)  -- status, headers and the body, compressed or not
+--     ngx.req.read_body()
+--     local exchange = rpcedge.exchange(settings)
+--     local res = exchange:capture("/__node")   -- the client's method, query, headers and body
+--     exchange:respond(res)  -- status, headers and the body, compressed or not
 --
 -- A subrequest hands Lua the whole body, which is what lets it send an exact Content-Length.
 --
@@ -353,6 +355,32 @@ function Exchange:ask_upstream()
     ngx.req.set_header("Accept", C_string(accept.data, accept.len))
     ngx.req.clear_header("Accept-Encoding")
     return true
+end
+
+
+-- The subrequest methods, by the client's method.
+local CAPTURE_METHODS = {
+    GET = ngx.HTTP_GET, HEAD = ngx.HTTP_HEAD, POST = ngx.HTTP_POST, PUT = ngx.HTTP_PUT,
+    DELETE = ngx.HTTP_DELETE, OPTIONS = ngx.HTTP_OPTIONS, PATCH = ngx.HTTP_PATCH,
+}
+
+
+-- Asks the node through the internal location `prefix` (proxy_pass to it) as the client asked
+-- this server: its method, path and query, its headers (a subrequest inherits them, with the
+-- Accept of ask_upstream) and its body (read with ngx.req.read_body() first). Returns the
+-- subrequest's response for respond; a method a subrequest cannot make answers 405.
+function Exchange:capture(prefix)
+    local method = ngx.req.get_method()
+    local capture_method = CAPTURE_METHODS[method]
+    if capture_method == nil then
+        return ngx.exit(ngx.HTTP_NOT_ALLOWED)
+    end
+    -- HEAD goes to the node as GET: nginx answers HEAD itself from a full answer's head
+    return ngx.location.capture(prefix .. ngx.var.uri, {
+        method = capture_method == ngx.HTTP_HEAD and ngx.HTTP_GET or capture_method,
+        args = ngx.var.args,
+        always_forward_body = true,
+    })
 end
 
 
