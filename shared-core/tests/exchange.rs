@@ -65,6 +65,33 @@ fn known_length_above_max_buffer_streams_from_the_start() {
 }
 
 #[test]
+fn a_host_that_sends_the_head_first_gets_a_stream_where_a_body_would_be_buffered() {
+    let settings = Arc::new(Config { transcode: true, ..Config::default() }.validate().unwrap());
+    for (n, known) in [(20_000, true), (20_000, false), (3 << 20, true)] {
+        let body = json_body(n);
+        let mut spec = Exchange1::json(&body, known);
+        spec.chunks = chunked(&body, &[5000, 9000], 1);
+        spec.headers_at_head = true;
+        let wire = run(&settings, &spec).unwrap();
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Stream, Mode::Stream), "{n} {known}");
+        assert_eq!((wire.edits.content_encoding, wire.content_length), (Some(Coding::Gzip), None));
+        assert_eq!(wire.decoded(), body);
+    }
+    // small ones still pass; nothing is transcoded (that needs the whole body first)
+    let body = json_body(500);
+    let mut spec = Exchange1::json(&body, true);
+    spec.headers_at_head = true;
+    assert_eq!(run(&settings, &spec).unwrap().plan, BodyPlan::Pass);
+    let witness = br#"{"jsonrpc":"2.0","id":1,"result":{"state":["0xaa"],"codes":[],"keys":[],"headers":[]}}"#;
+    let mut spec = Exchange1::json(witness, true);
+    spec.request_headers.push(("Accept", "application/octet-stream"));
+    spec.request_body = br#"{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x1"]}"#.to_vec();
+    spec.headers_at_head = true;
+    let wire = run(&settings, &spec).unwrap();
+    assert_eq!((wire.plan, wire.edits.content_type, wire.body.as_slice()), (BodyPlan::Pass, None, &witness[..]));
+}
+
+#[test]
 fn chunked_body_ending_within_max_buffer_gets_an_exact_length() {
     let body = json_body(300_000);
     let mut spec = Exchange1::json(&body, false);

@@ -11,6 +11,18 @@
 --
 -- A subrequest hands Lua the whole body, which is what lets it send an exact Content-Length.
 --
+-- Or, in a proxy_pass location, chunk by chunk as the body arrives:
+--
+--     access_by_lua_block        { require("resty.rpcedge").access(settings) }
+--     proxy_pass http://node;
+--     header_filter_by_lua_block { require("resty.rpcedge").header_filter() }
+--     body_filter_by_lua_block   { require("resty.rpcedge").body_filter() }
+--
+-- The header filter must let the head go before any of the body is in (Lua cannot hold it, as
+-- the nginx module does), so there an answer that would be compressed whole streams instead
+-- (gzip, without a Content-Length), each chunk flushed as it is compressed, and nothing is
+-- transcoded (SSZ needs the whole body before the head: use the subrequest form for it).
+--
 -- The response cache's key and decisions, for a config that keeps entries in its own storage
 -- (a shared dict, Redis, ...) rather than in rpcedge-cached:
 --
@@ -106,6 +118,7 @@ typedef struct {
 rpcedge_settings_t *rpcedge_settings_from_json(const uint8_t *json, size_t len, rpcedge_error_t *err);
 void rpcedge_settings_free(rpcedge_settings_t *settings);
 rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
+void rpcedge_exchange_headers_at_head(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
 void rpcedge_exchange_request_path(rpcedge_exchange_t *exchange, const uint8_t *path, size_t len);
@@ -182,6 +195,7 @@ local EDIT_SET, EDIT_REMOVE = 1, 2
 local OUT_HEADERS = 1
 local OUT_MORE = 16
 local FEED_END = 1
+local FEED_FLUSH = 2
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
 
@@ -191,7 +205,7 @@ local HOP_BY_HOP = {
     ["keep-alive"] = true, ["trailer"] = true, ["upgrade"] = true,
 }
 
-local _M = { version = "0.3.0" }
+local _M = { version = "0.4.0" }
 
 
 -- The counters: their names once, and the dict that holds their numbers by index.
@@ -323,24 +337,35 @@ local Exchange = {}
 Exchange.__index = Exchange
 
 
--- Starts the core's exchange for the current request, from its method, path, headers and (when
--- the core wants it: with "transcode" or "transcode_upstream_ssz" in the settings, the request
--- body must have been read, ngx.req.read_body(), and be in memory) its body. Call it before the
--- subrequest: `upstream_accept` may then change what the node is asked for.
-function _M.exchange(settings)
+-- The core's exchange for the current request, from its method, path and headers; `at_head`: its
+-- head goes out before its body (the proxy_pass form).
+local function new_exchange(settings, at_head)
     local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
+    if at_head then
+        lib.rpcedge_exchange_headers_at_head(exchange)
+    end
     local method = ngx.req.get_method()
     lib.rpcedge_exchange_request_method(exchange, method, #method)
     local path = ngx.var.uri
     lib.rpcedge_exchange_request_path(exchange, path, #path)
     feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
-    if lib.rpcedge_exchange_wants_request_body(exchange) ~= 0 then
+    return setmetatable({ handle = exchange }, Exchange)
+end
+
+
+-- Starts the core's exchange for the current request, from its method, path, headers and (when
+-- the core wants it: with "transcode" or "transcode_upstream_ssz" in the settings, the request
+-- body must have been read, ngx.req.read_body(), and be in memory) its body. Call it before the
+-- subrequest: `upstream_accept` may then change what the node is asked for.
+function _M.exchange(settings)
+    local self = new_exchange(settings, false)
+    if lib.rpcedge_exchange_wants_request_body(self.handle) ~= 0 then
         local request_body = ngx.req.get_body_data()
         if request_body then
-            lib.rpcedge_exchange_request_body(exchange, request_body, #request_body)
+            lib.rpcedge_exchange_request_body(self.handle, request_body, #request_body)
         end
     end
-    return setmetatable({ handle = exchange }, Exchange)
+    return self
 end
 
 
@@ -452,6 +477,59 @@ end
 -- The exchange and the answer in one call, for a subrequest made without `ask_upstream`.
 function _M.respond(settings, res)
     return _M.exchange(settings):respond(res)
+end
+
+
+-- The proxy_pass form, from access_by_lua: starts the exchange of the request, for the filters.
+function _M.access(settings)
+    ngx.ctx.rpcedge = new_exchange(settings, true)
+end
+
+
+-- From header_filter_by_lua: the node's head, with the core's edits (Content-Encoding, the
+-- length dropped for a stream, Vary, ETag).
+function _M.header_filter()
+    local self = ngx.ctx.rpcedge
+    if self == nil then
+        return
+    end
+    feed_headers(self.handle, lib.rpcedge_exchange_response_header, ngx.resp.get_headers(0, true))
+    local edits = ffi_new("rpcedge_header_edits_t")
+    local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status, edits)
+    apply_edits(edits, ngx.header["Content-Length"])
+    if plan == PLAN_PASS then
+        ngx.ctx.rpcedge = nil
+        self:ended(0)
+        return
+    end
+    self.out, self.err, self.compress_us = ffi_new("rpcedge_output_t"), ffi_new("rpcedge_error_t"), 0
+end
+
+
+-- From body_filter_by_lua: each chunk of the node's body as the core makes it, flushed (the
+-- filter cannot see the node's own flushes, nor be woken by a timer to send what it holds).
+function _M.body_filter()
+    local self = ngx.ctx.rpcedge
+    if self == nil then
+        return
+    end
+    local chunk, eof = ngx.arg[1] or "", ngx.arg[2]
+    local started = os_clock()
+    local failed = lib.rpcedge_exchange_feed(self.handle, chunk, #chunk, eof and FEED_END or FEED_FLUSH,
+                                             ngx.now() * 1000, self.out, self.err) ~= 0
+    self.compress_us = self.compress_us + (os_clock() - started) * 1e6
+    if failed then
+        ngx.log(ngx.ERR, "rpcedge: ", C_string(self.err.message))
+        ngx.ctx.rpcedge = nil
+        self:ended(self.compress_us)
+        -- the head is out: the response ends here, unfinished, never looking whole
+        return ngx.ERROR
+    end
+    ngx.arg[1] = C_string(self.out.data, self.out.len)
+    if eof then
+        ngx.ctx.rpcedge = nil
+        self:ended(self.compress_us)
+    end
 end
 
 

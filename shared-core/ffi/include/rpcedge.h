@@ -471,6 +471,16 @@ uint16_t rpcedge_exchange_abort(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_offload(rpcedge_exchange_t *exchange);
 
 /**
+ * The host sends the response head before any of the body (OpenResty's header filter): from
+ * now on the plan is never `RPCEDGE_PLAN_BUFFER` (a body that would be buffered streams) and
+ * nothing is transcoded.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+void rpcedge_exchange_headers_at_head(rpcedge_exchange_t *exchange);
+
+/**
  * The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
  *
  * # Safety

@@ -677,6 +677,17 @@ pub unsafe extern "C" fn rpcedge_exchange_offload(exchange: *mut RpcedgeExchange
     guard((), || with(exchange, Exchange::offload_whole_bodies));
 }
 
+/// The host sends the response head before any of the body (OpenResty's header filter): from
+/// now on the plan is never `RPCEDGE_PLAN_BUFFER` (a body that would be buffered streams) and
+/// nothing is transcoded.
+///
+/// # Safety
+/// `exchange` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_headers_at_head(exchange: *mut RpcedgeExchange) {
+    guard((), || with(exchange, Exchange::headers_at_head));
+}
+
 /// The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
 ///
 /// # Safety

@@ -52,6 +52,8 @@ pub(super) struct Compression {
     phase: Phase,
     mode: Mode,
     offload: bool,
+    /// The head goes out before the body: what would be buffered streams.
+    stream_at_head: bool,
 }
 
 impl Compression {
@@ -64,11 +66,16 @@ impl Compression {
             phase: Phase::Head,
             mode: Mode::Pending,
             offload: false,
+            stream_at_head: false,
         }
     }
 
     pub fn offload_whole_bodies(&mut self) {
         self.offload = true;
+    }
+
+    pub fn stream_at_head(&mut self) {
+        self.stream_at_head = true;
     }
 
     /// An Accept-Encoding value of the request.
@@ -132,6 +139,7 @@ impl Compression {
                 BodyPlan::Pass
             }
             Some(length) if length > settings.max_buffer => BodyPlan::Stream,
+            _ if self.stream_at_head => BodyPlan::Stream,
             declared => {
                 let capacity = declared.unwrap_or(settings.min_length).min(settings.max_buffer) as usize;
                 self.phase =

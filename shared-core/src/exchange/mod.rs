@@ -270,6 +270,8 @@ pub struct Exchange {
     declared_length: Option<u64>,
     /// The response headers have gone to the client (as far as the core knows).
     headers_out: bool,
+    /// The host sends the head before any of the body ([`Exchange::headers_at_head`]).
+    headers_at_head: bool,
 }
 
 impl Exchange {
@@ -289,7 +291,17 @@ impl Exchange {
             bytes_out: 0,
             declared_length: None,
             headers_out: false,
+            headers_at_head: false,
         }
+    }
+
+    /// The host must send the response head before it sees any of the body (OpenResty's
+    /// header_filter_by_lua, which cannot hold it): the plan is never `Buffer`. A body that would
+    /// be buffered for an exact length streams instead, and none is transcoded, which needs the
+    /// whole body before the head.
+    pub fn headers_at_head(&mut self) {
+        self.headers_at_head = true;
+        self.compression.stream_at_head();
     }
 
     /// The host can run [`WholeBody`] jobs off its event loop: a buffered body of at least
@@ -403,14 +415,15 @@ impl Exchange {
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         self.declared_length = self.response.content_length;
         self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
-        let holds = self.transcoding.response_head(
-            status,
-            &self.response,
-            &self.settings,
-            &self.node,
-            &self.request,
-            &mut self.edits,
-        );
+        let holds = !self.headers_at_head
+            && self.transcoding.response_head(
+                status,
+                &self.response,
+                &self.settings,
+                &self.node,
+                &self.request,
+                &mut self.edits,
+            );
         let plan = if holds {
             BodyPlan::Buffer
         } else {

@@ -67,6 +67,8 @@ pub struct Exchange1<'a> {
     pub chunks: Vec<Chunk>,
     /// The request body, given when the core asks for it.
     pub request_body: Vec<u8>,
+    /// The host sends the head before the body (`Exchange::headers_at_head`).
+    pub headers_at_head: bool,
 }
 
 impl<'a> Exchange1<'a> {
@@ -81,6 +83,7 @@ impl<'a> Exchange1<'a> {
             content_length: known_length.then_some(body.len() as u64),
             chunks: vec![Chunk { data: body.to_vec(), flush: false, at_ms: 0 }],
             request_body: Vec::new(),
+            headers_at_head: false,
         }
     }
 }
@@ -107,6 +110,9 @@ pub fn run(settings: &Arc<Settings>, spec: &Exchange1) -> Result<Wire, rpcedge_c
 /// As [`run`], for a node that earlier exchanges of the same configuration have learned about.
 pub fn run_on(settings: &Arc<Settings>, node: &Arc<Node>, spec: &Exchange1) -> Result<Wire, rpcedge_core::Error> {
     let mut ex = Exchange::new(Arc::clone(settings), Arc::clone(node));
+    if spec.headers_at_head {
+        ex.headers_at_head();
+    }
     ex.request_method(spec.method.as_bytes());
     ex.request_path(spec.path.as_bytes());
     for (name, value) in &spec.request_headers {
