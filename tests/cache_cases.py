@@ -5,6 +5,7 @@ cache daemon that polls it for finality."""
 
 import json
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,6 +186,15 @@ NGINX_CACHE_SETTINGS = {
 LOOKUP_TIMEOUT_MS = 1000
 
 
+def node_upstream(replay_port):
+    """The node's upstream block, with keepalive, as the example configs have it."""
+    return f"""
+    upstream ethereum_node {{
+        server {LOOPBACK}:{replay_port};
+        keepalive 8;
+    }}"""
+
+
 def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, hot=False,
                  extra="", settings=None):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
@@ -213,11 +223,7 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
     if hot:
         extra += f"\n        rpcedge_cache_hot rpcedge_hot:{hot_bytes(hot) // 1024}k;"
     return f"""
-    upstream ethereum_node {{
-        server {LOOPBACK}:{replay_port};
-        keepalive 8;
-    }}
-
+{node_upstream(replay_port)}
     upstream rpcedge_cached {{
         server {LOOPBACK}:{cached_port};
         keepalive 4;
@@ -258,6 +264,86 @@ def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, clust
     return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
 
 
+# the Lua binding's shared library, built by `make build`
+CORE_LIB = REPO / "target" / "release" / "librpcedge.so"
+LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
+
+
+def openresty_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None,
+                     hot=False, settings=None, form="capture", extra=""):
+    """OpenResty (Debian's nginx with its Lua module) with the Lua binding's daemon form in front of
+    the node, laid out as `nginx_server`: each network's location names its namespace (`namespace`
+    instead puts every request in that one). `form`: "capture" (the node asked with a subrequest)
+    or "proxied" (proxy_pass, the binding in the access phase and the filters); `extra` in the
+    server."""
+    assert not hot, "the Lua binding keeps no hot tier"
+    plugin = envoy_plugin(cache=cache, timeout_ms=timeout_ms, clusters=(f"{LOOPBACK}:{cached_port}",),
+                          settings=settings)
+    if form == "capture":
+        answer = """content_by_lua_block { rpcedge_answer(@NS@) }"""
+    else:
+        answer = """access_by_lua_block { require("resty.rpcedge").access(rpcedge_settings, @NS@) }
+            proxy_pass http://ethereum_node;
+            header_filter_by_lua_block { require("resty.rpcedge").header_filter() }
+            body_filter_by_lua_block { require("resty.rpcedge").body_filter() }"""
+    lua_string = lambda name: "nil" if name is None else json.dumps(name)  # noqa: E731
+    routes = [(f"= /{network}", namespace or network) for network in NETWORKS]
+    routes += [("/eth/", namespace or BEACON), ("/", namespace)]
+    locations = "".join(f"""
+        location {route} {{
+            {answer.replace("@NS@", lua_string(ns))}
+        }}""" for route, ns in routes)
+    return f"""
+    lua_package_path "{REPO}/nginx-module/lua/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_shared_dict rpcedge_counters 1m;
+    init_by_lua_block {{
+        local rpcedge = require "resty.rpcedge"
+        rpcedge_settings = rpcedge.settings([[{plugin}]])
+        function rpcedge_answer(namespace)
+            ngx.req.read_body()
+            local exchange = rpcedge.exchange(rpcedge_settings)
+            exchange:respond(exchange:capture("/__node", namespace))
+        end
+    }}
+
+{node_upstream(replay_port)}
+    server {{
+        listen {LOOPBACK}:{port};
+        client_max_body_size 8m;
+        log_by_lua_block {{ require("resty.rpcedge").log() }}
+        {extra}
+
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Accept-Encoding "";
+
+        location /__node/ {{
+            internal;
+            proxy_pass http://ethereum_node/;
+        }}
+
+        location = /rpcedge_status {{
+            content_by_lua_block {{ require("resty.rpcedge").status() }}
+        }}
+{locations}
+    }}
+"""
+
+
+class PrometheusCounters(dict):
+    """Counters as the Lua binding prints them (`rpcedge_cache_responses_hit`), read by the names
+    Envoy gives them (`cache.responses.hit`)."""
+
+    def __getitem__(self, name):
+        return super().__getitem__("rpcedge_" + name.replace(".", "_"))
+
+
+def lua_counters(port):
+    text = urllib.request.urlopen(f"http://{LOOPBACK}:{port}/rpcedge_status", timeout=10).read().decode()
+    return PrometheusCounters((name.removesuffix("{}"), int(value)) for name, value in
+                              (line.split() for line in text.splitlines() if not line.startswith("#")))
+
+
 class Proxy:
     def __init__(self, host, port, stop, counters=None, pids=None):
         self.host, self.port, self.stop, self.counters = host, port, stop, counters
@@ -266,7 +352,8 @@ class Proxy:
 
 
 def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
-    """nginx (`workers` workers) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
+    """nginx (`workers` workers), OpenResty ("openresty": the Lua binding; "openresty-proxied": its
+    proxy_pass form) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
     CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
     stack's node."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -276,6 +363,14 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
         nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
                             argv_prefix=argv_prefix, workers=workers)
         return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
+    if host.startswith("openresty"):
+        port = free_port()
+        form = "proxied" if host == "openresty-proxied" else "capture"
+        nginx = start_nginx(workdir, openresty_server(port, stack.replay.port, stack.daemon.port, form=form, **options),
+                            [port], modules=LUA_MODULES, rpcedge=False, main=f"env RPCEDGE_LIB={CORE_LIB};",
+                            argv_prefix=argv_prefix, workers=workers)
+        return Proxy(host, port, nginx.stop, lambda: lua_counters(port),
+                     pids=[nginx.process.proc.pid, *nginx.worker_pids()])
     # the example's routes name each network's namespace; `namespace` puts every request in one
     text = without_route_namespaces() if options.get("namespace") else None
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,

@@ -1,7 +1,8 @@
-"""The response cache through real nginx and real Envoy: each asks the real daemon (rpcedge-cached)
-before the node (the replay, which counts what reaches it), answers hits itself, stores misses
-behind the answer, and fails open when the daemon is dead, stopped or slow. Every test runs
-through both hosts, and one goes from one to the other."""
+"""The response cache through real nginx, real Envoy (both adapters) and OpenResty (the Lua binding,
+in its subrequest and proxy_pass forms): each asks the real daemon (rpcedge-cached) before the node
+(the replay, which counts what reaches it), answers hits itself, stores misses behind the answer,
+and fails open when the daemon is dead, stopped or slow. Every test runs through every host, and
+one goes from one to another."""
 
 import concurrent.futures
 import gzip
@@ -50,7 +51,7 @@ def stack(tmp_path_factory):
     stack.stop()
 
 
-@pytest.fixture(params=["nginx", *ENVOY_HOSTS])
+@pytest.fixture(params=["nginx", *ENVOY_HOSTS, "openresty", "openresty-proxied"])
 def proxies(request, tmp_path, stack):
     """Starts proxies of the test's host (or the one named), stopped after the test; the test
     begins with an empty daemon."""
@@ -62,6 +63,7 @@ def proxies(request, tmp_path, stack):
         started.append(proxy)
         return proxy
 
+    start.host = request.param
     yield start
     for proxy in started:
         proxy.stop()
@@ -74,6 +76,14 @@ def post(port, case_, id_=1, accept_encoding="gzip", **json_args):
 
 def status(response):
     return response.header("x-rpcedge-cache")
+
+
+def exact_length(proxy, response):
+    """Whether the response carries its exact Content-Length. OpenResty's proxy_pass form sends
+    its head before the node's body is in: what it compresses or merges there goes without one."""
+    if proxy.host == "openresty-proxied" and response.header("content-length") is None:
+        return status(response) != "HIT" and response.header("transfer-encoding") == "chunked"
+    return int(response.header("content-length")) == len(response.body)
 
 
 def wait_for_hit(port, case_, answered_at):
@@ -247,7 +257,7 @@ def test_a_batch_is_split_between_the_cache_and_the_node_and_answered_in_the_cli
     partial = [call(kept[1], 5), call(moving, "m"), notification, call(kept[0], 6)]
     response = send_batch(proxy, network, partial)
     assert (response.status, status(response)) == (200, "MISS")
-    assert int(response.header("content-length")) == len(response.body), "an exact Content-Length"
+    assert exact_length(proxy, response), "an exact Content-Length"
     assert json.loads(response.decoded()) == [answer_with(kept[1], 5), answer_with(moving, "m"),
                                               answer_with(kept[0], 6)]
     assert stack.node_requests() == before + 1
@@ -410,7 +420,7 @@ def test_concurrent_misses_of_one_key_send_the_node_one_request_and_share_its_an
     block = case("block_by_hash")
     for id_, response in enumerate(responses):
         assert response.status == 200 and response.decoded() == block.answer(id_), id_
-        assert int(response.header("content-length")) == len(response.body)
+        assert exact_length(proxy, response)
     statuses = sorted(status(response) for response in responses)
     # the holder is the one MISS; a late comer may find the answer stored already
     assert statuses.count("MISS") == 1 and set(statuses) <= {"MISS", "COALESCED", "HIT"}, statuses
@@ -466,7 +476,11 @@ def test_a_holder_whose_client_goes_away_leaves_the_key_to_the_next_request(stan
     waited = time.monotonic() - started
     assert (response.status, response.decoded()) == (200, block.answer(7))
     assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
-    assert node.requests == 2
+    if proxy.host == "openresty":
+        # nginx runs a subrequest to its end when its client goes: its answer is handed over
+        assert (node.requests, status(response)) in ((1, "COALESCED"), (1, "HIT"))
+    else:
+        assert node.requests == 2
 
 
 def raw_block_by_number(request, response):
@@ -512,9 +526,12 @@ def test_a_big_answer_hits_in_either_coding_from_the_daemon_and_from_the_hot_tie
     proxy = proxies()
     assert status(post(proxy.port, big)) == "MISS"
     wait_for_hit(proxy.port, big, time.monotonic())
-    hot = proxies(hot=True)
+    ports = [proxy.port]
+    if not proxy.host.startswith("openresty"):
+        hot = proxies(hot=True)
+        ports += [hot.port, hot.port]
     # the daemon's hits, then the hot tier's: the first of each coding fills it
-    for port in (proxy.port, hot.port, hot.port):
+    for port in ports:
         for coding in ("gzip", None):
             hit = post(port, big, id_=5, accept_encoding=coding)
             assert (hit.status, status(hit), hit.header("content-encoding")) == (200, "HIT", coding)
@@ -581,6 +598,8 @@ def test_a_dead_or_stopped_daemon_costs_at_most_the_timeout(proxies, stack, fail
 
 
 def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, stack):
+    if proxies.host.startswith("openresty"):
+        pytest.skip("the Lua binding keeps no hot tier")
     proxy = proxies(timeout_ms=1000, hot=True)
     block, receipt = case("block_by_hash"), case("receipt")
     assert status(post(proxy.port, block, id_=1)) == "MISS"

@@ -22,6 +22,9 @@ from nginx_harness import free_port, start_nginx
 
 A = "0x" + "a1" * 32
 B = "0x" + "b2" * 32
+# every host with the cache; those that are nginx (OpenResty's Lua binding, in both its forms)
+NGINX_HOSTS = ["nginx", "openresty", "openresty-proxied"]
+ALL_HOSTS = [*NGINX_HOSTS, *ENVOY_HOSTS]
 # a store lands within this long of the answer's end
 STORED_WITHIN = 1.0
 
@@ -99,7 +102,7 @@ SPELLINGS = {
 }
 
 
-@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("proxy", ALL_HOSTS, indirect=True)
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_a_call_the_node_reads_otherwise_is_never_stored(proxy, spelling):
     node = GoNode("go")
@@ -120,7 +123,7 @@ def test_a_call_the_node_reads_otherwise_is_never_stored(proxy, spelling):
         node.stop()
 
 
-@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("proxy", ALL_HOSTS, indirect=True)
 def test_an_answer_that_names_another_block_is_never_stored(proxy):
     liar = GoNode("liar", lie_hash=B)
     try:
@@ -129,7 +132,7 @@ def test_an_answer_that_names_another_block_is_never_stored(proxy):
         liar.stop()
 
 
-@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("proxy", ALL_HOSTS, indirect=True)
 def test_the_host_a_client_sends_changes_nothing(proxy):
     node = GoNode("go")
     try:
@@ -242,7 +245,7 @@ def test_a_request_envoy_denies_is_never_answered_from_the_cache(tmp_path, daemo
 CORS = [("Vary", "Origin"), ("Access-Control-Allow-Origin", "{origin}"), ("Access-Control-Expose-Headers", "X-Node")]
 
 
-@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("proxy", ALL_HOSTS, indirect=True)
 def test_each_origin_gets_on_a_hit_what_the_node_gave_it(proxy):
     node = GoNode("go", headers=CORS)
     try:
@@ -265,7 +268,7 @@ def test_each_origin_gets_on_a_hit_what_the_node_gave_it(proxy):
         node.stop()
 
 
-@pytest.mark.parametrize("proxy", ["nginx", *ENVOY_HOSTS], indirect=True)
+@pytest.mark.parametrize("proxy", ALL_HOSTS, indirect=True)
 @pytest.mark.parametrize("header", [("Set-Cookie", "session=1; HttpOnly"), ("Cache-Control", "no-store"),
                                     ("Cache-Control", "private, max-age=60"), ("Vary", "*")])
 def test_an_answer_a_shared_cache_must_not_keep_is_never_stored(proxy, header):
@@ -276,7 +279,7 @@ def test_an_answer_a_shared_cache_must_not_keep_is_never_stored(proxy, header):
         node.stop()
 
 
-@pytest.mark.parametrize("proxy", ["nginx"], indirect=True)
+@pytest.mark.parametrize("proxy", NGINX_HOSTS, indirect=True)
 def test_what_nginx_adds_itself_is_not_kept_as_the_nodes(proxy):
     """add_header puts its own CORS header on every answer: a hit must not carry a stored copy
     beside it (browsers refuse two), nor keep a header nginx hides from the node's answer."""

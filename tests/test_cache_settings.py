@@ -265,7 +265,8 @@ def test_lua_runs_its_own_storage_with_its_settings_cache_limits(replay, tmp_pat
     `max_entry` just below the answer and `max_request` just below a longer spelling's body."""
     from test_openresty import start_openresty
     block = case("block_by_hash")
-    limits = {"max_entry": len(block.answer(1)) - 1, "max_request": len(block.body(1))}
+    # the daemon off: its limits apply to the shared dict
+    limits = {"enabled": False, "max_entry": len(block.answer(1)) - 1, "max_request": len(block.body(1))}
     port, process = start_openresty(tmp_path, replay.port, json.dumps({"cache": limits}))
     try:
         # the answer, twice, over max_entry; then a longer spelling of the call over max_request

@@ -19,14 +19,21 @@ SMALL = "eth_call/erigon-rpc-tests__arb-sepolia__test_13.json"  # 102 B answer
 LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 MiB answer
 
 
-def start_openresty(prefix, node_port, settings=None):
-    """The shipped OpenResty example in front of the node on `node_port` (with the settings JSON
-    `settings` in place of its own): its port and process."""
-    port = free_port()
+EXAMPLE_SETTINGS = """settings([[{"level": "auto", "transcode": true,
+            "cache": {"clusters": ["127.0.0.1:18090"]}}]])"""
+
+
+def openresty_conf(prefix, node_port, port, settings=None, cached_port=None):
+    """The shipped OpenResty example in front of the node on `node_port`, listening on `port`
+    (with the settings JSON `settings` in place of its own), its cache on the daemon at
+    `cached_port` (none: a port where no daemon listens, so that lookups fail open at once),
+    written under `prefix`: its path."""
     text = (REPO / "configs" / "openresty" / "nginx.conf").read_text()
-    example_settings = """settings('{"level": "auto", "transcode": true}')"""
+    assert EXAMPLE_SETTINGS in text
+    cached = f"127.0.0.1:{cached_port or free_port()}"
+    text = text.replace(EXAMPLE_SETTINGS, f"settings([[{settings}]])" if settings
+                        else EXAMPLE_SETTINGS.replace("127.0.0.1:18090", cached))
     for old, new in {
-        example_settings: f"settings('{settings}')" if settings else example_settings,
         "/opt/rpcedge/target/release/librpcedge.so": str(CORE_LIB),
         "/opt/rpcedge/": f"{REPO}/",
         "127.0.0.1:18545": f"127.0.0.1:{node_port}",
@@ -35,12 +42,19 @@ def start_openresty(prefix, node_port, settings=None):
         assert old in text, old
         text = text.replace(old, new)
     for temp in ("body", "proxy"):
-        (prefix / temp).mkdir()
+        (prefix / temp).mkdir(parents=True)
     text = (f"daemon off;\nuser root;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log info;\n"
             + text.replace("http {\n", f"http {{\n    client_body_temp_path {prefix}/body;\n"
                            f"    proxy_temp_path {prefix}/proxy;\n    access_log off;\n", 1))
     conf = prefix / "nginx.conf"
     conf.write_text(text)
+    return conf
+
+
+def start_openresty(prefix, node_port, settings=None, cached_port=None):
+    """OpenResty on `openresty_conf`: its port and process."""
+    port = free_port()
+    conf = openresty_conf(prefix, node_port, port, settings, cached_port)
     code, output = check_conf(conf, prefix)
     assert code == 0, output
     process = Process("openresty", [NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
@@ -257,7 +271,8 @@ def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty,
     assert delta == {
         "rpcedge_responses_oneshot": 1, "rpcedge_responses_small": 2,
         "rpcedge_cache_responses_miss": 1, "rpcedge_cache_stores_refused": 1, "rpcedge_cache_stores_refused_null": 1,
-        "rpcedge_cache_responses_bypass": 1, "rpcedge_cache_bypass_batch": 1,
+        # the first call's method is one the cache never keeps (the daemon form, at /)
+        "rpcedge_cache_responses_bypass": 2, "rpcedge_cache_bypass_batch": 1, "rpcedge_cache_bypass_method": 1,
     }
 
 
@@ -279,3 +294,63 @@ def test_a_beacon_get_reaches_the_node_as_the_client_sent_it_and_goes_out_as_ssz
     # HEAD: the head a GET gets, without its body
     head = wire.request(openresty, path, method="HEAD", headers={"Accept": "application/json"})
     assert head.status == 200 and head.body == b"" and head.header("content-type") == "application/json"
+
+
+@pytest.mark.parametrize("address", ["tcp", "unix"])
+def test_the_example_answers_from_rpcedge_cached_through_both_forms(tmp_path, address):
+    """The shipped example in front of the cache stack's node, its daemon at a TCP address or on a
+    unix socket: a call misses, is stored behind its answer, then hits through the subrequest
+    location and the proxy_pass one (the same network's namespace), with the client's id."""
+    import json
+    import time
+    import cache_cases as cc
+
+    block = cc.find(cc.block_by_hash)
+    socket_path = tmp_path / "cached.sock"
+    (tmp_path / "stack").mkdir()
+    stack = cc.CacheStack(tmp_path / "stack", [block.network], daemon_args=["--socket", socket_path])
+    try:
+        settings = None
+        if address == "unix":
+            settings = json.dumps({"level": "auto", "cache": {"clusters": [f"unix:{socket_path}"]}})
+        port, process = start_openresty(tmp_path / "openresty", stack.replay.port, settings, stack.daemon.port)
+        try:
+            def post(prefix, id_):
+                return wire.request(port, prefix + block.path, method="POST", body=block.body(id_),
+                                    headers={"Content-Type": "application/json"})
+
+            miss = post("", 1)
+            assert (miss.status, miss.header("x-rpcedge-cache"), miss.decoded()) == (200, "MISS", block.answer(1))
+            deadline = time.monotonic() + 5
+            while post("", "probe").header("x-rpcedge-cache") != "HIT":
+                assert time.monotonic() < deadline, "never stored"
+                time.sleep(0.05)
+            asked = stack.node_requests()
+            for prefix in ("", "/proxied"):
+                hit = post(prefix, f"id{prefix}")
+                assert (hit.status, hit.header("x-rpcedge-cache"), hit.header("content-encoding")) == (200, "HIT", "gzip")
+                assert int(hit.header("content-length")) == len(hit.body)
+                assert gzip.decompress(hit.body) == block.answer(f"id{prefix}")
+            assert stack.node_requests() == asked, "hits never reach the node"
+            assert stack.daemon.stats()["stores_total"] == 1
+        finally:
+            process.stop()
+    finally:
+        stack.stop()
+
+
+@pytest.mark.parametrize("cache, message", [
+    ({}, "cache_shards: rpcedge_cached is not a daemon's address"),
+    ({"clusters": ["127.0.0.1:0"]}, "cache_shards: 127.0.0.1:0 is not a daemon's address"),
+    ({"clusters": ["localhost"]}, "cache_shards: localhost is not a daemon's address"),
+    ({"clusters": ["127.0.0.1:18090"], "hot_bytes": 1 << 20}, "cache_hot_bytes: the Lua binding keeps no hot tier"),
+    ({"timeout_ms": 0}, "cache_timeout_ms: must be between"),
+])
+def test_a_bad_cache_section_stops_nginx_at_startup_naming_the_field(tmp_path, cache, message):
+    # init_by_lua does not run under `nginx -t`: the settings are checked as nginx starts
+    import json
+    import subprocess
+    conf = openresty_conf(tmp_path, free_port(), free_port(), json.dumps({"cache": cache}))
+    started = subprocess.run([NGINX_BIN, "-p", tmp_path, "-c", conf, "-e", tmp_path / "error.log"],
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode != 0 and message in started.stderr, started.stderr

@@ -23,8 +23,30 @@
 -- (gzip, without a Content-Length), each chunk flushed as it is compressed, and nothing is
 -- transcoded (SSZ needs the whole body before the head: use the subrequest form for it).
 --
+-- The response cache in rpcedge-cached, as nginx's module and Envoy use it: give the settings a
+-- "cache" section whose "clusters" are the daemons' addresses, one per shard ("unix:/path" or
+-- "127.0.0.1:18090"; its other fields as Envoy's), and name each location's network:
+--
+--     local settings = rpcedge.settings('{"cache": {"clusters": ["127.0.0.1:18090"]}}')
+--     ...
+--     exchange:respond(exchange:capture("/__node", "mainnet"))
+--     -- or, in the proxy_pass form:  rpcedge.access(settings, "mainnet")
+--     log_by_lua_block { require("resty.rpcedge").log() }
+--
+-- The namespace (the second argument, else the section's "namespace"; neither: a BYPASS) is the
+-- network whose node the location reaches, never anything the client sends. The daemon is asked
+-- over cosockets before the node, within the section's timeout_ms (failing open: the node
+-- answers, X-Rpcedge-Cache: ERROR); a hit is sent as it is, with its exact length; a batch's
+-- calls that hit are taken out of what the node gets, and its answer merged back in the
+-- client's order (in the proxy_pass form without a Content-Length: the head is out before the
+-- merge); concurrent misses of one key wait for one answer (lock_timeout_ms). The
+-- answer is stored from a timer once it has gone out. The log phase's call releases a key whose
+-- request ended without an answer (its client went away); without it, the daemon lets the key
+-- go at the lock's time. No hot tier here (hot_bytes is refused).
+--
 -- The response cache's key and decisions, for a config that keeps entries in its own storage
--- (a shared dict, Redis, ...) rather than in rpcedge-cached:
+-- (a shared dict, Redis, ...) rather than in rpcedge-cached (settings without a cache section,
+-- or with "enabled": false, whose limits then apply here):
 --
 --     local c = rpcedge.cache(settings, body, "mainnet")
 --     -- settings: its "cache" section's max_request, max_entry and chain_ttl_s apply (without
@@ -158,11 +180,32 @@ typedef struct {
   rpcedge_str_t body;
 } rpcedge_store_call_t;
 
+typedef struct {
+  size_t shards;
+  rpcedge_str_t ns;
+  uint64_t store_timeout_s;
+  uint64_t hot_bytes;
+  uint64_t min_length;
+  uint8_t status_header;
+  uint8_t status_reason;
+} rpcedge_cache_host_t;
+
+int32_t rpcedge_settings_cache(const rpcedge_settings_t *settings, rpcedge_cache_host_t *host);
+int32_t rpcedge_settings_cache_cluster(const rpcedge_settings_t *settings, size_t index, rpcedge_str_t *name);
 rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method,
                                    rpcedge_str_t path, const uint8_t *body, size_t body_len,
                                    const rpcedge_header_t *headers, size_t headers_len);
+int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t content_length);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
+int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
+void rpcedge_cache_failed(rpcedge_cache_t *cache);
+int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
+int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
+void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole,
+                                rpcedge_str_t *answer);
+int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
+int32_t rpcedge_cache_release(rpcedge_cache_t *cache, uint32_t *shard, rpcedge_str_t *path);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
                                rpcedge_str_t lock, const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
@@ -185,6 +228,7 @@ size_t rpcedge_count_exchange(const rpcedge_exchange_t *exchange, uint8_t ended,
                               rpcedge_count_t *counts);
 size_t rpcedge_count_cache(const rpcedge_cache_t *cache, rpcedge_count_t *counts);
 size_t rpcedge_count_refusal(rpcedge_cache_t *cache, rpcedge_count_t *counts);
+size_t rpcedge_count_store(uint16_t status, rpcedge_count_t *counts);
 ]]
 
 local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
@@ -198,6 +242,7 @@ local FEED_END = 1
 local FEED_FLUSH = 2
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
+local CACHE_MAX_ANSWER = 67117110
 
 -- not copied from the node's answer: the framing is this response's own
 local HOP_BY_HOP = {
@@ -205,7 +250,7 @@ local HOP_BY_HOP = {
     ["keep-alive"] = true, ["trailer"] = true, ["upgrade"] = true,
 }
 
-local _M = { version = "0.4.0" }
+local _M = { version = "0.5.0" }
 
 
 -- The counters: their names once, and the dict that holds their numbers by index.
@@ -250,289 +295,6 @@ function _M.status()
 end
 
 
--- Validated settings from the JSON the Envoy filter takes ("" for the defaults); raises an error
--- naming the field that is out of range.
-function _M.settings(json)
-    json = json or ""
-    local err = ffi_new("rpcedge_error_t")
-    local settings = lib.rpcedge_settings_from_json(json, #json, err)
-    if settings == nil then
-        error("rpcedge: " .. C_string(err.field) .. ": " .. C_string(err.message), 2)
-    end
-    return ffi_gc(settings, lib.rpcedge_settings_free)
-end
-
-
-local function feed_headers(exchange, feed, headers)
-    for name, value in pairs(headers) do
-        if type(value) ~= "table" then
-            value = { value }
-        end
-        for _, v in ipairs(value) do
-            v = tostring(v)
-            feed(exchange, name, #name, v, #v)
-        end
-    end
-end
-
-
-local function add_vary(name)
-    local vary = ngx.header["Vary"]
-    if vary == nil then
-        ngx.header["Vary"] = name
-    elseif type(vary) == "table" then
-        vary[#vary + 1] = name
-        ngx.header["Vary"] = vary
-    else
-        ngx.header["Vary"] = { vary, name }
-    end
-end
-
-
-local function apply_edits(edits, length)
-    if edits.content_encoding.data ~= nil then
-        ngx.header["Content-Encoding"] = C_string(edits.content_encoding.data, edits.content_encoding.len)
-    end
-    if edits.content_length_op == EDIT_SET then
-        length = tonumber(edits.content_length)
-    elseif edits.content_length_op == EDIT_REMOVE then
-        length = nil
-    end
-    ngx.header["Content-Length"] = length
-    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding
-    if edits.add_vary_accept ~= 0 then
-        add_vary("Accept")
-    end
-    if edits.add_vary ~= 0 then
-        add_vary("Accept-Encoding")
-    end
-    if edits.content_type ~= nil then
-        ngx.header["Content-Type"] = C_string(edits.content_type, edits.content_type_len)
-    end
-    for i = 0, tonumber(edits.set_len) - 1 do
-        local h = edits.set[i]
-        ngx.header[C_string(h.name, h.name_len)] = C_string(h.value, h.value_len)
-    end
-    if edits.etag_op == EDIT_SET then
-        ngx.header["ETag"] = C_string(edits.etag, edits.etag_len)
-    elseif edits.etag_op == EDIT_REMOVE then
-        ngx.header["ETag"] = nil
-    end
-    if edits.remove_accept_ranges ~= 0 then
-        ngx.header["Accept-Ranges"] = nil
-    end
-end
-
-
--- After an answer: log why a body that could have been transcoded went out as it came.
-local function log_refusal(exchange)
-    local why = ffi_new("rpcedge_error_t")
-    if lib.rpcedge_exchange_transcode(exchange, why) == TRANSCODE_REFUSED then
-        ngx.log(ngx.WARN, "rpcedge: not transcoded: ", C_string(why.message))
-    end
-end
-
-
-local Exchange = {}
-Exchange.__index = Exchange
-
-
--- The core's exchange for the current request, from its method, path and headers; `at_head`: its
--- head goes out before its body (the proxy_pass form).
-local function new_exchange(settings, at_head)
-    local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
-    if at_head then
-        lib.rpcedge_exchange_headers_at_head(exchange)
-    end
-    local method = ngx.req.get_method()
-    lib.rpcedge_exchange_request_method(exchange, method, #method)
-    local path = ngx.var.uri
-    lib.rpcedge_exchange_request_path(exchange, path, #path)
-    feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
-    return setmetatable({ handle = exchange }, Exchange)
-end
-
-
--- Starts the core's exchange for the current request, from its method, path, headers and (when
--- the core wants it: with "transcode" or "transcode_upstream_ssz" in the settings, the request
--- body must have been read, ngx.req.read_body(), and be in memory) its body. Call it before the
--- subrequest: `upstream_accept` may then change what the node is asked for.
-function _M.exchange(settings)
-    local self = new_exchange(settings, false)
-    if lib.rpcedge_exchange_wants_request_body(self.handle) ~= 0 then
-        local request_body = ngx.req.get_body_data()
-        if request_body then
-            lib.rpcedge_exchange_request_body(self.handle, request_body, #request_body)
-        end
-    end
-    return self
-end
-
-
--- With "transcode_upstream_ssz": sets the request's Accept to ask the node for SSZ (and drops
--- Accept-Encoding, as an encoded answer could not be rendered) where the core says so, for the
--- subrequest that follows to inherit. Returns whether it did.
-function Exchange:ask_upstream()
-    local accept = lib.rpcedge_exchange_upstream_accept(self.handle)
-    if accept.data == nil then
-        return false
-    end
-    ngx.req.set_header("Accept", C_string(accept.data, accept.len))
-    ngx.req.clear_header("Accept-Encoding")
-    return true
-end
-
-
--- The subrequest methods, by the client's method.
-local CAPTURE_METHODS = {
-    GET = ngx.HTTP_GET, HEAD = ngx.HTTP_HEAD, POST = ngx.HTTP_POST, PUT = ngx.HTTP_PUT,
-    DELETE = ngx.HTTP_DELETE, OPTIONS = ngx.HTTP_OPTIONS, PATCH = ngx.HTTP_PATCH,
-}
-
-
--- Asks the node through the internal location `prefix` (proxy_pass to it) as the client asked
--- this server: its method, path and query, its headers (a subrequest inherits them, with the
--- Accept of ask_upstream) and its body (read with ngx.req.read_body() first). Returns the
--- subrequest's response for respond; a method a subrequest cannot make answers 405.
-function Exchange:capture(prefix)
-    local method = ngx.req.get_method()
-    local capture_method = CAPTURE_METHODS[method]
-    if capture_method == nil then
-        return ngx.exit(ngx.HTTP_NOT_ALLOWED)
-    end
-    -- HEAD goes to the node as GET: nginx answers HEAD itself from a full answer's head
-    return ngx.location.capture(prefix .. ngx.var.uri, {
-        method = capture_method == ngx.HTTP_HEAD and ngx.HTTP_GET or capture_method,
-        args = ngx.var.args,
-        always_forward_body = true,
-    })
-end
-
-
--- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
--- its status and headers, and its body as the core decides: transcoded to SSZ for a client that
--- asks for it, or rendered as JSON from the SSZ the node was asked for, then compressed or not.
--- Returns the mode ("oneshot", "small", "untouched", "stream", "incompressible", or "failed"
--- after answering with the status the core gives, or closing the connection).
-function Exchange:respond(res)
-    local exchange = self.handle
-
-    local body = res.body or ""
-    ngx.status = res.status
-    for name, value in pairs(res.header) do
-        if not HOP_BY_HOP[name:lower()] then
-            ngx.header[name] = value
-        end
-    end
-    feed_headers(exchange, lib.rpcedge_exchange_response_header, res.header)
-    -- the whole body is here: its length is known whatever the node's framing was
-    lib.rpcedge_exchange_response_content_length(exchange, #body)
-
-    local edits = ffi_new("rpcedge_header_edits_t")
-    if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
-        apply_edits(edits, #body)
-        ngx.print(body)
-        return self:ended(0)
-    end
-
-    local out = ffi_new("rpcedge_output_t")
-    local err = ffi_new("rpcedge_error_t")
-    -- the worker's CPU time, fine enough for one feed (ngx.now() is in milliseconds)
-    local started = os_clock()
-    local failed = lib.rpcedge_exchange_feed(exchange, body, #body, FEED_END, ngx.now() * 1000, out, err) ~= 0
-    local compress_us = (os_clock() - started) * 1e6
-    if failed then
-        ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
-        local status = lib.rpcedge_exchange_failure(exchange)
-        self:ended(compress_us)
-        -- 444: nginx closes the connection, the reset of the one failure policy
-        ngx.exit(status ~= 0 and status or 444)
-        return "failed"
-    end
-    -- with the headers held (buffered), they come with the output; streamed, they are in force
-    apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
-    ngx.print(C_string(out.data, out.len))
-    -- a long witness's SSZ comes piece by piece
-    while bit_band(out.flags, OUT_MORE) ~= 0 do
-        if lib.rpcedge_exchange_feed(exchange, nil, 0, 0, ngx.now() * 1000, out, err) ~= 0 then
-            ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
-            self:ended(compress_us)
-            return ngx.exit(444)
-        end
-        ngx.print(C_string(out.data, out.len))
-    end
-    return self:ended(compress_us)
-end
-
-
--- The answer is out: counted, a transcoding refusal logged, and the mode.
-function Exchange:ended(compress_us)
-    count(lib.rpcedge_count_exchange(self.handle, 1, compress_us, counts))
-    log_refusal(self.handle)
-    local mode = lib.rpcedge_exchange_mode(self.handle)
-    return C_string(mode.data, mode.len)
-end
-
-
--- The exchange and the answer in one call, for a subrequest made without `ask_upstream`.
-function _M.respond(settings, res)
-    return _M.exchange(settings):respond(res)
-end
-
-
--- The proxy_pass form, from access_by_lua: starts the exchange of the request, for the filters.
-function _M.access(settings)
-    ngx.ctx.rpcedge = new_exchange(settings, true)
-end
-
-
--- From header_filter_by_lua: the node's head, with the core's edits (Content-Encoding, the
--- length dropped for a stream, Vary, ETag).
-function _M.header_filter()
-    local self = ngx.ctx.rpcedge
-    if self == nil then
-        return
-    end
-    feed_headers(self.handle, lib.rpcedge_exchange_response_header, ngx.resp.get_headers(0, true))
-    local edits = ffi_new("rpcedge_header_edits_t")
-    local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status, edits)
-    apply_edits(edits, ngx.header["Content-Length"])
-    if plan == PLAN_PASS then
-        ngx.ctx.rpcedge = nil
-        self:ended(0)
-        return
-    end
-    self.out, self.err, self.compress_us = ffi_new("rpcedge_output_t"), ffi_new("rpcedge_error_t"), 0
-end
-
-
--- From body_filter_by_lua: each chunk of the node's body as the core makes it, flushed (the
--- filter cannot see the node's own flushes, nor be woken by a timer to send what it holds).
-function _M.body_filter()
-    local self = ngx.ctx.rpcedge
-    if self == nil then
-        return
-    end
-    local chunk, eof = ngx.arg[1] or "", ngx.arg[2]
-    local started = os_clock()
-    local failed = lib.rpcedge_exchange_feed(self.handle, chunk, #chunk, eof and FEED_END or FEED_FLUSH,
-                                             ngx.now() * 1000, self.out, self.err) ~= 0
-    self.compress_us = self.compress_us + (os_clock() - started) * 1e6
-    if failed then
-        ngx.log(ngx.ERR, "rpcedge: ", C_string(self.err.message))
-        ngx.ctx.rpcedge = nil
-        self:ended(self.compress_us)
-        -- the head is out: the response ends here, unfinished, never looking whole
-        return ngx.ERROR
-    end
-    ngx.arg[1] = C_string(self.out.data, self.out.len)
-    if eof then
-        ngx.ctx.rpcedge = nil
-        self:ended(self.compress_us)
-    end
-end
-
-
 local function rstr(value)
     local s = ffi_new("rpcedge_str_t")
     if value ~= nil then
@@ -544,6 +306,182 @@ end
 
 local function lua_string(s)
     return s.data ~= nil and C_string(s.data, s.len) or nil
+end
+
+
+-- The daemons of settings whose cache section is enabled, by the settings: where each shard's
+-- daemon listens and what this binding applies itself.
+local daemons_of = setmetatable({}, { __mode = "k" })
+
+
+-- A daemon's address as the cache section's "clusters" name it: "unix:/path" or an IP address
+-- and port ("127.0.0.1:18090", "[::1]:18090"); nil when it is neither.
+local function daemon_address(name)
+    if name:find("^unix:/") then
+        return { name }
+    end
+    local host, port = name:match("^(%[[%x:.]+%]):(%d+)$")
+    if not host then
+        host, port = name:match("^([^:]+):(%d+)$")
+    end
+    port = tonumber(port)
+    if not port or port < 1 or port > 65535 then
+        return nil
+    end
+    return { host, port }
+end
+
+
+-- The daemon form's configuration from validated settings, or nil without a cache section.
+local function daemon_config(settings)
+    local host = ffi_new("rpcedge_cache_host_t")
+    if lib.rpcedge_settings_cache(settings, host) == 0 then
+        return nil
+    end
+    if host.hot_bytes ~= 0 then
+        error("rpcedge: cache_hot_bytes: the Lua binding keeps no hot tier (nginx's module does)", 3)
+    end
+    local config = {
+        ns = lua_string(host.ns),
+        min_length = tonumber(host.min_length),
+        store_timeout_ms = tonumber(host.store_timeout_s) * 1000,
+        status_header = host.status_header ~= 0,
+        status_reason = host.status_reason ~= 0,
+    }
+    local name = ffi_new("rpcedge_str_t")
+    for shard = 0, tonumber(host.shards) - 1 do
+        lib.rpcedge_settings_cache_cluster(settings, shard, name)
+        local address = daemon_address(lua_string(name))
+        if not address then
+            error("rpcedge: cache_shards: " .. lua_string(name) .. " is not a daemon's address "
+                  .. "(unix:/path, or an IP address and port; \"enabled\": false for rpcedge.cache "
+                  .. "without the daemon)", 3)
+        end
+        config[shard] = address
+    end
+    return config
+end
+
+
+-- Validated settings from the JSON the Envoy filter takes ("" for the defaults); raises an error
+-- naming the field that is out of range. With a "cache" section, its "clusters" are the daemons'
+-- addresses, one per shard.
+function _M.settings(json)
+    json = json or ""
+    local err = ffi_new("rpcedge_error_t")
+    local settings = lib.rpcedge_settings_from_json(json, #json, err)
+    if settings == nil then
+        error("rpcedge: " .. C_string(err.field) .. ": " .. C_string(err.message), 2)
+    end
+    settings = ffi_gc(settings, lib.rpcedge_settings_free)
+    daemons_of[settings] = daemon_config(settings)
+    return settings
+end
+
+
+-- One call to a daemon over a cosocket, within `timeout_ms` in all: its status, headers (lower
+-- case names) and body, or nil and why. Debian packages no lua-resty-http, and the daemon's
+-- protocol is small: its answers are always framed by their Content-Length.
+local function daemon_call(daemon, method, path, headers, body, timeout_ms)
+    local deadline = ngx.now() * 1000 + timeout_ms
+    local sock = ngx.socket.tcp()
+    local function within()
+        ngx.update_time()
+        sock:settimeout(math_max(deadline - ngx.now() * 1000, 1))
+    end
+    within()
+    local ok, err
+    if daemon[2] then
+        ok, err = sock:connect(daemon[1], daemon[2])
+    else
+        ok, err = sock:connect(daemon[1])
+    end
+    if not ok then
+        return nil, err
+    end
+    local request = { method, " ", path, " HTTP/1.1\r\nHost: rpcedge-cached\r\n" }
+    for name, value in pairs(headers or {}) do
+        request[#request + 1] = name .. ": " .. value .. "\r\n"
+    end
+    if body then
+        request[#request + 1] = "Content-Length: " .. #body .. "\r\n"
+    end
+    request[#request + 1] = "\r\n"
+    request[#request + 1] = body
+    within()
+    ok, err = sock:send(request)
+    local line, status
+    if ok then
+        within()
+        line, err = sock:receive("*l")
+        status = line and tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
+    end
+    if not status then
+        sock:close()
+        return nil, err or "not an HTTP answer"
+    end
+    local found, length, reuse, chunked = {}, 0, true, false
+    while true do
+        within()
+        line, err = sock:receive("*l")
+        if not line then
+            sock:close()
+            return nil, err
+        end
+        if line == "" then
+            break
+        end
+        local name, value = line:match("^([^:]+):%s*(.-)%s*$")
+        name = name and name:lower()
+        if name == "content-length" then
+            length = tonumber(value)
+        elseif name == "transfer-encoding" then
+            chunked = true
+        elseif name == "connection" then
+            reuse = value:lower() ~= "close"
+        elseif name then
+            found[name] = value
+        end
+    end
+    if chunked or length == nil or length > CACHE_MAX_ANSWER then
+        sock:close()
+        return nil, "an answer not framed by a Content-Length the cache takes"
+    end
+    local answer = ""
+    if length > 0 then
+        within()
+        answer, err = sock:receive(length)
+        if not answer then
+            sock:close()
+            return nil, err
+        end
+    end
+    if reuse then
+        sock:setkeepalive(60000, 64)
+    else
+        sock:close()
+    end
+    return status, found, answer
+end
+
+
+-- From a timer, behind the answer (the filters cannot use cosockets): the stores, one after the
+-- other, then the release of a key held without one.
+local function behind(premature, daemons, stores, release)
+    for _, put in ipairs(stores) do
+        local status, why = 0, "nginx is exiting"
+        if not premature then
+            status, why = daemon_call(daemons[put.shard], "PUT", put.path, put.headers, put.body,
+                                      daemons.store_timeout_ms)
+        end
+        if status ~= 204 then
+            ngx.log(ngx.INFO, "rpcedge cache: store not taken (", status or why, ")")
+        end
+        count(lib.rpcedge_count_store(tonumber(status) or 0, counts))
+    end
+    if release and not premature then
+        daemon_call(daemons[release.shard], "DELETE", release.path, nil, nil, daemons.store_timeout_ms)
+    end
 end
 
 
@@ -578,6 +516,23 @@ local function header_array(headers)
 end
 
 
+-- The core's cache exchange for the current request, whose body is `body`, in `namespace`.
+local function new_cache(settings, body, namespace)
+    -- every header (a stored answer may vary on any); `anchor` keeps the strings the array
+    -- points to reachable through the call
+    local headers, n, strings = header_array(ngx.req.get_headers(0, true))
+    anchor[1] = strings
+    local method = ngx.req.get_method()
+    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), rstr(ngx.var.request_uri),
+                                         body, body and #body or 0, headers, n)
+    anchor[1] = nil
+    if handle == nil then
+        error("rpcedge: the cache could not take the request", 3)
+    end
+    return setmetatable({ handle = ffi_gc(handle, lib.rpcedge_cache_free), body = body }, Cache)
+end
+
+
 -- The cache's view of the current request under `settings` (rpcedge.settings: the limits of its
 -- "cache" section), whose body is `body` (nil when it is not held whole: a BYPASS). `namespace`
 -- names where the request is routed, as the configuration says (one per network); it defaults to
@@ -588,18 +543,7 @@ function _M.cache(settings, body, namespace)
     if namespace == nil and ngx.var.server_name ~= "" then
         namespace = ngx.var.server_name
     end
-    -- every header (a stored answer may vary on any); `anchor` keeps the strings the array
-    -- points to reachable through the call
-    local headers, n, strings = header_array(ngx.req.get_headers(0, true))
-    anchor[1] = strings
-    local method = ngx.req.get_method()
-    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), rstr(ngx.var.request_uri),
-                                         body, body and #body or 0, headers, n)
-    anchor[1] = nil
-    if handle == nil then
-        error("rpcedge: the cache could not take the request", 2)
-    end
-    return setmetatable({ handle = ffi_gc(handle, lib.rpcedge_cache_free), body = body }, Cache)
+    return new_cache(settings, body, namespace)
 end
 
 
@@ -697,6 +641,557 @@ end
 function Cache:status(reasons)
     local status = lib.rpcedge_cache_status(self.handle, reasons and 1 or 0)
     return C_string(status.data, status.len)
+end
+
+
+-- The request body, read: from memory, or from the file nginx wrote one longer than
+-- client_body_buffer_size to, when the cache takes its length; else nil (a BYPASS).
+local function request_body(settings)
+    local body = ngx.req.get_body_data()
+    local path = body == nil and ngx.req.get_body_file()
+    if not path then
+        return body
+    end
+    local file = io.open(path, "rb")
+    if not file then
+        return nil
+    end
+    if lib.rpcedge_cache_takes_length(settings, file:seek("end")) ~= 0 then
+        file:seek("set")
+        body = file:read("*a")
+    end
+    file:close()
+    return body
+end
+
+
+-- The daemon form: the current request's cache exchange, when `settings` have a cache section,
+-- in `namespace` (or the section's), with the body it is looked up by (read here, when a POST's
+-- length lets it be looked up at all); nil without a section.
+local function daemon_cache(settings, namespace)
+    local daemons = daemons_of[settings]
+    if daemons == nil then
+        return nil
+    end
+    local body
+    if ngx.req.get_method() == "POST" then
+        local length = tonumber(ngx.var.content_length)
+        if length == nil or lib.rpcedge_cache_takes_length(settings, length) ~= 0 then
+            ngx.req.read_body()
+            body = request_body(settings)
+        end
+    end
+    local cache = new_cache(settings, body, namespace or daemons.ns)
+    cache.daemons = daemons
+    -- the log phase ends what the answer did not (its client went away)
+    ngx.ctx.rpcedge_cache = cache
+    return cache
+end
+
+
+-- Asks the daemons what the core asks, one lookup after the other: true on a hit. A lookup
+-- that fails (no daemon, no answer in time) fails open: the node answers.
+function Cache:lookup()
+    local call = ffi_new("rpcedge_lookup_call_t")
+    while lib.rpcedge_cache_next_lookup(self.handle, call) ~= 0 do
+        local post = call.post ~= 0
+        local lock = lua_string(call.lock)
+        local status, found, answer = daemon_call(self.daemons[call.shard], post and "POST" or "GET",
+                                                  lua_string(call.path), lock and { ["X-Rpcedge-Lock"] = lock },
+                                                  post and lua_string(call.body) or nil, tonumber(call.timeout_ms))
+        if not status then
+            ngx.log(ngx.INFO, "rpcedge cache: lookup failed: ", found)
+            lib.rpcedge_cache_failed(self.handle)
+            return false
+        end
+        if lib.rpcedge_cache_answered(self.handle, status, rstr(found["x-rpcedge-miss"]),
+                                      rstr(found["x-rpcedge-ttl"]), rstr(found["x-rpcedge-lock"]),
+                                      answer, #answer, self.daemons.min_length) ~= 0 then
+            return true
+        end
+    end
+    return false
+end
+
+
+-- The body the node gets in place of the client's (a batch less the calls the cache answered),
+-- or nil.
+function Cache:node_request()
+    local body = ffi_new("rpcedge_str_t")
+    if lib.rpcedge_cache_node_request(self.handle, body) == 0 then
+        return nil
+    end
+    return lua_string(body)
+end
+
+
+-- The hit as a response: status, headers (a table as `res.header`) and body.
+function Cache:hit_response()
+    count(lib.rpcedge_count_cache(self.handle, counts))
+    local body = ffi_new("rpcedge_str_t")
+    lib.rpcedge_cache_hit(self.handle, body)
+    local header = {}
+    for _, h in ipairs(self:hit_headers()) do
+        header[h[1]] = h[2]
+    end
+    return { status = ngx.HTTP_OK, header = header, body = lua_string(body) or "", cached = true }
+end
+
+
+-- Sends the hit whole, with its exact length, untouched by the exchange.
+function Cache:send_hit(res)
+    ngx.status = res.status
+    for name, value in pairs(res.header) do
+        ngx.header[name] = value
+    end
+    ngx.header["Content-Length"] = #res.body
+    self:mark_status()
+    ngx.print(res.body)
+end
+
+
+-- X-Rpcedge-Cache on the answer, where the settings ask for it.
+function Cache:mark_status()
+    if self.daemons.status_header then
+        ngx.header["X-Rpcedge-Cache"] = self:status(self.daemons.status_reason)
+    end
+end
+
+
+-- The node's head: whether its body is held (for the store, or to merge a batch's answers).
+function Cache:head(status, content_length, headers)
+    self.holding = self:response_head(status, content_length, headers)
+    self.replacing = lib.rpcedge_cache_replaces_body(self.handle) ~= 0
+    self.held, self.held_len = {}, 0
+end
+
+
+-- A piece of the node's body (`eof`: its last): what goes on in its place. The plain body is
+-- held for the store while the core wants it; a split batch's answer is held until it ends (or
+-- is too long to hold), and the client gets it merged with the cache's in its own order.
+function Cache:pass(chunk, eof)
+    if not (self.holding or self.replacing) then
+        return chunk
+    end
+    self.held[#self.held + 1] = chunk
+    self.held_len = self.held_len + #chunk
+    local keep = lib.rpcedge_cache_keep_holding(self.handle, self.held_len) ~= 0
+    if self.replacing then
+        if keep and not eof then
+            return ""
+        end
+        local held = table_concat(self.held)
+        local answer = ffi_new("rpcedge_str_t")
+        lib.rpcedge_cache_batch_answer(self.handle, held, #held, eof and 1 or 0, answer)
+        -- past what is held, the rest passes on and nothing is stored
+        self.replacing, self.holding, self.held = false, eof, { held }
+        return lua_string(answer) or ""
+    end
+    if not keep then
+        self.holding, self.held = false, nil
+    end
+    return chunk
+end
+
+
+-- The answer has gone out (or the request is over without one): its stores, and the release of
+-- a key held without one, go to the daemons from a timer; why an answer was not kept is counted.
+function Cache:ended()
+    if self.done then
+        return
+    end
+    self.done = true
+    local stores = {}
+    if self.holding then
+        local body = table_concat(self.held)
+        local call = ffi_new("rpcedge_store_call_t")
+        local more = lib.rpcedge_cache_store(self.handle, body, #body, call) ~= 0
+        while more do
+            stores[#stores + 1] = {
+                shard = call.shard,
+                path = lua_string(call.path),
+                headers = {
+                    ["X-Rpcedge-Namespace"] = lua_string(call.ns),
+                    ["X-Rpcedge-Ttl"] = lua_string(call.ttl),
+                    ["X-Rpcedge-Requires-Final"] = lua_string(call.requires_final),
+                },
+                body = lua_string(call.body) or "",
+            }
+            more = lib.rpcedge_cache_next_store(self.handle, call) ~= 0
+        end
+    end
+    self.holding, self.held = false, nil
+    repeat
+        local n = lib.rpcedge_count_refusal(self.handle, counts)
+        count(n)
+    until n == 0
+    local release
+    local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
+    if lib.rpcedge_cache_release(self.handle, shard, path) ~= 0 then
+        release = { shard = shard[0], path = lua_string(path) }
+    end
+    if #stores > 0 or release then
+        local ok, err = ngx.timer.at(0, behind, self.daemons, stores, release)
+        if not ok then
+            ngx.log(ngx.ERR, "rpcedge cache: no timer for the store: ", err)
+            for _ = 1, #stores do
+                count(lib.rpcedge_count_store(0, counts))
+            end
+        end
+    end
+end
+
+
+local function feed_headers(exchange, feed, headers)
+    for name, value in pairs(headers) do
+        if type(value) ~= "table" then
+            value = { value }
+        end
+        for _, v in ipairs(value) do
+            v = tostring(v)
+            feed(exchange, name, #name, v, #v)
+        end
+    end
+end
+
+
+local function add_vary(name)
+    local vary = ngx.header["Vary"]
+    if vary == nil then
+        ngx.header["Vary"] = name
+    elseif type(vary) == "table" then
+        vary[#vary + 1] = name
+        ngx.header["Vary"] = vary
+    else
+        ngx.header["Vary"] = { vary, name }
+    end
+end
+
+
+local function apply_edits(edits, length)
+    if edits.content_encoding.data ~= nil then
+        ngx.header["Content-Encoding"] = C_string(edits.content_encoding.data, edits.content_encoding.len)
+    end
+    if edits.content_length_op == EDIT_SET then
+        length = tonumber(edits.content_length)
+    elseif edits.content_length_op == EDIT_REMOVE then
+        length = nil
+    end
+    ngx.header["Content-Length"] = length
+    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding
+    if edits.add_vary_accept ~= 0 then
+        add_vary("Accept")
+    end
+    if edits.add_vary ~= 0 then
+        add_vary("Accept-Encoding")
+    end
+    if edits.content_type ~= nil then
+        ngx.header["Content-Type"] = C_string(edits.content_type, edits.content_type_len)
+    end
+    for i = 0, tonumber(edits.set_len) - 1 do
+        local h = edits.set[i]
+        ngx.header[C_string(h.name, h.name_len)] = C_string(h.value, h.value_len)
+    end
+    if edits.etag_op == EDIT_SET then
+        ngx.header["ETag"] = C_string(edits.etag, edits.etag_len)
+    elseif edits.etag_op == EDIT_REMOVE then
+        ngx.header["ETag"] = nil
+    end
+    if edits.remove_accept_ranges ~= 0 then
+        ngx.header["Accept-Ranges"] = nil
+    end
+end
+
+
+-- After an answer: log why a body that could have been transcoded went out as it came.
+local function log_refusal(exchange)
+    local why = ffi_new("rpcedge_error_t")
+    if lib.rpcedge_exchange_transcode(exchange, why) == TRANSCODE_REFUSED then
+        ngx.log(ngx.WARN, "rpcedge: not transcoded: ", C_string(why.message))
+    end
+end
+
+
+local Exchange = {}
+Exchange.__index = Exchange
+
+
+-- The core's exchange for the current request, from its method, path and headers; `at_head`: its
+-- head goes out before its body (the proxy_pass form).
+local function new_exchange(settings, at_head)
+    local exchange = ffi_gc(lib.rpcedge_exchange_new(settings), lib.rpcedge_exchange_free)
+    if at_head then
+        lib.rpcedge_exchange_headers_at_head(exchange)
+    end
+    local method = ngx.req.get_method()
+    lib.rpcedge_exchange_request_method(exchange, method, #method)
+    local path = ngx.var.uri
+    lib.rpcedge_exchange_request_path(exchange, path, #path)
+    feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
+    return setmetatable({ handle = exchange, settings = settings }, Exchange)
+end
+
+
+-- Starts the core's exchange for the current request, from its method, path, headers and (when
+-- the core wants it: with "transcode" or "transcode_upstream_ssz" in the settings, the request
+-- body must have been read, ngx.req.read_body(), and be in memory) its body. Call it before the
+-- subrequest: `upstream_accept` may then change what the node is asked for.
+function _M.exchange(settings)
+    local self = new_exchange(settings, false)
+    if lib.rpcedge_exchange_wants_request_body(self.handle) ~= 0 then
+        local request_body = ngx.req.get_body_data()
+        if request_body then
+            lib.rpcedge_exchange_request_body(self.handle, request_body, #request_body)
+        end
+    end
+    return self
+end
+
+
+-- With "transcode_upstream_ssz": sets the request's Accept to ask the node for SSZ (and drops
+-- Accept-Encoding, as an encoded answer could not be rendered) where the core says so, for the
+-- subrequest that follows to inherit. Returns whether it did.
+function Exchange:ask_upstream()
+    local accept = lib.rpcedge_exchange_upstream_accept(self.handle)
+    if accept.data == nil then
+        return false
+    end
+    ngx.req.set_header("Accept", C_string(accept.data, accept.len))
+    ngx.req.clear_header("Accept-Encoding")
+    return true
+end
+
+
+-- The subrequest methods, by the client's method.
+local CAPTURE_METHODS = {
+    GET = ngx.HTTP_GET, HEAD = ngx.HTTP_HEAD, POST = ngx.HTTP_POST, PUT = ngx.HTTP_PUT,
+    DELETE = ngx.HTTP_DELETE, OPTIONS = ngx.HTTP_OPTIONS, PATCH = ngx.HTTP_PATCH,
+}
+
+
+-- Asks the node through the internal location `prefix` (proxy_pass to it) as the client asked
+-- this server: its method, path and query, its headers (a subrequest inherits them, with the
+-- Accept of ask_upstream) and its body (read with ngx.req.read_body() first). Returns the
+-- subrequest's response for respond; a method a subrequest cannot make answers 405.
+-- With a cache section in the settings, rpcedge-cached is asked first, for the request in
+-- `namespace` (the network whose node `prefix` reaches; default: the section's "namespace";
+-- neither: a BYPASS): a hit comes back as the response, a batch's calls the cache answered are
+-- not sent to the node, and the answer is stored behind the response.
+function Exchange:capture(prefix, namespace)
+    local method = ngx.req.get_method()
+    local capture_method = CAPTURE_METHODS[method]
+    if capture_method == nil then
+        return ngx.exit(ngx.HTTP_NOT_ALLOWED)
+    end
+    -- HEAD goes to the node as GET: nginx answers HEAD itself from a full answer's head
+    local options = {
+        method = capture_method == ngx.HTTP_HEAD and ngx.HTTP_GET or capture_method,
+        args = ngx.var.args,
+        always_forward_body = true,
+    }
+    local cache = daemon_cache(self.settings, namespace)
+    self.cache = cache
+    if cache then
+        if cache:lookup() then
+            return cache:hit_response()
+        end
+        options.body = cache:node_request()
+    end
+    local res = ngx.location.capture(prefix .. ngx.var.uri, options)
+    if cache then
+        cache:head(res.status, #res.body, res.header)
+        res.body = cache:pass(res.body, true)
+    end
+    return res
+end
+
+
+-- Answers the current request with a subrequest's response (`res` from ngx.location.capture):
+-- its status and headers, and its body as the core decides: transcoded to SSZ for a client that
+-- asks for it, or rendered as JSON from the SSZ the node was asked for, then compressed or not.
+-- A cache hit from `capture` goes out as it is. Returns the mode ("oneshot", "small",
+-- "untouched", "stream", "incompressible", "cached", or "failed" after answering with the
+-- status the core gives, or closing the connection).
+function Exchange:respond(res)
+    local exchange, cache = self.handle, self.cache
+    if res.cached then
+        cache:send_hit(res)
+        return "cached"
+    end
+
+    local body = res.body or ""
+    ngx.status = res.status
+    for name, value in pairs(res.header) do
+        if not HOP_BY_HOP[name:lower()] then
+            ngx.header[name] = value
+        end
+    end
+    if cache then
+        cache:mark_status()
+    end
+    feed_headers(exchange, lib.rpcedge_exchange_response_header, res.header)
+    -- the whole body is here: its length is known whatever the node's framing was
+    lib.rpcedge_exchange_response_content_length(exchange, #body)
+
+    local edits = ffi_new("rpcedge_header_edits_t")
+    if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
+        apply_edits(edits, #body)
+        ngx.print(body)
+        return self:ended(0)
+    end
+
+    local out = ffi_new("rpcedge_output_t")
+    local err = ffi_new("rpcedge_error_t")
+    -- the worker's CPU time, fine enough for one feed (ngx.now() is in milliseconds)
+    local started = os_clock()
+    local failed = lib.rpcedge_exchange_feed(exchange, body, #body, FEED_END, ngx.now() * 1000, out, err) ~= 0
+    local compress_us = (os_clock() - started) * 1e6
+    if failed then
+        ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
+        local status = lib.rpcedge_exchange_failure(exchange)
+        self:ended(compress_us, true)
+        -- 444: nginx closes the connection, the reset of the one failure policy
+        ngx.exit(status ~= 0 and status or 444)
+        return "failed"
+    end
+    -- with the headers held (buffered), they come with the output; streamed, they are in force
+    apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
+    ngx.print(C_string(out.data, out.len))
+    -- a long witness's SSZ comes piece by piece
+    while bit_band(out.flags, OUT_MORE) ~= 0 do
+        if lib.rpcedge_exchange_feed(exchange, nil, 0, 0, ngx.now() * 1000, out, err) ~= 0 then
+            ngx.log(ngx.ERR, "rpcedge: ", C_string(err.message))
+            self:ended(compress_us, true)
+            return ngx.exit(444)
+        end
+        ngx.print(C_string(out.data, out.len))
+    end
+    return self:ended(compress_us)
+end
+
+
+-- The answer is out: counted, a transcoding refusal logged, the cache's store sent behind it
+-- (not when the answer `failed`), and the mode.
+function Exchange:ended(compress_us, failed)
+    count(lib.rpcedge_count_exchange(self.handle, 1, compress_us, counts))
+    log_refusal(self.handle)
+    if self.cache then
+        self.cache.holding = self.cache.holding and not failed
+        self.cache:ended()
+    end
+    local mode = lib.rpcedge_exchange_mode(self.handle)
+    return C_string(mode.data, mode.len)
+end
+
+
+-- The exchange and the answer in one call, for a subrequest made without `ask_upstream`.
+function _M.respond(settings, res)
+    return _M.exchange(settings):respond(res)
+end
+
+
+-- The proxy_pass form, from access_by_lua: starts the exchange of the request, for the filters.
+-- With a cache section in the settings, rpcedge-cached is asked first, as `capture` does: a hit
+-- is the answer (the node is not asked), and a batch's calls the cache answered are taken out
+-- of the body the node gets.
+function _M.access(settings, namespace)
+    local state = { exchange = new_exchange(settings, true) }
+    local cache = daemon_cache(settings, namespace)
+    if cache then
+        if cache:lookup() then
+            cache:send_hit(cache:hit_response())
+            return ngx.exit(ngx.HTTP_OK)
+        end
+        local body = cache:node_request()
+        if body then
+            ngx.req.set_body_data(body)
+        end
+        state.cache = cache
+    end
+    ngx.ctx.rpcedge = state
+end
+
+
+-- From header_filter_by_lua: the node's head, with the core's edits (Content-Encoding, the
+-- length dropped for a stream, Vary, ETag).
+function _M.header_filter()
+    local state = ngx.ctx.rpcedge
+    if state == nil then
+        return
+    end
+    local cache = state.cache
+    if cache then
+        -- the node's own headers: nginx's add_header and the like come after this filter
+        cache:head(ngx.status, tonumber(ngx.header["Content-Length"]), ngx.resp.get_headers(0, true))
+        if cache.replacing then
+            -- the merged answer's length is known once it is merged: after the head
+            ngx.header["Content-Length"] = nil
+        end
+        cache:mark_status()
+    end
+    local self = state.exchange
+    feed_headers(self.handle, lib.rpcedge_exchange_response_header, ngx.resp.get_headers(0, true))
+    local edits = ffi_new("rpcedge_header_edits_t")
+    local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status, edits)
+    apply_edits(edits, ngx.header["Content-Length"])
+    if plan == PLAN_PASS then
+        state.exchange = nil
+        self:ended(0)
+        return
+    end
+    self.out, self.err, self.compress_us = ffi_new("rpcedge_output_t"), ffi_new("rpcedge_error_t"), 0
+end
+
+
+-- From body_filter_by_lua: each chunk of the node's body as the core makes it, flushed (the
+-- filter cannot see the node's own flushes, nor be woken by a timer to send what it holds).
+function _M.body_filter()
+    local state = ngx.ctx.rpcedge
+    if state == nil then
+        return
+    end
+    local chunk, eof = ngx.arg[1] or "", ngx.arg[2]
+    local cache, self = state.cache, state.exchange
+    if cache then
+        chunk = cache:pass(chunk, eof)
+    end
+    if self and (chunk ~= "" or eof) then
+        local started = os_clock()
+        local failed = lib.rpcedge_exchange_feed(self.handle, chunk, #chunk, eof and FEED_END or FEED_FLUSH,
+                                                 ngx.now() * 1000, self.out, self.err) ~= 0
+        self.compress_us = self.compress_us + (os_clock() - started) * 1e6
+        if failed then
+            ngx.log(ngx.ERR, "rpcedge: ", C_string(self.err.message))
+            ngx.ctx.rpcedge = nil
+            self:ended(self.compress_us)
+            -- the head is out: the response ends here, unfinished, never looking whole (and is
+            -- not stored: the log phase releases a key it held)
+            return ngx.ERROR
+        end
+        chunk = C_string(self.out.data, self.out.len)
+    end
+    ngx.arg[1] = chunk
+    if eof then
+        ngx.ctx.rpcedge = nil
+        if self then
+            self:ended(self.compress_us)
+        end
+        if cache then
+            cache:ended()
+        end
+    end
+end
+
+
+-- From log_by_lua, with the cache's daemon form: a request that ended before its answer did
+-- (its client went away) releases the key it held, so that the requests waiting for its answer
+-- go to the node at once rather than at the lock's time.
+function _M.log()
+    local cache = ngx.ctx.rpcedge_cache
+    if cache then
+        cache.holding = false
+        cache:ended()
+    end
 end
 
 

@@ -238,6 +238,24 @@ typedef struct {
 } rpcedge_output_t;
 
 /**
+ * The cache section of JSON settings, for a host that takes its daemons from there (the Lua
+ * binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
+ * The namespace points into the settings.
+ */
+typedef struct {
+  size_t shards;
+  rpcedge_str_t ns;
+  uint64_t store_timeout_s;
+  uint64_t hot_bytes;
+  /**
+   * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
+   */
+  uint64_t min_length;
+  uint8_t status_header;
+  uint8_t status_reason;
+} rpcedge_cache_host_t;
+
+/**
  * A lookup to make: `GET path` (one key, or the answer another request for it is getting), or
  * `POST path` with `body` (a batch's keys), to the daemon of shard `shard`, with the header
  * `X-Rpcedge-Lock: lock` when `lock` is not NULL, waiting at most `timeout_ms` for the answer.
@@ -572,6 +590,24 @@ rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_s
  * `settings` is NULL or live.
  */
 int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t content_length);
+
+/**
+ * 1 with `host` filled when `settings` have a cache section that is enabled; 0 otherwise.
+ *
+ * # Safety
+ * `settings` is NULL or live; `host` is NULL or writable.
+ */
+int32_t rpcedge_settings_cache(const rpcedge_settings_t *settings, rpcedge_cache_host_t *host);
+
+/**
+ * The daemon of shard `index` as the cache section names it (an Envoy cluster; for the Lua
+ * binding, the daemon's address): 1 with `name` filled (pointing into the settings), 0 past the
+ * last or without a cache section.
+ *
+ * # Safety
+ * `settings` is NULL or live; `name` is NULL or writable.
+ */
+int32_t rpcedge_settings_cache_cluster(const rpcedge_settings_t *settings, size_t index, rpcedge_str_t *name);
 
 /**
  * # Safety

@@ -129,6 +129,71 @@ pub unsafe extern "C" fn rpcedge_cache_takes_length(settings: *const RpcedgeSett
     })
 }
 
+/// The cache section of JSON settings, for a host that takes its daemons from there (the Lua
+/// binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
+/// The namespace points into the settings.
+#[repr(C)]
+pub struct RpcedgeCacheHost {
+    pub shards: usize,
+    pub ns: RpcedgeStr,
+    pub store_timeout_s: u64,
+    pub hot_bytes: u64,
+    /// The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
+    pub min_length: u64,
+    pub status_header: u8,
+    pub status_reason: u8,
+}
+
+/// 1 with `host` filled when `settings` have a cache section that is enabled; 0 otherwise.
+///
+/// # Safety
+/// `settings` is NULL or live; `host` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_settings_cache(settings: *const RpcedgeSettings, host: *mut RpcedgeCacheHost) -> i32 {
+    guard(0, || {
+        let Some((settings, cache)) = settings.as_ref().and_then(|s| Some((&s.0, s.0.cache.as_ref()?))) else {
+            return 0;
+        };
+        if !cache.enabled {
+            return 0;
+        }
+        put(
+            host,
+            RpcedgeCacheHost {
+                shards: cache.clusters.len(),
+                ns: cache.namespace.as_deref().map_or(RpcedgeStr::NONE, |ns| RpcedgeStr::of(ns.as_bytes())),
+                store_timeout_s: cache.store_timeout_s,
+                hot_bytes: cache.hot_bytes,
+                min_length: settings.min_length,
+                status_header: cache.status_header.into(),
+                status_reason: cache.status_reason.into(),
+            },
+        );
+        1
+    })
+}
+
+/// The daemon of shard `index` as the cache section names it (an Envoy cluster; for the Lua
+/// binding, the daemon's address): 1 with `name` filled (pointing into the settings), 0 past the
+/// last or without a cache section.
+///
+/// # Safety
+/// `settings` is NULL or live; `name` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_settings_cache_cluster(
+    settings: *const RpcedgeSettings,
+    index: usize,
+    name: *mut RpcedgeStr,
+) -> i32 {
+    guard(0, || {
+        let cluster = settings.as_ref().and_then(|s| s.0.cache.as_ref()).and_then(|cache| cache.clusters.get(index));
+        cluster.map_or(0, |cluster| {
+            put(name, RpcedgeStr::of(cluster.as_bytes()));
+            1
+        })
+    })
+}
+
 /// # Safety
 /// `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
 #[no_mangle]
@@ -515,7 +580,9 @@ fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
             body: RpcedgeStr::NONE,
         };
     };
-    let header = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map_or(RpcedgeStr::NONE, |(_, v)| RpcedgeStr::of(v.as_bytes()));
+    let header = |name: &str| {
+        store.headers.iter().find(|(n, _)| *n == name).map_or(RpcedgeStr::NONE, |(_, v)| RpcedgeStr::of(v.as_bytes()))
+    };
     RpcedgeStoreCall {
         shard: store.shard,
         path: RpcedgeStr::of(store.path.as_bytes()),

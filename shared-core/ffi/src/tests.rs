@@ -606,3 +606,35 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         assert_eq!(rpcedge_cache_takes_length(ptr::null(), 0), 0);
     }
 }
+
+#[test]
+fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemons_there() {
+    unsafe {
+        let json = br#"{"min_length": 512, "cache": {"clusters": ["unix:/run/a.sock", "127.0.0.1:18090"], "namespace": "mainnet",
+            "store_timeout_s": 7, "status_reason": true}}"#;
+        let settings = rpcedge_settings_from_json(json.as_ptr(), json.len(), ptr::null_mut());
+        let mut host = garbage::<RpcedgeCacheHost>();
+        assert_eq!(rpcedge_settings_cache(settings, &mut host), 1);
+        let read = (host.shards, owned(&host.ns), host.store_timeout_s, host.hot_bytes, host.min_length);
+        assert_eq!(read, (2, b"mainnet".to_vec(), 7, 0, 512));
+        assert_eq!((host.status_header, host.status_reason), (1, 1));
+        let mut name = garbage::<RpcedgeStr>();
+        assert_eq!(rpcedge_settings_cache_cluster(settings, 1, &mut name), 1);
+        assert_eq!(owned(&name), b"127.0.0.1:18090");
+        assert_eq!(rpcedge_settings_cache_cluster(settings, 2, &mut name), 0);
+        rpcedge_settings_free(settings);
+
+        // no namespace: none; disabled, absent or no settings: no cache
+        for (json, enabled) in [(&br#"{"cache": {}}"#[..], 1), (br#"{"cache": {"enabled": false}}"#, 0), (b"{}", 0)] {
+            let settings = rpcedge_settings_from_json(json.as_ptr(), json.len(), ptr::null_mut());
+            let mut host = garbage::<RpcedgeCacheHost>();
+            assert_eq!(rpcedge_settings_cache(settings, &mut host), enabled);
+            if enabled == 1 {
+                assert!(host.ns.data.is_null());
+            }
+            rpcedge_settings_free(settings);
+        }
+        assert_eq!(rpcedge_settings_cache(ptr::null(), ptr::null_mut()), 0);
+        assert_eq!(rpcedge_settings_cache_cluster(ptr::null(), 0, ptr::null_mut()), 0);
+    }
+}
