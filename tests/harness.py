@@ -96,17 +96,26 @@ class StartError(RuntimeError):
     """A process did not start serving."""
 
 
-class Process:
-    """A child process whose stdout and stderr go to `log`; stop() terminates, then kills."""
+def _lead_a_group():
+    _die_with_parent()
+    os.setpgid(0, 0)
 
-    def __init__(self, name, argv, log, cwd=None, env=None):
+
+class Process:
+    """A child process whose stdout and stderr go to `log`; stop() terminates, then kills. With
+    `group`, it leads a process group of its own, and stop() also kills what is left in it: the
+    processes it started that do not die with it (nginx's workers outlive a killed master, and
+    would hold its port)."""
+
+    def __init__(self, name, argv, log, cwd=None, env=None, group=False):
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log = Path(log)
+        self.group = group
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=cwd, env=env, preexec_fn=_die_with_parent,
+                cwd=cwd, env=env, preexec_fn=_lead_a_group if group else _die_with_parent,
             )
 
     def log_tail(self, chars=4000):
@@ -135,6 +144,11 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.group:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # nothing left
 
     def __enter__(self):
         return self

@@ -121,7 +121,7 @@ def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", a
         raise StartError(f"nginx -t failed:\n{output}")
     env = preload_env()
     process = Process(name, [*argv_prefix, NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
-                      prefix / f"{name}.out", env=env)
+                      prefix / f"{name}.out", env=env, group=True)
     for port in ports:
         process.wait_for_port(port)
     return Nginx(process, prefix, ports)

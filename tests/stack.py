@@ -102,8 +102,9 @@ def start_nginx():
     prefix.mkdir(parents=True, exist_ok=True)
     conf = prefix / "nginx.conf"
     conf.write_text(shipped_conf("nginx.conf", prefix))
+    # its own process group: the workers of a master that died are killed with the group
     process = Process("nginx", [NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
-                      prefix / "nginx.out")
+                      prefix / "nginx.out", group=True)
     process.wait_for_port(NGINX_PORT)
     return process
 

@@ -1,6 +1,7 @@
 """`make run`'s stack (tests/stack.py) as an operator meets it: a part that dies comes back and the
-stack answers again (the cache daemon, then nginx's upstream node, each killed outright); Ctrl-C
-still stops everything. On the stack's own fixed ports, with its run directory in a temporary one."""
+stack answers again (the cache daemon, nginx's upstream node and nginx's master, each killed
+outright); Ctrl-C still stops everything. On the stack's own fixed ports, with its run directory
+in a temporary one."""
 
 import json
 import os
@@ -57,7 +58,32 @@ def stack(tmp_path):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+            # nginx leads a group of its own (the stack kills it whole): its workers too
+            pid = run / "nginx" / "nginx.pid"
+            try:
+                os.killpg(int(pid.read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
         out.close()
+
+
+def state(pid):
+    """A process's state and parent, from /proc (None once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def children(parent):
+    """The processes whose parent is `parent`."""
+    return [int(entry.name) for entry in Path("/proc").glob("[0-9]*") if (state(entry.name) or (0, 0))[1] == parent]
+
+
+def alive(pid):
+    """Running: neither gone nor a zombie (which a container's first process may never reap)."""
+    return (state(pid) or ("Z", 0))[0] != "Z"
 
 
 def answers(port=NGINX_PORT):
@@ -84,6 +110,16 @@ def test_a_part_that_dies_comes_back_and_ctrl_c_still_stops_all(stack):
         wait(lambda: answers() == block and answers(ENVOY_PORT) == block, what=f"answers after the {name} came back")
         log = (run / "stack.log").read_text()
         assert f"{name} exited with -9; starting it again in 0.5 s (restart 1)" in log, log
+
+    # nginx's master, killed outright: its workers, which outlive it holding the port, go with it
+    master = int((run / "nginx" / "nginx.pid").read_text())
+    workers = children(master)
+    assert workers
+    os.kill(master, signal.SIGKILL)
+    wait(lambda: "nginx is running again" in out.read_text(errors="replace"), what="nginx back")
+    wait(lambda: answers() == block, what="answers after nginx came back")
+    assert not [pid for pid in workers if alive(pid)], "the dead master's workers are gone"
+    assert "nginx exited with -9; starting it again in 0.5 s (restart 1)" in (run / "stack.log").read_text()
     assert process.poll() is None
 
     process.send_signal(signal.SIGINT)
