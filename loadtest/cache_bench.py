@@ -1,7 +1,8 @@
-"""`make bench`, the cache's part: through each proxy, the cacheable calls of the corpus's method
-mix answered as hits and as misses, beside the same proxy serving the same bytes without rpcedge
-(nginx: a static file, gzip_static for these gzip clients; Envoy: a direct_response, its rpcedge
-filter removed). req/s and the proxy's CPU per request, the median of `--runs` runs per cell.
+"""`make bench`, the cache's part: through each proxy (nginx, both Envoy adapters, OpenResty's Lua
+binding in both its forms), the cacheable calls of the corpus's method mix answered as hits and as
+misses, beside the same proxy serving the same bytes without rpcedge (nginx and OpenResty: a
+static file, gzip_static for these gzip clients; Envoy: a direct_response, its rpcedge filter
+removed). req/s and the proxy's CPU per request, the median of `--runs` runs per cell.
 Then big answers (blocks by hash of 100 KiB and more) as hits to gzip and to identity clients,
 beside the same bytes without rpcedge, through nginx and the native Envoy module: the CPU of the
 proxy and of the daemon per hit. Last, the load test's whole method mix with the cache warm
@@ -181,7 +182,7 @@ def mix(stack, prefix, args, results):
     static = write_list(WORK / "static.tsv", [("GET", f"/static/{i}", r[2], "-") for i, r in enumerate(rows)])
     files = WORK / "static"
     files.mkdir(exist_ok=True)
-    for host in ("nginx", "envoy", "envoy-native"):
+    for host in MIX_HOSTS:
         stack.fresh_daemon()
         options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
         proxy = cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix, **options)
@@ -204,6 +205,8 @@ def mix(stack, prefix, args, results):
                 results.append(row(host, "static file (gzip_static)", runs))
         finally:
             proxy.stop()
+        if host.startswith("openresty"):
+            continue  # the Lua binding keeps no hot tier
         # the same hits, answered from the hot tier (the warm-up puts them there)
         proxy = cc.start_proxy(host, WORK / f"{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
         try:
@@ -214,15 +217,19 @@ def mix(stack, prefix, args, results):
         if host == "envoy":
             results.append(row(host, "direct_response", direct_response(stack, prefix, hits, static, str, args)))
     print_rows(results)
-    for host in ("nginx", "envoy", "envoy-native"):
+    for host in MIX_HOSTS:
         by_case = {r["case"]: r for r in results if r["proxy"] == host}
-        bare = next(r for r in results if r["proxy"] in (host, "envoy") and r["case"] in BARE)
-        for hit in ("hit", "hit, hot tier"):
+        # OpenResty is nginx: its bare case is nginx's static file
+        bare_host = "nginx" if host.startswith("openresty") else host
+        bare = next(r for r in results if r["proxy"] in (bare_host, "envoy") and r["case"] in BARE)
+        for hit in ("hit", "hit, hot tier") if "hit, hot tier" in by_case else ("hit",):
             print(f"{host} {hit}: hit/miss req/s {by_case[hit]['req_s'] / by_case['miss']['req_s']:.2f}x, "
                   f"hit CPU/{bare['case']} CPU {by_case[hit]['cpu_us'] / bare['cpu_us']:.2f}x")
     return len(calls)
 
 
+# the proxies of the mix: OpenResty is the Lua binding, in its subrequest and proxy_pass forms
+MIX_HOSTS = ("nginx", "envoy", "envoy-native", "openresty", "openresty-proxied")
 # the cases that serve the same bytes without rpcedge
 BARE = ("static file (gzip_static)", "direct_response")
 
