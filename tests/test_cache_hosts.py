@@ -483,6 +483,28 @@ def test_a_holder_whose_client_goes_away_leaves_the_key_to_the_next_request(stan
         assert node.requests == 2
 
 
+@pytest.mark.parametrize("proxies", ["openresty-proxied"], indirect=True)
+def test_a_holder_sent_to_an_error_page_leaves_the_key_to_the_next_request(proxies, stack):
+    """OpenResty: an error_page that sends the holder elsewhere wipes ngx.ctx; the log phase still
+    finds its cache (by $request_id) and releases the key."""
+    node = StandInNode(case("block_by_hash"), delays=[0.0], failing={0})
+    try:
+        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=stack.daemon),
+                        extra="proxy_intercept_errors on;\n        error_page 503 = @down;\n"
+                              "        location @down { return 503 \"down\\n\"; }")
+        block = case("block_by_hash")
+        down = post(proxy.port, block, id_=1)
+        assert (down.status, down.body) == (503, b"down\n")
+        started = time.monotonic()
+        response = post(proxy.port, block, id_=2)
+        waited = time.monotonic() - started
+        assert (response.status, status(response), response.decoded()) == (200, "MISS", block.answer(2))
+        assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
+        assert node.requests == 2
+    finally:
+        node.stop()
+
+
 def raw_block_by_number(request, response):
     params = request.get("params") or [None]
     return (request["method"] == "debug_getRawBlock" and isinstance(params[0], str) and params[0].startswith("0x")

@@ -9,7 +9,7 @@ import pytest
 import replay_corpus as rc
 import wire
 from conftest import CORPUS, REPO
-from harness import Process, free_port
+from harness import SSZ_EXAMPLES, Process, free_port
 from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
 from test_nginx_status import nginx  # noqa: F401 (a fixture: the module with rpcedge_status)
 
@@ -343,6 +343,8 @@ def test_the_example_answers_from_rpcedge_cached_through_both_forms(tmp_path, ad
     ({}, "cache_shards: rpcedge_cached is not a daemon's address"),
     ({"clusters": ["127.0.0.1:0"]}, "cache_shards: 127.0.0.1:0 is not a daemon's address"),
     ({"clusters": ["localhost"]}, "cache_shards: localhost is not a daemon's address"),
+    # a name would need nginx's resolver for every lookup
+    ({"clusters": ["localhost:18090"]}, "cache_shards: localhost:18090 is not a daemon's address"),
     ({"clusters": ["127.0.0.1:18090"], "hot_bytes": 1 << 20}, "cache_hot_bytes: the Lua binding keeps no hot tier"),
     ({"timeout_ms": 0}, "cache_timeout_ms: must be between"),
 ])
@@ -354,3 +356,174 @@ def test_a_bad_cache_section_stops_nginx_at_startup_naming_the_field(tmp_path, c
     started = subprocess.run([NGINX_BIN, "-p", tmp_path, "-c", conf, "-e", tmp_path / "error.log"],
                              capture_output=True, text=True, timeout=60)
     assert started.returncode != 0 and message in started.stderr, started.stderr
+
+
+def test_a_client_asking_json_gets_json_from_the_cache_when_the_node_is_asked_for_ssz(tmp_path):
+    """With transcode_upstream_ssz the example asks the node for SSZ (ask_upstream rewrites the
+    request's Accept): the cache still answers each client in the form it asked for."""
+    import json
+    import time
+    import cache_cases as cc
+    from test_cache_hosts import BLINDED_BLOCKS, BLINDED_ROOT
+
+    (tmp_path / "stack").mkdir()
+    stack = cc.CacheStack(tmp_path / "stack", [])
+    stack.finalize_slot(stack.BEACON_FINAL + 1)
+    # a node with SSZ: nginx with rpcedge_transcode in front of the replay, which answers SSZ with
+    # the Beacon-API envelope's members in headers
+    node_port = free_port()
+    node = start_nginx(tmp_path / "node", f"""
+    server {{
+        listen {LOOPBACK}:{node_port};
+        rpcedge on;
+        rpcedge_transcode on;
+        location / {{ proxy_pass http://{LOOPBACK}:{stack.replay.port}; }}
+    }}""", [node_port])
+    settings = json.dumps({"level": "auto", "transcode": True, "transcode_upstream_ssz": True,
+                           "cache": {"clusters": [f"127.0.0.1:{stack.daemon.port}"]}})
+    port, process = start_openresty(tmp_path / "openresty", node_port, settings)
+    path = BLINDED_BLOCKS + BLINDED_ROOT
+    ssz = (SSZ_EXAMPLES / "real" / "signed-blinded-beacon-block-deneb.computed.ssz").read_bytes()
+    try:
+        def get(accept):
+            return wire.request(port, path, headers={"Accept": accept}, accept_encoding=None)
+
+        # the exchange asks the node for SSZ once it has seen an SSZ answer of the node carry the
+        # Beacon-API envelope's members
+        teach = wire.request(port, "/eth/v2/beacon/blocks/deneb:case_0", headers={"Accept": "application/octet-stream"})
+        assert teach.status == 200 and teach.header("eth-consensus-finalized") is not None
+        seen = []
+        deadline = time.monotonic() + 5
+        while not seen or seen[-1].header("x-rpcedge-cache") != "HIT":
+            assert time.monotonic() < deadline, [r.header("x-rpcedge-cache") for r in seen]
+            seen.append(get("application/json"))
+            time.sleep(0.05)
+        for r in seen:
+            assert r.status == 200 and r.header("content-type") == "application/json", r.header("x-rpcedge-cache")
+            assert json.loads(r.body)["version"] == "deneb"
+        assert seen[0].header("x-rpcedge-cache") == "MISS"
+        hit = get("application/octet-stream")
+        assert (hit.header("x-rpcedge-cache"), hit.header("content-type")) == ("HIT", "application/octet-stream")
+        assert hit.body == ssz
+    finally:
+        process.stop()
+        node.stop()
+        stack.stop()
+
+
+def test_a_node_answer_cut_short_is_never_sent_or_kept_as_whole(tmp_path):
+    """The node resets after part of its answer: the subrequest form answers 502, the proxy_pass
+    form ends the response unfinished; neither is stored, and each counts an aborted exchange."""
+    import time
+    import cache_cases as cc
+    from test_nginx_status import parse
+
+    blocks = cc.find_all(cc.block_by_hash, limit=2)  # one for each form
+    (tmp_path / "stack").mkdir()
+    stack = cc.CacheStack(tmp_path / "stack", [block.network for block in blocks])
+    port, process = start_openresty(tmp_path / "openresty", stack.replay.port, cached_port=stack.daemon.port)
+
+    def counted():
+        return parse(wire.request(port, "/rpcedge_status", accept_encoding=None).body.decode())
+
+    try:
+        cut = {"X-Replay-Chunk-Size": "256", "X-Replay-Chunk-Delay-Ms": "5", "Content-Type": "application/json"}
+        for prefix, block in zip(("", "/proxied"), blocks):
+            cut["X-Replay-Reset-After"] = str(len(block.answer(1)) // 2)
+            before, stored = counted(), stack.daemon.stats().get("stores_total", 0)
+            r = wire.request(port, prefix + block.path, method="POST", body=block.body(1), headers=cut)
+            if prefix:
+                assert r.status == 200 and not r.complete, "an unfinished answer, never a whole one"
+            else:
+                assert r.status == 502 and r.complete and block.answer(1)[:20] not in r.body
+            deadline = time.monotonic() + 5
+            while counted()["rpcedge_responses_aborted"] != before["rpcedge_responses_aborted"] + 1:
+                assert time.monotonic() < deadline, "not counted as aborted"
+                time.sleep(0.05)
+            time.sleep(0.3)  # a store, had one been made, would have landed
+            assert stack.daemon.stats().get("stores_total", 0) == stored, prefix
+            again = wire.request(port, prefix + block.path, method="POST", body=block.body(2),
+                                 headers={"Content-Type": "application/json"})
+            assert (again.status, again.header("x-rpcedge-cache")) == (200, "MISS"), prefix
+            assert again.decoded() == block.answer(2)
+            while stack.daemon.stats().get("stores_total", 0) != stored + 1:
+                assert time.monotonic() < deadline + 5, "the whole answer is stored"
+                time.sleep(0.05)
+    finally:
+        process.stop()
+        stack.stop()
+
+
+def test_stores_wait_out_timers_that_openresty_could_not_run(tmp_path, replay):
+    """Each worker sends its stores through at most four timers. With lua_max_running_timers at 2
+    and both taken by the config's own timers for 2 s, OpenResty cannot run those timers (it
+    drops them): the misses of that time wait in the queue, and the next misses' timers, once
+    there is room, store them all."""
+    import concurrent.futures
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler
+    import cache_cases as cc
+    from harness import StandIn
+
+    stored, lock = [], threading.Lock()
+
+    class Daemon(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self, status, headers=()):
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):
+            self.answer(404, [("X-Rpcedge-Miss", "absent")])
+
+        def do_PUT(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                stored.append(self.path)
+            self.answer(204)
+
+        def log_message(self, *args):
+            pass
+
+    daemon = StandIn(Daemon)
+    calls = cc.find_all(cc.immutable, limit=16)
+    port = free_port()
+    busy = """
+    lua_max_running_timers 2;
+    init_worker_by_lua_block {
+        for _ = 1, 2 do
+            ngx.timer.at(0, function() ngx.sleep(2) end)
+        end
+    }
+"""
+    nginx = start_nginx(tmp_path, busy + cc.openresty_server(port, replay.port, daemon.port), [port],
+                        modules=cc.LUA_MODULES, rpcedge=False, main=f"env RPCEDGE_LIB={CORE_LIB};")
+    started = time.monotonic()
+    try:
+        def burst(sent):
+            with concurrent.futures.ThreadPoolExecutor(len(sent)) as pool:
+                answers = list(pool.map(lambda call: wire.request(
+                    port, call.path, method="POST", body=call.body(1), headers={"Content-Type": "application/json"}),
+                    sent))
+            assert [a.header("x-rpcedge-cache") for a in answers] == ["MISS"] * len(sent)
+
+        burst(calls[:8])
+        assert time.monotonic() - started < 1.5, "the first burst came while the config's timers ran"
+        time.sleep(0.5)
+        assert "lua_max_running_timers are not enough" in (tmp_path / "error.log").read_text()
+        assert stored == [], "nothing could be stored while every timer was taken"
+        time.sleep(max(0.0, started + 3.5 - time.monotonic()))
+        burst(calls[8:])
+        deadline = time.monotonic() + 10
+        while len(stored) < len(calls):
+            assert time.monotonic() < deadline, f"{len(stored)} of {len(calls)} stored"
+            time.sleep(0.05)
+        assert len(set(stored)) == len(calls)
+    finally:
+        nginx.stop()
+        daemon.stop()

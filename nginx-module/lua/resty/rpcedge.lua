@@ -243,6 +243,9 @@ local FEED_FLUSH = 2
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
 local CACHE_MAX_ANSWER = 67117110
+-- how long a connection to a daemon stays pooled: less than the daemon keeps one idle (10 s, its
+-- header_read_timeout), so that a pooled one is never one it is closing
+local DAEMON_IDLE_MS = 8000
 
 -- not copied from the node's answer: the framing is this response's own
 local HOP_BY_HOP = {
@@ -320,9 +323,10 @@ local function daemon_address(name)
     if name:find("^unix:/") then
         return { name }
     end
+    -- an address: a name would need nginx's resolver for every connection
     local host, port = name:match("^(%[[%x:.]+%]):(%d+)$")
     if not host then
-        host, port = name:match("^([^:]+):(%d+)$")
+        host, port = name:match("^(%d+%.%d+%.%d+%.%d+):(%d+)$")
     end
     port = tonumber(port)
     if not port or port < 1 or port > 65535 then
@@ -457,7 +461,7 @@ local function daemon_call(daemon, method, path, headers, body, timeout_ms)
         end
     end
     if reuse then
-        sock:setkeepalive(60000, 64)
+        sock:setkeepalive(DAEMON_IDLE_MS, 64)
     else
         sock:close()
     end
@@ -465,10 +469,31 @@ local function daemon_call(daemon, method, path, headers, body, timeout_ms)
 end
 
 
--- From a timer, behind the answer (the filters cannot use cosockets): the stores, one after the
--- other, then the release of a key held without one.
-local function behind(premature, daemons, stores, release)
-    for _, put in ipairs(stores) do
+-- What goes to the daemons behind the answers (the filters cannot use cosockets): each worker's
+-- jobs (a request's stores, then the release of a key it held without one), in order, drained by
+-- at most DRAINERS timers however many answers end at once (OpenResty drops a timer past
+-- lua_max_running_timers). Past QUEUE_BYTES of entries waiting, a job's stores are dropped and
+-- counted as failed, as a store the daemon never answered.
+local DRAINERS, QUEUE_BYTES = 4, 64 * 1024 * 1024
+local queue, queue_head, queue_tail, queued_bytes = {}, 1, 0, 0
+-- the drainers running, and the timers made for more that have not started: one that OpenResty
+-- could not run never starts, so those of a while ago are counted out
+local running, starting, started_at = 0, 0, 0
+local START_WITHIN_S = 1
+
+
+local function fail_stores(job)
+    for _ = 1, #job.stores do
+        count(lib.rpcedge_count_store(0, counts))
+    end
+    queued_bytes = queued_bytes - job.bytes
+    job.stores, job.bytes = {}, 0
+end
+
+
+local function run_job(job, premature)
+    local daemons = job.daemons
+    for _, put in ipairs(job.stores) do
         local status, why = 0, "nginx is exiting"
         if not premature then
             status, why = daemon_call(daemons[put.shard], "PUT", put.path, put.headers, put.body,
@@ -479,8 +504,81 @@ local function behind(premature, daemons, stores, release)
         end
         count(lib.rpcedge_count_store(tonumber(status) or 0, counts))
     end
-    if release and not premature then
-        daemon_call(daemons[release.shard], "DELETE", release.path, nil, nil, daemons.store_timeout_ms)
+    -- (a worker that exits leaves the key to the daemon's lock time)
+    if job.release and not premature then
+        daemon_call(daemons[job.release.shard], "DELETE", job.release.path, nil, nil, daemons.store_timeout_ms)
+    end
+end
+
+
+local function drain(premature)
+    starting, running = math_max(starting - 1, 0), running + 1
+    while queue_head <= queue_tail do
+        local job = queue[queue_head]
+        queue[queue_head], queue_head = nil, queue_head + 1
+        queued_bytes = queued_bytes - job.bytes
+        run_job(job, premature)
+    end
+    running = running - 1
+end
+
+
+-- Queues a job: { daemons, stores (PUTs), release (a DELETE, or nil), bytes (of the stores) }.
+local function send_behind(job)
+    queued_bytes = queued_bytes + job.bytes
+    if queued_bytes > QUEUE_BYTES then
+        ngx.log(ngx.WARN, "rpcedge cache: more than ", QUEUE_BYTES, " bytes wait for the daemon: stores dropped")
+        fail_stores(job)
+    end
+    queue_tail = queue_tail + 1
+    queue[queue_tail] = job
+    local now = ngx.now()
+    if starting > 0 and now - started_at > START_WITHIN_S then
+        starting = 0
+    end
+    if running + starting < DRAINERS then
+        local ok, err = ngx.timer.at(0, drain)
+        if ok then
+            starting, started_at = starting + 1, now
+        elseif running + starting == 0 then
+            -- nothing would drain the queue: what waits is dropped
+            ngx.log(ngx.ERR, "rpcedge cache: no timer for the daemon's calls: ", err)
+            while queue_head <= queue_tail do
+                fail_stores(queue[queue_head])
+                queue[queue_head], queue_head = nil, queue_head + 1
+            end
+        end
+    end
+end
+
+
+-- The daemon form's caches by request, for the log phase: by the request itself (its address,
+-- which an internal redirect keeps where it wipes ngx.ctx; $request_id is made anew each time it
+-- is read). Weakly: one collected first has left its key to orphans.
+local in_flight = setmetatable({}, { __mode = "v" })
+local get_request = require("resty.core.base").get_request
+
+local function request_key()
+    return tostring(get_request())
+end
+
+-- Keys held by requests whose cache was collected before it released them (the location has no
+-- log_by_lua): released with this worker's next lookup, as nginx's module does; past
+-- ORPHANS_MAX, left to the daemon's lock time.
+local orphans, ORPHANS_MAX = {}, 16
+
+
+-- The finalizer of a daemon-form cache handle: keeps the key it still holds for the next lookup.
+local function release_when_collected(daemons)
+    return function(handle)
+        local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
+        if lib.rpcedge_cache_release(handle, shard, path) ~= 0 and #orphans < ORPHANS_MAX then
+            orphans[#orphans + 1] = {
+                daemons = daemons, stores = {}, bytes = 0,
+                release = { shard = shard[0], path = lua_string(path) },
+            }
+        end
+        lib.rpcedge_cache_free(handle)
     end
 end
 
@@ -516,16 +614,17 @@ local function header_array(headers)
 end
 
 
--- The core's cache exchange for the current request, whose body is `body`, in `namespace`.
-local function new_cache(settings, body, namespace)
-    -- every header (a stored answer may vary on any); `anchor` keeps the strings the array
-    -- points to reachable through the call
-    local headers, n, strings = header_array(ngx.req.get_headers(0, true))
-    anchor[1] = strings
-    local method = ngx.req.get_method()
-    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), rstr(ngx.var.request_uri),
+-- The core's cache exchange for the current request, whose body is `body`, in `namespace`, with
+-- the client's `request_headers` (default: the request's now).
+local function new_cache(settings, body, namespace, request_headers)
+    -- every header (a stored answer may vary on any); `anchor` keeps the strings the array and
+    -- the core's strings point to reachable through the call
+    local headers, n, strings = header_array(request_headers or ngx.req.get_headers(0, true))
+    local method, uri = ngx.req.get_method(), ngx.var.request_uri
+    anchor[1], anchor[2] = strings, { namespace, method, uri }
+    local handle = lib.rpcedge_cache_new(settings, rstr(namespace), rstr(method), rstr(uri),
                                          body, body and #body or 0, headers, n)
-    anchor[1] = nil
+    anchor[1], anchor[2] = nil, nil
     if handle == nil then
         error("rpcedge: the cache could not take the request", 3)
     end
@@ -667,11 +766,15 @@ end
 
 -- The daemon form: the current request's cache exchange, when `settings` have a cache section,
 -- in `namespace` (or the section's), with the body it is looked up by (read here, when a POST's
--- length lets it be looked up at all); nil without a section.
-local function daemon_cache(settings, namespace)
+-- length lets it be looked up at all) and the client's `request_headers` (as it sent them, not
+-- as ask_upstream made them for the node); nil without a section.
+local function daemon_cache(settings, namespace, request_headers)
     local daemons = daemons_of[settings]
     if daemons == nil then
         return nil
+    end
+    while #orphans > 0 do
+        send_behind(table.remove(orphans))
     end
     local body
     if ngx.req.get_method() == "POST" then
@@ -681,10 +784,13 @@ local function daemon_cache(settings, namespace)
             body = request_body(settings)
         end
     end
-    local cache = new_cache(settings, body, namespace or daemons.ns)
+    local cache = new_cache(settings, body, namespace or daemons.ns, request_headers)
     cache.daemons = daemons
+    ffi_gc(cache.handle, nil)
+    ffi_gc(cache.handle, release_when_collected(daemons))
     -- the log phase ends what the answer did not (its client went away)
-    ngx.ctx.rpcedge_cache = cache
+    ngx.ctx.rpcedge_cache, cache.request_key = cache, request_key()
+    in_flight[cache.request_key] = cache
     return cache
 end
 
@@ -704,9 +810,12 @@ function Cache:lookup()
             lib.rpcedge_cache_failed(self.handle)
             return false
         end
-        if lib.rpcedge_cache_answered(self.handle, status, rstr(found["x-rpcedge-miss"]),
-                                      rstr(found["x-rpcedge-ttl"]), rstr(found["x-rpcedge-lock"]),
-                                      answer, #answer, self.daemons.min_length) ~= 0 then
+        anchor[1] = found
+        local hit = lib.rpcedge_cache_answered(self.handle, status, rstr(found["x-rpcedge-miss"]),
+                                               rstr(found["x-rpcedge-ttl"]), rstr(found["x-rpcedge-lock"]),
+                                               answer, #answer, self.daemons.min_length) ~= 0
+        anchor[1] = nil
+        if hit then
             return true
         end
     end
@@ -801,6 +910,9 @@ function Cache:ended()
         return
     end
     self.done = true
+    if self.request_key and in_flight[self.request_key] == self then
+        in_flight[self.request_key] = nil
+    end
     local stores = {}
     if self.holding then
         local body = table_concat(self.held)
@@ -831,13 +943,11 @@ function Cache:ended()
         release = { shard = shard[0], path = lua_string(path) }
     end
     if #stores > 0 or release then
-        local ok, err = ngx.timer.at(0, behind, self.daemons, stores, release)
-        if not ok then
-            ngx.log(ngx.ERR, "rpcedge cache: no timer for the store: ", err)
-            for _ = 1, #stores do
-                count(lib.rpcedge_count_store(0, counts))
-            end
+        local bytes = 0
+        for _, put in ipairs(stores) do
+            bytes = bytes + #put.body
         end
+        send_behind({ daemons = self.daemons, stores = stores, release = release, bytes = bytes })
     end
 end
 
@@ -927,8 +1037,9 @@ local function new_exchange(settings, at_head)
     lib.rpcedge_exchange_request_method(exchange, method, #method)
     local path = ngx.var.uri
     lib.rpcedge_exchange_request_path(exchange, path, #path)
-    feed_headers(exchange, lib.rpcedge_exchange_request_header, ngx.req.get_headers(0, true))
-    return setmetatable({ handle = exchange, settings = settings }, Exchange)
+    local request_headers = ngx.req.get_headers(0, true)
+    feed_headers(exchange, lib.rpcedge_exchange_request_header, request_headers)
+    return setmetatable({ handle = exchange, settings = settings, request_headers = request_headers }, Exchange)
 end
 
 
@@ -989,7 +1100,7 @@ function Exchange:capture(prefix, namespace)
         args = ngx.var.args,
         always_forward_body = true,
     }
-    local cache = daemon_cache(self.settings, namespace)
+    local cache = daemon_cache(self.settings, namespace, self.request_headers)
     self.cache = cache
     if cache then
         if cache:lookup() then
@@ -1000,7 +1111,12 @@ function Exchange:capture(prefix, namespace)
     local res = ngx.location.capture(prefix .. ngx.var.uri, options)
     if cache then
         cache:head(res.status, #res.body, res.header)
-        res.body = cache:pass(res.body, true)
+        if res.truncated then
+            -- neither merged nor kept: respond fails it
+            cache.holding, cache.replacing = false, false
+        else
+            res.body = cache:pass(res.body, true)
+        end
     end
     return res
 end
@@ -1017,6 +1133,16 @@ function Exchange:respond(res)
     if res.cached then
         cache:send_hit(res)
         return "cached"
+    end
+    if res.truncated then
+        -- the node's answer was cut short (a reset, a lying Content-Length): never sent as whole
+        ngx.log(ngx.ERR, "rpcedge: the node's answer was cut short")
+        count(lib.rpcedge_count_exchange(exchange, 0, 0, counts))
+        if cache then
+            cache:ended()
+        end
+        ngx.exit(ngx.HTTP_BAD_GATEWAY)
+        return "failed"
     end
 
     local body = res.body or ""
@@ -1096,7 +1222,7 @@ end
 -- of the body the node gets.
 function _M.access(settings, namespace)
     local state = { exchange = new_exchange(settings, true) }
-    local cache = daemon_cache(settings, namespace)
+    local cache = daemon_cache(settings, namespace, state.exchange.request_headers)
     if cache then
         if cache:lookup() then
             cache:send_hit(cache:hit_response())
@@ -1183,11 +1309,18 @@ function _M.body_filter()
 end
 
 
--- From log_by_lua, with the cache's daemon form: a request that ended before its answer did
--- (its client went away) releases the key it held, so that the requests waiting for its answer
--- go to the node at once rather than at the lock's time.
+-- From log_by_lua: a request that ended before its answer did (its client went away, the node's
+-- answer was cut, an error_page or ngx.exec sent it elsewhere) counts the proxy_pass form's exchange as aborted, as the other hosts do, and
+-- with the cache's daemon form releases the key it held, so that the requests waiting for its
+-- answer go to the node at once rather than at the lock's time.
 function _M.log()
-    local cache = ngx.ctx.rpcedge_cache
+    local state = ngx.ctx.rpcedge
+    if state and state.exchange then
+        -- the proxy_pass form's exchange, whose body never reached its end: aborted
+        ngx.ctx.rpcedge = nil
+        count(lib.rpcedge_count_exchange(state.exchange.handle, 0, state.exchange.compress_us or 0, counts))
+    end
+    local cache = ngx.ctx.rpcedge_cache or in_flight[request_key()]
     if cache then
         cache.holding = false
         cache:ended()
