@@ -58,7 +58,7 @@
 --         -- send hit with c:hit_headers() (Content-Type, Content-Encoding, Vary, the node's)
 --     end
 --     -- after the node answered (res from ngx.location.capture):
---     if c:response_head(res.status, #res.body, res.header) then
+--     if c:response_head(res.status, #res.body, res.header) and not res.truncated then
 --         local put = c:store(res.body)       -- nil: not kept (an error, a null, not final, ...)
 --         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
 --         -- only once that block (a decimal number) or the block of that transaction (a hash)
