@@ -568,15 +568,22 @@ end
 local orphans, ORPHANS_MAX = {}, 16
 
 
+-- The key a cache handle still holds, as the daemon's DELETE of it ({ shard, path }), or nil.
+local function held_key(handle)
+    local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
+    if lib.rpcedge_cache_release(handle, shard, path) == 0 then
+        return nil
+    end
+    return { shard = shard[0], path = lua_string(path) }
+end
+
+
 -- The finalizer of a daemon-form cache handle: keeps the key it still holds for the next lookup.
 local function release_when_collected(daemons)
     return function(handle)
-        local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
-        if lib.rpcedge_cache_release(handle, shard, path) ~= 0 and #orphans < ORPHANS_MAX then
-            orphans[#orphans + 1] = {
-                daemons = daemons, stores = {}, bytes = 0,
-                release = { shard = shard[0], path = lua_string(path) },
-            }
+        local release = held_key(handle)
+        if release and #orphans < ORPHANS_MAX then
+            orphans[#orphans + 1] = { daemons = daemons, stores = {}, bytes = 0, release = release }
         end
         lib.rpcedge_cache_free(handle)
     end
@@ -615,8 +622,9 @@ end
 
 
 -- The core's cache exchange for the current request, whose body is `body`, in `namespace`, with
--- the client's `request_headers` (default: the request's now).
-local function new_cache(settings, body, namespace, request_headers)
+-- the client's `request_headers` (default: the request's now); `finalizer` (default: free it)
+-- runs when the handle is collected.
+local function new_cache(settings, body, namespace, request_headers, finalizer)
     -- every header (a stored answer may vary on any); `anchor` keeps the strings the array and
     -- the core's strings point to reachable through the call
     local headers, n, strings = header_array(request_headers or ngx.req.get_headers(0, true))
@@ -628,7 +636,7 @@ local function new_cache(settings, body, namespace, request_headers)
     if handle == nil then
         error("rpcedge: the cache could not take the request", 3)
     end
-    return setmetatable({ handle = ffi_gc(handle, lib.rpcedge_cache_free), body = body }, Cache)
+    return setmetatable({ handle = ffi_gc(handle, finalizer or lib.rpcedge_cache_free), body = body }, Cache)
 end
 
 
@@ -784,10 +792,8 @@ local function daemon_cache(settings, namespace, request_headers)
             body = request_body(settings)
         end
     end
-    local cache = new_cache(settings, body, namespace or daemons.ns, request_headers)
+    local cache = new_cache(settings, body, namespace or daemons.ns, request_headers, release_when_collected(daemons))
     cache.daemons = daemons
-    ffi_gc(cache.handle, nil)
-    ffi_gc(cache.handle, release_when_collected(daemons))
     -- the log phase ends what the answer did not (its client went away)
     ngx.ctx.rpcedge_cache, cache.request_key = cache, request_key()
     in_flight[cache.request_key] = cache
@@ -937,11 +943,7 @@ function Cache:ended()
         local n = lib.rpcedge_count_refusal(self.handle, counts)
         count(n)
     until n == 0
-    local release
-    local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
-    if lib.rpcedge_cache_release(self.handle, shard, path) ~= 0 then
-        release = { shard = shard[0], path = lua_string(path) }
-    end
+    local release = held_key(self.handle)
     if #stores > 0 or release then
         local bytes = 0
         for _, put in ipairs(stores) do
@@ -1256,6 +1258,8 @@ function _M.header_filter()
         cache:mark_status()
     end
     local self = state.exchange
+    -- (read again: the exchange takes the head as the cache left it, without the node's length
+    -- where a batch's answer is merged)
     feed_headers(self.handle, lib.rpcedge_exchange_response_header, ngx.resp.get_headers(0, true))
     local edits = ffi_new("rpcedge_header_edits_t")
     local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status, edits)
@@ -1310,9 +1314,10 @@ end
 
 
 -- From log_by_lua: a request that ended before its answer did (its client went away, the node's
--- answer was cut, an error_page or ngx.exec sent it elsewhere) counts the proxy_pass form's exchange as aborted, as the other hosts do, and
--- with the cache's daemon form releases the key it held, so that the requests waiting for its
--- answer go to the node at once rather than at the lock's time.
+-- answer was cut, an error_page or ngx.exec sent it elsewhere) counts the proxy_pass form's
+-- exchange as aborted, as the other hosts do, and with the cache's daemon form releases the key
+-- it held, so that the requests waiting for its answer go to the node at once rather than at the
+-- lock's time.
 function _M.log()
     local state = ngx.ctx.rpcedge
     if state and state.exchange then
