@@ -5,11 +5,11 @@ cache daemon that polls it for finality."""
 
 import json
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import replay_corpus as rc
+from counters import scrape
 from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
 from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
 from nginx_harness import free_port, start_nginx
@@ -339,9 +339,7 @@ class PrometheusCounters(dict):
 
 
 def lua_counters(port):
-    text = urllib.request.urlopen(f"http://{LOOPBACK}:{port}/rpcedge_status", timeout=10).read().decode()
-    return PrometheusCounters((name.removesuffix("{}"), int(value)) for name, value in
-                              (line.split() for line in text.splitlines() if not line.startswith("#")))
+    return PrometheusCounters(scrape(port))
 
 
 class Proxy:

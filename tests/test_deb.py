@@ -12,7 +12,6 @@ free here; it skips only where no Docker engine can be started."""
 import gzip
 import json
 import shutil
-import subprocess
 import time
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 import cache_cases as cc
 import replay_corpus as rc
 import wire
+from docker_engine import checked, run, start_engine
 from harness import REPLAY_BIN, REPO, SAMPLE_CORPUS, free_port, port_accepts
 
 BASE = "debian:bookworm-slim"
@@ -59,29 +59,14 @@ cat /tmp/cached.log; exit 1
 """
 
 
-def run(argv, timeout=600):
-    return subprocess.run([str(a) for a in argv], cwd=REPO, timeout=timeout, text=True, capture_output=True)
-
-
-def checked(argv, timeout=600):
-    result = run(argv, timeout)
-    assert result.returncode == 0, f"{' '.join(map(str, argv))}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
 def inside(script, timeout=600):
     return checked(["docker", "exec", NAME, "bash", "-c", script], timeout)
 
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory):
-    if shutil.which("dockerd") is None and shutil.which("docker") is None:
-        pytest.skip("no Docker engine here: install Debian's docker.io (make deps does)")
-    engine = run(["bash", "docker/engine.sh", BASE], timeout=1800)
-    if engine.returncode != 0 and "dockerd is missing" in engine.stderr:
-        pytest.skip(f"no Docker engine can be started: {engine.stderr.strip()}")
-    assert engine.returncode == 0, engine.stdout + engine.stderr
-    debs = checked(["packaging/build-deb"]).stdout.split()
+    start_engine(BASE)
+    debs = checked(["packaging/build-deb"], timeout=600).stdout.split()
     assert sorted(deb.rsplit("/", 1)[1].split("_")[0] for deb in debs) == [MODULE_PACKAGE, "rpcedge-cached"]
     test = tmp_path_factory.mktemp("deb")
     shutil.copyfile(REPO / "configs/nginx/rpcedge-cache.conf", test / "rpcedge-cache.conf")
@@ -89,13 +74,13 @@ def container(tmp_path_factory):
     (test / "rpcedge-replay").chmod(0o755)
     shutil.copytree(SAMPLE_CORPUS, test / "corpus")
     (test / "start-daemon").write_text(START_DAEMON)
-    run(["docker", "rm", "-f", NAME])
+    run(["docker", "rm", "-f", NAME], timeout=600)
     checked(["docker", "run", "-d", "--rm", "--name", NAME, "--network", "host", "-v", f"{REPO / 'build/deb'}:/debs:ro",
-             "-v", f"{test}:/test:ro", BASE, "sleep", "900"])
+             "-v", f"{test}:/test:ro", BASE, "sleep", "900"], timeout=600)
     try:
         yield test
     finally:
-        run(["docker", "rm", "-f", NAME])
+        run(["docker", "rm", "-f", NAME], timeout=600)
 
 
 def post(port, path, body):

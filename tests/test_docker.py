@@ -9,8 +9,6 @@ only where no engine can be started at all."""
 import gzip
 import hashlib
 import json
-import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -21,6 +19,7 @@ import pytest
 import cache_cases as cc
 import replay_corpus as rc
 import wire
+from docker_engine import checked, run, start_engine
 from harness import REPO, SAMPLE_CORPUS, port_accepts
 
 COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-p", "rpcedge-test"]
@@ -31,24 +30,9 @@ BLOCK = "eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"  # 126 Ki
 SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # 40 B: untouched
 
 
-def run(argv, timeout=1800, **kwargs):
-    return subprocess.run(argv, cwd=REPO, timeout=timeout, text=True, capture_output=True, **kwargs)
-
-
-def checked(argv, timeout=1800, **kwargs):
-    result = run(argv, timeout, **kwargs)
-    assert result.returncode == 0, f"{' '.join(map(str, argv))}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
 @pytest.fixture(scope="module")
 def stack():
-    if shutil.which("dockerd") is None and shutil.which("docker") is None:
-        pytest.skip("no Docker engine here: install Debian's docker.io (make deps does)")
-    engine = run(["bash", "docker/engine.sh"])
-    if engine.returncode != 0 and "dockerd is missing" in engine.stderr:
-        pytest.skip(f"no Docker engine can be started: {engine.stderr.strip()}")
-    assert engine.returncode == 0, engine.stdout + engine.stderr
+    start_engine()
     started = time.monotonic()
     build = checked([sys.executable, "docker/build.py"])
     print(f"\nimages built in {time.monotonic() - started:.0f} s:\n{build.stdout}")

@@ -13,11 +13,11 @@ import pytest
 import cache_cases as cc
 import wire
 from cache_cases import envoy_plugin, nginx_server
+from counters import parse, scrape
 from envoy_harness import ENVOY_HOSTS, run_envoy
 from harness import REPO
 from nginx_harness import free_port, start_nginx
 from test_nginx import BUCKETS
-from test_nginx_status import parse
 
 # the relabelling docker/prometheus.yml gives the native module's counters, as Prometheus applies it
 # (the regex anchored, $1 its group)
@@ -73,7 +73,7 @@ class Host:
             server = nginx_server(self.port, stack.replay.port, stack.daemon.port, hot=True, extra=STATUS)
             nginx = start_nginx(workdir, server, [self.port], workers=2)
             self.stop = nginx.stop
-            self.scrape = lambda: parse(wire.request(self.port, "/rpcedge_status", accept_encoding=None).body.decode())
+            self.scrape = lambda: scrape(self.port)
         else:
             plugin = json.loads(envoy_plugin(hot=True))
             plugin.update(transcode=True, buffer_limit=68157440)  # the example listener's limit

@@ -1,14 +1,13 @@
 """rpcedge's counters in nginx: the core's (rpcedge_core::metrics), kept in shared memory by every
 worker, served by `rpcedge_status` in Prometheus' text format as Envoy prints its own."""
 
-import gzip
-import re
 import socket
 import time
 
 import pytest
 
 import wire
+from counters import scrape
 from nginx_harness import LOOPBACK, free_port, shipped_conf, start_nginx
 from test_nginx import BUCKETS, recorded
 
@@ -37,26 +36,6 @@ def nginx(replay, tmp_path_factory):
                          SERVER.format(LOOPBACK=LOOPBACK, port=port, replay_port=replay.port), [port], workers=2)
     yield server
     server.stop()
-
-
-def parse(text):
-    """Counters by name from Prometheus' text format as Envoy prints a counter: its TYPE line, then
-    `name{} value`."""
-    lines = text.splitlines()
-    counters = {}
-    for declared, sample in zip(lines[::2], lines[1::2]):
-        name = re.fullmatch(r"# TYPE (rpcedge_[a-z0-9_]+) counter", declared).group(1)
-        value = re.fullmatch(rf"{name}\{{\}} (\d+)", sample).group(1)
-        assert name not in counters, name
-        counters[name] = int(value)
-    assert len(lines) == 2 * len(counters), "every line a counter's"
-    return counters
-
-
-def scrape(port, path="/rpcedge_status"):
-    r = wire.request(port, path, accept_encoding=None)
-    assert r.status == 200 and r.header("content-type") == "text/plain; version=0.0.4", r.status
-    return parse(r.body.decode())
 
 
 def test_counters_add_up_across_workers(nginx, replay):

@@ -8,8 +8,9 @@ import pytest
 
 import replay_corpus as rc
 import wire
+from counters import scrape
 from conftest import CORPUS, REPO
-from harness import SSZ_EXAMPLES, Process, free_port
+from harness import SSZ_EXAMPLES, Process
 from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
 from test_nginx_status import nginx  # noqa: F401 (a fixture: the module with rpcedge_status)
 
@@ -215,7 +216,6 @@ def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_co
     geth does: every spelling a Go node reads otherwise bypasses, and hits carry what the node
     gave each origin."""
     import json
-    import time
     from go_node import GoNode
     from test_cache_security import A, CORS, SPELLINGS, by_hash, call
 
@@ -246,14 +246,8 @@ def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_co
 def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty, nginx):
     import json
     import cache_cases as cc
-    from test_nginx_status import parse, scrape
 
-    def lua_counters():
-        r = wire.request(openresty, "/rpcedge_status", accept_encoding=None)
-        assert r.status == 200 and r.header("content-type") == "text/plain; version=0.0.4"
-        return parse(r.body.decode())
-
-    before = lua_counters()
+    before = scrape(openresty)
     assert sorted(before) == sorted(scrape(nginx.port)), "the module's names"
     assert post(openresty, MEDIUM, "gzip").header("content-encoding") == "gzip"
     headers = {"Content-Type": "application/json"}
@@ -264,7 +258,7 @@ def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty,
     r = wire.request(openresty, f"/cached/{batch.network}", method="POST", body=json.dumps(batch.request).encode(),
                      headers=headers)
     assert r.header("x-rpcedge-cache") == "BYPASS"
-    after = lua_counters()
+    after = scrape(openresty)
     delta = {name: after[name] - before[name] for name in after if after[name] != before[name]}
     assert delta.pop("rpcedge_body_bytes_in") > delta.pop("rpcedge_body_bytes_out") > 0
     assert delta.pop("rpcedge_compress_time_us", 0) >= 0
@@ -416,28 +410,24 @@ def test_a_node_answer_cut_short_is_never_sent_or_kept_as_whole(tmp_path):
     form ends the response unfinished; neither is stored, and each counts an aborted exchange."""
     import time
     import cache_cases as cc
-    from test_nginx_status import parse
 
     blocks = cc.find_all(cc.block_by_hash, limit=2)  # one for each form
     (tmp_path / "stack").mkdir()
     stack = cc.CacheStack(tmp_path / "stack", [block.network for block in blocks])
     port, process = start_openresty(tmp_path / "openresty", stack.replay.port, cached_port=stack.daemon.port)
 
-    def counted():
-        return parse(wire.request(port, "/rpcedge_status", accept_encoding=None).body.decode())
-
     try:
         cut = {"X-Replay-Chunk-Size": "256", "X-Replay-Chunk-Delay-Ms": "5", "Content-Type": "application/json"}
         for prefix, block in zip(("", "/proxied"), blocks):
             cut["X-Replay-Reset-After"] = str(len(block.answer(1)) // 2)
-            before, stored = counted(), stack.daemon.stats().get("stores_total", 0)
+            before, stored = scrape(port), stack.daemon.stats().get("stores_total", 0)
             r = wire.request(port, prefix + block.path, method="POST", body=block.body(1), headers=cut)
             if prefix:
                 assert r.status == 200 and not r.complete, "an unfinished answer, never a whole one"
             else:
                 assert r.status == 502 and r.complete and block.answer(1)[:20] not in r.body
             deadline = time.monotonic() + 5
-            while counted()["rpcedge_responses_aborted"] != before["rpcedge_responses_aborted"] + 1:
+            while scrape(port)["rpcedge_responses_aborted"] != before["rpcedge_responses_aborted"] + 1:
                 assert time.monotonic() < deadline, "not counted as aborted"
                 time.sleep(0.05)
             time.sleep(0.3)  # a store, had one been made, would have landed
@@ -527,3 +517,4 @@ def test_stores_wait_out_timers_that_openresty_could_not_run(tmp_path, replay):
     finally:
         nginx.stop()
         daemon.stop()
+
