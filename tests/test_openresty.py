@@ -518,3 +518,38 @@ def test_stores_wait_out_timers_that_openresty_could_not_run(tmp_path, replay):
         nginx.stop()
         daemon.stop()
 
+
+def test_a_key_held_by_a_collected_handle_goes_to_the_next_lookup(tmp_path):
+    """A location without rpcedge.log() whose request drops its cache while holding the key of a
+    miss: the handle's finalizer leaves the key to the worker's next lookup, which releases it, so
+    the next client of that key is told MISS at once rather than after lock_timeout (5 s here)."""
+    import time
+    import cache_cases as cc
+
+    case = cc.find_all(cc.immutable, limit=1)[0]
+    (tmp_path / "stack").mkdir()
+    stack = cc.CacheStack(tmp_path / "stack", [case.network])
+    # (the request ends holding the key: its cache dropped unreleased, and no log phase)
+    leak = f"""
+        location = /leak {{
+            log_by_lua_block {{ }}
+            content_by_lua_block {{
+                require("resty.rpcedge").access(rpcedge_settings, "{case.network}")
+                ngx.ctx.rpcedge_cache, ngx.ctx.rpcedge = nil, nil
+                collectgarbage()
+                collectgarbage()
+                ngx.say("left")
+            }}
+        }}"""
+    proxy = cc.start_proxy("openresty", tmp_path / "openresty", stack, extra=leak, settings={"lock_timeout_ms": 5000})
+    headers = {"Content-Type": "application/json"}
+    try:
+        left = wire.request(proxy.port, "/leak", method="POST", body=case.body(1), headers=headers)
+        assert left.status == 200 and left.body == b"left\n"
+        started = time.monotonic()
+        r = wire.request(proxy.port, case.path, method="POST", body=case.body(2), headers=headers)
+        assert r.header("x-rpcedge-cache") == "MISS" and r.decoded() == case.answer(2)
+        assert time.monotonic() - started < 2.5, "the key was released, not left to lock_timeout"
+    finally:
+        proxy.stop()
+        stack.stop()
