@@ -24,14 +24,23 @@ APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx ngi
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
+# A real node for the tests (tests/test_real_node.py) and `make run NODE=geth`: geth, pinned, built
+# from the Go module proxy (as the machine's Go is set up) into build/bin once, about 4 minutes on
+# 2 cores; the machine's own Go toolchain (/usr/local/go where there is one: Debian 12's is too old).
+GETH_VERSION := v1.17.10
+GETH := build/bin/geth
+GO := $(firstword $(wildcard /usr/local/go/bin/go) go)
+export RPCEDGE_GETH := $(abspath $(GETH))
+
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate exchange c_abi transcode cache_lookup
 
-.PHONY: help deps build test test-rust test-e2e test-fuzz fuzz asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz asan run docker deb bench clean
 
 help:
-	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops)"
+	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
+	@echo "            NODE=geth: in front of a geth --dev chain instead of the replay"
 	@echo "make test   install what is needed, build, run every test"
 	@echo "make bench  install what is needed, run the benchmarks"
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
@@ -74,12 +83,28 @@ build: deps
 	$(MAKE) -C nginx-module
 	$(MAKE) -C envoy-filter wasm
 
+$(GETH): | $(STAMPS)/apt
+	@mkdir -p $(@D)
+	GOBIN=$(abspath $(@D)) $(GO) install github.com/ethereum/go-ethereum/cmd/geth@$(GETH_VERSION)
+	$@ version | grep -q '^Version: $(GETH_VERSION:v%=%)'
+
+geth: $(GETH)
+
+# Real JS clients for the real-node tests (ethers v6, viem; tests/clients/package.json) from the
+# machine's npm registry; Node.js and npm from Debian where the machine has no npm of its own.
+$(STAMPS)/clients: tests/clients/package.json | $(STAMPS)/apt
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	cd tests/clients && npm install --no-package-lock --no-audit --no-fund --loglevel=error
+	@touch $@
+
 # The Envoy filter's own tests run natively, against a model of Envoy (envoy-filter/wasm/src/tests.rs).
 test-rust: build
 	$(CARGO) test --release --locked
 	$(CARGO) test --release --locked -p rpcedge-envoy-filter
 
-test-e2e: build
+test-e2e: build $(GETH) $(STAMPS)/clients
+	$(MAKE) -C envoy-filter wasm-test-panic
 	cd tests && ../$(VENV)/bin/python -m pytest -q
 
 test: test-rust test-e2e test-fuzz
@@ -115,8 +140,10 @@ asan: build $(STAMPS)/fuzz
 	@if ls build/asan-logs/nginx.* >/dev/null 2>&1; then cat build/asan-logs/nginx.*; exit 1; fi
 	@echo "AddressSanitizer: no reports"
 
-run: build
-	cd tests && ../$(VENV)/bin/python stack.py
+# NODE=geth: a geth --dev chain in place of the replay (tests/stack.py)
+NODE ?= replay
+run: build $(if $(filter geth,$(NODE)),$(GETH))
+	cd tests && RPCEDGE_NODE=$(NODE) ../$(VENV)/bin/python stack.py
 
 # The reference stack's images, from this build's artefacts; starts a Docker engine and makes the
 # base image where needed.

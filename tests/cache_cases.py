@@ -187,8 +187,13 @@ LOOKUP_TIMEOUT_MS = 1000
 
 
 def node_upstream(replay_port):
-    """The node's upstream block, with keepalive, as the example configs have it."""
+    """The node's upstream block, with keepalive, and the WebSocket upgrade's map, as the example
+    configs have them."""
     return f"""
+    map $http_upgrade $connection_upgrade {{
+        default upgrade;
+        ""      "";
+    }}
     upstream ethereum_node {{
         server {LOOPBACK}:{replay_port};
         keepalive 8;
@@ -239,8 +244,10 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
         {extra}
 
         proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_set_header Accept-Encoding "";
+        proxy_set_header Connection $connection_upgrade;
+        proxy_set_header Upgrade $http_upgrade;
+        # as the example: geth and erigon accept an IP address or "localhost" as Host
+        proxy_set_header Host localhost;
 {networks}
 
         location / {{
@@ -314,8 +321,10 @@ def openresty_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOK
         {extra}
 
         proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_set_header Accept-Encoding "";
+        proxy_set_header Connection $connection_upgrade;
+        proxy_set_header Upgrade $http_upgrade;
+        # as the example: geth and erigon accept an IP address or "localhost" as Host
+        proxy_set_header Host localhost;
 
         location /__node/ {{
             internal;

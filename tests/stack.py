@@ -1,4 +1,6 @@
 """`make run`: the replay upstream and the proxies with rpcedge, on loopback, until Ctrl-C.
+`make run NODE=geth` (RPCEDGE_NODE=geth): a geth `--dev` chain in the replay's place, serving
+/mainnet, with a small generator of transactions; the cache daemon takes geth's finality.
 
     replay upstream  127.0.0.1:18545
     nginx + rpcedge  127.0.0.1:18080  (configs/nginx/nginx.conf)
@@ -21,6 +23,7 @@ from harness import LOOPBACK, REPO, Process, StartError, corpus_description, sta
 from nginx_harness import NGINX_BIN, shipped_conf
 
 RUN = Path(os.environ.get("RPCEDGE_RUN", REPO / "run"))
+NODE = os.environ.get("RPCEDGE_NODE") or "replay"
 REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT = 18545, 18080, 18081, 19901, 18090
 # The replay's networks. Each is told that a block above every recording is final, so that
 # recorded data counts as final for the cache; the cache's namespaces are the networks' names, as
@@ -90,9 +93,11 @@ class Part:
 
 
 def start_daemon():
-    upstreams = [arg for network in NETWORKS
+    networks = ["mainnet"] if NODE == "geth" else NETWORKS
+    upstreams = [arg for network in networks
                  for arg in ("--finality-upstream", f"{network}=http://{LOOPBACK}:{REPLAY_PORT}/{network}")]
-    upstreams += ["--beacon-upstream", f"{BEACON}=http://{LOOPBACK}:{REPLAY_PORT}/"]
+    if NODE != "geth":
+        upstreams += ["--beacon-upstream", f"{BEACON}=http://{LOOPBACK}:{REPLAY_PORT}/"]
     return start_cached(RUN, RUN / "cache", args=upstreams, port=CACHED_PORT,
                         socket_path=RUN / "cached.sock").process
 
@@ -125,17 +130,50 @@ def start_replay_node():
     return start_replay(RUN, port=REPLAY_PORT, args=finalized).process
 
 
+def start_geth_node():
+    """geth on the replay's port, its chain kept in run/ across restarts, and a generator of
+    transactions for it."""
+    from geth_node import Geth, TrafficGenerator
+
+    global traffic
+    if traffic:
+        traffic.stop()
+    geth = Geth(RUN, prefix="/mainnet", http_port=REPLAY_PORT)
+    traffic = TrafficGenerator(geth)
+    return geth.process
+
+
+traffic = None
+
+
 def main():
     RUN.mkdir(parents=True, exist_ok=True)
-    parts = [Part("replay upstream", start_replay_node), Part("cache daemon", start_daemon),
-             Part("nginx", start_nginx), Part("envoy", start_envoy)]
+    node = Part("geth", start_geth_node) if NODE == "geth" else Part("replay upstream", start_replay_node)
+    parts = [node, Part("cache daemon", start_daemon), Part("nginx", start_nginx), Part("envoy", start_envoy)]
     # SIGTERM (as from `kill`) stops the stack like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
-        print(f"loading {corpus_description()} into the replay upstream ...", flush=True)
+        if NODE == "geth":
+            print("starting geth --dev (a block a second, transactions every 2 s) ...", flush=True)
+        else:
+            print(f"loading {corpus_description()} into the replay upstream ...", flush=True)
         for part in parts:
             part.run()
-        print(f"""
+        if NODE == "geth":
+            print(f"""
+rpcedge is running in front of geth (logs in {RUN}):
+  geth --dev       http://127.0.0.1:{REPLAY_PORT}/mainnet
+  nginx + rpcedge  http://127.0.0.1:{NGINX_PORT}/mainnet
+  Envoy + rpcedge  http://127.0.0.1:{ENVOY_PORT}/mainnet   (admin http://127.0.0.1:{ENVOY_ADMIN}/stats?filter=rpcedge)
+  cache daemon     http://127.0.0.1:{CACHED_PORT}   (finality: geth's finalized block)
+
+try (a block geth has finalized is a MISS, then a HIT):
+  curl -s --compressed -D - http://127.0.0.1:{NGINX_PORT}/mainnet -H 'Content-Type: application/json' \\
+    -d '{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x1",true]}}'
+
+A part that dies is started again (logged here and in {RUN / "stack.log"}). Ctrl-C stops everything.""", flush=True)
+        else:
+            print(f"""
 rpcedge is running (logs in {RUN}):
   replay upstream  http://127.0.0.1:{REPLAY_PORT}   (POST /<network>: mainnet, sepolia, hive-testchain, ...;
                                             GET Beacon-API blocks, blobs, states: loadtest/replay/README.md)

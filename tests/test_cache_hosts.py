@@ -348,11 +348,14 @@ def test_beacon_reads_by_root_and_by_final_slot_are_hits_in_json_and_ssz_from_on
 class StandInNode(StandIn):
     """A node that answers every call with `case`'s recorded answer (the caller's id) after
     `delays[i]` seconds for its i-th request (the last delay after that), or with a 503 for the
-    requests `failing` numbers; it counts what reaches it."""
+    requests `failing` numbers; it counts what reaches it, and keeps the Accept-Encoding each
+    request had (None: none). With `compresses`, it gzips its answer for a request that accepts
+    gzip, as geth and erigon do."""
 
-    def __init__(self, case_, delays, failing=()):
+    def __init__(self, case_, delays, failing=(), compresses=False):
         node = self
         self.requests = 0
+        self.accept_encodings = []
         self.lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -360,17 +363,24 @@ class StandInNode(StandIn):
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                accept_encoding = self.headers.get("Accept-Encoding")
                 with node.lock:
                     number = node.requests
                     node.requests += 1
+                    node.accept_encodings.append(accept_encoding)
                 time.sleep(delays[min(number, len(delays) - 1)])
                 if number in failing:
                     answer, status = b"overloaded\n", 503
                 else:
                     answer, status = case_.answer(json.loads(body)["id"]), 200
+                gzipped = compresses and "gzip" in (accept_encoding or "")
+                if gzipped:
+                    answer = gzip.compress(answer)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
+                    if gzipped:
+                        self.send_header("Content-Encoding", "gzip")
                     self.send_header("Content-Length", str(len(answer)))
                     self.end_headers()
                     self.wfile.write(answer)
@@ -389,8 +399,8 @@ def stand_in(proxies, stack):
     with the cache's `settings`, on the stack's daemon."""
     nodes = []
 
-    def start(delays, failing=(), settings=None):
-        node = StandInNode(case("block_by_hash"), delays, failing)
+    def start(delays, failing=(), settings=None, compresses=False):
+        node = StandInNode(case("block_by_hash"), delays, failing, compresses)
         nodes.append(node)
         in_front = types.SimpleNamespace(replay=node, daemon=stack.daemon)
         return node, proxies(stack=in_front, settings=settings)
@@ -421,12 +431,32 @@ def test_concurrent_misses_of_one_key_send_the_node_one_request_and_share_its_an
     for id_, response in enumerate(responses):
         assert response.status == 200 and response.decoded() == block.answer(id_), id_
         assert exact_length(proxy, response)
+        # every one of these gzip clients gets it gzip, the holder's and the waiters' alike
+        assert response.header("content-encoding") == "gzip", (id_, status(response))
     statuses = sorted(status(response) for response in responses)
     # the holder is the one MISS; a late comer may find the answer stored already
     assert statuses.count("MISS") == 1 and set(statuses) <= {"MISS", "COALESCED", "HIT"}, statuses
     assert statuses.count("COALESCED") >= 10, statuses
     if proxy.counters:
         assert proxy.counters()["cache.responses.coalesced"] == statuses.count("COALESCED")
+
+
+def test_a_node_that_compresses_when_asked_is_asked_for_identity_and_its_answers_kept(stand_in):
+    """geth and erigon gzip whenever the request accepts gzip: rpcedge removes Accept-Encoding
+    towards the node by itself (no proxy_set_header in these configs), so the answer is kept, then
+    hit, and every client gets what it asked for."""
+    node, proxy = stand_in(delays=[0], compresses=True)
+    block = case("block_by_hash")
+    first = post(proxy.port, block, id_=1)
+    assert status(first) == "MISS" and first.decoded() == block.answer(1)
+    assert first.header("content-encoding") == "gzip" and exact_length(proxy, first)
+    assert node.accept_encodings == [None], "the node was asked for identity"
+    hit = wait_for_hit(proxy.port, block, time.monotonic())
+    assert hit.decoded() == block.answer("probe") and hit.header("content-encoding") == "gzip"
+    plain = post(proxy.port, block, id_=2, accept_encoding=None)
+    assert status(plain) == "HIT" and plain.header("content-encoding") is None
+    assert plain.body == block.answer(2)
+    assert node.requests == 1
 
 
 def test_a_failure_at_the_node_is_never_handed_to_the_misses_that_waited(stand_in):

@@ -36,7 +36,6 @@ server {{
     include /test/rpcedge-cache.conf;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
-    proxy_set_header Accept-Encoding "";
 {locations}
 }}
 """

@@ -2236,6 +2236,17 @@ ngx_http_rpcedge_cache_default_ns(ngx_conf_t *cf,
 }
 
 
+ngx_uint_t
+ngx_http_rpcedge_cache_keeps(ngx_http_request_t *r)
+{
+    ngx_http_rpcedge_cache_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
+
+    return ctx != NULL && ctx->state == ngx_http_rpcedge_cache_pass_on;
+}
+
+
 static ngx_int_t
 ngx_http_rpcedge_cache_init(ngx_conf_t *cf)
 {

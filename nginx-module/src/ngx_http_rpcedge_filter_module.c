@@ -6,8 +6,9 @@
  * Thin glue over rpcedge-core (shared-core/): every decision is the core's.
  * The header filter feeds the request and response heads (and the request
  * body, when the core asks for it to transcode) and gets a plan;
- * with rpcedge_transcode_upstream_ssz, a precontent handler feeds the
- * request first, to ask the node for SSZ where the core says so;
+ * a precontent handler feeds the request first, to ask the node for
+ * identity (and with rpcedge_transcode_upstream_ssz for SSZ) where the core
+ * says so;
  * the body filter feeds the body and sends what the core returns, holding
  * the headers while the core buffers. With "aio threads", the core hands
  * large whole-body compressions out as jobs, run in the thread pool.
@@ -92,6 +93,8 @@ typedef struct {
     unsigned                   headers_sent:1;
     /* the exchange was made before the response, from the request */
     unsigned                   asked:1;
+    /* the exchange has had the request body */
+    unsigned                   fed_body:1;
     /* the last buffer came in (it may still wait in ctx->in) */
     unsigned                   last_in:1;
     unsigned                   done:1;
@@ -125,6 +128,8 @@ static ngx_int_t ngx_http_rpcedge_new_exchange(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, ngx_http_rpcedge_conf_t *conf);
 static void ngx_http_rpcedge_feed_response(ngx_http_request_t *r,
     rpcedge_exchange_t *ex);
+static void ngx_http_rpcedge_feed_request_body(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx);
 static ngx_int_t ngx_http_rpcedge_ask_handler(ngx_http_request_t *r);
 static void ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rpcedge_ask_node(ngx_http_request_t *r,
@@ -397,8 +402,12 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
         }
 
     } else if (ctx->asked) {
-        /* made by the precontent handler, with the request as it came */
+        /*
+         * made by the precontent handler, with the request as it came; the
+         * body, which the proxy has read since, where the core wants it
+         */
         ctx->asked = 0;
+        ngx_http_rpcedge_feed_request_body(r, ctx);
 
     } else {
         if (r->filter_finalize) {
@@ -515,7 +524,6 @@ static ngx_int_t
 ngx_http_rpcedge_new_exchange(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, ngx_http_rpcedge_conf_t *conf)
 {
-    rpcedge_str_t              body;
     rpcedge_exchange_t        *ex;
 #if (NGX_THREADS)
     ngx_http_core_loc_conf_t  *clcf;
@@ -543,17 +551,30 @@ ngx_http_rpcedge_new_exchange(ngx_http_request_t *r,
     ngx_http_rpcedge_feed_list(ex, &r->headers_in.headers,
                                rpcedge_exchange_request_header);
 
-    /* the upstream has had the body (or it is still to be read) */
-
-    if (rpcedge_exchange_wants_request_body(ex)) {
-        body = ngx_http_rpcedge_request_body(r);
-
-        if (body.data) {
-            rpcedge_exchange_request_body(ex, body.data, body.len);
-        }
-    }
+    ngx_http_rpcedge_feed_request_body(r, ctx);
 
     return NGX_OK;
+}
+
+
+/* the request body, once, where the core wants it and nginx holds it whole */
+
+static void
+ngx_http_rpcedge_feed_request_body(ngx_http_request_t *r,
+    ngx_http_rpcedge_ctx_t *ctx)
+{
+    rpcedge_str_t  body;
+
+    if (ctx->fed_body || !rpcedge_exchange_wants_request_body(ctx->exchange)) {
+        return;
+    }
+
+    body = ngx_http_rpcedge_request_body(r);
+
+    if (body.data) {
+        ctx->fed_body = 1;
+        rpcedge_exchange_request_body(ctx->exchange, body.data, body.len);
+    }
 }
 
 
@@ -578,9 +599,10 @@ ngx_http_rpcedge_feed_response(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 
 
 /*
- * rpcedge_transcode_upstream_ssz: before the request goes to the node, the
- * exchange is made from it (its body read first when the core wants it) and
- * the core may ask for SSZ in place of the client's JSON
+ * Before the request goes to the node, the exchange is made from it: the
+ * node is to answer identity wherever rpcedge may have work on the answer,
+ * and with rpcedge_transcode_upstream_ssz it may be asked for SSZ in place of
+ * the client's JSON (its body read first when the core wants it)
  */
 
 static ngx_int_t
@@ -592,7 +614,7 @@ ngx_http_rpcedge_ask_handler(ngx_http_request_t *r)
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
 
-    if (r != r->main || !conf->enable || !conf->transcode_upstream_ssz) {
+    if (r != r->main || !conf->enable) {
         return NGX_DECLINED;
     }
 
@@ -613,7 +635,14 @@ ngx_http_rpcedge_ask_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (!rpcedge_exchange_wants_request_body(ctx->exchange)) {
+    if (ngx_http_rpcedge_cache_keeps(r)) {
+        rpcedge_exchange_cache_may_keep(ctx->exchange);
+    }
+
+    if (!conf->transcode_upstream_ssz
+        || ctx->fed_body
+        || !rpcedge_exchange_wants_request_body(ctx->exchange))
+    {
         return ngx_http_rpcedge_ask_node(r, ctx);
     }
 
@@ -632,16 +661,11 @@ ngx_http_rpcedge_ask_handler(ngx_http_request_t *r)
 static void
 ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r)
 {
-    rpcedge_str_t            body;
     ngx_http_rpcedge_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_rpcedge_filter_module);
 
-    body = ngx_http_rpcedge_request_body(r);
-
-    if (body.data) {
-        rpcedge_exchange_request_body(ctx->exchange, body.data, body.len);
-    }
+    ngx_http_rpcedge_feed_request_body(r, ctx);
 
     if (ngx_http_rpcedge_ask_node(r, ctx) != NGX_DECLINED) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -654,33 +678,41 @@ ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r)
 
 
 /*
- * Accept as the core gives it, and no Accept-Encoding (an encoded answer
- * could not be rendered): nginx lists cannot drop an element, so the
- * request's header list is copied without the two
+ * Accept as the core gives it, and no Accept-Encoding where the node is to
+ * answer identity: whatever proxy_set_header the location has (they replace
+ * the server's, Accept-Encoding "" included). nginx lists cannot drop an
+ * element, so the request's header list is made anew without the two (in
+ * place: a list's last part is its own).
  */
 
 static ngx_int_t
 ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
-    ngx_uint_t        i;
+    ngx_uint_t        i, identity;
     ngx_list_t        headers;
     rpcedge_str_t     accept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h, *copy;
 
     accept = rpcedge_exchange_upstream_accept(ctx->exchange);
+    identity = accept.data || rpcedge_exchange_node_identity(ctx->exchange);
 
-    if (accept.data == NULL) {
+    if (!identity) {
         return NGX_DECLINED;
     }
 
-    if (ngx_list_init(&headers, r->pool, 20, sizeof(ngx_table_elt_t))
+    /* the old list's parts stay where they are, in the request's pool */
+
+    headers = r->headers_in.headers;
+
+    if (ngx_list_init(&r->headers_in.headers, r->pool, 20,
+                      sizeof(ngx_table_elt_t))
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    part = &r->headers_in.headers.part;
+    part = &headers.part;
     h = part->elts;
 
     for (i = 0; /* void */; i++) {
@@ -695,7 +727,8 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
             i = 0;
         }
 
-        if ((h[i].key.len == sizeof("Accept") - 1
+        if ((accept.data
+             && h[i].key.len == sizeof("Accept") - 1
              && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
                                 sizeof("Accept") - 1) == 0)
             || (h[i].key.len == sizeof("Accept-Encoding") - 1
@@ -705,7 +738,7 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
             continue;
         }
 
-        copy = ngx_list_push(&headers);
+        copy = ngx_list_push(&r->headers_in.headers);
         if (copy == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -713,9 +746,17 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         *copy = h[i];
     }
 
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+    r->headers_in.accept_encoding = NULL;
+#endif
+
+    if (accept.data == NULL) {
+        return NGX_DECLINED;
+    }
+
     /* hashed as nginx hashes a request header: proxy_set_header still wins */
 
-    copy = ngx_http_rpcedge_push_header(&headers, "accept",
+    copy = ngx_http_rpcedge_push_header(&r->headers_in.headers, "accept",
                                         (u_char *) accept.data, accept.len);
     if (copy == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -724,11 +765,6 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
     ngx_str_set(&copy->key, "Accept");
     copy->hash = ngx_hash_key(copy->lowcase_key, copy->key.len);
 
-    r->headers_in.headers = headers;
-
-#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
-    r->headers_in.accept_encoding = NULL;
-#endif
 #if (NGX_HTTP_HEADERS)
     r->headers_in.accept = copy;
 #endif
@@ -792,7 +828,8 @@ static ngx_int_t
 ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     rpcedge_header_edits_t *edits)
 {
-    ngx_uint_t                 i;
+    ngx_str_t                  vary;
+    ngx_uint_t                 i, vary_encoding;
     ngx_table_elt_t           *h;
 #if (NGX_HTTP_GZIP)
     ngx_http_core_loc_conf_t  *clcf;
@@ -807,13 +844,37 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         r->headers_out.charset.len = 0;
     }
 
-    if (edits->add_vary_accept
-        && ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
-                                        (u_char *) "Accept",
-                                        sizeof("Accept") - 1)
-           == NULL)
-    {
-        return NGX_ERROR;
+    /* Vary: what the core adds, in one field line */
+
+    vary_encoding = edits->add_vary;
+
+#if (NGX_HTTP_GZIP)
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (vary_encoding && clcf->gzip_vary) {
+        /* gzip may ask for it too: nginx's header filter adds it once */
+        r->gzip_vary = 1;
+        vary_encoding = 0;
+    }
+#endif
+
+    if (edits->add_vary_accept || vary_encoding) {
+        if (!edits->add_vary_accept) {
+            ngx_str_set(&vary, "Accept-Encoding");
+
+        } else if (vary_encoding) {
+            ngx_str_set(&vary, "Accept, Accept-Encoding");
+
+        } else {
+            ngx_str_set(&vary, "Accept");
+        }
+
+        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
+                                         vary.data, vary.len)
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
     }
 
     for (i = 0; i < edits->set_len; i++) {
@@ -844,25 +905,6 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
     case RPCEDGE_EDIT_REMOVE:
         ngx_http_clear_content_length(r);
         break;
-    }
-
-    if (edits->add_vary) {
-#if (NGX_HTTP_GZIP)
-        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-        if (clcf->gzip_vary) {
-            /* gzip may ask for it too: nginx's header filter adds it once */
-            r->gzip_vary = 1;
-
-        } else
-#endif
-        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
-                                         (u_char *) "Accept-Encoding",
-                                         sizeof("Accept-Encoding") - 1)
-            == NULL)
-        {
-            return NGX_ERROR;
-        }
     }
 
     switch (edits->etag_op) {

@@ -64,6 +64,9 @@ size_t ngx_http_rpcedge_conf_min_length(ngx_conf_t *cf);
 ngx_int_t ngx_http_rpcedge_answer_from_cache(ngx_http_request_t *r);
 ngx_uint_t ngx_http_rpcedge_cache_answering(ngx_http_request_t *r);
 
+/* the cache looked r up, and may keep the node's answer (so it must be identity) */
+ngx_uint_t ngx_http_rpcedge_cache_keeps(ngx_http_request_t *r);
+
 
 /* ngx_http_rpcedge_status.c: the counters zone and its page */
 

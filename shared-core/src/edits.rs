@@ -17,14 +17,16 @@ pub enum HeaderOp<'a> {
 
 impl HeaderEdits {
     /// The edits in the order a host applies them: Vary's values come out as the node's, then
-    /// `Accept`, then `Accept-Encoding`.
+    /// `Accept`, then `Accept-Encoding`, the two added as one field line.
     pub fn operations(&self) -> Vec<HeaderOp<'_>> {
         let mut ops = Vec::new();
         if let Some(content_type) = self.content_type {
             ops.push(HeaderOp::Set("content-type", Cow::Borrowed(content_type.as_bytes())));
         }
-        if self.add_vary_accept {
-            ops.push(HeaderOp::Append("vary", "Accept"));
+        match (self.add_vary_accept, self.add_vary) {
+            (true, true) => ops.push(HeaderOp::Append("vary", "Accept, Accept-Encoding")),
+            (true, false) => ops.push(HeaderOp::Append("vary", "Accept")),
+            _ => {}
         }
         for (name, value) in &self.set {
             ops.push(HeaderOp::Set(name, Cow::Borrowed(value)));
@@ -37,7 +39,7 @@ impl HeaderEdits {
             LengthEdit::Set(length) => ops.push(HeaderOp::Set("content-length", Cow::Owned(length.to_string().into()))),
             LengthEdit::Remove => ops.push(HeaderOp::Remove("content-length")),
         }
-        if self.add_vary {
+        if self.add_vary && !self.add_vary_accept {
             ops.push(HeaderOp::Append("vary", "Accept-Encoding"));
         }
         match &self.etag {
@@ -73,11 +75,10 @@ mod tests {
             edits.operations(),
             [
                 HeaderOp::Set("content-type", Cow::Borrowed(&b"application/octet-stream"[..])),
-                HeaderOp::Append("vary", "Accept"),
+                HeaderOp::Append("vary", "Accept, Accept-Encoding"),
                 HeaderOp::Set("X-Rpcedge-Jsonrpc-Id", Cow::Borrowed(&b"1"[..])),
                 HeaderOp::Set("content-encoding", Cow::Borrowed(&b"gzip"[..])),
                 HeaderOp::Set("content-length", Cow::Owned(b"42".to_vec())),
-                HeaderOp::Append("vary", "Accept-Encoding"),
                 HeaderOp::Remove("etag"),
                 HeaderOp::Remove("accept-ranges"),
             ]

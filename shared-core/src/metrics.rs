@@ -10,7 +10,7 @@ use crate::exchange::{Mode, TranscodeOutcome};
 const END_MODES: &[Mode] = Mode::ALL.split_at(1).1;
 const CACHE_STATUSES: [CacheStatus; 6] = CacheStatus::all();
 /// The counters after the modes and before the cache statuses, in `Counter::all`'s order.
-const MIDDLE: [Counter; 8] = [
+const MIDDLE: [Counter; 9] = [
     Counter::Aborted,
     Counter::BodyBytesIn,
     Counter::BodyBytesOut,
@@ -19,6 +19,7 @@ const MIDDLE: [Counter; 8] = [
     Counter::TranscodeRefused,
     Counter::Offloads,
     Counter::InlineFallbacks,
+    Counter::UpstreamEncoded,
 ];
 /// The cache's counters after its statuses and before its reasons.
 const STORES: [Counter; 4] = [Counter::HotHits, Counter::StoresTaken, Counter::StoresRefused, Counter::StoresFailed];
@@ -42,6 +43,10 @@ pub enum Counter {
     /// with `aio threads`).
     Offloads,
     InlineFallbacks,
+    /// Answers that came from the node encoded (Content-Encoding other than identity), though
+    /// it is asked for identity wherever rpcedge has work: a node or middlebox that compresses
+    /// regardless. They pass as they came.
+    UpstreamEncoded,
     /// Requests by their cache status.
     CacheResponses(CacheStatus),
     /// Hits the hot tier answered (each also in `CacheResponses(Hit)`).
@@ -100,6 +105,7 @@ impl Counter {
             Counter::TranscodeRefused => "transcode.refused".into(),
             Counter::Offloads => "offload.posted".into(),
             Counter::InlineFallbacks => "offload.inline".into(),
+            Counter::UpstreamEncoded => "upstream_encoded".into(),
             Counter::CacheResponses(status) => {
                 format!("cache.responses.{}", status.as_str().to_ascii_lowercase())
             }
@@ -173,6 +179,7 @@ pub fn exchange_ended(
     (bytes_in, bytes_out): (u64, u64),
     compress_us: u64,
     transcode: TranscodeOutcome,
+    upstream_encoded: bool,
 ) -> (impl Iterator<Item = (Counter, u64)>, Option<u64>) {
     let transcoded = match transcode {
         TranscodeOutcome::None => None,
@@ -185,6 +192,7 @@ pub fn exchange_ended(
         Some((Counter::BodyBytesOut, bytes_out)),
         Some((Counter::CompressTimeUs, compress_us)),
         transcoded,
+        upstream_encoded.then_some((Counter::UpstreamEncoded, 1)),
     ];
     let compressed = bytes_in > 0 && !matches!(mode, Mode::Untouched | Mode::Small);
     (amounts.into_iter().flatten().filter(|&(_, amount)| amount > 0), compressed.then_some(compress_us))
@@ -210,15 +218,17 @@ mod tests {
 
     #[test]
     fn an_ended_exchange_adds_no_zeros() {
-        let (amounts, duration) = exchange_ended(Mode::Small, (500, 500), 0, TranscodeOutcome::None);
+        let (amounts, duration) = exchange_ended(Mode::Small, (500, 500), 0, TranscodeOutcome::None, false);
         let amounts: Vec<_> = amounts.collect();
         assert_eq!(
             amounts,
             [(Counter::Responses(Mode::Small), 1), (Counter::BodyBytesIn, 500), (Counter::BodyBytesOut, 500)]
         );
         assert_eq!(duration, None);
-        let (amounts, duration) = exchange_ended(Mode::Oneshot, (9000, 900), 7, TranscodeOutcome::Refused);
+        let (amounts, duration) = exchange_ended(Mode::Oneshot, (9000, 900), 7, TranscodeOutcome::Refused, false);
         assert_eq!(amounts.count(), 5);
+        let (amounts, _) = exchange_ended(Mode::Untouched, (9000, 9000), 0, TranscodeOutcome::None, true);
+        assert!(amounts.into_iter().any(|amount| amount == (Counter::UpstreamEncoded, 1)));
         assert_eq!(duration, Some(7));
     }
 

@@ -23,6 +23,9 @@ pub struct RequestHead {
     /// Ask the node for this media type, without Accept-Encoding (an encoded answer could not be
     /// rendered); set once the request's method is known, which may take its body.
     pub upstream_accept: Option<&'static str>,
+    /// Remove `Accept-Encoding` from the request to the node: rpcedge may have work on the
+    /// answer, which must then come identity ([`Exchange::node_identity`]).
+    pub node_identity: bool,
     /// `Wait`: stop the request here until its body has come; a request the cache takes without
     /// a body (a Beacon-API read) may make its lookup, or get its reply, here.
     pub step: RequestStep,
@@ -49,8 +52,10 @@ pub enum RequestStep {
 /// A request body callback's outcome.
 #[derive(Debug)]
 pub struct RequestBody {
-    /// As in [`RequestHead`]: the node's Accept, now that the method is known.
+    /// As in [`RequestHead`]: the node's Accept, now that the method is known, and with it no
+    /// Accept-Encoding.
     pub upstream_accept: Option<&'static str>,
+    pub node_identity: bool,
     pub step: RequestStep,
 }
 
@@ -172,6 +177,9 @@ impl ProxyExchange {
             let (route_namespace, settings) = (route_namespace(), self.settings.cache_settings());
             let route_namespace = route_namespace.as_ref().map(R::as_ref);
             let request = ProxyCacheRequest::new(config, settings, route_namespace, headers, end_of_stream);
+            if request.may_keep() {
+                self.exchange.cache_may_keep();
+            }
             let min_length = self.settings.min_length;
             after = self.cache.insert(request).on_headers_end(config, hot, min_length, now_ms() / 1000);
         }
@@ -179,8 +187,10 @@ impl ProxyExchange {
         if matches!(after, AfterBody::Continue) && self.body_wanted && self.settings.transcode_upstream_ssz {
             after = AfterBody::Wait;
         }
+        let upstream_accept = if self.body_wanted { None } else { self.exchange.upstream_accept() };
         RequestHead {
-            upstream_accept: if self.body_wanted { None } else { self.exchange.upstream_accept() },
+            upstream_accept,
+            node_identity: upstream_accept.is_some() || self.exchange.node_identity(),
             step: self.step(after, true),
         }
     }
@@ -207,7 +217,7 @@ impl ProxyExchange {
             if Exchange::takes_request_body(body_size) {
                 if !end_of_stream {
                     // the proxy holds it until it is whole
-                    return RequestBody { upstream_accept, step: RequestStep::Wait };
+                    return RequestBody { upstream_accept, node_identity: false, step: RequestStep::Wait };
                 }
                 self.exchange.request_body(body.get());
                 upstream_accept = self.exchange.upstream_accept();
@@ -215,7 +225,7 @@ impl ProxyExchange {
             self.body_wanted = false;
         }
         let step = self.look_up(body_size, end_of_stream, body, hot, now_ms);
-        RequestBody { upstream_accept, step }
+        RequestBody { upstream_accept, node_identity: upstream_accept.is_some(), step }
     }
 
     /// The cache's part of a request body callback: once the body is in, a hit from the hot tier,
@@ -483,7 +493,7 @@ impl ProxyExchange {
         }
         self.done = true;
         let outcome = self.exchange.transcode_outcome();
-        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_ns / 1000, outcome);
+        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_ns / 1000, outcome, self.exchange.upstream_encoded());
         self.counters.extend(amounts);
         self.compress_duration = duration;
         if let Some(why) = self.exchange.transcode_refusal() {

@@ -55,7 +55,7 @@ impl Filter {
         let route_namespace = || host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace, hot, now_ms);
-        ask_upstream(host, head.upstream_accept);
+        ask_upstream(host, head.upstream_accept, head.node_identity);
         // a Beacon-API read is looked up (or answered) here: it has no body
         let status = match self.step(host, head.step, &[BodyType::BufferedRequest]) {
             Step::Continue => HeadersStatus::Continue,
@@ -79,7 +79,7 @@ impl Filter {
         };
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
-        ask_upstream(host, after.upstream_accept);
+        ask_upstream(host, after.upstream_accept, after.node_identity);
         // the body so far is Envoy's received data, and what it buffered before
         let status = match self.step(host, after.step, &[BodyType::BufferedRequest, BodyType::ReceivedRequest]) {
             Step::Continue => BodyStatus::Continue,
@@ -367,10 +367,12 @@ enum Step {
 }
 
 /// Asks the node for SSZ where the core says so, without Accept-Encoding.
-fn ask_upstream(host: Host, accept: Option<&str>) {
+fn ask_upstream(host: Host, accept: Option<&str>, identity: bool) {
+    if identity {
+        host.set_header(HeaderType::Request, "accept-encoding", None);
+    }
     if let Some(accept) = accept {
         host.set_header(HeaderType::Request, "accept", Some(accept.as_bytes()));
-        host.set_header(HeaderType::Request, "accept-encoding", None);
     }
 }
 

@@ -57,8 +57,10 @@ struct Shared {
     /// What this configuration's exchanges learn about the node.
     node: Arc<Node>,
     metrics: Metrics,
-    /// Exchanges that need a tick, by context id.
-    waiting: RefCell<HashMap<u32, Weak<RefCell<Stream>>>>,
+    /// Exchanges that need a tick, by context id, with when (see `Stream::due`). The root's
+    /// tick period is made from these deadlines alone, never by borrowing a stream: a stream is
+    /// borrowed while it is served, and it may be waiting itself.
+    waiting: RefCell<HashMap<u32, Waiting>>,
     /// The root's tick period now (zero: no ticks).
     tick: Cell<Duration>,
     /// Stores (and releases of held keys) for the root to make at its next tick.
@@ -69,14 +71,35 @@ struct Shared {
     hot: Option<WorkerHot>,
 }
 
+/// An exchange that needs a tick.
+struct Waiting {
+    stream: Weak<RefCell<Stream>>,
+    /// When (`Stream::due`): 0 at once.
+    due: u64,
+}
+
 impl Shared {
-    /// Ticks as often as the most pressing waiting exchange needs.
-    fn set_tick(&self, waiting: &HashMap<u32, Weak<RefCell<Stream>>>) {
+    /// Notes when the exchange `id` next needs a tick (`None`: never), then ticks as often as the
+    /// most pressing waiting exchange needs. Called with no stream borrowed.
+    fn note_due(&self, id: u32, stream: &Rc<RefCell<Stream>>, due: Option<u64>) {
+        let mut waiting = self.waiting.borrow_mut();
+        let changed = match due {
+            Some(due) => waiting.insert(id, Waiting { stream: Rc::downgrade(stream), due }).is_none_or(|was| was.due != due),
+            None => waiting.remove(&id).is_some(),
+        };
+        drop(waiting);
+        if changed || due == Some(0) || !self.stores.borrow().is_empty() {
+            self.set_tick();
+        }
+    }
+
+    /// Ticks as often as the most pressing waiting exchange needs, or the queued stores.
+    fn set_tick(&self) {
         let mut period = if self.stores.borrow().is_empty() { Duration::ZERO } else { SEND_TICK };
-        for stream in waiting.values().filter_map(Weak::upgrade) {
-            match stream.borrow().due() {
-                Some(0) => period = SEND_TICK,
-                Some(_) if period.is_zero() => period = TICK,
+        for waiting in self.waiting.borrow().values() {
+            match waiting.due {
+                0 => period = SEND_TICK,
+                _ if period.is_zero() => period = TICK,
                 _ => {}
             }
         }
@@ -147,19 +170,27 @@ impl RootContext for Root {
             }
         }
         let now = now_ms();
-        let due: Vec<_> = shared
-            .waiting
-            .borrow()
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|stream| stream.borrow().due().is_some_and(|at| at <= now))
-            .collect();
-        for stream in due {
-            stream.borrow_mut().tick(now);
+        let mut due = Vec::new();
+        shared.waiting.borrow_mut().retain(|&id, waiting| match waiting.stream.upgrade() {
+            Some(stream) => {
+                if waiting.due <= now {
+                    due.push((id, stream));
+                }
+                true
+            }
+            None => false,
+        });
+        for (id, stream) in due {
+            // one stream borrowed at a time, and none while the root's state is updated
+            let next = {
+                let mut borrowed = stream.borrow_mut();
+                borrowed.tick(now);
+                borrowed.account();
+                borrowed.due()
+            };
+            shared.note_due(id, &stream, next);
         }
-        let mut waiting = shared.waiting.borrow_mut();
-        waiting.retain(|_, stream| stream.upgrade().is_some_and(|s| s.borrow().due().is_some()));
-        shared.set_tick(&waiting);
+        shared.set_tick();
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
@@ -185,21 +216,13 @@ struct Filter {
 impl Filter {
     /// Runs one callback, then lets the root know whether this exchange now needs ticks.
     fn with_stream(&self, f: impl FnOnce(&mut Stream) -> Action) -> Action {
-        let mut stream = self.stream.borrow_mut();
-        let action = f(&mut stream);
-        stream.account();
-        let shared = Rc::clone(&stream.shared);
-        let due = stream.due();
-        let mut waiting = shared.waiting.borrow_mut();
-        let was_waiting = if due.is_some() {
-            waiting.insert(stream.id, Rc::downgrade(&self.stream)).is_some()
-        } else {
-            waiting.remove(&stream.id).is_some()
+        let (action, id, shared, due) = {
+            let mut stream = self.stream.borrow_mut();
+            let action = f(&mut stream);
+            stream.account();
+            (action, stream.id, Rc::clone(&stream.shared), stream.due())
         };
-        drop(stream);
-        if was_waiting != due.is_some() || due == Some(0) {
-            shared.set_tick(&waiting);
-        }
+        shared.note_due(id, &self.stream, due);
         action
     }
 }
@@ -241,12 +264,16 @@ impl Context for Filter {
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = self.get_http_request_headers_bytes();
+        #[cfg(feature = "test-panic")]
+        if headers.iter().any(|(name, _)| name == "x-rpcedge-test-panic") {
+            panic!("x-rpcedge-test-panic");
+        }
         let mut lookup = None;
         let action = self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
             let head =
                 stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace, shared.hot(), now_ms);
-            ask_upstream(head.upstream_accept);
+            ask_upstream(head.upstream_accept, head.node_identity);
             // a Beacon-API read is looked up (or answered) here: it has no body
             request_step(stream, head.step, 0, &mut lookup)
         });
@@ -263,7 +290,7 @@ impl HttpContext for Filter {
         let action = self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
             let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms);
-            ask_upstream(after.upstream_accept);
+            ask_upstream(after.upstream_accept, after.node_identity);
             request_step(stream, after.step, body_size, &mut lookup)
         });
         self.lookup = lookup;
@@ -477,11 +504,8 @@ impl Stream {
         if let Some(us) = compress_us {
             let _ = hostcalls::record_metric(self.shared.metrics.compress_duration, us);
         }
-        let stores = self.exchange.take_stores();
-        if !stores.is_empty() {
-            self.shared.stores.borrow_mut().extend(stores);
-            self.shared.set_tick(&self.shared.waiting.borrow());
-        }
+        // the root's tick takes them (`Shared::note_due` sets it going)
+        self.shared.stores.borrow_mut().extend(self.exchange.take_stores());
         if let Some(warning) = self.exchange.take_warning() {
             log::warn!("{warning}");
         }
@@ -521,11 +545,13 @@ fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup
     }
 }
 
-/// Asks the node for SSZ where the core says so, without Accept-Encoding.
-fn ask_upstream(accept: Option<&str>) {
+/// Asks the node for identity, and for SSZ, where the core says so.
+fn ask_upstream(accept: Option<&str>, identity: bool) {
+    if identity {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
+    }
     if let Some(accept) = accept {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept", Some(accept));
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
     }
 }
 

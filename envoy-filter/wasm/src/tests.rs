@@ -45,6 +45,8 @@ struct Envoy {
     stream: u32,
     config: Vec<u8>,
     response_headers: Vec<(String, Vec<u8>)>,
+    /// The request's headers as the node gets them (`Envoy::request_headers`).
+    request_headers: Option<Vec<(String, Vec<u8>)>>,
     /// Iteration is stopped at the filter.
     stopped: bool,
     /// The Wasm context adds each read to the held body (its `buffering_response_body_`).
@@ -109,6 +111,12 @@ impl Envoy {
         }
     }
 
+    /// The request: a POST whose client takes gzip, as the filter leaves it for the node.
+    fn request_headers(&mut self) -> &mut Vec<(String, Vec<u8>)> {
+        self.request_headers
+            .get_or_insert_with(|| vec![(":method".into(), b"POST".to_vec()), ("accept-encoding".into(), b"gzip".to_vec())])
+    }
+
     fn header(&self, name: &str) -> Option<String> {
         let headers = self.headers_sent.as_ref()?;
         headers.iter().find(|(n, _)| n == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
@@ -154,6 +162,9 @@ fn start(config: &str) {
     envoy(|e| e.in_callback = true);
     let _ = unsafe { abi::proxy_on_request_headers(stream, 0, true) };
     after_call();
+    // the client takes gzip, so rpcedge compresses: the node is asked for identity
+    let to_node = envoy(|e| e.request_headers().clone());
+    assert!(to_node.iter().all(|(name, _)| name != "accept-encoding"), "{to_node:?}");
 }
 
 fn response_headers(headers: &[(&str, &str)], end: bool) {
@@ -390,9 +401,12 @@ fn serialize(map: &[(String, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-/// Response headers are writable until they went out.
+/// Response headers are writable until they went out; the request's, for the node.
 fn response_headers_mut<T>(map: MapType, f: impl FnOnce(&mut Vec<(String, Vec<u8>)>) -> T) -> Result<T, Status> {
     envoy(|e| {
+        if matches!(map, MapType::HttpRequestHeaders) {
+            return Ok(f(e.request_headers()));
+        }
         if !matches!(map, MapType::HttpResponseHeaders) {
             e.violations.push(format!("unexpected map {map:?}"));
         } else if e.headers_sent.is_some() {
@@ -481,10 +495,7 @@ extern "C" fn proxy_set_buffer_bytes(
 #[no_mangle]
 extern "C" fn proxy_get_header_map_pairs(map: MapType, data: *mut *mut u8, size: *mut usize) -> Status {
     let bytes = match map {
-        MapType::HttpRequestHeaders => serialize(&[
-            (":method".into(), b"POST".to_vec()),
-            ("accept-encoding".into(), b"gzip".to_vec()),
-        ]),
+        MapType::HttpRequestHeaders => envoy(|e| serialize(e.request_headers())),
         _ => envoy(|e| serialize(&e.response_headers)),
     };
     give(&bytes, data, size);

@@ -152,6 +152,8 @@ void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int6
 uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
 void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
 rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
+void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
+int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
                                        rpcedge_header_edits_t *edits);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
@@ -990,11 +992,14 @@ local function apply_edits(edits, length)
         length = nil
     end
     ngx.header["Content-Length"] = length
-    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding
-    if edits.add_vary_accept ~= 0 then
+    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding,
+    -- in one field line
+    local accept, encoding = edits.add_vary_accept ~= 0, edits.add_vary ~= 0
+    if accept and encoding then
+        add_vary("Accept, Accept-Encoding")
+    elseif accept then
         add_vary("Accept")
-    end
-    if edits.add_vary ~= 0 then
+    elseif encoding then
         add_vary("Accept-Encoding")
     end
     if edits.content_type ~= nil then
@@ -1075,6 +1080,19 @@ function Exchange:ask_upstream()
 end
 
 
+-- The node answers identity wherever rpcedge may have work on its answer (the core says where,
+-- knowing whether the cache may keep it): Accept-Encoding is dropped from the request the node
+-- gets, whatever the location's proxy_set_header (an encoded answer passes as it came).
+local function ask_identity(exchange, cache)
+    if cache then
+        lib.rpcedge_exchange_cache_may_keep(exchange.handle)
+    end
+    if lib.rpcedge_exchange_node_identity(exchange.handle) ~= 0 then
+        ngx.req.clear_header("Accept-Encoding")
+    end
+end
+
+
 -- The subrequest methods, by the client's method.
 local CAPTURE_METHODS = {
     GET = ngx.HTTP_GET, HEAD = ngx.HTTP_HEAD, POST = ngx.HTTP_POST, PUT = ngx.HTTP_PUT,
@@ -1110,6 +1128,7 @@ function Exchange:capture(prefix, namespace)
         end
         options.body = cache:node_request()
     end
+    ask_identity(self, cache)
     local res = ngx.location.capture(prefix .. ngx.var.uri, options)
     if cache then
         cache:head(res.status, #res.body, res.header)
@@ -1236,6 +1255,7 @@ function _M.access(settings, namespace)
         end
         state.cache = cache
     end
+    ask_identity(state.exchange, cache)
     ngx.ctx.rpcedge = state
 end
 

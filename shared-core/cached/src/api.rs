@@ -281,11 +281,34 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
         return text(StatusCode::BAD_REQUEST, &format!("{bad}\n"));
     }
-    // the node's answer of this moment, for the requests that waited for it, kept or not
+    // The node's answer of this moment, for the requests that wait for it, kept or not: as it
+    // will be kept, compacted once, so that a gzip client among them gets it gzip as from a hit,
+    // the one compression shared by all of them and the store (which keeps what came compacted).
+    let sent = if state.flights.has_waiters(&key) {
+        match compacted(sent).await {
+            Ok(entry) => entry,
+            Err(response) => {
+                state.flights.land(&key, None);
+                return response;
+            }
+        }
+    } else {
+        sent
+    };
     state.flights.land(&key, Some(sent.clone()));
     let response = keep(&head.headers, sent, state.clone(), key).await;
     state.flights.settle(&key);
     response
+}
+
+/// The entry `sent` as the store keeps it (`Entry::compact`), off the I/O threads: compressing
+/// at the highest level takes milliseconds per MiB.
+async fn compacted(sent: Bytes) -> Result<Bytes, Response<Body>> {
+    match tokio::task::spawn_blocking(move || Entry::decode(&sent).and_then(|entry| entry.compact())).await {
+        Ok(Ok(entry)) => Ok(Bytes::from(entry)),
+        Ok(Err(bad)) => Err(text(StatusCode::BAD_REQUEST, &format!("{bad}\n"))),
+        Err(panic) => Err(text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{panic}\n"))),
+    }
 }
 
 /// A whole entry, kept as its admission says.

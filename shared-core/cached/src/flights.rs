@@ -84,6 +84,13 @@ impl Flights {
         Lock::Held
     }
 
+    /// Whether requests wait for the answer to `key` (a waiter that comes later is counted from
+    /// its lookup on).
+    pub fn has_waiters(&self, key: &[u8; 32]) -> bool {
+        let flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        flights.get(key).is_some_and(|flight| flight.waiters > 0)
+    }
+
     /// The holder of `key` sent `entry` to be stored (or released the key: `None`): its waiters
     /// get it. A released key is settled at once; an entry once the store is done with it.
     pub fn land(&self, key: &[u8; 32], entry: Option<Bytes>) {

@@ -442,6 +442,25 @@ void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *
 rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
 
 /**
+ * The host's cache may keep the node's answer to this request (it looks the request up): the
+ * node is then asked for identity too (`rpcedge_exchange_node_identity`).
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
+
+/**
+ * After the request head (and `rpcedge_exchange_upstream_accept`): 1 when the host removes
+ * Accept-Encoding from the request to the node, which is then to answer identity (rpcedge may
+ * compress, transcode or keep the answer, and could do none of these with an encoded one).
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
+
+/**
  * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
  * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
  * plan is pass and `edits` holds no change: the response goes out as it came.

@@ -557,6 +557,27 @@ pub unsafe extern "C" fn rpcedge_exchange_upstream_accept(exchange: *mut Rpcedge
     })
 }
 
+/// The host's cache may keep the node's answer to this request (it looks the request up): the
+/// node is then asked for identity too (`rpcedge_exchange_node_identity`).
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_cache_may_keep(exchange: *mut RpcedgeExchange) {
+    guard((), || with(exchange, |ex| ex.cache_may_keep()));
+}
+
+/// After the request head (and `rpcedge_exchange_upstream_accept`): 1 when the host removes
+/// Accept-Encoding from the request to the node, which is then to answer identity (rpcedge may
+/// compress, transcode or keep the answer, and could do none of these with an encoded one).
+///
+/// # Safety
+/// `exchange` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_node_identity(exchange: *const RpcedgeExchange) -> i32 {
+    guard(0, || exchange.as_ref().is_some_and(|ex| ex.0.node_identity()) as i32)
+}
+
 /// Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
 /// and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
 /// plan is pass and `edits` holds no change: the response goes out as it came.

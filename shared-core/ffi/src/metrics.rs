@@ -75,7 +75,13 @@ pub unsafe extern "C" fn rpcedge_count_exchange(
             return fill(counts, once([Counter::Aborted]));
         }
         let (amounts, _) =
-            metrics::exchange_ended(exchange.mode(), exchange.counts(), compress_us, exchange.transcode_outcome());
+            metrics::exchange_ended(
+                exchange.mode(),
+                exchange.counts(),
+                compress_us,
+                exchange.transcode_outcome(),
+                exchange.upstream_encoded(),
+            );
         fill(counts, amounts)
     })
 }

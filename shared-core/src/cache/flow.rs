@@ -9,6 +9,7 @@ use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
 use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Key, Refusal, Request};
+use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
 use sha2::{Digest, Sha256};
@@ -349,7 +350,8 @@ impl CacheExchange {
                 // the answer another request got from the node, which may not be stored: not kept hot
                 Ok(hit) if waited => {
                     self.status = Status::Coalesced;
-                    Some(hit)
+                    let call = matches!(request, Taken::Call(_));
+                    Some(if call && self.gzip { gzipped(hit, min_length) } else { hit })
                 }
                 Ok(hit) => {
                     self.status = Status::Hit;
@@ -622,6 +624,22 @@ impl CacheExchange {
             _ => self.status.as_str(),
         }
     }
+}
+
+/// A JSON-RPC call's answer for a gzip client that waited for another request's: the daemon hands
+/// the waiters the holder's entry compacted (its tail deflated once, spliced here) when they were
+/// waiting as the store came, but as it came to one that began waiting later, while it was
+/// compacted for the store. Such a plain answer is compressed here, as any answer of the node's
+/// of that size would be: never sent plain to a client that takes gzip.
+fn gzipped(hit: HitResponse, min_length: u64) -> HitResponse {
+    if hit.gzip || (hit.body.len() as u64) < min_length {
+        return hit;
+    }
+    let Some(body) = compress_whole(Coding::Gzip, auto_level(hit.body.len()), &hit.body) else { return hit };
+    let mut headers = hit.headers;
+    // after the type, as `hit_headers` puts it
+    headers.insert(1, ("content-encoding".into(), "gzip".into()));
+    HitResponse { body, gzip: true, headers }
 }
 
 /// Where the hot tier keeps a key's entry with its long tail plain (`Entry::plain_form`), beside

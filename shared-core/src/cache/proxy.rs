@@ -317,6 +317,12 @@ impl ProxyCacheRequest {
         Some(DaemonCall::new(cluster, "DELETE", path, Vec::new(), Vec::new(), store_timeout_ms(config)))
     }
 
+    /// Whether the node's answer may be kept: the request's route has a namespace (its method,
+    /// body and credentials decide later).
+    pub fn may_keep(&self) -> bool {
+        self.namespace.is_some()
+    }
+
     /// Why the request bypasses the cache, if it does.
     pub fn bypass(&self) -> Option<Bypass> {
         self.exchange.bypass()

@@ -1135,6 +1135,35 @@ fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
 }
 
 #[test]
+fn a_gzip_waiter_gets_the_holders_answer_gzip_whether_it_landed_compacted_or_as_it_came() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let result = format!(r#"{{"hash":"{HASH}","number":"0x1","logsBloom":"0x{}"}}"#, "0".repeat(4096));
+    let mut holder = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    assert!(holder.response_head(200, None, NONE));
+    let sent = holder.stores(answer(&result).as_bytes()).remove(0).unwrap();
+    for (landed, entry) in [("as it came", sent.body.clone()), ("compacted", daemon_keeps(&sent))] {
+        let mut waiter = exchange(Some("n"), Some(asked.as_bytes()), true, false);
+        waiter.next_lookup();
+        assert!(waiter.answered(&miss_answer(b"in_flight", None), 0).is_none());
+        waiter.next_lookup().expect("a wait");
+        let landing = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &entry };
+        let hit = waiter.answered(&landing, 1024).expect("the holder's answer");
+        assert_eq!(waiter.status(), Status::Coalesced);
+        assert!(hit.gzip, "{landed}");
+        assert_eq!(hit.headers[1], ("content-encoding".to_string(), "gzip".to_string()), "{landed}");
+        assert_eq!(gunzip(&hit.body), answer(&result).as_bytes(), "{landed}");
+    }
+    // an identity client's stays plain
+    let mut plain = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    plain.next_lookup();
+    plain.answered(&miss_answer(b"in_flight", None), 0);
+    plain.next_lookup();
+    let landing = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &sent.body };
+    let hit = plain.answered(&landing, 1024).unwrap();
+    assert!(!hit.gzip && hit.body == answer(&result).as_bytes());
+}
+
+#[test]
 fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#)).replace("\"id\":7", "\"id\":\"mine\"");
     let waiter = || {
@@ -1155,7 +1184,8 @@ fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
     let hit = hit.expect("the holder's answer");
     assert_eq!(shared.status(), Status::Coalesced);
     assert_eq!(shared.status_value(true), "COALESCED");
-    assert!(String::from_utf8(hit.body).unwrap().contains(r#""id":"mine""#));
+    let body = if hit.gzip { gunzip(&hit.body) } else { hit.body };
+    assert!(String::from_utf8(body).unwrap().contains(r#""id":"mine""#));
     // another request's answer, maybe not stored: not kept in the hot tier
     let mut region = vec![0; HOT_MIN_REGION];
     let mut hot = HotTier::open(&mut region).unwrap();

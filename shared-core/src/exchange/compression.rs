@@ -83,6 +83,12 @@ impl Compression {
         self.accept.add(value);
     }
 
+    /// Whether the client takes a coding the stage makes, so that a body of a type to compress
+    /// may be encoded here.
+    pub fn may_encode(&self) -> bool {
+        self.accept.choose().is_some()
+    }
+
     /// What the response head allows, once all its headers are in.
     pub fn response_head(&mut self, facts: &ResponseFacts, status: u16, head_request: bool, edits: &mut HeaderEdits) {
         // Whether this resource's representation depends on Accept-Encoding at all.

@@ -249,6 +249,8 @@ struct RequestFacts {
     head: bool,
     post: bool,
     get: bool,
+    /// The host's cache may keep the answer.
+    cached: bool,
 }
 
 /// One request/response exchange: the transcoding stage, then the compression stage over what it
@@ -311,11 +313,9 @@ impl Exchange {
     }
 
     pub fn request_method(&mut self, method: &[u8]) {
-        self.request = RequestFacts {
-            head: method.eq_ignore_ascii_case(b"HEAD"),
-            post: method.eq_ignore_ascii_case(b"POST"),
-            get: method.eq_ignore_ascii_case(b"GET"),
-        };
+        self.request.head = method.eq_ignore_ascii_case(b"HEAD");
+        self.request.post = method.eq_ignore_ascii_case(b"POST");
+        self.request.get = method.eq_ignore_ascii_case(b"GET");
     }
 
     /// The request's path (with or without its query): a Beacon-API route that can answer in SSZ
@@ -361,6 +361,26 @@ impl Exchange {
     /// is too large to hold whole.
     pub fn upstream_accept(&mut self) -> Option<&'static str> {
         self.transcoding.upstream_accept(&self.settings, &self.node, &self.request)
+    }
+
+    /// The host's cache may keep the node's answer to this request (its route has the cache on):
+    /// the node is then asked for identity too (see [`Exchange::node_identity`]).
+    pub fn cache_may_keep(&mut self) {
+        self.request.cached = true;
+    }
+
+    /// After the request head: whether the node is to answer identity, that is whether the host
+    /// removes `Accept-Encoding` from the request it sends the node (after feeding it here). So it
+    /// is wherever rpcedge may have work on the answer: compressing it for this client,
+    /// transcoding it, or keeping it in the cache. Real nodes (geth, erigon) compress when asked,
+    /// and an answer that comes encoded can be none of these, so it would pass as it came.
+    pub fn node_identity(&self) -> bool {
+        self.request.cached || self.compression.may_encode() || self.transcoding.may_transcode(&self.settings)
+    }
+
+    /// The node's answer came encoded (see [`crate::metrics::Counter::UpstreamEncoded`]).
+    pub fn upstream_encoded(&self) -> bool {
+        self.response.encoded
     }
 
     /// Any response header. A host may instead pass the length with

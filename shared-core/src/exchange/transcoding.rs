@@ -131,6 +131,12 @@ impl Transcoding {
         self.wanted_form(settings, request).is_some() || self.may_ask_for_ssz(settings)
     }
 
+    /// Whether the body may be transcoded, as far as the request head tells: its client asks
+    /// for SSZ, or its node may be asked for it.
+    pub fn may_transcode(&self, settings: &Settings) -> bool {
+        (settings.transcode && matches!(self.media.choose(), Some(MediaType::Ssz(_)))) || self.may_ask_for_ssz(settings)
+    }
+
     /// Whether the node may be asked for SSZ in place of the JSON that the client chooses.
     fn may_ask_for_ssz(&self, settings: &Settings) -> bool {
         settings.transcode_upstream_ssz && matches!(self.media.choose(), Some(MediaType::Json))

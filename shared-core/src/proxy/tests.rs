@@ -51,7 +51,7 @@ fn counted(exchange: &mut ProxyExchange) -> Vec<(Counter, u64)> {
 /// A request whose body has come, through the cache: the step it takes.
 fn ask(exchange: &mut ProxyExchange, body: &str, hot: Option<&dyn HotRegion>) -> RequestStep {
     let head = exchange.on_request_headers(&request_headers(body.len()), false, || Some("mainnet"), None, || 0);
-    assert!(matches!(head, RequestHead { upstream_accept: None, step: RequestStep::Wait }));
+    assert!(matches!(head, RequestHead { upstream_accept: None, node_identity: true, step: RequestStep::Wait }));
     assert!(exchange.reads_request_body());
     let wait = exchange.on_request_body(body.len() - 1, false, || unreachable!("read before its end"), hot, || 0);
     assert!(matches!(wait.step, RequestStep::Wait));
@@ -104,10 +104,38 @@ fn a_miss_goes_to_the_node_and_is_stored_then_a_hit_never_reaches_it() {
 }
 
 #[test]
+fn the_node_is_asked_for_identity_wherever_rpcedge_may_have_work_on_the_answer() {
+    let identity = |settings: Arc<Settings>, accept_encoding: &str, accept: &str, namespace: Option<&str>| {
+        let headers = [
+            (":method", "POST"),
+            (":path", "/"),
+            ("content-type", "application/json"),
+            ("accept-encoding", accept_encoding),
+            ("accept", accept),
+        ];
+        ProxyExchange::new(settings, Arc::default()).on_request_headers(&headers, true, || namespace, None, || 0).node_identity
+    };
+    let plain = settings("{}");
+    // a client that takes gzip: rpcedge compresses, so the node must not
+    assert!(identity(plain.clone(), "gzip, br", "*/*", None));
+    assert!(identity(plain.clone(), "deflate;q=0.5", "*/*", None));
+    // one that takes none of rpcedge's codings gets the node's answer as the node makes it
+    assert!(!identity(plain.clone(), "br", "*/*", None));
+    assert!(!identity(plain.clone(), "identity", "*/*", None));
+    // SSZ from the node's JSON: the JSON must come plain
+    let transcoding = settings(r#"{"transcode": true}"#);
+    assert!(identity(transcoding, "br", "application/octet-stream", None));
+    // the cache keeps plain answers only, for clients of every coding
+    let cache = settings(r#"{"cache": {"clusters": ["rpcedge_cached"]}}"#);
+    assert!(identity(cache.clone(), "br", "*/*", Some("mainnet")));
+    assert!(!identity(cache, "br", "*/*", None), "a route without a namespace bypasses the cache");
+}
+
+#[test]
 fn a_large_answer_is_compressed_and_counted_once() {
     let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
     let head = exchange.on_request_headers(&request_headers(2), true, || None::<&str>, None, || 0);
-    assert!(matches!(head, RequestHead { upstream_accept: None, step: RequestStep::Continue }));
+    assert!(matches!(head, RequestHead { upstream_accept: None, node_identity: true, step: RequestStep::Continue }));
     assert!(!exchange.reads_request_body(), "no body is the core's business");
     let body: Vec<u8> = br#"{"hash":"0x00","gasUsed":"0x5208"},"#.iter().cycle().take(50_000).copied().collect();
     let length = body.len().to_string();
