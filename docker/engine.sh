@@ -24,6 +24,8 @@ if ! docker info >/dev/null 2>&1; then
         sleep 0.5
     done
     docker info >/dev/null 2>&1 || { echo "dockerd did not start:" >&2; tail -20 "$WORK/dockerd.log" >&2; exit 1; }
+    echo "dockerd is left running for the next build and the stack (pid $(pgrep -xo dockerd));" \
+        "stop it with: $SUDO pkill -x dockerd"
 fi
 
 if docker image inspect "$BASE" >/dev/null 2>&1; then

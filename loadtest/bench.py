@@ -134,6 +134,8 @@ def parse_args():
     parser.add_argument("--variants", help="comma-separated names (default: all)")
     parser.add_argument("--scenarios", help="comma-separated names (default: all)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the table and plots go")
+    parser.add_argument("--node-gzip", action="store_true",
+                        help="the node gzips its answers when asked, as geth and erigon do (replay --gzip-when-asked)")
     args = parser.parse_args()
     args.variants = pick(variants.VARIANTS, args.variants)
     args.scenarios = pick(scenarios.SCENARIOS, args.scenarios)
@@ -166,7 +168,7 @@ def main():
           f"wrk and upstream on {other_cpus}; load average before: {session.load_average}", flush=True)
 
     print(f"starting the replay upstream over {corpus_description()} ...", flush=True)
-    replay = start_replay(WORK)
+    replay = start_replay(WORK, args=["--gzip-when-asked"] if args.node_gzip else [])
     steal_before, total_before = report.cpu_ticks()
     runs, problems, descriptions, reruns = {}, {}, {}, 0
     try:
@@ -204,6 +206,10 @@ def main():
         print(error, file=sys.stderr)
         return 1
     finally:
+        if args.node_gzip:
+            # what the node compressed: rpcedge asks it for identity, so only variants without it
+            _, _, stats = replay.request("GET", "/stats")
+            print(f"the node gzipped {json.loads(stats)['gzip_answers']} answers", flush=True)
         replay.process.stop()
 
     # one row per variant and scenario, variants in their order, each with its scenarios in theirs

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import math
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import pytest
 
 import replay_corpus as rc
 import wire
+from harness import start_replay
 
 # A few pairs of known shape, for the delivery tests.
 SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # {"jsonrpc":"2.0","id":1,"result":"0x36"}
@@ -269,3 +271,28 @@ def test_reset_after_truncates_the_body(replay, mode):
     assert response.body == expected[:len(response.body)] and len(response.body) <= 1000
     if mode == "length":
         assert response.header("content-length") == str(len(expected)), "announces the full length"
+
+
+def test_gzip_when_asked_answers_as_geth_does(tmp_path):
+    """`--gzip-when-asked`: a request that accepts gzip gets its answer gzipped and chunked, as
+    from geth; one that does not gets it as ever; /stats counts the gzipped ones."""
+    node = start_replay(tmp_path, args=["--gzip-when-asked"])
+    try:
+        request = rc.compact({"jsonrpc": "2.0", "id": 3, "method": "eth_blockNumber", "params": []})
+        plain = wire.request(node.port, "/hive-testchain", "POST", {"Content-Type": "application/json"}, request,
+                             accept_encoding=None)
+        gzipped = wire.request(node.port, "/hive-testchain", "POST", {"Content-Type": "application/json"}, request,
+                               accept_encoding="gzip, deflate")
+        assert plain.header("content-encoding") is None and plain.header("content-length") is not None
+        assert gzipped.header("content-encoding") == "gzip" and gzipped.chunked
+        assert gzipped.header("content-length") is None and gzipped.decoded() == plain.body
+        assert json.loads(node.request("GET", "/stats")[2])["gzip_answers"] == 1
+    finally:
+        node.process.stop()
+
+
+def test_sigterm_stops_it_cleanly(tmp_path):
+    """A container's first process has no default action for SIGTERM: the replay handles it."""
+    node = start_replay(tmp_path)
+    node.process.proc.send_signal(signal.SIGTERM)
+    assert node.process.proc.wait(timeout=10) == 0

@@ -44,6 +44,8 @@ pub struct Delivery {
     /// The time a JSON-RPC call takes before its answer starts; a batch's calls one after
     /// another, as geth runs them.
     pub call_delay: Duration,
+    /// Gzip a JSON-RPC answer for a request that accepts gzip, as geth and erigon do.
+    pub gzip_when_asked: bool,
 }
 
 impl Delivery {
@@ -63,6 +65,7 @@ impl Delivery {
             reset_after: None,
             ssz: false,
             call_delay: Duration::ZERO,
+            gzip_when_asked: false,
         }
     }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tokio::net::TcpSocket;
+use tokio::signal::unix::{signal, SignalKind};
 
 use cache::Cache;
 use corpus::Corpus;
@@ -74,6 +75,10 @@ struct Cli {
     /// one after another (request header X-Replay-Call-Delay-Ms).
     #[arg(long, default_value_t = 0)]
     call_delay_ms: u64,
+    /// Gzip JSON-RPC answers for requests that accept gzip, chunked, as geth and erigon do
+    /// (counted as `gzip_answers` in GET /stats).
+    #[arg(long)]
+    gzip_when_asked: bool,
 }
 
 /// The shared corpus beside the repository where it is there (tests and benchmarks), else the
@@ -180,6 +185,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     );
     defaults.ssz = cli.ssz;
     defaults.call_delay = Duration::from_millis(cli.call_delay_ms);
+    defaults.gzip_when_asked = cli.gzip_when_asked;
     let heads = head::Heads::default();
     for (settings, tag) in [(&cli.finalized, head::Tag::Finalized), (&cli.latest, head::Tag::Latest)] {
         for (network, number) in settings {
@@ -197,7 +203,16 @@ async fn run(cli: Cli) -> Result<(), String> {
         rpc_requests: Default::default(),
         rpc_calls: Default::default(),
         beacon_requests: Default::default(),
+        gzip_answers: Default::default(),
     };
-    server::serve(listener, Arc::new(state)).await;
+    // SIGTERM as SIGINT: the replay may be a container's first process, which has no default
+    // action for either
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        () = server::serve(listener, Arc::new(state)) => {}
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
     Ok(())
 }

@@ -44,6 +44,8 @@ pub struct State {
     pub rpc_calls: AtomicU64,
     /// Beacon-API requests answered, likewise.
     pub beacon_requests: AtomicU64,
+    /// JSON-RPC answers sent gzip (`--gzip-when-asked`).
+    pub gzip_answers: AtomicU64,
 }
 
 /// Accepts connections until the process ends.
@@ -115,8 +117,9 @@ async fn route(
             let requests = state.rpc_requests.load(Ordering::Relaxed);
             let calls = state.rpc_calls.load(Ordering::Relaxed);
             let beacon = state.beacon_requests.load(Ordering::Relaxed);
+            let gzip = state.gzip_answers.load(Ordering::Relaxed);
             Ok(json_text(format!(
-                "{{\"rpc_requests\":{requests},\"rpc_calls\":{calls},\"beacon_requests\":{beacon}}}\n"
+                "{{\"rpc_requests\":{requests},\"rpc_calls\":{calls},\"beacon_requests\":{beacon},\"gzip_answers\":{gzip}}}\n"
             )))
         } else {
             Err(method_not_allowed(method))
@@ -200,6 +203,7 @@ async fn route(
         table => table?,
     };
     let delivery = delivery_for(state, &request)?;
+    let gzip = delivery.gzip_when_asked && accepts_gzip(request.headers());
     let body = read_body(request).await?;
     state.rpc_requests.fetch_add(1, Ordering::Relaxed);
     let (segments, origin, calls) = answer(table, &state.heads, &network, &body);
@@ -207,7 +211,33 @@ async fn route(
     if !delivery.call_delay.is_zero() {
         tokio::time::sleep(delivery.call_delay * u32::try_from(calls).unwrap_or(u32::MAX)).await;
     }
+    if gzip {
+        state.gzip_answers.fetch_add(1, Ordering::Relaxed);
+        return Ok(deliver_gzip(&segments, &delivery, origin, abort));
+    }
     Ok(deliver(segments, &delivery, origin, &[], false, abort))
+}
+
+/// Whether a request's Accept-Encoding names gzip, as geth reads it (a substring, q-values
+/// ignored).
+fn accepts_gzip(headers: &hyper::HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT_ENCODING).iter().any(|value| value.as_bytes().windows(4).any(|w| w == b"gzip"))
+}
+
+/// An answer gzipped whole and sent chunked, without a length, as geth's gzip handler does.
+fn deliver_gzip(segments: &[Bytes], delivery: &Delivery, origin: Option<&str>, abort: &AbortSignal) -> Response<ReplayBody> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for segment in segments {
+        encoder.write_all(segment).expect("writing to memory");
+    }
+    let gzipped = Bytes::from(encoder.finish().expect("writing to memory"));
+    let chunked = Delivery { mode: Mode::Chunked, ..delivery.clone() };
+    let own = [
+        (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
+        (header::VARY, HeaderValue::from_static("Accept-Encoding")),
+    ];
+    deliver(vec![gzipped], &chunked, origin, &own, false, abort)
 }
 
 /// `POST /generated/witness?bytes=N`: a made-up witness of N bytes of content, as the answer to
