@@ -201,13 +201,15 @@ def node_upstream(replay_port):
 
 
 def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, hot=False,
-                 extra="", settings=None):
+                 extra="", settings=None, transcode=False):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
     in the server. As in the example config, each network has its location and its namespace
     (the network's name), and Beacon-API reads theirs (`beacon`); `namespace` instead puts every
     request of the server in that one.
     `settings` are the cache's, named as in the plugin JSON."""
     cache = "on" if cache else "off"
+    if transcode:
+        extra += "\n        rpcedge_transcode on;"
     for name, value in (settings or {}).items():
         value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
         extra += "\n        " + NGINX_CACHE_SETTINGS[name].format(value)
@@ -258,17 +260,21 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
 
 
 def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, clusters=("rpcedge_cached",), hot=False,
-                 settings=None):
-    """The plugin configuration: compression, and the cache unless `cache` is false, with
+                 settings=None, transcode=False):
+    """The plugin configuration: compression (and with `transcode`, SSZ for clients that ask,
+    within the example listener's buffer limit), and the cache unless `cache` is false, with
     `settings` in its section."""
+    plugin = COMPRESSION_PLUGIN_CONFIG
+    if transcode:
+        plugin = plugin[:-1] + ', "transcode": true, "buffer_limit": 68157440}'
     if not cache:
-        return COMPRESSION_PLUGIN_CONFIG
+        return plugin
     settings = {"clusters": list(clusters), "timeout_ms": timeout_ms, **(settings or {})}
     if hot:
         settings["hot_bytes"] = hot_bytes(hot)
     if namespace:
         settings["namespace"] = namespace
-    return COMPRESSION_PLUGIN_CONFIG[:-1] + f', "cache": {json.dumps(settings)}}}'
+    return plugin[:-1] + f', "cache": {json.dumps(settings)}}}'
 
 
 # the Lua binding's shared library, built by `make build`
@@ -277,7 +283,7 @@ LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
 
 
 def openresty_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None,
-                     hot=False, settings=None, form="capture", extra=""):
+                     hot=False, settings=None, form="capture", extra="", transcode=False):
     """OpenResty (Debian's nginx with its Lua module) with the Lua binding's daemon form in front of
     the node, laid out as `nginx_server`: each network's location names its namespace (`namespace`
     instead puts every request in that one). `form`: "capture" (the node asked with a subrequest)
@@ -285,7 +291,7 @@ def openresty_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOK
     server."""
     assert not hot, "the Lua binding keeps no hot tier"
     plugin = envoy_plugin(cache=cache, timeout_ms=timeout_ms, clusters=(f"{LOOPBACK}:{cached_port}",),
-                          settings=settings)
+                          settings=settings, transcode=transcode)
     if form == "capture":
         answer = """content_by_lua_block { rpcedge_answer(@NS@) }"""
     else:

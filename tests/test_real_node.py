@@ -21,12 +21,14 @@ import time
 import types
 
 import pytest
+from Crypto.Hash import keccak
 
 import cache_cases as cc
 import wire
 from envoy_harness import ENVOY_HOSTS
 from geth_node import LOG_TOPIC, Geth
 from harness import LOOPBACK, REPO, start_cached
+from test_transcode import read_container
 
 HOSTS = ["nginx", *ENVOY_HOSTS, "openresty", "openresty-proxied"]
 # the examples' route for geth's chain, and so the cache's namespace
@@ -56,7 +58,7 @@ def proxy(request, tmp_path, chain):
     daemon = start_cached(tmp_path, tmp_path / "db",
                           args=["--finality-upstream", f"mainnet={chain.geth.url}", "--finality-poll", "100ms"])
     in_front = types.SimpleNamespace(replay=types.SimpleNamespace(port=chain.geth.port), daemon=daemon)
-    options = {} if request.param.startswith("openresty") else {"hot": True}
+    options = {"transcode": True} if request.param.startswith("openresty") else {"hot": True, "transcode": True}
     proxy = cc.start_proxy(request.param, tmp_path / request.param, in_front, **options)
     yield proxy
     proxy.stop()
@@ -340,3 +342,26 @@ def test_an_http2_client_gets_geths_answers(host, tmp_path, chain):
     finally:
         proxy.stop()
         daemon.process.stop()
+
+
+def test_a_witness_asked_as_ssz_carries_headers_that_hash_to_geths_blocks(proxy, chain):
+    """debug_executionWitness of a block with transactions, asked as SSZ: geth's witness (its
+    headers JSON objects) goes out as the SSZ container, each header the RLP whose keccak-256 is
+    that block's hash as geth gives it, the rest byte for byte geth's."""
+    if proxy.host == "openresty-proxied":
+        pytest.skip("the proxy_pass form sends the head before the body: transcoding is the subrequest form's")
+    receipt = next(r for r in chain.receipts if r["logs"])
+    params = [receipt["blockNumber"]]
+    witness = direct(chain.geth, "debug_executionWitness", params)["result"]
+    response = wire.request(proxy.port, PATH, "POST",
+                            {"Content-Type": "application/json", "Accept": "application/octet-stream"},
+                            body("debug_executionWitness", params), accept_encoding=None)
+    assert response.status == 200 and response.header("content-type") == "application/octet-stream"
+    assert int(response.header("content-length")) == len(response.body)
+    state, codes, headers, keys = read_container(response.body, 4)
+    for name, items in [("state", state), ("codes", codes), ("keys", keys)]:
+        assert items == [bytes.fromhex(h[2:]) for h in witness.get(name) or []], name
+    assert headers and len(headers) == len(witness["headers"])
+    for rlp, header in zip(headers, witness["headers"]):
+        block = direct(chain.geth, "eth_getBlockByNumber", [header["number"], False])["result"]
+        assert keccak.new(data=rlp, digest_bits=256).hexdigest() == block["hash"][2:]
