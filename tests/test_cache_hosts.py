@@ -349,8 +349,9 @@ class StandInNode(StandIn):
     """A node that answers every call with `case`'s recorded answer (the caller's id) after
     `delays[i]` seconds for its i-th request (the last delay after that), or with a 503 for the
     requests `failing` numbers; it counts what reaches it, and keeps the Accept-Encoding each
-    request had (None: none). With `compresses`, it gzips its answer for a request that accepts
-    gzip, as geth and erigon do."""
+    request had (None: none). With `compresses` "asked", it gzips its answer for a request that
+    accepts gzip, as geth and erigon do; with "always", for every request (a node or middlebox that
+    compresses regardless)."""
 
     def __init__(self, case_, delays, failing=(), compresses=False):
         node = self
@@ -373,7 +374,7 @@ class StandInNode(StandIn):
                     answer, status = b"overloaded\n", 503
                 else:
                     answer, status = case_.answer(json.loads(body)["id"]), 200
-                gzipped = compresses and "gzip" in (accept_encoding or "")
+                gzipped = compresses == "always" or (compresses == "asked" and "gzip" in (accept_encoding or ""))
                 if gzipped:
                     answer = gzip.compress(answer)
                 try:
@@ -445,7 +446,7 @@ def test_a_node_that_compresses_when_asked_is_asked_for_identity_and_its_answers
     """geth and erigon gzip whenever the request accepts gzip: rpcedge removes Accept-Encoding
     towards the node by itself (no proxy_set_header in these configs), so the answer is kept, then
     hit, and every client gets what it asked for."""
-    node, proxy = stand_in(delays=[0], compresses=True)
+    node, proxy = stand_in(delays=[0], compresses="asked")
     block = case("block_by_hash")
     first = post(proxy.port, block, id_=1)
     assert status(first) == "MISS" and first.decoded() == block.answer(1)
@@ -457,6 +458,25 @@ def test_a_node_that_compresses_when_asked_is_asked_for_identity_and_its_answers
     assert status(plain) == "HIT" and plain.header("content-encoding") is None
     assert plain.body == block.answer(2)
     assert node.requests == 1
+
+
+def test_an_answer_gzipped_regardless_is_decoded_for_a_gzip_client_and_passes_to_others(stand_in):
+    """A node that gzips although asked for identity: a gzip client gets rpcedge's own answer (gzip
+    with its exact length, decoded equal), every time (such answers are not kept: the cache holds
+    the node's bytes); a client that takes no coding gets the node's answer as it came; both are
+    counted as upstream_encoded."""
+    node, proxy = stand_in(delays=[0], compresses="always")
+    block = case("block_by_hash")
+    for id_ in (1, 2):
+        response = post(proxy.port, block, id_=id_)
+        assert response.status == 200 and response.decoded() == block.answer(id_), id_
+        assert response.header("content-encoding") == "gzip" and exact_length(proxy, response), id_
+        assert status(response) == "MISS", "not kept: the cache held the node's gzip"
+    plain = post(proxy.port, block, id_=3, accept_encoding=None)
+    assert plain.status == 200 and plain.decoded() == block.answer(3)
+    assert node.accept_encodings == [None, None, None]
+    if proxy.counters:
+        assert proxy.counters()["upstream_encoded"] == 3
 
 
 def test_a_failure_at_the_node_is_never_handed_to_the_misses_that_waited(stand_in):

@@ -883,6 +883,13 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         }
     }
 
+    /* the node's, for a body that was decoded */
+
+    if (edits->remove_content_encoding && r->headers_out.content_encoding) {
+        r->headers_out.content_encoding->hash = 0;
+        r->headers_out.content_encoding = NULL;
+    }
+
     if (edits->content_encoding.data) {
         h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
                                          "Content-Encoding",

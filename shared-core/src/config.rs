@@ -39,7 +39,8 @@ pub struct Config {
     pub transcode: bool,
     /// The largest body transcoded; a longer one goes out as it came. A witness past
     /// `transcode_hold_max` is transcoded as it arrives, holding only its SSZ (about half the
-    /// JSON).
+    /// JSON). Also the most an answer encoded regardless may decode to: the largest body the core
+    /// works on, past which one is a decompression bomb.
     pub transcode_max: u64,
     /// The largest body held whole to transcode: any other (Beacon-API objects, raw bytes, and a
     /// witness up to this long, as JSON or as SSZ to render). A body held whole can always go out

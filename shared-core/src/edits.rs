@@ -31,8 +31,10 @@ impl HeaderEdits {
         for (name, value) in &self.set {
             ops.push(HeaderOp::Set(name, Cow::Borrowed(value)));
         }
-        if let Some(coding) = self.content_encoding {
-            ops.push(HeaderOp::Set("content-encoding", Cow::Borrowed(coding.token().as_bytes())));
+        match self.content_encoding {
+            Some(coding) => ops.push(HeaderOp::Set("content-encoding", Cow::Borrowed(coding.token().as_bytes()))),
+            None if self.remove_content_encoding => ops.push(HeaderOp::Remove("content-encoding")),
+            None => {}
         }
         match self.content_length {
             LengthEdit::Keep => {}
@@ -70,6 +72,7 @@ mod tests {
             set: vec![("X-Rpcedge-Jsonrpc-Id", b"1".to_vec())],
             etag: EtagEdit::Remove,
             remove_accept_ranges: true,
+            remove_content_encoding: true,
         };
         assert_eq!(
             edits.operations(),

@@ -495,3 +495,78 @@ fn without_offloading_large_bodies_are_compressed_inline() {
     assert!(out.end && !out.work && out.headers.is_some());
     assert!(ex.take_whole_body().is_none());
 }
+
+fn encode(coding: Coding, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match coding {
+        Coding::Gzip => {
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(body).unwrap();
+            encoder.finish().unwrap()
+        }
+        Coding::Deflate => {
+            let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(body).unwrap();
+            encoder.finish().unwrap()
+        }
+    }
+}
+
+/// A node (or middlebox) that compresses although it was asked for identity.
+fn encoded_regardless(body: &[u8], coding: Coding, known_length: bool) -> Exchange1<'static> {
+    let encoded = encode(coding, body);
+    let mut spec = Exchange1::json(&encoded, known_length);
+    spec.response_headers.push(("Content-Encoding", coding.token().into()));
+    spec.response_headers.push(("ETag", "\"node-gzip\"".into()));
+    spec.chunks = encoded.chunks(3_000).map(|piece| Chunk { data: piece.to_vec(), flush: false, at_ms: 0 }).collect();
+    spec
+}
+
+#[test]
+fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
+    let body = json_body(60_000);
+    for coding in [Coding::Gzip, Coding::Deflate] {
+        for known_length in [true, false] {
+            let wire = run(&settings(), &encoded_regardless(&body, coding, known_length)).unwrap();
+            let what = format!("{coding:?}, known length {known_length}");
+            assert_eq!((wire.plan, wire.mode), (BodyPlan::Buffer, Mode::Oneshot), "{what}");
+            assert!(wire.edits.remove_content_encoding, "{what}");
+            assert_eq!(wire.edits.content_encoding, Some(Coding::Gzip), "{what}");
+            assert_eq!(wire.edits.content_length, LengthEdit::Set(wire.body.len() as u64), "{what}");
+            // the node's strong tag named its own gzip: weakened, as for any body compressed here
+            assert_eq!(wire.edits.etag, EtagEdit::Set(b"W/\"node-gzip\"".to_vec()), "{what}");
+            assert_eq!(wire.decoded(), body, "{what}");
+        }
+    }
+    // a small one: decoded, and sent plain with its own length
+    let small = json_body(600);
+    let wire = run(&settings(), &encoded_regardless(&small, Coding::Gzip, true)).unwrap();
+    assert_eq!((wire.mode, wire.edits.content_encoding), (Mode::Small, None));
+    assert!(wire.edits.remove_content_encoding);
+    assert_eq!(wire.edits.etag, EtagEdit::Remove, "the node's tag named its gzip, not this body");
+    assert_eq!((wire.body.clone(), wire.edits.content_length), (small.clone(), LengthEdit::Set(600)));
+    // a client that takes none of rpcedge's codings, and nothing else to do: as it came
+    let mut spec = encoded_regardless(&body, Coding::Gzip, true);
+    spec.request_headers.clear();
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched));
+    assert!(!wire.edits.remove_content_encoding);
+    assert_eq!(wire.body, encode(Coding::Gzip, &body));
+}
+
+#[test]
+fn an_encoded_answer_that_decodes_past_the_bound_or_breaks_off_fails_the_exchange() {
+    let body = json_body(60_000);
+    // transcode_max bounds what an encoded answer may decode to
+    let bounded = Arc::new(Config::from_json(br#"{"transcode_max": 50000}"#).unwrap());
+    let error = run(&bounded, &encoded_regardless(&body, Coding::Gzip, true)).unwrap_err();
+    assert!(matches!(&error, Error::Decode(why) if why.contains("decompression bomb")), "{error}");
+    // a stream cut short: never sent as whole
+    let mut spec = encoded_regardless(&body, Coding::Gzip, false);
+    spec.chunks.pop();
+    assert!(matches!(run(&settings(), &spec).unwrap_err(), Error::Decode(_)));
+    // not gzip at all
+    let mut spec = encoded_regardless(&body, Coding::Gzip, false);
+    spec.chunks = vec![Chunk { data: body.clone(), flush: false, at_ms: 0 }];
+    assert!(matches!(run(&settings(), &spec).unwrap_err(), Error::Decode(_)));
+}

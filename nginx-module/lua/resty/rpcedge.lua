@@ -121,6 +121,7 @@ typedef struct {
   uint8_t add_vary;
   uint8_t remove_accept_ranges;
   uint8_t add_vary_accept;
+  uint8_t remove_content_encoding;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;
@@ -983,6 +984,9 @@ end
 
 
 local function apply_edits(edits, length)
+    if edits.remove_content_encoding ~= 0 then
+        ngx.header["Content-Encoding"] = nil
+    end
     if edits.content_encoding.data ~= nil then
         ngx.header["Content-Encoding"] = C_string(edits.content_encoding.data, edits.content_encoding.len)
     end

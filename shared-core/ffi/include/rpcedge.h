@@ -208,6 +208,10 @@ typedef struct {
    * Append `Vary: Accept`.
    */
   uint8_t add_vary_accept;
+  /**
+   * Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
+   */
+  uint8_t remove_content_encoding;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;

@@ -141,6 +141,8 @@ pub struct RpcedgeHeaderEdits {
     pub remove_accept_ranges: u8,
     /// Append `Vary: Accept`.
     pub add_vary_accept: u8,
+    /// Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
+    pub remove_content_encoding: u8,
     pub content_length: u64,
     pub etag: *const u8,
     pub etag_len: usize,
@@ -161,6 +163,7 @@ impl RpcedgeHeaderEdits {
         add_vary: 0,
         remove_accept_ranges: 0,
         add_vary_accept: 0,
+        remove_content_encoding: 0,
         content_length: 0,
         etag: ptr::null(),
         etag_len: 0,
@@ -627,6 +630,7 @@ fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEd
         etag: if etag.is_empty() { ptr::null() } else { etag.as_ptr() },
         etag_len: etag.len(),
         add_vary_accept: edits.add_vary_accept.into(),
+        remove_content_encoding: edits.remove_content_encoding.into(),
         content_type: edits.content_type.map_or(ptr::null(), str::as_ptr),
         content_type_len: edits.content_type.map_or(0, str::len),
         set: if set.is_empty() { ptr::null() } else { set.as_ptr() },

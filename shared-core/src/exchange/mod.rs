@@ -26,9 +26,11 @@ use crate::transcode::{TranscodeError, WitnessForm};
 
 mod budget;
 mod compression;
+mod decoding;
 mod transcoding;
 
 use compression::{Compression, Sink, Step};
+use decoding::Decoding;
 use transcoding::{Transcoding, REQUEST_BODY_MAX};
 
 /// The response headers that carry a JSON-RPC envelope's members when its result goes out as SSZ:
@@ -140,6 +142,9 @@ pub struct HeaderEdits {
     pub etag: EtagEdit,
     /// Drop Accept-Ranges: ranges of the original do not apply to the encoded body.
     pub remove_accept_ranges: bool,
+    /// Drop the node's Content-Encoding: the body was decoded (a `content_encoding` set replaces
+    /// it anyway).
+    pub remove_content_encoding: bool,
 }
 
 /// The bytes to send for one feed.
@@ -204,6 +209,8 @@ pub enum Error {
     Transcode(TranscodeError),
     /// A call out of order (body before head, body after end).
     OutOfOrder(&'static str),
+    /// An encoded answer that did not decode, or decoded past the bound.
+    Decode(String),
 }
 
 impl fmt::Display for Error {
@@ -215,6 +222,7 @@ impl fmt::Display for Error {
             Error::Stream(e) => e.fmt(f),
             Error::Transcode(e) => write!(f, "a witness transcoded as it arrived cannot be transcoded: {e}"),
             Error::OutOfOrder(what) => write!(f, "call out of order: {what}"),
+            Error::Decode(why) => f.write_str(why),
         }
     }
 }
@@ -228,6 +236,8 @@ struct ResponseFacts {
     bad_length: bool,
     compressible_type: bool,
     encoded: bool,
+    /// The one coding of an encoded body, where the core can undo it.
+    coding: Option<Coding>,
     no_transform: bool,
     content_range: bool,
     etag: Option<Vec<u8>>,
@@ -274,6 +284,8 @@ pub struct Exchange {
     headers_out: bool,
     /// The host sends the head before any of the body ([`Exchange::headers_at_head`]).
     headers_at_head: bool,
+    /// The node's answer, encoded regardless, decoded as it arrives.
+    decoding: Option<Decoding>,
 }
 
 impl Exchange {
@@ -294,6 +306,7 @@ impl Exchange {
             declared_length: None,
             headers_out: false,
             headers_at_head: false,
+            decoding: None,
         }
     }
 
@@ -380,7 +393,7 @@ impl Exchange {
 
     /// The node's answer came encoded (see [`crate::metrics::Counter::UpstreamEncoded`]).
     pub fn upstream_encoded(&self) -> bool {
-        self.response.encoded
+        self.response.encoded || self.decoding.is_some()
     }
 
     /// Any response header. A host may instead pass the length with
@@ -404,7 +417,11 @@ impl Exchange {
             facts.ssz =
                 media.eq_ignore_ascii_case(b"application/octet-stream").then(|| crate::negotiate::witness_form(value));
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
-            facts.encoded |= !value.is_empty() && !value.eq_ignore_ascii_case(b"identity");
+            if !value.is_empty() && !value.eq_ignore_ascii_case(b"identity") {
+                // a second coding (another field line) is one the core does not undo
+                facts.coding = if facts.encoded { None } else { decodable(value) };
+                facts.encoded = true;
+            }
         } else if name.eq_ignore_ascii_case(b"cache-control") {
             facts.no_transform |= list_has(value, b"no-transform");
         } else if name.eq_ignore_ascii_case(b"content-range") {
@@ -431,9 +448,52 @@ impl Exchange {
         }
     }
 
-    /// Decides what happens to the body, once all response headers are in.
+    /// Decides what happens to the body, once all response headers are in. An answer that came
+    /// gzip or deflate regardless is planned as the plain body it decodes to, of a length not
+    /// known yet, where the exchange has work on it; where it has none (the plan passes the body
+    /// on), it goes out as it came.
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         self.declared_length = self.response.content_length;
+        let coding = self.response.coding.filter(|_| self.decodes(status));
+        if coding.is_some() {
+            self.response.encoded = false;
+            self.response.content_length = None;
+        }
+        let plan = self.plan(status);
+        match coding {
+            Some(_) if plan == BodyPlan::Pass => {
+                self.response.encoded = true;
+                self.response.content_length = self.declared_length;
+                self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
+                let mut sink =
+                    Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
+                self.compression.plan(&mut sink)
+            }
+            Some(coding) => {
+                self.decoding = Some(Decoding::new(coding, self.settings.transcode_max));
+                self.edits.remove_content_encoding = true;
+                // the node's tag named the encoded representation
+                if self.response.etag.is_some() && self.edits.etag == EtagEdit::Keep {
+                    self.edits.etag = EtagEdit::Remove;
+                }
+                plan
+            }
+            None => plan,
+        }
+    }
+
+    /// Whether an encoded answer is decoded: the node was to answer identity (rpcedge has work
+    /// on it) and the response may be transformed at all.
+    fn decodes(&self, status: u16) -> bool {
+        let facts = &self.response;
+        self.node_identity()
+            && !self.request.head
+            && !matches!(status, 100..=199 | 204 | 206 | 304)
+            && !(facts.no_transform || facts.content_range || facts.bad_length)
+    }
+
+    /// The plan for the response as its facts now say.
+    fn plan(&mut self, status: u16) -> BodyPlan {
         self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
         let holds = !self.headers_at_head
             && self.transcoding.response_head(
@@ -489,6 +549,17 @@ impl Exchange {
     pub fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Output<'_>, Error> {
         self.out.clear();
         self.bytes_in += chunk.len() as u64;
+        let mut decoded = Vec::new();
+        let chunk = match &mut self.decoding {
+            Some(decoding) => match decoding.feed(chunk, end, &mut decoded) {
+                Ok(()) => &decoded[..],
+                Err(e) => {
+                    self.fail();
+                    return Err(e);
+                }
+            },
+            None => chunk,
+        };
         if self.transcoding.streaming() || self.transcoding.stream_held(chunk.len(), &self.settings, &self.response) {
             return self.feed_stream(chunk, end, now_ms);
         }
@@ -716,6 +787,17 @@ fn parse_flag(value: &[u8]) -> Option<bool> {
 }
 
 /// Whether a comma-separated header list names `token` (case-insensitive, parameters ignored).
+/// The coding a Content-Encoding value names, where it is one the core can undo.
+fn decodable(value: &[u8]) -> Option<Coding> {
+    if value.eq_ignore_ascii_case(b"gzip") || value.eq_ignore_ascii_case(b"x-gzip") {
+        Some(Coding::Gzip)
+    } else if value.eq_ignore_ascii_case(b"deflate") {
+        Some(Coding::Deflate)
+    } else {
+        None
+    }
+}
+
 fn list_has(value: &[u8], token: &[u8]) -> bool {
     value.split(|&b| b == b',').any(|item| {
         let name = item.split(|&b| b == b'=' || b == b';').next().unwrap_or_default();
