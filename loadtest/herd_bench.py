@@ -1,8 +1,9 @@
 """`make bench`, the herd: `--clients` clients ask through one proxy, all at once, for the same
 block that is not yet stored (a block by hash, another each round), as when a block is finalized
 and every indexer asks for it. Counted: the requests that reach the node (the replay, which
-counts them), and each client's cache status; every answer is checked against the recording
-with the client's own id. Each host runs twice, with coalescing on (the default
+counts them), each client's cache status and the coding its answer came in (every client takes
+gzip), and the bytes they got; every answer is checked against the recording with the client's
+own id. Each host runs twice, with coalescing on (the default
 `lock_timeout_ms`) and off (0), on a fresh daemon. nginx runs 2 workers, Envoy 2 worker threads:
 the daemon holds the key for all of them.
 
@@ -33,17 +34,21 @@ RESULTS = LOADTEST / "results" / "herd.json"
 
 
 def herd(port, case, clients):
-    """`clients` requests for `case` at once: (status per client, every answer right)."""
+    """`clients` gzip clients' requests for `case` at once: (each client's status and the coding
+    its answer came in, e.g. "COALESCED gzip"; the body bytes they got; every answer right)."""
     ready = threading.Barrier(clients)
 
     def ask(id_):
         ready.wait()
         response = wire.request(port, case.path, "POST", {"Content-Type": "application/json"}, case.body(id_))
-        return response.header("x-rpcedge-cache"), response.status == 200 and response.decoded() == case.answer(id_)
+        right = response.status == 200 and response.decoded() == case.answer(id_)
+        coding = response.header("content-encoding") or "identity"
+        return f"{response.header('x-rpcedge-cache')} {coding}", len(response.body), right
 
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         outcomes = list(pool.map(ask, range(clients)))
-    return collections.Counter(status for status, _ in outcomes), all(right for _, right in outcomes)
+    statuses = collections.Counter(status for status, _, _ in outcomes)
+    return statuses, sum(size for _, size, _ in outcomes), all(right for _, _, right in outcomes)
 
 
 def main():
@@ -66,17 +71,19 @@ def main():
                 proxy = cc.start_proxy(host, WORK / f"{host}-{lock_timeout_ms}", stack, workers=2,
                                        settings={"lock_timeout_ms": lock_timeout_ms})
                 try:
-                    node, statuses, right = [], collections.Counter(), True
+                    node, statuses, body_bytes, right = [], collections.Counter(), 0, True
                     for block in blocks:
                         before = stack.node_requests()
-                        counted, all_right = herd(proxy.port, block, args.clients)
+                        counted, size, all_right = herd(proxy.port, block, args.clients)
                         node.append(stack.node_requests() - before)
                         statuses.update(counted)
+                        body_bytes += size
                         right &= all_right
                 finally:
                     proxy.stop()
                 row = {"host": host, "lock_timeout_ms": lock_timeout_ms, "clients": args.clients,
-                       "node_requests_per_round": node, "statuses": dict(statuses), "every_answer_right": right}
+                       "node_requests_per_round": node, "statuses": dict(statuses), "body_bytes": body_bytes,
+                       "every_answer_right": right}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     finally:
