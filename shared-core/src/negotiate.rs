@@ -25,6 +25,17 @@ impl Coding {
             Coding::Deflate => "deflate",
         }
     }
+
+    /// The coding a content-coding token names (`x-gzip` is gzip), case-insensitively.
+    pub fn from_token(token: &[u8]) -> Option<Coding> {
+        if token.eq_ignore_ascii_case(b"gzip") || token.eq_ignore_ascii_case(b"x-gzip") {
+            Some(Coding::Gzip)
+        } else if token.eq_ignore_ascii_case(b"deflate") {
+            Some(Coding::Deflate)
+        } else {
+            None
+        }
+    }
 }
 
 /// A qvalue in thousandths: 0..=1000.
@@ -46,16 +57,12 @@ impl AcceptEncoding {
         self.present = true;
         for element in value.split(|&b| b == b',') {
             if let Some((coding, weight)) = parse_element(element) {
-                let slot = if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
-                    &mut self.gzip
-                } else if coding.eq_ignore_ascii_case(b"deflate") {
-                    &mut self.deflate
-                } else if coding.eq_ignore_ascii_case(b"identity") {
-                    &mut self.identity
-                } else if coding == b"*" {
-                    &mut self.any
-                } else {
-                    continue;
+                let slot = match Coding::from_token(coding) {
+                    Some(Coding::Gzip) => &mut self.gzip,
+                    Some(Coding::Deflate) => &mut self.deflate,
+                    None if coding.eq_ignore_ascii_case(b"identity") => &mut self.identity,
+                    None if coding == b"*" => &mut self.any,
+                    None => continue,
                 };
                 // Listed twice: the most favourable weight wins, as a client meant one of them.
                 *slot = Some(slot.map_or(weight, |w| w.max(weight)));

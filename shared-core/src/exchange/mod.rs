@@ -419,7 +419,7 @@ impl Exchange {
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             if !value.is_empty() && !value.eq_ignore_ascii_case(b"identity") {
                 // a second coding (another field line) is one the core does not undo
-                facts.coding = if facts.encoded { None } else { decodable(value) };
+                facts.coding = if facts.encoded { None } else { Coding::from_token(value) };
                 facts.encoded = true;
             }
         } else if name.eq_ignore_ascii_case(b"cache-control") {
@@ -787,17 +787,6 @@ fn parse_flag(value: &[u8]) -> Option<bool> {
 }
 
 /// Whether a comma-separated header list names `token` (case-insensitive, parameters ignored).
-/// The coding a Content-Encoding value names, where it is one the core can undo.
-fn decodable(value: &[u8]) -> Option<Coding> {
-    if value.eq_ignore_ascii_case(b"gzip") || value.eq_ignore_ascii_case(b"x-gzip") {
-        Some(Coding::Gzip)
-    } else if value.eq_ignore_ascii_case(b"deflate") {
-        Some(Coding::Deflate)
-    } else {
-        None
-    }
-}
-
 fn list_has(value: &[u8], token: &[u8]) -> bool {
     value.split(|&b| b == b',').any(|item| {
         let name = item.split(|&b| b == b'=' || b == b';').next().unwrap_or_default();
