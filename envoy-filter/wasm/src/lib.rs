@@ -82,14 +82,17 @@ impl Shared {
     /// Notes when the exchange `id` next needs a tick (`None`: never), then ticks as often as the
     /// most pressing waiting exchange needs. Called with no stream borrowed.
     fn note_due(&self, id: u32, stream: &Rc<RefCell<Stream>>, due: Option<u64>) {
+        if self.note(id, stream, due) || due == Some(0) || !self.stores.borrow().is_empty() {
+            self.set_tick();
+        }
+    }
+
+    /// Notes when the exchange `id` next needs a tick: whether that changed the table.
+    fn note(&self, id: u32, stream: &Rc<RefCell<Stream>>, due: Option<u64>) -> bool {
         let mut waiting = self.waiting.borrow_mut();
-        let changed = match due {
+        match due {
             Some(due) => waiting.insert(id, Waiting { stream: Rc::downgrade(stream), due }).is_none_or(|was| was.due != due),
             None => waiting.remove(&id).is_some(),
-        };
-        drop(waiting);
-        if changed || due == Some(0) || !self.stores.borrow().is_empty() {
-            self.set_tick();
         }
     }
 
@@ -188,8 +191,9 @@ impl RootContext for Root {
                 borrowed.account();
                 borrowed.due()
             };
-            shared.note_due(id, &stream, next);
+            shared.note(id, &stream, next);
         }
+        // once for all the streams this tick served
         shared.set_tick();
     }
 
