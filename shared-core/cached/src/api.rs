@@ -17,6 +17,7 @@
 //!   (`protocol::Looked`), in order; 400 for a bad key, 413 for more keys;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -284,7 +285,8 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
     // The node's answer of this moment, for the requests that wait for it, kept or not: as it
     // will be kept, compacted once, so that a gzip client among them gets it gzip as from a hit,
     // the one compression shared by all of them and the store (which keeps what came compacted).
-    let sent = if state.flights.has_waiters(&key) {
+    let waited = state.flights.has_waiters(&key);
+    let sent = if waited {
         match compacted(sent).await {
             Ok(entry) => entry,
             Err(response) => {
@@ -296,7 +298,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         sent
     };
     state.flights.land(&key, Some(sent.clone()));
-    let response = keep(&head.headers, sent, state.clone(), key).await;
+    let response = keep(&head.headers, sent, waited, state.clone(), key).await;
     state.flights.settle(&key);
     response
 }
@@ -311,8 +313,8 @@ async fn compacted(sent: Bytes) -> Result<Bytes, Response<Body>> {
     }
 }
 
-/// A whole entry, kept as its admission says.
-async fn keep(headers: &HeaderMap, sent: Bytes, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
+/// A whole entry, kept as its admission says; `compacted`: as the store keeps it already.
+async fn keep(headers: &HeaderMap, sent: Bytes, compacted: bool, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
     let ttl_s = match admit(headers, &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
@@ -331,7 +333,10 @@ async fn keep(headers: &HeaderMap, sent: Bytes, state: Arc<State>, key: [u8; 32]
     };
     // Compressing at the highest level takes milliseconds per MiB: off the I/O threads.
     let stored = tokio::task::spawn_blocking(move || {
-        let entry = Entry::decode(&sent).and_then(|entry| entry.compact());
+        let entry = match compacted {
+            true => Ok(Cow::Borrowed(&sent[..])),
+            false => Entry::decode(&sent).and_then(|entry| entry.compact()).map(Cow::Owned),
+        };
         match entry {
             Ok(entry) => state.store.put(&key, &entry, ttl_s, now_s()).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e)),
             Err(bad) => Err((StatusCode::BAD_REQUEST, bad.to_string())),
