@@ -688,16 +688,17 @@ ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
-    ngx_uint_t        i, identity;
+    ngx_uint_t        i;
     ngx_list_t        headers;
     rpcedge_str_t     accept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h, *copy;
 
-    accept = rpcedge_exchange_upstream_accept(ctx->exchange);
-    identity = accept.data || rpcedge_exchange_node_identity(ctx->exchange);
+    /* the node asked for SSZ is asked for identity too */
 
-    if (!identity) {
+    accept = rpcedge_exchange_upstream_accept(ctx->exchange);
+
+    if (!rpcedge_exchange_node_identity(ctx->exchange)) {
         return NGX_DECLINED;
     }
 

@@ -52,10 +52,9 @@ pub enum RequestStep {
 /// A request body callback's outcome.
 #[derive(Debug)]
 pub struct RequestBody {
-    /// As in [`RequestHead`]: the node's Accept, now that the method is known, and with it no
-    /// Accept-Encoding.
+    /// As in [`RequestHead`]: the node's Accept, now that the method is known (the head asked
+    /// for identity already).
     pub upstream_accept: Option<&'static str>,
-    pub node_identity: bool,
     pub step: RequestStep,
 }
 
@@ -190,7 +189,7 @@ impl ProxyExchange {
         let upstream_accept = if self.body_wanted { None } else { self.exchange.upstream_accept() };
         RequestHead {
             upstream_accept,
-            node_identity: upstream_accept.is_some() || self.exchange.node_identity(),
+            node_identity: self.exchange.node_identity(),
             step: self.step(after, true),
         }
     }
@@ -217,7 +216,7 @@ impl ProxyExchange {
             if Exchange::takes_request_body(body_size) {
                 if !end_of_stream {
                     // the proxy holds it until it is whole
-                    return RequestBody { upstream_accept, node_identity: false, step: RequestStep::Wait };
+                    return RequestBody { upstream_accept, step: RequestStep::Wait };
                 }
                 self.exchange.request_body(body.get());
                 upstream_accept = self.exchange.upstream_accept();
@@ -225,7 +224,7 @@ impl ProxyExchange {
             self.body_wanted = false;
         }
         let step = self.look_up(body_size, end_of_stream, body, hot, now_ms);
-        RequestBody { upstream_accept, node_identity: upstream_accept.is_some(), step }
+        RequestBody { upstream_accept, step }
     }
 
     /// The cache's part of a request body callback: once the body is in, a hit from the hot tier,

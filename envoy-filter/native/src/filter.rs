@@ -55,7 +55,10 @@ impl Filter {
         let route_namespace = || host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace, hot, now_ms);
-        ask_upstream(host, head.upstream_accept, head.node_identity);
+        if head.node_identity {
+            host.set_header(HeaderType::Request, "accept-encoding", None);
+        }
+        ask_upstream(host, head.upstream_accept);
         // a Beacon-API read is looked up (or answered) here: it has no body
         let status = match self.step(host, head.step, &[BodyType::BufferedRequest]) {
             Step::Continue => HeadersStatus::Continue,
@@ -79,7 +82,7 @@ impl Filter {
         };
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
-        ask_upstream(host, after.upstream_accept, after.node_identity);
+        ask_upstream(host, after.upstream_accept);
         // the body so far is Envoy's received data, and what it buffered before
         let status = match self.step(host, after.step, &[BodyType::BufferedRequest, BodyType::ReceivedRequest]) {
             Step::Continue => BodyStatus::Continue,
@@ -366,11 +369,8 @@ enum Step {
     Replied,
 }
 
-/// Asks the node for SSZ where the core says so, without Accept-Encoding.
-fn ask_upstream(host: Host, accept: Option<&str>, identity: bool) {
-    if identity {
-        host.set_header(HeaderType::Request, "accept-encoding", None);
-    }
+/// Asks the node for SSZ where the core says so (the request's head asked for identity).
+fn ask_upstream(host: Host, accept: Option<&str>) {
     if let Some(accept) = accept {
         host.set_header(HeaderType::Request, "accept", Some(accept.as_bytes()));
     }

@@ -277,7 +277,10 @@ impl HttpContext for Filter {
             let shared = Rc::clone(&stream.shared);
             let head =
                 stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace, shared.hot(), now_ms);
-            ask_upstream(head.upstream_accept, head.node_identity);
+            if head.node_identity {
+                let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
+            }
+            ask_upstream(head.upstream_accept);
             // a Beacon-API read is looked up (or answered) here: it has no body
             request_step(stream, head.step, 0, &mut lookup)
         });
@@ -294,7 +297,7 @@ impl HttpContext for Filter {
         let action = self.with_stream(|stream| {
             let shared = Rc::clone(&stream.shared);
             let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms);
-            ask_upstream(after.upstream_accept, after.node_identity);
+            ask_upstream(after.upstream_accept);
             request_step(stream, after.step, body_size, &mut lookup)
         });
         self.lookup = lookup;
@@ -549,11 +552,8 @@ fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup
     }
 }
 
-/// Asks the node for identity, and for SSZ, where the core says so.
-fn ask_upstream(accept: Option<&str>, identity: bool) {
-    if identity {
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
-    }
+/// Asks the node for SSZ where the core says so (the request's head asked for identity).
+fn ask_upstream(accept: Option<&str>) {
     if let Some(accept) = accept {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept", Some(accept));
     }

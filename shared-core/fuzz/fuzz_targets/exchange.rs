@@ -77,6 +77,7 @@ fuzz_target!(|case: Case| {
     }
     let asked = ex.upstream_accept().is_some();
     assert_eq!(asked, upstream_ssz && !case.head, "a JSON client's raw block is asked for in SSZ");
+    assert!(!asked || ex.node_identity(), "a node asked for SSZ is asked for identity");
     let content_type = if asked { b"application/octet-stream" } else { TYPES[usize::from(case.content_type) % TYPES.len()] };
     ex.response_header(b"content-type", content_type);
     for (name, value) in &case.extra {

@@ -385,8 +385,9 @@ impl Exchange {
     /// After the request head: whether the node is to answer identity, that is whether the host
     /// removes `Accept-Encoding` from the request it sends the node (after feeding it here). So it
     /// is wherever rpcedge may have work on the answer: compressing it for this client,
-    /// transcoding it, or keeping it in the cache. Real nodes (geth, erigon) compress when asked,
-    /// and an answer that comes encoded can be none of these, so it would pass as it came.
+    /// transcoding it (the node asked for SSZ by [`Exchange::upstream_accept`] included), or
+    /// keeping it in the cache. Real nodes (geth, erigon) compress when asked, and an answer that
+    /// comes encoded would have to be decoded first.
     pub fn node_identity(&self) -> bool {
         self.request.cached || self.compression.may_encode() || self.transcoding.may_transcode(&self.settings)
     }

@@ -125,6 +125,9 @@ fn the_node_is_asked_for_identity_wherever_rpcedge_may_have_work_on_the_answer()
     // SSZ from the node's JSON: the JSON must come plain
     let transcoding = settings(r#"{"transcode": true}"#);
     assert!(identity(transcoding, "br", "application/octet-stream", None));
+    // a JSON client whose node may be asked for SSZ: that SSZ must come plain too
+    let upstream_ssz = settings(r#"{"transcode_upstream_ssz": true}"#);
+    assert!(identity(upstream_ssz, "br", "application/json", None));
     // the cache keeps plain answers only, for clients of every coding
     let cache = settings(r#"{"cache": {"clusters": ["rpcedge_cached"]}}"#);
     assert!(identity(cache.clone(), "br", "*/*", Some("mainnet")));
