@@ -75,7 +75,7 @@ pub struct CacheConfig {
     /// The daemons, one upstream (an Envoy cluster) per shard, in shard order.
     pub clusters: Vec<String>,
     /// The key's namespace for every route that sets none in its metadata
-    /// ([`crate::cache::proxy::ROUTE_NAMESPACE`]); with neither, a request bypasses the cache.
+    /// ([`crate::proxy::cache::ROUTE_NAMESPACE`]); with neither, a request bypasses the cache.
     /// Never taken from the request: a client must not choose where its answers are stored.
     pub namespace: Option<String>,
     /// How long a lookup may take before the node is asked instead.

@@ -16,7 +16,8 @@ pub use config::{CacheConfig, Config, ConfigError, Level, Settings};
 pub use edits::HeaderOp;
 pub use exchange::{
     BodyPlan, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
-    CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
+    JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
 };
+pub use transcode::{CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER};
 pub use negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 pub use node::Node;

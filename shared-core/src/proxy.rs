@@ -10,7 +10,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cache::proxy::{self, AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
+pub mod cache;
+
+use self::cache::{AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
 use crate::cache::{HitResponse, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
@@ -68,7 +70,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn headers(&self) -> Vec<(&str, &str)> {
-        proxy::hit_headers(&self.hit, self.status)
+        cache::hit_headers(&self.hit, self.status)
     }
 
     pub fn body(&self) -> &[u8] {
@@ -303,7 +305,7 @@ impl ProxyExchange {
             let cache_status = request.on_response_head(headers, end_of_stream, self.settings.cache_settings());
             self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
             if let Some(config) = self.settings.cache.as_ref().filter(|c| c.status_header) {
-                edits.push(HeaderOp::Append(proxy::status_header(), request.status_value(config.status_reason)));
+                edits.push(HeaderOp::Append(cache::status_header(), request.status_value(config.status_reason)));
             }
             // (an answer that ends at its head has no body to put the store's answers into)
             merging = request.replaces_body() && !end_of_stream;

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rpcedge_core::cache::proxy;
+use rpcedge_core::proxy::cache::{ROUTE_METADATA, ROUTE_NAMESPACE};
 use rpcedge_core::proxy::{Failed, ProxyExchange, Reply, RequestStep};
 use rpcedge_core::{Failure, HeaderOp};
 
@@ -52,7 +52,7 @@ impl Filter {
 
     pub fn on_request_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
         let headers = host.headers(HeaderType::Request);
-        let route_namespace = || host.route_metadata(proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE);
+        let route_namespace = || host.route_metadata(ROUTE_METADATA, ROUTE_NAMESPACE);
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
         let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace, hot, now_ms);
         if head.node_identity {

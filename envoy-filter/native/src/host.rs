@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use rpcedge_core::cache::proxy::DaemonCall;
+use rpcedge_core::proxy::cache::DaemonCall;
 
 use crate::abi::{self, BodyType, EnvoyBuffer, EnvoyHeader, FilterEnvoy, HeaderType, LogLevel, ModuleBuffer, ModuleHeader};
 

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use proxy_wasm::hostcalls;
-use rpcedge_core::cache::proxy::{self, DaemonCall, HotRegion};
+use rpcedge_core::proxy::cache::{DaemonCall, HotRegion, ROUTE_METADATA, ROUTE_NAMESPACE};
 use rpcedge_core::proxy::Reply;
 
 /// A worker's hot tier: its region, laid out by the core (one Wasm VM per worker: no lock).
@@ -24,7 +24,7 @@ impl HotRegion for WorkerHot {
 
 /// The cache namespace in the metadata of the route the request took.
 pub fn route_namespace() -> Option<Vec<u8>> {
-    let path = vec!["xds", "route_metadata", "filter_metadata", proxy::ROUTE_METADATA, proxy::ROUTE_NAMESPACE];
+    let path = vec!["xds", "route_metadata", "filter_metadata", ROUTE_METADATA, ROUTE_NAMESPACE];
     hostcalls::get_property(path).ok().flatten()
 }
 

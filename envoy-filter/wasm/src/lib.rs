@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::cache::proxy::{DaemonCall, HotRegion};
+use rpcedge_core::proxy::cache::{DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
 use rpcedge_core::proxy::{Failed, ProxyExchange, RequestStep};
 use rpcedge_core::{Config, Failure, HeaderOp, Node, Settings};

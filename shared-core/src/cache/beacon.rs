@@ -9,13 +9,15 @@
 
 use sha2::{Digest, Sha256};
 
-use super::flow::hit_headers;
 use super::head::{named, Head};
+use super::hit::hit_headers;
 use super::{Bypass, Capture, Entry, Envelope, Final, HitResponse, Key, Refusal};
 use crate::compress::{auto_level, compress_whole};
-use crate::exchange::{CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER};
 use crate::negotiate::{media_type, Accept, Coding, MediaType};
-use crate::transcode::{beacon_data_to_json, beacon_from_ssz, beacon_to_ssz, BeaconEnvelope, BeaconObject, Fork};
+use crate::transcode::{
+    beacon_data_to_json, beacon_from_ssz, beacon_to_ssz, BeaconEnvelope, BeaconObject, Fork, CONSENSUS_VERSION_HEADER,
+    EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER,
+};
 
 const SSZ: &str = "application/octet-stream";
 const JSON: &str = "application/json";

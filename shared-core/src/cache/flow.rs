@@ -7,6 +7,7 @@
 use super::batch::{Batch, Failed};
 use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
+use super::hit::{hit_headers, HitResponse};
 use super::hot::{HotTier, MAX_AGE_S};
 use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Key, Refusal, Request};
 use crate::compress::{auto_level, compress_whole};
@@ -61,17 +62,6 @@ pub struct DaemonAnswer<'a> {
     /// Its `X-Rpcedge-Lock` header: whether the miss holds the key.
     pub lock: Option<&'a [u8]>,
     pub body: &'a [u8],
-}
-
-/// A hit to send instead of asking the node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HitResponse {
-    pub body: Vec<u8>,
-    pub gzip: bool,
-    /// Its headers, besides `Content-Length` (the body's length) and the status header, names in
-    /// lower case: `content-type`, `content-encoding` when gzip, `vary` (what the node's answer
-    /// varies on, and Accept-Encoding), then the node's end-to-end headers as it sent them.
-    pub headers: Vec<(String, String)>,
 }
 
 /// Why a stored entry gives no hit.
@@ -654,18 +644,4 @@ fn call_hit(request: &Request, entry: &Entry, gzip: bool, min_length: u64) -> Re
     let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
     let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.gzip, &["Accept-Encoding"]);
     Ok(HitResponse { body: hit.body, gzip: hit.gzip, headers })
-}
-
-/// A hit's headers: its type and encoding, what it varies on (what the entry's answer varied on,
-/// then `varies`), and the node's headers that the entry kept.
-pub(super) fn hit_headers(entry: &Entry, content_type: &str, gzip: bool, varies: &[&str]) -> Vec<(String, String)> {
-    let mut headers = vec![("content-type".to_string(), content_type.to_string())];
-    if gzip {
-        headers.push(("content-encoding".into(), "gzip".into()));
-    }
-    let varies = entry.vary.iter().map(|(name, _)| *name).chain(varies.iter().copied());
-    headers.push(("vary".into(), varies.collect::<Vec<_>>().join(", ")));
-    let kept = entry.headers.iter().filter(|(name, _)| *name != "content-type");
-    headers.extend(kept.map(|(name, value)| (name.to_string(), value.to_string())));
-    headers
 }

@@ -9,9 +9,9 @@ mod call;
 mod entry;
 mod flow;
 mod head;
+mod hit;
 mod hot;
 pub mod protocol;
-pub mod proxy;
 mod rules;
 mod shard;
 
@@ -25,7 +25,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
-pub use flow::{CacheExchange, DaemonAnswer, HitResponse, LookupCall, Release, Status, StoreCall};
+pub use flow::{CacheExchange, DaemonAnswer, LookupCall, Release, Status, StoreCall};
+pub use hit::HitResponse;
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};

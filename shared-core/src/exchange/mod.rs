@@ -22,7 +22,7 @@ use crate::compress::StreamError;
 use crate::config::Settings;
 use crate::negotiate::{media_type, Coding};
 use crate::node::Node;
-use crate::transcode::{TranscodeError, WitnessForm};
+use crate::transcode::{TranscodeError, WitnessForm, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER};
 
 mod budget;
 mod compression;
@@ -37,12 +37,6 @@ use transcoding::{Transcoding, REQUEST_BODY_MAX};
 /// the id's JSON text (`1`, `"a"`) and the `jsonrpc` version.
 pub const JSONRPC_ID_HEADER: &str = "X-Rpcedge-Jsonrpc-Id";
 pub const JSONRPC_VERSION_HEADER: &str = "X-Rpcedge-Jsonrpc-Version";
-/// The Beacon-API's header for a response's consensus version.
-pub const CONSENSUS_VERSION_HEADER: &str = "Eth-Consensus-Version";
-/// The headers in which a node's SSZ answer says what the JSON envelope's `execution_optimistic`
-/// and `finalized` say (Lodestar's names; rpcedge sends them on the SSZ it transcodes).
-pub const EXECUTION_OPTIMISTIC_HEADER: &str = "Eth-Execution-Optimistic";
-pub const FINALIZED_HEADER: &str = "Eth-Consensus-Finalized";
 /// What the host does with the body, decided at the response head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -15,10 +15,8 @@ use crate::transcode::{
 };
 
 use super::budget::Reservation;
-use super::{
-    EtagEdit, HeaderEdits, RequestFacts, ResponseFacts, TranscodeOutcome, CONSENSUS_VERSION_HEADER,
-    EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER,
-};
+use super::{EtagEdit, HeaderEdits, RequestFacts, ResponseFacts, TranscodeOutcome, JSONRPC_ID_HEADER, JSONRPC_VERSION_HEADER};
+use crate::transcode::{CONSENSUS_VERSION_HEADER, EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER};
 
 /// The longest request body the core reads (a single JSON-RPC call's); a longer one is not
 /// transcoded.

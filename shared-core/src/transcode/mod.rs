@@ -18,7 +18,8 @@ use std::fmt;
 use json::Scanner;
 pub use beacon::{
     beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, light_client_updates_from_ssz,
-    light_client_updates_to_ssz, BeaconEnvelope, BeaconNetwork, BeaconObject, BeaconSsz, Fork,
+    light_client_updates_to_ssz, BeaconEnvelope, BeaconNetwork, BeaconObject, BeaconSsz, Fork, CONSENSUS_VERSION_HEADER,
+    EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER,
 };
 pub use witness::{
     Field as WitnessField, StreamedWitness, WitnessForm, WitnessRender, WitnessSsz, WitnessStream, FIELDS as WITNESS_FIELDS,

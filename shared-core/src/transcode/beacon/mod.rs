@@ -15,6 +15,13 @@ use ssz_type::Ty;
 pub use network::BeaconNetwork;
 pub use updates::{light_client_updates_from_ssz, light_client_updates_to_ssz};
 
+/// The Beacon-API's header for a response's consensus version.
+pub const CONSENSUS_VERSION_HEADER: &str = "Eth-Consensus-Version";
+/// The headers in which a node's SSZ answer says what the JSON envelope's `execution_optimistic`
+/// and `finalized` say (Lodestar's names; rpcedge sends them on the SSZ it transcodes).
+pub const EXECUTION_OPTIMISTIC_HEADER: &str = "Eth-Execution-Optimistic";
+pub const FINALIZED_HEADER: &str = "Eth-Consensus-Finalized";
+
 /// A consensus version (fork) whose types rpcedge knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fork {
