@@ -284,7 +284,7 @@ def test_both_hosts_send_the_same_bytes(hosts):
                 assert a.header(name) == b.header(name), name
 
 
-# Beacon-API routes the replay node answers (see loadtest/corpus/src/beacon.rs), with their version.
+# Beacon-API routes the replay node answers (see corpus-reader/src/beacon.rs), with their version.
 BEACON_ROUTES = [
     ("/eth/v2/beacon/blocks/phase0:case_4", "phase0"),
     ("/eth/v2/beacon/blocks/altair:case_2", "altair"),
