@@ -1,7 +1,7 @@
 """One vocabulary of counters on every host (rpcedge_core::metrics): the same requests through nginx,
 Envoy's Wasm filter and Envoy's native module, each with the cache daemon before the same node,
 give the same counter names and the same values in Prometheus' text format, the native module's
-after the relabelling the README gives (and docker/prometheus.yml uses). Each host has its hot tier
+after the relabelling docs/metrics.md gives (and docker/prometheus.yml uses). Each host has its hot tier
 on; Envoy runs one worker, as the Wasm filter's hot tier is its worker's own."""
 
 import json
