@@ -18,10 +18,10 @@ from pathlib import Path
 
 DOCKER = Path(__file__).resolve().parent
 REPO = DOCKER.parent
-sys.path[:0] = [str(DOCKER), str(REPO / "tests"), str(REPO / "loadtest")]
+sys.path[:0] = [str(DOCKER), str(REPO / "loadtest")]
 import render  # noqa: E402
 import scenarios  # noqa: E402
-from harness import SAMPLE_CORPUS, start_replay  # noqa: E402
+from testbed.harness import SAMPLE_CORPUS, start_replay  # noqa: E402
 
 CONTEXT = REPO / "build" / "docker" / "context"
 TARGETS = ["replay", "cached", "nginx", "envoy", "load", "prometheus"]

@@ -25,13 +25,12 @@ import sys
 import time
 from pathlib import Path
 
+import report
+import scenarios
+import variants
+from testbed.harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay
+
 LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import report  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay  # noqa: E402
 
 RESULTS = LOADTEST / "results"
 WORK = REPO / "build" / "bench"

@@ -26,22 +26,20 @@ import json
 import random
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import bench
+import scenarios
+import variants
+from bench import cpu_seconds, pinned
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.envoy_harness import render_config, replace_rpcedge_entry, start_envoy
+from testbed.harness import LOOPBACK, REPO, free_port
+from testbed.stack import NETWORKS
+
 LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import bench  # noqa: E402
-import cache_cases as cc  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-import wire  # noqa: E402
-from bench import cpu_seconds, pinned  # noqa: E402
-from envoy_harness import render_config, replace_rpcedge_entry, start_envoy  # noqa: E402
-from harness import LOOPBACK, REPO, free_port  # noqa: E402
-from stack import NETWORKS  # noqa: E402
 
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"

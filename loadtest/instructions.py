@@ -29,18 +29,16 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import scenarios
+import variants
+from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality
+from testbed import cache_cases as cc
+from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay
+
 LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import cache_cases as cc  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay  # noqa: E402
 
 RESULTS = LOADTEST / "results" / "instructions.json"
 WORK = REPO / "build" / "instructions"
