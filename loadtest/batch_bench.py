@@ -29,7 +29,6 @@ from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import REPO
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "batch"
 RESULTS = LOADTEST / "results" / "batch.json"
 NAMESPACE = cc.CacheStack.LATE  # finality moved by the run: half the calls final, then all

@@ -30,17 +30,14 @@ import time
 from pathlib import Path
 
 import bench
-import scenarios
-import variants
 from bench import cpu_seconds, pinned
 from testbed import cache_cases as cc
-from testbed import wire
+from testbed import scenarios, variants, wire
 from testbed.envoy_harness import render_config, replace_rpcedge_entry, start_envoy
 from testbed.harness import LOOPBACK, REPO, free_port
 from testbed.stack import NETWORKS
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
 SCRIPT = LOADTEST / "wrk" / "cache_mix.lua"
@@ -294,7 +291,7 @@ def big(stack, prefix, args, results):
 
 
 def warm(stack, prefix, args, results):
-    """The load test's method mix (loadtest/scenarios.py: single calls of every kind, cacheable
+    """The load test's method mix (testbed/scenarios.py: single calls of every kind, cacheable
     or not) with the cache warm, through nginx with rpcedge's defaults and a hot tier as `make
     run` has them, beside bare nginx proxying to the node without compression: req/s, the proxy's
     CPU and the bytes of an answer; with the node answering at once and taking

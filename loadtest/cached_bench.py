@@ -25,7 +25,6 @@ from testbed import replay_corpus as rc
 from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "cached"
 RESULTS = LOADTEST / "results" / "cached.json"
 SCRIPT = LOADTEST / "wrk" / "cache_put.lua"

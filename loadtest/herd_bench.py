@@ -28,7 +28,6 @@ from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import REPO
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "herd"
 RESULTS = LOADTEST / "results" / "herd.json"
 

@@ -27,7 +27,6 @@ from testbed.harness import LOOPBACK, REPO, corpus_description, free_port, start
 from testbed.nginx_harness import start_nginx
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "transcode"
 RESULTS = LOADTEST / "results" / "transcode.json"
 SCRIPT = LOADTEST / "wrk" / "transcode.lua"

@@ -34,7 +34,6 @@ from testbed.harness import LOOPBACK, REPO, free_port, start_replay
 from testbed.nginx_harness import start_nginx
 
 LOADTEST = Path(__file__).resolve().parent
-
 WORK = REPO / "build" / "bench" / "witness"
 RESULTS = LOADTEST / "results" / "witness.json"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x1"]}'
