@@ -65,10 +65,13 @@ $(STAMPS)/rust:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup first"; exit 1; }
 	@touch $@
 
-$(STAMPS)/venv: tests/requirements.txt
+# The tests' packages, and the harness (testbed/, pyproject.toml) in editable mode: tests/,
+# loadtest/, docker/ and tools/ import it, and an edit to it needs no reinstall.
+$(STAMPS)/venv: tests/requirements.txt pyproject.toml
 	@mkdir -p $(@D)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e .
 	@touch $@
 
 # The core and its C ABI, the cache daemon, the replay upstream and the native Envoy module (cargo's default
@@ -140,10 +143,10 @@ asan: build $(STAMPS)/fuzz
 	@if ls build/asan-logs/nginx.* >/dev/null 2>&1; then cat build/asan-logs/nginx.*; exit 1; fi
 	@echo "AddressSanitizer: no reports"
 
-# NODE=geth: a geth --dev chain in place of the replay (tests/stack.py)
+# NODE=geth: a geth --dev chain in place of the replay (testbed/stack.py)
 NODE ?= replay
 run: build $(if $(filter geth,$(NODE)),$(GETH))
-	cd tests && RPCEDGE_NODE=$(NODE) ../$(VENV)/bin/python stack.py
+	RPCEDGE_NODE=$(NODE) $(VENV)/bin/python -m testbed.stack
 
 # The reference stack's images, from this build's artefacts; starts a Docker engine and makes the
 # base image where needed.

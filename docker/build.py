@@ -12,17 +12,15 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import render
+from testbed import scenarios
+from testbed.harness import SAMPLE_CORPUS, start_replay
+
 DOCKER = Path(__file__).resolve().parent
 REPO = DOCKER.parent
-sys.path[:0] = [str(DOCKER), str(REPO / "tests"), str(REPO / "loadtest")]
-import render  # noqa: E402
-import scenarios  # noqa: E402
-from harness import SAMPLE_CORPUS, start_replay  # noqa: E402
-
 CONTEXT = REPO / "build" / "docker" / "context"
 TARGETS = ["replay", "cached", "nginx", "envoy", "load", "prometheus"]
 

@@ -9,12 +9,11 @@ substitution must match exactly as often as it says, so a change to configs/ tha
 fits fails the build instead of shipping a config that drifted.
 """
 
-import sys
 from pathlib import Path
 
+from testbed.envoy_harness import EXAMPLE_PLUGIN_CONFIG, native_entry, replace_rpcedge_entry
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from envoy_harness import EXAMPLE_PLUGIN_CONFIG, native_entry, replace_rpcedge_entry  # noqa: E402
 
 # where the image keeps Envoy's rpcedge modules
 MODULES = "/usr/lib/rpcedge"

@@ -21,16 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import cache_cases as cc  # noqa: E402
-import wire  # noqa: E402
-from bench import pinned  # noqa: E402
-from cache_bench import measure, write_list  # noqa: E402
-from envoy_harness import ENVOY_HOSTS  # noqa: E402
-from harness import REPO  # noqa: E402
+from bench import pinned
+from cache_bench import measure, write_list
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS
+from testbed.harness import REPO
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "batch"
 RESULTS = LOADTEST / "results" / "batch.json"
 NAMESPACE = cc.CacheStack.LATE  # finality moved by the run: half the calls final, then all

@@ -1,6 +1,6 @@
 """`make bench`: the load test. wrk replays real JSON-RPC requests from the corpus through every
-proxy variant (loadtest/variants.py) in front of the replay upstream, one scenario after the
-other (loadtest/scenarios.py), and the results go to loadtest/results/ (loadtest/report.py).
+proxy variant (testbed/variants.py) in front of the replay upstream, one scenario after the
+other (testbed/scenarios.py), and the results go to loadtest/results/ (testbed/report.py).
 
     .venv/bin/python loadtest/bench.py [--runs 3] [--duration 5] [--variants nginx-gzip6,nginx-rpcedge-default] [--scenarios mix]
 
@@ -25,14 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import report  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay  # noqa: E402
+from testbed import report, scenarios, variants
+from testbed.harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay
 
+LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
 WORK = REPO / "build" / "bench"
 SCRIPT = LOADTEST / "wrk" / "replay.lua"

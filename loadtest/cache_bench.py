@@ -26,23 +26,18 @@ import json
 import random
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import bench  # noqa: E402
-import cache_cases as cc  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-import wire  # noqa: E402
-from bench import cpu_seconds, pinned  # noqa: E402
-from envoy_harness import render_config, replace_rpcedge_entry, start_envoy  # noqa: E402
-from harness import LOOPBACK, REPO, free_port  # noqa: E402
-from stack import NETWORKS  # noqa: E402
+import bench
+from bench import cpu_seconds, pinned
+from testbed import cache_cases as cc
+from testbed import scenarios, variants, wire
+from testbed.envoy_harness import render_config, replace_rpcedge_entry, start_envoy
+from testbed.harness import LOOPBACK, REPO, free_port
+from testbed.stack import NETWORKS
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
 SCRIPT = LOADTEST / "wrk" / "cache_mix.lua"
@@ -296,7 +291,7 @@ def big(stack, prefix, args, results):
 
 
 def warm(stack, prefix, args, results):
-    """The load test's method mix (loadtest/scenarios.py: single calls of every kind, cacheable
+    """The load test's method mix (testbed/scenarios.py: single calls of every kind, cacheable
     or not) with the cache warm, through nginx with rpcedge's defaults and a hot tier as `make
     run` has them, beside bare nginx proxying to the node without compression: req/s, the proxy's
     CPU and the bytes of an answer; with the node answering at once and taking

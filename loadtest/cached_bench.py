@@ -17,16 +17,14 @@ import shutil
 import statistics
 import struct
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-import replay_corpus as rc  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached  # noqa: E402
+from testbed import replay_corpus as rc
+from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cached"
 RESULTS = LOADTEST / "results" / "cached.json"
 SCRIPT = LOADTEST / "wrk" / "cache_put.lua"

@@ -22,13 +22,12 @@ import sys
 import threading
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-import cache_cases as cc  # noqa: E402
-import wire  # noqa: E402
-from envoy_harness import ENVOY_HOSTS  # noqa: E402
-from harness import REPO  # noqa: E402
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS
+from testbed.harness import REPO
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "herd"
 RESULTS = LOADTEST / "results" / "herd.json"
 

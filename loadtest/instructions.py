@@ -18,7 +18,7 @@ shared, noisy machine cannot disturb (`make bench`; results in loadtest/results/
     .venv/bin/python loadtest/instructions.py [--requests 300] [--paths untouched,compressed,hit]
         [--variants envoy,envoy-rpcedge-native-default,envoy-rpcedge-native-cache] [--runs 1]
 
-`--variants` names variants of loadtest/variants.py (untouched and compressed paths; on the hit
+`--variants` names variants of testbed/variants.py (untouched and compressed paths; on the hit
 path only those without rpcedge, the reference) and the cache variants below (hit path only).
 """
 
@@ -29,19 +29,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-sys.path.insert(0, str(LOADTEST))
-import cache_cases as cc  # noqa: E402
-import scenarios  # noqa: E402
-import variants  # noqa: E402
-from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality  # noqa: E402
-from harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay  # noqa: E402
+from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality
+from testbed import cache_cases as cc
+from testbed import scenarios, variants
+from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay
 
+LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results" / "instructions.json"
 WORK = REPO / "build" / "instructions"
 CORE_PATHS = {"untouched": 2000, "one_shot_30k": 200}  # path: exchanges
@@ -127,7 +123,7 @@ def proxy(name, start, calls, count, check):
 
 
 def plain(variant, replay):
-    """A variant of variants.py: the nginx worker's pid, or Envoy's."""
+    """A variant of testbed/variants.py: the nginx worker's pid, or Envoy's."""
     def start(prefix):
         running = variants.start(variant, replay.port, WORK, prefix)
         return running.port, running.cpu_pids[0], running.stop

@@ -9,14 +9,11 @@ the module built: make -C nginx-module).
 
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from harness import CORPUS, LOOPBACK, free_port  # noqa: E402
-from nginx_harness import start_nginx  # noqa: E402
+from testbed.harness import CORPUS, LOOPBACK, free_port
+from testbed.nginx_harness import start_nginx
 
 BIG = "erigon_getBlockByTimestamp/erigon-rpc-tests__mainnet__test_06.json"  # 967 KiB compact
 SECONDS = 10

@@ -18,17 +18,15 @@ import itertools
 import json
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-import wire  # noqa: E402
-from bench import split_cpus  # noqa: E402
-from envoy_harness import run_envoy  # noqa: E402
-from harness import LOOPBACK, REPO, corpus_description, free_port, start_replay  # noqa: E402
-from nginx_harness import start_nginx  # noqa: E402
+from bench import split_cpus
+from testbed import wire
+from testbed.envoy_harness import run_envoy
+from testbed.harness import LOOPBACK, REPO, corpus_description, free_port, start_replay
+from testbed.nginx_harness import start_nginx
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "transcode"
 RESULTS = LOADTEST / "results" / "transcode.json"
 SCRIPT = LOADTEST / "wrk" / "transcode.lua"

@@ -28,13 +28,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-LOADTEST = Path(__file__).resolve().parent
-sys.path.insert(0, str(LOADTEST.parent / "tests"))
-from bench import pinned  # noqa: E402
-from envoy_harness import run_envoy  # noqa: E402
-from harness import LOOPBACK, REPO, free_port, start_replay  # noqa: E402
-from nginx_harness import start_nginx  # noqa: E402
+from bench import pinned
+from testbed.envoy_harness import run_envoy
+from testbed.harness import LOOPBACK, REPO, free_port, start_replay
+from testbed.nginx_harness import start_nginx
 
+LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "witness"
 RESULTS = LOADTEST / "results" / "witness.json"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x1"]}'

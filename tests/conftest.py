@@ -1,9 +1,8 @@
-"""pytest fixtures over the harness (harness.py): the replay upstream for the session."""
+"""pytest fixtures over the harness (testbed/harness.py): the replay upstream for the session."""
 
 import pytest
 
-from harness import (CORPUS, LOOPBACK, READY_TIMEOUT, REPLAY_BIN, REPLAY_CACHE, REPO, Process,  # noqa: F401
-                     Replay, StartError, corpus_description, free_port, port_accepts, start_replay)
+from testbed.harness import corpus_description, start_replay
 
 
 def pytest_report_header():

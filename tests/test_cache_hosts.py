@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-import cache_cases as cc
-import replay_corpus as rc
-import wire
-from cache_cases import envoy_plugin, nginx_server, start_proxy
-from envoy_harness import ENVOY_HOSTS, run_envoy
-from nginx_harness import free_port, start_nginx
-from harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
+from testbed import cache_cases as cc
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.cache_cases import envoy_plugin, nginx_server, start_proxy
+from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
+from testbed.nginx_harness import free_port, start_nginx
+from testbed.harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
 
 # a store lands within this long of the answer's end (the bound)
 VISIBLE_WITHIN = 1.0
@@ -714,7 +714,7 @@ def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, s
     ("rpcedge_cache_namespace \"\";", "must not be empty"),
 ])
 def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
-    from nginx_harness import check_conf, main_conf
+    from testbed.nginx_harness import check_conf, main_conf
     conf = tmp_path / "nginx.conf"
     conf.write_text(main_conf(tmp_path, f"server {{ listen {LOOPBACK}:{free_port()}; {directive} }}"))
     code, output = check_conf(conf, tmp_path)

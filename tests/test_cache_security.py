@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-import wire
-from cache_cases import envoy_plugin, start_proxy
-from envoy_harness import ENVOY_HOSTS, RPCEDGE_ENTRY, run_envoy, without_route_namespaces
-from go_node import GoNode
-from harness import LOOPBACK, REPO, start_cached
-from nginx_harness import free_port, start_nginx
+from testbed import wire
+from testbed.cache_cases import envoy_plugin, start_proxy
+from testbed.envoy_harness import ENVOY_HOSTS, RPCEDGE_ENTRY, run_envoy, without_route_namespaces
+from testbed.go_node import GoNode
+from testbed.harness import LOOPBACK, REPO, start_cached
+from testbed.nginx_harness import free_port, start_nginx
 
 A = "0x" + "a1" * 32
 B = "0x" + "b2" * 32

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import cache_cases as cc
-import wire
-from envoy_harness import ADAPTERS, ENVOY_HOSTS, render_config, start_envoy
-from harness import LOOPBACK, StandIn, free_port
-from nginx_harness import check_conf, main_conf
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.envoy_harness import ADAPTERS, ENVOY_HOSTS, render_config, start_envoy
+from testbed.harness import LOOPBACK, StandIn, free_port
+from testbed.nginx_harness import check_conf, main_conf
 
 CASES = {}
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import cache_cases as cc
-from harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached, start_replay
+from testbed import cache_cases as cc
+from testbed.harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached, start_replay
 
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
 GETH_AFTER_ID = b',"result":'

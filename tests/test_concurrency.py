@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import cache_cases as cc
-import replay_corpus as rc
-import wire
-from envoy_harness import ENVOY_HOSTS
-from harness import CORPUS
+from testbed import cache_cases as cc
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS
+from testbed.harness import CORPUS
 
 HOSTS = ["nginx", *ENVOY_HOSTS, "openresty", "openresty-proxied"]
 ROUNDS = 8

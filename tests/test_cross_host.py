@@ -3,10 +3,10 @@ the headers that matter and the bytes match, as both hosts only carry out the co
 
 import pytest
 
-import wire
-from envoy_harness import ENVOY_HOSTS, run_envoy
-from harness import LOOPBACK, free_port
-from nginx_harness import start_nginx
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
+from testbed.harness import LOOPBACK, free_port
+from testbed.nginx_harness import start_nginx
 from test_nginx import BUCKETS
 
 SERVER = """

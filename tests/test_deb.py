@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-import cache_cases as cc
-import replay_corpus as rc
-import wire
-from docker_engine import checked, run, start_engine
-from harness import REPLAY_BIN, REPO, SAMPLE_CORPUS, free_port, port_accepts
+from testbed import cache_cases as cc
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.docker_engine import checked, run, start_engine
+from testbed.harness import REPLAY_BIN, REPO, SAMPLE_CORPUS, free_port, port_accepts
 
 BASE = "debian:bookworm-slim"
 NAME = "rpcedge-deb-test"

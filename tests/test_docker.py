@@ -16,11 +16,11 @@ import urllib.request
 
 import pytest
 
-import cache_cases as cc
-import replay_corpus as rc
-import wire
-from docker_engine import checked, run, start_engine
-from harness import REPO, SAMPLE_CORPUS, port_accepts
+from testbed import cache_cases as cc
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.docker_engine import checked, run, start_engine
+from testbed.harness import REPO, SAMPLE_CORPUS, port_accepts
 
 COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-p", "rpcedge-test"]
 NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS = 18080, 18081, 19901, 19090

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import CORPUS, REPO, free_port, start_replay
-from envoy_harness import (ADAPTERS, EXAMPLE_PLUGIN_CONFIG, EXAMPLE, NATIVE, NATIVE_SNIPPET, PROMETHEUS_PREFIX, SNIPPET, envoy_binary,
-                           native_entry, render_config, replace_rpcedge_entry, run_envoy, start_envoy)
+from testbed.envoy_harness import (ADAPTERS, EXAMPLE_PLUGIN_CONFIG, EXAMPLE, NATIVE, NATIVE_SNIPPET, PROMETHEUS_PREFIX, SNIPPET, envoy_binary,
+                                   native_entry, render_config, replace_rpcedge_entry, run_envoy, start_envoy)
+from testbed.harness import CORPUS, REPO, free_port, start_replay
 
 # The corpus files these tests replay, by the size of their compact response.
 CORPUS_FILES = {
@@ -446,7 +446,7 @@ H2_ROUTE = """              - match: {prefix: "/h2/"}
     ("1022B", 1022, 0.0, None),  # below min_length
 ])
 def test_an_http2_upstream_that_sends_trailers(envoy_upstream, adapter, tmp_path, name, chunk, delay, oneshot):
-    from h2_upstream import TrailersUpstream
+    from testbed.h2_upstream import TrailersUpstream
     body = envoy_upstream.body(name)
     upstream = TrailersUpstream(body, chunk=chunk, delay=delay)
     text = EXAMPLE.read_text()

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-import wire
-from envoy_harness import EXAMPLE, run_envoy
-from harness import REPO
+from testbed import wire
+from testbed.envoy_harness import EXAMPLE, run_envoy
+from testbed.harness import REPO
 from test_nginx import BUCKETS
 
 PANICKING_WASM = REPO / "target" / "wasm-test-panic" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-import cache_cases as cc
-import wire
-from cache_cases import envoy_plugin, nginx_server
-from counters import parse, scrape
-from envoy_harness import ENVOY_HOSTS, run_envoy
-from harness import REPO
-from nginx_harness import free_port, start_nginx
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.cache_cases import envoy_plugin, nginx_server
+from testbed.counters import parse, scrape
+from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
+from testbed.harness import REPO
+from testbed.nginx_harness import free_port, start_nginx
 from test_nginx import BUCKETS
 
 # the relabelling docker/prometheus.yml gives the native module's counters, as Prometheus applies it

@@ -10,11 +10,11 @@ import zlib
 
 import pytest
 
-import replay_corpus as rc
-import wire
-from fastcgi_upstream import FastCgi
-from nginx_harness import LOOPBACK, check_conf, free_port, main_conf, shipped_conf, start_nginx
-from conftest import CORPUS, REPO
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.fastcgi_upstream import FastCgi
+from testbed.harness import CORPUS
+from testbed.nginx_harness import LOOPBACK, check_conf, free_port, main_conf, shipped_conf, start_nginx
 
 MIB = 1 << 20
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import wire
-from harness import LOOPBACK, Process, free_port
-from nginx_harness import NGINX_BIN, main_conf, start_nginx
+from testbed import wire
+from testbed.harness import LOOPBACK, Process, free_port
+from testbed.nginx_harness import NGINX_BIN, main_conf, start_nginx
 from test_nginx import BUCKETS
 
 # The mix, every path of the filter: small (untouched), one-shot, chunked ending within max_buffer,

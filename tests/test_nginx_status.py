@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-import wire
-from counters import scrape
-from nginx_harness import LOOPBACK, free_port, shipped_conf, start_nginx
+from testbed import wire
+from testbed.counters import scrape
+from testbed.nginx_harness import LOOPBACK, free_port, shipped_conf, start_nginx
 from test_nginx import BUCKETS, recorded
 
 SERVER = """

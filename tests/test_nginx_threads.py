@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import wire
-from nginx_harness import LOOPBACK, free_port, start_nginx
+from testbed import wire
+from testbed.nginx_harness import LOOPBACK, free_port, start_nginx
 from test_nginx import BUCKETS, recorded
 
 # Offloaded from 128 KiB (the default offload_min_length); both within max_buffer (1 MiB).

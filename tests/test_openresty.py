@@ -6,12 +6,11 @@ import gzip
 
 import pytest
 
-import replay_corpus as rc
-import wire
-from counters import scrape
-from conftest import CORPUS, REPO
-from harness import SSZ_EXAMPLES, Process
-from nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.counters import scrape
+from testbed.harness import CORPUS, REPO, SSZ_EXAMPLES, Process
+from testbed.nginx_harness import LOOPBACK, NGINX_BIN, check_conf, free_port, start_nginx
 from test_nginx_status import nginx  # noqa: F401 (a fixture: the module with rpcedge_status)
 
 CORE_LIB = REPO / "target" / "release" / "librpcedge.so"
@@ -177,7 +176,7 @@ def test_lua_leaves_small_bodies_alone(openresty, replay):
 
 def test_lua_keeps_cache_entries_in_its_own_storage_and_answers_hits_with_the_clients_id(openresty):
     import json
-    import cache_cases as cc
+    from testbed import cache_cases as cc
     block = cc.find(cc.block_by_hash)
     path = f"/cached/{block.network}"
     headers = {"Content-Type": "application/json"}
@@ -216,7 +215,7 @@ def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_co
     geth does: every spelling a Go node reads otherwise bypasses, and hits carry what the node
     gave each origin."""
     import json
-    from go_node import GoNode
+    from testbed.go_node import GoNode
     from test_cache_security import A, CORS, SPELLINGS, by_hash, call
 
     node = GoNode("go", headers=CORS)
@@ -245,7 +244,7 @@ def test_lua_never_stores_a_call_the_node_reads_otherwise_and_keeps_the_nodes_co
 
 def test_lua_counts_what_the_module_and_envoy_count_under_their_names(openresty, nginx):
     import json
-    import cache_cases as cc
+    from testbed import cache_cases as cc
 
     before = scrape(openresty)
     assert sorted(before) == sorted(scrape(nginx.port)), "the module's names"
@@ -297,7 +296,7 @@ def test_the_example_answers_from_rpcedge_cached_through_both_forms(tmp_path, ad
     location and the proxy_pass one (the same network's namespace), with the client's id."""
     import json
     import time
-    import cache_cases as cc
+    from testbed import cache_cases as cc
 
     block = cc.find(cc.block_by_hash)
     socket_path = tmp_path / "cached.sock"
@@ -357,7 +356,7 @@ def test_a_client_asking_json_gets_json_from_the_cache_when_the_node_is_asked_fo
     request's Accept): the cache still answers each client in the form it asked for."""
     import json
     import time
-    import cache_cases as cc
+    from testbed import cache_cases as cc
     from test_cache_hosts import BLINDED_BLOCKS, BLINDED_ROOT
 
     (tmp_path / "stack").mkdir()
@@ -409,7 +408,7 @@ def test_a_node_answer_cut_short_is_never_sent_or_kept_as_whole(tmp_path):
     """The node resets after part of its answer: the subrequest form answers 502, the proxy_pass
     form ends the response unfinished; neither is stored, and each counts an aborted exchange."""
     import time
-    import cache_cases as cc
+    from testbed import cache_cases as cc
 
     blocks = cc.find_all(cc.block_by_hash, limit=2)  # one for each form
     (tmp_path / "stack").mkdir()
@@ -453,8 +452,8 @@ def test_stores_wait_out_timers_that_openresty_could_not_run(tmp_path, replay):
     import threading
     import time
     from http.server import BaseHTTPRequestHandler
-    import cache_cases as cc
-    from harness import StandIn
+    from testbed import cache_cases as cc
+    from testbed.harness import StandIn
 
     stored, lock = [], threading.Lock()
 
@@ -524,7 +523,7 @@ def test_a_key_held_by_a_collected_handle_goes_to_the_next_lookup(tmp_path):
     miss: the handle's finalizer leaves the key to the worker's next lookup, which releases it, so
     the next client of that key is told MISS at once rather than after lock_timeout (5 s here)."""
     import time
-    import cache_cases as cc
+    from testbed import cache_cases as cc
 
     case = cc.find_all(cc.immutable, limit=1)[0]
     (tmp_path / "stack").mkdir()

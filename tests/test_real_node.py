@@ -23,11 +23,11 @@ import types
 import pytest
 from Crypto.Hash import keccak
 
-import cache_cases as cc
-import wire
-from envoy_harness import ENVOY_HOSTS
-from geth_node import LOG_TOPIC, Geth
-from harness import LOOPBACK, REPO, start_cached
+from testbed import cache_cases as cc
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS
+from testbed.geth_node import LOG_TOPIC, Geth
+from testbed.harness import LOOPBACK, REPO, start_cached
 from test_transcode import read_container
 
 HOSTS = ["nginx", *ENVOY_HOSTS, "openresty", "openresty-proxied"]

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
-import replay_corpus as rc
-import wire
-from harness import start_replay
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.harness import start_replay
 
 # A few pairs of known shape, for the delivery tests.
 SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # {"jsonrpc":"2.0","id":1,"result":"0x36"}

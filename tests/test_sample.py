@@ -10,13 +10,11 @@ import time
 
 import pytest
 
-import replay_corpus as rc
 import test_replay
-import wire
-from harness import REPO, SAMPLE_CORPUS, SHARED_CORPUS, start_replay
-
-sys.path.insert(0, str(REPO / "loadtest"))
-from scenarios import SIZE_BUCKETS, MiB  # noqa: E402
+from testbed import replay_corpus as rc
+from testbed import wire
+from testbed.harness import REPO, SAMPLE_CORPUS, SHARED_CORPUS, start_replay
+from testbed.scenarios import SIZE_BUCKETS, MiB
 
 SOURCES = ["erigontech-rpc-tests", "ethereum-execution-apis", "lambdaclass-ethrex-replay",
            "eth-consensus-specs", "flashbots-mev-boost"]

@@ -1,4 +1,4 @@
-"""`make run`'s stack (tests/stack.py) as an operator meets it: a part that dies comes back and the
+"""`make run`'s stack (testbed/stack.py) as an operator meets it: a part that dies comes back and the
 stack answers again (the cache daemon, nginx's upstream node and nginx's master, each killed
 outright); Ctrl-C still stops everything. On the stack's own fixed ports, with its run directory
 in a temporary one."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import wire
-from harness import CACHED_BIN, REPLAY_BIN, port_accepts
-from stack import CACHED_PORT, ENVOY_ADMIN, ENVOY_PORT, NGINX_PORT, REPLAY_PORT
+from testbed import wire
+from testbed.harness import CACHED_BIN, REPLAY_BIN, REPO, port_accepts
+from testbed.stack import CACHED_PORT, ENVOY_ADMIN, ENVOY_PORT, NGINX_PORT, REPLAY_PORT
 
 PORTS = (REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT)
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": ["0xF42401", True]}).encode()
@@ -48,7 +48,7 @@ def stack(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "RPCEDGE_RUN": str(run)}
     out = open(tmp_path / "stack.out", "wb")
-    process = subprocess.Popen([sys.executable, "stack.py"], cwd=Path(__file__).parent, env=env, stdout=out,
+    process = subprocess.Popen([sys.executable, "-m", "testbed.stack"], cwd=REPO, env=env, stdout=out,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait(lambda: b"rpcedge is running" in (tmp_path / "stack.out").read_bytes() or process.poll() is not None,

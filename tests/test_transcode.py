@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from Crypto.Hash import keccak
 
-import wire
-from envoy_harness import ENVOY_HOSTS, run_envoy
-from harness import CORPUS, LOOPBACK, WITNESSES, free_port
-from nginx_harness import start_nginx
+from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
+from testbed.harness import CORPUS, LOOPBACK, WITNESSES, free_port
+from testbed.nginx_harness import start_nginx
 
 SERVER = """
     server {{

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from envoy_harness import ENVOY_HOSTS, run_envoy
-from harness import CORPUS, LOOPBACK, free_port
-from nginx_harness import start_nginx
+from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
+from testbed.harness import CORPUS, LOOPBACK, free_port
+from testbed.nginx_harness import start_nginx
 from test_transcode import (BIG_CALL, BIG_WITNESS, LIGHT_CLIENT_UPDATES, SSZ, WITNESS_BLOCKS, big_witness, call, get,  # noqa: F401
                             node_answer, post, witness_json)
 

@@ -5,7 +5,7 @@ and the same corpus always gives the same sample:
 
   rpc/      per method and network, the smallest recording with a real (not placeholder) answer;
             per method of the load test's mix, the smallest recordings it can use; per load-test
-            size bucket (loadtest/scenarios.py), the smallest recordings with an
+            size bucket (testbed/scenarios.py), the smallest recordings with an
             answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; of the
             witnesses whose headers are JSON objects (geth's form) and whose call no other
             recording makes, the smallest of the latest fork (most header fields); and the
@@ -17,7 +17,7 @@ and the same corpus always gives the same sample:
             deneb blinded block. (A random BeaconState case is 8.6 MB: states are not sampled.)
   licenses/ the sources' licences, as in the shared corpus.
 
-    python3 tools/corpus_sample.py [--corpus ../shared/corpus] [--out corpus-sample]
+    .venv/bin/python tools/corpus_sample.py [--corpus ../shared/corpus] [--out corpus-sample]
 
 It refuses to write a sample over 8 MiB.
 """
@@ -28,10 +28,9 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "loadtest"))
-from scenarios import MIX_LARGEST, MIX_PER_MILLE, SIZE_BUCKETS  # noqa: E402
+from testbed.scenarios import MIX_LARGEST, MIX_PER_MILLE, SIZE_BUCKETS
 
+REPO = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
 LIMIT = 8 * MiB
 PER_MIX_METHOD = 3  # recordings per method of the load test's mix

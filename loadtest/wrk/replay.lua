@@ -1,4 +1,4 @@
--- wrk script: replays a request list written by loadtest/scenarios.py and checks every answer.
+-- wrk script: replays a request list written by testbed/scenarios.py and checks every answer.
 --
 --   wrk -t1 -c32 -d5s -s loadtest/wrk/replay.lua http://127.0.0.1:18080 -- build/bench/requests/mix.tsv gzip
 --

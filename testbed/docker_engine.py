@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from harness import REPO
+from testbed.harness import REPO
 
 
 def run(argv, timeout=1800, **kwargs):

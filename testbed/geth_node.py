@@ -1,7 +1,7 @@
 """A real node: geth (built by `make geth` into build/bin, pinned in the Makefile) on a `--dev`
-chain of its own, for the real-node tests (test_real_node.py) and `make run NODE=geth`. It mines a
-block a second, and a small generator sends it traffic: value transfers, and calls of a contract
-that emits a log, from the dev account (unlocked by geth in dev mode).
+chain of its own, for the real-node tests (tests/test_real_node.py) and `make run NODE=geth`. It
+mines a block a second, and a small generator sends it traffic: value transfers, and calls of a
+contract that emits a log, from the dev account (unlocked by geth in dev mode).
 
 geth serves JSON-RPC over HTTP and WebSocket on one port and path, `prefix` (`--http.rpcprefix`),
 as the example configs' routes name a network's node (`/mainnet`)."""
@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from harness import LOOPBACK, REPO, Process, StartError, free_port
+from testbed.harness import LOOPBACK, REPO, Process, StartError, free_port
 
 GETH = Path(os.environ.get("RPCEDGE_GETH", REPO / "build" / "bin" / "geth"))
 # the topic the contract's log carries, and its code: LOG1 with no data and that topic, then STOP

@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import replay_corpus as rc
-from counters import scrape
-from envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
-from harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
-from nginx_harness import free_port, start_nginx
-from stack import BEACON, NETWORKS
+from testbed import replay_corpus as rc
+from testbed.counters import scrape
+from testbed.envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
+from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
+from testbed.nginx_harness import free_port, start_nginx
+from testbed.stack import BEACON, NETWORKS
 
 # every recorded block counts as final, as in `make run`
 FINAL = 1_000_000_000

@@ -10,7 +10,7 @@ store a wrong answer for everyone."""
 import json
 from http.server import BaseHTTPRequestHandler
 
-from harness import StandIn
+from testbed.harness import StandIn
 
 FIELDS = ("jsonrpc", "id", "method", "params")
 

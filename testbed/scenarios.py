@@ -15,13 +15,11 @@ Scenarios:
 
 import json
 import random
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import replay_corpus as rc  # noqa: E402
+from testbed import replay_corpus as rc
 
 KiB, MiB = 1024, 1024 * 1024
 

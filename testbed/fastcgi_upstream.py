@@ -4,7 +4,7 @@ tests of rpcedge behind nginx's fastcgi_pass: it answers every request with one 
 import socketserver
 import struct
 
-from harness import StandIn
+from testbed.harness import StandIn
 
 BEGIN_REQUEST, END_REQUEST, PARAMS, STDIN, STDOUT = 1, 3, 4, 5, 6
 MAX_CONTENT = 65535

@@ -9,7 +9,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from harness import LOOPBACK, free_port
+from testbed.harness import LOOPBACK, free_port
 
 
 class TrailersUpstream:

@@ -12,8 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import wire
-from harness import LOOPBACK, READY_TIMEOUT, REPO, Process, StartError, free_port
+from testbed import wire
+from testbed.harness import LOOPBACK, READY_TIMEOUT, REPO, Process, StartError, free_port
 
 WASM = REPO / "target" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
 NATIVE = REPO / "target" / "release" / "librpcedge_envoy_native.so"

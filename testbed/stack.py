@@ -19,8 +19,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from harness import LOOPBACK, REPO, Process, StartError, corpus_description, start_cached, start_replay
-from nginx_harness import NGINX_BIN, shipped_conf
+from testbed.harness import LOOPBACK, REPO, Process, StartError, corpus_description, start_cached, start_replay
+from testbed.nginx_harness import NGINX_BIN, shipped_conf
 
 RUN = Path(os.environ.get("RPCEDGE_RUN", REPO / "run"))
 NODE = os.environ.get("RPCEDGE_NODE") or "replay"
@@ -133,7 +133,7 @@ def start_replay_node():
 def start_geth_node():
     """geth on the replay's port, its chain kept in run/ across restarts, and a generator of
     transactions for it."""
-    from geth_node import Geth, TrafficGenerator
+    from testbed.geth_node import Geth, TrafficGenerator
 
     global traffic
     if traffic:

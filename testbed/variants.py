@@ -6,15 +6,13 @@ the example config's buffer limits (configs/envoy/envoy.yaml) in every Envoy var
 """
 
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from envoy_harness import run_envoy  # noqa: E402
-from harness import LOOPBACK, StartError, free_port  # noqa: E402
-from nginx_harness import start_nginx  # noqa: E402
+from testbed.envoy_harness import run_envoy
+from testbed.harness import LOOPBACK, StartError, free_port
+from testbed.nginx_harness import start_nginx
 
 # The nginx server block of every nginx variant; `compression` goes into its location.
 NGINX_SERVER = """

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness import LOOPBACK, REPO, Process, StartError, free_port
+from testbed.harness import LOOPBACK, REPO, Process, StartError, free_port
 
 NGINX_BIN = Path(os.environ.get("RPCEDGE_NGINX_BIN", "/usr/sbin/nginx"))
 MODULE = Path(os.environ.get("RPCEDGE_NGINX_MODULE",

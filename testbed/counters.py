@@ -3,7 +3,7 @@ binding's `rpcedge.status()`): Prometheus' text format as Envoy prints a counter
 
 import re
 
-import wire
+from testbed import wire
 
 
 def parse(text):
