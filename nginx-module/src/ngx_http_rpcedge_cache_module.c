@@ -109,9 +109,9 @@ typedef struct {
     /* the daemon it goes to: $rpcedge_cache_shard */
     ngx_uint_t                  shard;
     ngx_uint_t                  status;
-    ngx_str_t                   miss;
-    ngx_str_t                   ttl;
-    ngx_str_t                   lock;
+    /* the daemon's answer: its headers, as the core reads them */
+    rpcedge_header_t           *headers;
+    size_t                      nheaders;
     ngx_http_rpcedge_cache_bytes_t  answer;
     unsigned                    lookup:1;
     unsigned                    complete:1;
@@ -128,8 +128,9 @@ typedef struct {
     ngx_http_core_srv_conf_t   *server;
     ngx_str_t                   pass;
     ngx_uint_t                  shard;
-    size_t                      len;
-    /* a flight's path, /v1/flights/ and the key in hex */
+    size_t                      method_len;
+    u_char                      method[16];
+    size_t                      path_len;
     u_char                      path[128];
 } ngx_http_rpcedge_cache_orphan_t;
 
@@ -161,22 +162,20 @@ static ngx_int_t ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
 static void ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
 static void ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_store_call_t *put);
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_daemon_call_t *put);
 static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
     rpcedge_str_t body);
 static ngx_int_t ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in);
-static void ngx_http_rpcedge_cache_release(ngx_http_request_t *r,
-    ngx_uint_t shard, rpcedge_str_t path);
 static void ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
-    ngx_uint_t shard, rpcedge_str_t path);
+    rpcedge_daemon_call_t *release);
 static void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
 static void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
-    ngx_uint_t shard, rpcedge_str_t path, ngx_http_post_subrequest_t *ps,
+    rpcedge_daemon_call_t *dc, ngx_http_post_subrequest_t *ps,
     ngx_uint_t lookup);
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
     ngx_http_rpcedge_cache_bytes_t *bytes, ngx_buf_t *b, size_t limit);
@@ -392,12 +391,6 @@ static ngx_http_variable_t  ngx_http_rpcedge_cache_vars[] = {
       ngx_http_null_variable
 };
 
-
-
-/* what a store tells the daemon besides the entry, in rpcedge_store_call_t's order */
-static char  *ngx_http_rpcedge_cache_store_headers[] = {
-    "X-Rpcedge-Namespace", "X-Rpcedge-Ttl", "X-Rpcedge-Requires-Final"
-};
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -626,7 +619,7 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
     ngx_http_request_t          *sr;
-    rpcedge_lookup_call_t        lookup;
+    rpcedge_daemon_call_t        lookup;
     ngx_http_post_subrequest_t  *ps;
 
     if (!rpcedge_cache_next_lookup(ctx->cache, &lookup)) {
@@ -641,33 +634,8 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_looked_up;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, lookup.shard, lookup.path, ps, 1);
+    sr = ngx_http_rpcedge_cache_call(r, &lookup, ps, 1);
     if (sr == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (lookup.post) {
-        /* a batch's keys, one per line */
-
-        sr->method = NGX_HTTP_POST;
-        ngx_str_set(&sr->method_name, "POST");
-
-        if (ngx_http_rpcedge_cache_set_body(sr, lookup.body) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-    } else {
-        sr->request_body = NULL;
-        sr->headers_in.content_length_n = -1;
-    }
-
-    if (lookup.lock.data != NULL
-        && ngx_http_rpcedge_push_header(&sr->headers_in.headers,
-                                        "X-Rpcedge-Lock",
-                                        (u_char *) lookup.lock.data,
-                                        lookup.lock.len)
-           == NULL)
-    {
         return NGX_ERROR;
     }
 
@@ -783,7 +751,6 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     ngx_http_rpcedge_cache_ctx_t   *ctx = data;
 
     int32_t                         hit;
-    rpcedge_str_t                   miss, ttl, lock;
     ngx_http_request_t             *mr;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
@@ -809,16 +776,9 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     if (call && rc == NGX_OK && call->complete && !call->too_large
         && call->status != 0)
     {
-        miss.data = call->miss.data;
-        miss.len = call->miss.len;
-        ttl.data = call->ttl.data;
-        ttl.len = call->ttl.len;
-        lock.data = call->lock.data;
-        lock.len = call->lock.len;
-
         hit = rpcedge_cache_answered(ctx->cache, (uint16_t) call->status,
-                                     miss, ttl, lock, call->answer.data,
-                                     call->answer.len,
+                                     call->headers, call->nheaders,
+                                     call->answer.data, call->answer.len,
                                      ngx_http_rpcedge_min_length(mr));
 
         /* what it found: a call's hit, a batch's entries */
@@ -954,6 +914,7 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
 {
     u_char           *data, *v, *p;
     size_t            i;
+    uint16_t          status;
     ngx_int_t         rc, gzip;
     ngx_buf_t        *b;
     ngx_chain_t       out;
@@ -966,9 +927,9 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    r->headers_out.status = NGX_HTTP_OK;
+    gzip = rpcedge_cache_hit(ctx->cache, &status, &body);
 
-    gzip = rpcedge_cache_hit(ctx->cache, &body);
+    r->headers_out.status = status;
 
     /* the core's headers: Content-Type, Content-Encoding, Vary, the node's */
 
@@ -1045,7 +1006,7 @@ static void
 ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    rpcedge_store_call_t  put;
+    rpcedge_daemon_call_t  put;
 
     if (!rpcedge_cache_store(ctx->cache, ctx->held.data, ctx->held.len,
                              &put))
@@ -1066,14 +1027,11 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 
 static void
 ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_store_call_t *put)
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_daemon_call_t *put)
 {
-    ngx_uint_t                      i;
-    rpcedge_str_t                   values[3];
-    ngx_http_request_t             *sr;
-    rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
-    ngx_http_post_subrequest_t     *ps;
-    ngx_http_rpcedge_cache_conf_t  *conf;
+    ngx_http_request_t          *sr;
+    rpcedge_count_t              counts[RPCEDGE_COUNTS_MAX];
+    ngx_http_post_subrequest_t  *ps;
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
@@ -1083,46 +1041,17 @@ ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_stored;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, put->shard, put->path, ps, 0);
+    sr = ngx_http_rpcedge_cache_call(r, put, ps, 0);
     if (sr == NULL) {
         goto failed;
     }
 
-    sr->method = NGX_HTTP_PUT;
-    ngx_str_set(&sr->method_name, "PUT");
-
-    /* the entry's namespace, TTL and finality, those that apply */
-
-    values[0] = put->ns;
-    values[1] = put->ttl;
-    values[2] = put->requires_final;
-
-    for (i = 0; i < 3; i++) {
-        if (values[i].data != NULL
-            && ngx_http_rpcedge_push_header(&sr->headers_in.headers,
-                                            ngx_http_rpcedge_cache_store_headers[i],
-                                            (u_char *) values[i].data,
-                                            values[i].len)
-               == NULL)
-        {
-            return;
-        }
-    }
-
-    /* the entry stays in ctx->cache until the request's pool goes */
-
-    if (ngx_http_rpcedge_cache_set_body(sr, put->body) != NGX_OK) {
-        goto failed;
-    }
-
-    /* the daemon deflates the entry before it answers: a timeout of its own */
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+    /* the daemon compacts the entry before it answers: a timeout of its own */
 
     ctx->call = sr;
     ctx->timer.handler = ngx_http_rpcedge_cache_store_timed_out;
 
-    ngx_add_timer(&ctx->timer, (ngx_msec_t) conf->store_timeout * 1000);
+    ngx_add_timer(&ctx->timer, (ngx_msec_t) put->timeout_ms);
 
     return;
 
@@ -1142,7 +1071,7 @@ ngx_http_rpcedge_cache_stored(ngx_http_request_t *r, void *data,
 
     ngx_uint_t                      status;
     rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
-    rpcedge_store_call_t            put;
+    rpcedge_daemon_call_t           put;
     ngx_http_rpcedge_cache_call_t  *call;
 
     if (ctx->timer.timer_set) {
@@ -1207,16 +1136,22 @@ ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr, rpcedge_str_t body)
 }
 
 
-/* a background subrequest to the daemon, rpcedge_cache_pass + path, with
- * none of the client's headers */
+/*
+ * the core's call to the daemon as a background subrequest: its method,
+ * rpcedge_cache_pass + its path and its headers (none of the client's),
+ * copied into the request's pool; its body, which stays in ctx->cache until
+ * the request's pool goes
+ */
 
 static ngx_http_request_t *
-ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_uint_t shard,
-    rpcedge_str_t path, ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
+ngx_http_rpcedge_cache_call(ngx_http_request_t *r, rpcedge_daemon_call_t *dc,
+    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
 {
     u_char                         *p;
+    size_t                          i;
     ngx_str_t                       uri;
     ngx_http_request_t             *sr;
+    const rpcedge_header_t         *header;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
@@ -1227,14 +1162,14 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_uint_t shard,
         return NULL;
     }
 
-    uri.len = conf->pass.len + path.len;
+    uri.len = conf->pass.len + dc->path.len;
     uri.data = ngx_pnalloc(r->pool, uri.len);
     if (uri.data == NULL) {
         return NULL;
     }
 
     p = ngx_cpymem(uri.data, conf->pass.data, conf->pass.len);
-    ngx_memcpy(p, path.data, path.len);
+    ngx_memcpy(p, dc->path.data, dc->path.len);
 
     if (ngx_http_subrequest(r, &uri, NULL, &sr, ps,
                             NGX_HTTP_SUBREQUEST_BACKGROUND)
@@ -1243,6 +1178,17 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_uint_t shard,
         return NULL;
     }
 
+    /* nginx knows the method by its name only: proxy_pass sends the name */
+
+    sr->method = NGX_HTTP_UNKNOWN;
+    sr->method_name.len = dc->method.len;
+    sr->method_name.data = ngx_pnalloc(r->pool, dc->method.len);
+    if (sr->method_name.data == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(sr->method_name.data, dc->method.data, dc->method.len);
+
     if (ngx_list_init(&sr->headers_in.headers, r->pool, 4,
                       sizeof(ngx_table_elt_t))
         != NGX_OK)
@@ -1250,11 +1196,42 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_uint_t shard,
         return NULL;
     }
 
+    for (i = 0; i < dc->headers_len; i++) {
+        header = &dc->headers[i];
+
+        p = ngx_pnalloc(r->pool, header->name_len + 1 + header->value_len);
+        if (p == NULL) {
+            return NULL;
+        }
+
+        ngx_cpystrn(p, (u_char *) header->name, header->name_len + 1);
+        ngx_memcpy(p + header->name_len + 1, header->value,
+                   header->value_len);
+
+        if (ngx_http_rpcedge_push_header(&sr->headers_in.headers, (char *) p,
+                                         p + header->name_len + 1,
+                                         header->value_len)
+            == NULL)
+        {
+            return NULL;
+        }
+    }
+
     sr->headers_in.content_length = NULL;
     sr->headers_in.transfer_encoding = NULL;
     sr->headers_in.chunked = 0;
 
-    call->shard = shard;
+    if (dc->body.data != NULL) {
+        if (ngx_http_rpcedge_cache_set_body(sr, dc->body) != NGX_OK) {
+            return NULL;
+        }
+
+    } else {
+        sr->request_body = NULL;
+        sr->headers_in.content_length_n = -1;
+    }
+
+    call->shard = dc->shard;
     call->lookup = lookup;
 
     ngx_http_set_ctx(sr, call, ngx_http_rpcedge_cache_module);
@@ -1268,12 +1245,9 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
 {
     off_t                           length;
     size_t                          n;
-    ngx_uint_t                      i;
     rpcedge_str_t                   status;
-    ngx_list_part_t                *part;
     rpcedge_header_t               *headers;
     ngx_http_upstream_t            *u;
-    ngx_table_elt_t                *h;
     rpcedge_count_t                 counts[RPCEDGE_COUNTS_MAX];
     ngx_http_rpcedge_cache_ctx_t   *ctx;
     ngx_http_rpcedge_cache_call_t  *call;
@@ -1291,48 +1265,12 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         call->status = r->headers_out.status;
         r->filter_need_in_memory = 1;
 
-        part = &r->headers_out.headers.part;
-        h = part->elts;
-
-        for (i = 0; /* void */; i++) {
-
-            if (i >= part->nelts) {
-                if (part->next == NULL) {
-                    break;
-                }
-
-                part = part->next;
-                h = part->elts;
-                i = 0;
-            }
-
-            if (h[i].hash == 0) {
-                continue;
-            }
-
-            if (h[i].key.len == sizeof("X-Rpcedge-Miss") - 1
-                && ngx_strncasecmp(h[i].key.data, (u_char *) "X-Rpcedge-Miss",
-                                   sizeof("X-Rpcedge-Miss") - 1)
-                   == 0)
-            {
-                call->miss = h[i].value;
-
-            } else if (h[i].key.len == sizeof("X-Rpcedge-Ttl") - 1
-                       && ngx_strncasecmp(h[i].key.data,
-                                          (u_char *) "X-Rpcedge-Ttl",
-                                          sizeof("X-Rpcedge-Ttl") - 1)
-                          == 0)
-            {
-                call->ttl = h[i].value;
-
-            } else if (h[i].key.len == sizeof("X-Rpcedge-Lock") - 1
-                       && ngx_strncasecmp(h[i].key.data,
-                                          (u_char *) "X-Rpcedge-Lock",
-                                          sizeof("X-Rpcedge-Lock") - 1)
-                          == 0)
-            {
-                call->lock = h[i].value;
-            }
+        call->headers = ngx_http_rpcedge_cache_headers(r->pool,
+                                                       &r->headers_out.headers,
+                                                       NULL, NULL,
+                                                       &call->nheaders);
+        if (call->headers == NULL) {
+            call->status = 0;
         }
 
         length = r->headers_out.content_length_n;
@@ -1602,10 +1540,9 @@ static void
 ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc)
 {
-    size_t           n;
-    uint32_t         shard;
-    rpcedge_str_t    path;
-    rpcedge_count_t  counts[RPCEDGE_COUNTS_MAX];
+    size_t                 n;
+    rpcedge_count_t        counts[RPCEDGE_COUNTS_MAX];
+    rpcedge_daemon_call_t  release;
 
     ctx->ended = 1;
 
@@ -1618,32 +1555,13 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
         ngx_http_rpcedge_count(counts, n);
     }
 
-    if (rpcedge_cache_release(ctx->cache, &shard, &path)) {
-        ngx_http_rpcedge_cache_release(r, shard, path);
+    /* a key held without an answer to store: released, so that the requests
+     * waiting for it go to the node themselves; the answer is not waited
+     * for (the daemon drops a held key at the lock's time anyway) */
+
+    if (rpcedge_cache_release(ctx->cache, &release)) {
+        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
     }
-}
-
-
-/* a key a request held without an answer to store: released, so that the
- * requests waiting for it go to the node themselves; the answer of the
- * background subrequest is not waited for (the daemon drops a held key at
- * the lock's time anyway) */
-
-static void
-ngx_http_rpcedge_cache_release(ngx_http_request_t *r, ngx_uint_t shard,
-    rpcedge_str_t path)
-{
-    ngx_http_request_t  *sr;
-
-    sr = ngx_http_rpcedge_cache_call(r, shard, path, NULL, 0);
-    if (sr == NULL) {
-        return;
-    }
-
-    sr->method = NGX_HTTP_DELETE;
-    ngx_str_set(&sr->method_name, "DELETE");
-    sr->request_body = NULL;
-    sr->headers_in.content_length_n = -1;
 }
 
 
@@ -1651,14 +1569,18 @@ ngx_http_rpcedge_cache_release(ngx_http_request_t *r, ngx_uint_t shard,
  * for the worker's next lookup to release */
 
 static void
-ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r, ngx_uint_t shard,
-    rpcedge_str_t path)
+ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
+    rpcedge_daemon_call_t *release)
 {
     ngx_http_rpcedge_cache_conf_t    *conf;
     ngx_http_rpcedge_cache_orphan_t  *orphan;
 
+    /* an orphan keeps a method and a path, all a release has */
+
     if (ngx_http_rpcedge_cache_norphans == NGX_HTTP_RPCEDGE_CACHE_ORPHANS
-        || path.len > sizeof(orphan->path))
+        || release->method.len > sizeof(orphan->method)
+        || release->path.len > sizeof(orphan->path)
+        || release->headers_len || release->body.data)
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: a held key is left to the daemon's "
@@ -1672,9 +1594,11 @@ ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r, ngx_uint_t shard,
 
     orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
     orphan->pass = conf->pass;
-    orphan->shard = shard;
-    orphan->len = path.len;
-    ngx_memcpy(orphan->path, path.data, path.len);
+    orphan->shard = release->shard;
+    orphan->method_len = release->method.len;
+    ngx_memcpy(orphan->method, release->method.data, release->method.len);
+    orphan->path_len = release->path.len;
+    ngx_memcpy(orphan->path, release->path.data, release->path.len);
 }
 
 
@@ -1685,7 +1609,7 @@ static void
 ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
 {
     ngx_uint_t                        i, n;
-    rpcedge_str_t                     path;
+    rpcedge_daemon_call_t             release;
     ngx_http_core_srv_conf_t         *server;
     ngx_http_rpcedge_cache_conf_t    *conf;
     ngx_http_rpcedge_cache_orphan_t  *orphan;
@@ -1707,10 +1631,15 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
             continue;
         }
 
-        path.data = orphan->path;
-        path.len = orphan->len;
+        ngx_memzero(&release, sizeof(rpcedge_daemon_call_t));
 
-        ngx_http_rpcedge_cache_release(r, orphan->shard, path);
+        release.shard = orphan->shard;
+        release.method.data = orphan->method;
+        release.method.len = orphan->method_len;
+        release.path.data = orphan->path;
+        release.path.len = orphan->path_len;
+
+        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
     }
 
     ngx_http_rpcedge_cache_norphans = n;
@@ -1832,13 +1761,12 @@ ngx_http_rpcedge_cache_cleanup(void *data)
 {
     ngx_http_rpcedge_cache_ctx_t  *ctx = data;
 
-    uint32_t       shard;
-    rpcedge_str_t  path;
+    rpcedge_daemon_call_t  release;
 
     ngx_http_rpcedge_cache_stop_timer(ctx);
 
-    if (ctx->cache && rpcedge_cache_release(ctx->cache, &shard, &path)) {
-        ngx_http_rpcedge_cache_orphan(ctx->request, shard, path);
+    if (ctx->cache && rpcedge_cache_release(ctx->cache, &release)) {
+        ngx_http_rpcedge_cache_orphan(ctx->request, &release);
     }
 
     rpcedge_cache_free(ctx->cache);

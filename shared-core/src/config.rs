@@ -6,7 +6,6 @@
 
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -135,13 +134,10 @@ impl CacheConfig {
             shards: self.clusters.len() as u32,
             lookup_timeout_ms: self.timeout_ms,
             lock_timeout_ms: self.lock_timeout_ms,
+            store_timeout_ms: self.store_timeout_s * 1000,
         })
     }
 
-    /// How long a host waits for the daemon's answer to a store.
-    pub fn store_timeout(&self) -> Duration {
-        Duration::from_secs(self.store_timeout_s)
-    }
 
     fn check(&self) -> Result<(), ConfigError> {
         check_field("cache_timeout_ms", self.timeout_ms)?;
@@ -650,6 +646,7 @@ mod tests {
             shards: 1,
             lookup_timeout_ms: 50,
             lock_timeout_ms: 5000,
+            store_timeout_ms: 5000,
         };
         assert_eq!(
             Settings::default().cache_settings(),
@@ -657,10 +654,7 @@ mod tests {
             "without a cache section (the Lua binding's storage)"
         );
         let s = Config::from_json(br#"{"cache": {}}"#).unwrap();
-        assert_eq!(
-            (s.cache_settings(), s.cache.as_ref().unwrap().store_timeout()),
-            (&defaults, Duration::from_secs(5))
-        );
+        assert_eq!(s.cache_settings(), &defaults);
         let json = br#"{"cache": {"max_request": 300, "max_entry": 1000, "chain_ttl_s": 60, "store_timeout_s": 20,
             "max_batch": 20, "clusters": ["a", "b"], "timeout_ms": 30, "lock_timeout_ms": 0}}"#;
         let s = Config::from_json(json).unwrap();
@@ -672,11 +666,9 @@ mod tests {
             shards: 2,
             lookup_timeout_ms: 30,
             lock_timeout_ms: 0,
+            store_timeout_ms: 20_000,
         };
-        assert_eq!(
-            (s.cache_settings(), s.cache.as_ref().unwrap().store_timeout()),
-            (&expected, Duration::from_secs(20))
-        );
+        assert_eq!(s.cache_settings(), &expected);
         for (json, message) in [
             (
                 &br#"{"cache": {"max_request": 16777217}}"#[..],

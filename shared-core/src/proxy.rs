@@ -60,7 +60,7 @@ pub struct RequestBody {
     pub step: RequestStep,
 }
 
-/// A reply the proxy sends itself (a cache hit): status 200, these headers and this body.
+/// A reply the proxy sends itself (a cache hit): its status, headers and body.
 #[derive(Debug)]
 pub struct Reply {
     hit: HitResponse,
@@ -69,6 +69,10 @@ pub struct Reply {
 }
 
 impl Reply {
+    pub fn status(&self) -> u16 {
+        HitResponse::STATUS
+    }
+
     pub fn headers(&self) -> Vec<(&str, &str)> {
         cache::hit_headers(&self.hit, self.status)
     }

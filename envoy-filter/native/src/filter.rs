@@ -378,7 +378,7 @@ fn ask_upstream(host: Host, accept: Option<&str>) {
 
 /// Answers the request with the cache's reply (Envoy sets its Content-Length).
 fn send_reply(host: Host, reply: &Reply) {
-    host.send_response(200, &reply.headers(), reply.body());
+    host.send_response(reply.status(), &reply.headers(), reply.body());
 }
 
 /// Does what the core says a failure calls for.

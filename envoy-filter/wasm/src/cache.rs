@@ -31,7 +31,7 @@ pub fn route_namespace() -> Option<Vec<u8>> {
 /// Sends the cache's reply as the local reply (Envoy sets its Content-Length); false when Envoy
 /// refused it.
 pub fn send_reply(reply: &Reply) -> bool {
-    hostcalls::send_http_response(200, reply.headers(), Some(reply.body())).is_ok()
+    hostcalls::send_http_response(reply.status() as u32, reply.headers(), Some(reply.body())).is_ok()
 }
 
 /// Makes a call to the daemon: its token, or none when Envoy could not make it.

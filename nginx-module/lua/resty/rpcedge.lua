@@ -160,6 +160,7 @@ uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t st
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
+uint16_t rpcedge_exchange_abort(rpcedge_exchange_t *exchange);
 rpcedge_str_t rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
 
@@ -167,26 +168,24 @@ typedef struct rpcedge_cache_t rpcedge_cache_t;
 
 typedef struct {
   uint32_t shard;
-  int32_t post;
+  rpcedge_str_t method;
   rpcedge_str_t path;
-  rpcedge_str_t lock;
+  const rpcedge_header_t *headers;
+  size_t headers_len;
   rpcedge_str_t body;
   uint64_t timeout_ms;
-} rpcedge_lookup_call_t;
+} rpcedge_daemon_call_t;
 
 typedef struct {
-  uint32_t shard;
-  rpcedge_str_t path;
-  rpcedge_str_t ns;
-  rpcedge_str_t ttl;
+  rpcedge_str_t key;
+  rpcedge_str_t entry;
+  uint64_t ttl_s;
   rpcedge_str_t requires_final;
-  rpcedge_str_t body;
-} rpcedge_store_call_t;
+} rpcedge_kept_entry_t;
 
 typedef struct {
   size_t shards;
   rpcedge_str_t ns;
-  uint64_t store_timeout_s;
   uint64_t hot_bytes;
   uint64_t min_length;
   uint8_t status_header;
@@ -200,24 +199,26 @@ rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_s
                                    const rpcedge_header_t *headers, size_t headers_len);
 int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t content_length);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
-int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
+int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 void rpcedge_cache_failed(rpcedge_cache_t *cache);
 int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
 void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole,
                                 rpcedge_str_t *answer);
-int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
-int32_t rpcedge_cache_release(rpcedge_cache_t *cache, uint32_t *shard, rpcedge_str_t *path);
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl,
-                               rpcedge_str_t lock, const uint8_t *body, size_t body_len, uint64_t min_length);
-int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers,
+                               size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
 int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name,
                                  rpcedge_str_t *value);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,
                                     const rpcedge_header_t *headers, size_t headers_len);
-int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
-int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_key(rpcedge_cache_t *cache, rpcedge_str_t *key);
+int32_t rpcedge_cache_found(rpcedge_cache_t *cache, const uint8_t *entry, size_t len, uint64_t min_length);
+int32_t rpcedge_cache_keep(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_kept_entry_t *kept);
 rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 typedef struct {
@@ -351,7 +352,6 @@ local function daemon_config(settings)
     local config = {
         ns = lua_string(host.ns),
         min_length = tonumber(host.min_length),
-        store_timeout_ms = tonumber(host.store_timeout_s) * 1000,
         status_header = host.status_header ~= 0,
         status_reason = host.status_reason ~= 0,
     }
@@ -386,11 +386,31 @@ function _M.settings(json)
 end
 
 
--- One call to a daemon over a cosocket, within `timeout_ms` in all: its status, headers (lower
--- case names) and body, or nil and why. Debian packages no lua-resty-http, and the daemon's
--- protocol is small: its answers are always framed by their Content-Length.
-local function daemon_call(daemon, method, path, headers, body, timeout_ms)
-    local deadline = ngx.now() * 1000 + timeout_ms
+-- A call the core made for a daemon (rpcedge_daemon_call_t), copied: { shard, method, path,
+-- headers (a list of { name, value }), body (or nil), timeout_ms }.
+local function daemon_call_of(call)
+    local headers = {}
+    for i = 0, tonumber(call.headers_len) - 1 do
+        local header = call.headers[i]
+        headers[i + 1] = { C_string(header.name, header.name_len), C_string(header.value, header.value_len) }
+    end
+    return {
+        shard = call.shard,
+        method = lua_string(call.method),
+        path = lua_string(call.path),
+        headers = headers,
+        body = lua_string(call.body),
+        timeout_ms = tonumber(call.timeout_ms),
+    }
+end
+
+
+-- Makes a call of the core's (daemon_call_of) to a daemon over a cosocket, within its timeout in
+-- all: the answer's status, headers (lower case names) and body, or nil and why. Debian packages
+-- no lua-resty-http, and the daemon's answers are always framed by their Content-Length.
+local function daemon_call(daemon, call)
+    local body = call.body
+    local deadline = ngx.now() * 1000 + call.timeout_ms
     local sock = ngx.socket.tcp()
     local function within()
         ngx.update_time()
@@ -406,9 +426,9 @@ local function daemon_call(daemon, method, path, headers, body, timeout_ms)
     if not ok then
         return nil, err
     end
-    local request = { method, " ", path, " HTTP/1.1\r\nHost: rpcedge-cached\r\n" }
-    for name, value in pairs(headers or {}) do
-        request[#request + 1] = name .. ": " .. value .. "\r\n"
+    local request = { call.method, " ", call.path, " HTTP/1.1\r\nHost: rpcedge-cached\r\n" }
+    for _, header in ipairs(call.headers) do
+        request[#request + 1] = header[1] .. ": " .. header[2] .. "\r\n"
     end
     if body then
         request[#request + 1] = "Content-Length: " .. #body .. "\r\n"
@@ -499,8 +519,7 @@ local function run_job(job, premature)
     for _, put in ipairs(job.stores) do
         local status, why = 0, "nginx is exiting"
         if not premature then
-            status, why = daemon_call(daemons[put.shard], "PUT", put.path, put.headers, put.body,
-                                      daemons.store_timeout_ms)
+            status, why = daemon_call(daemons[put.shard], put)
         end
         if status ~= 204 then
             ngx.log(ngx.INFO, "rpcedge cache: store not taken (", status or why, ")")
@@ -509,7 +528,7 @@ local function run_job(job, premature)
     end
     -- (a worker that exits leaves the key to the daemon's lock time)
     if job.release and not premature then
-        daemon_call(daemons[job.release.shard], "DELETE", job.release.path, nil, nil, daemons.store_timeout_ms)
+        daemon_call(daemons[job.release.shard], job.release)
     end
 end
 
@@ -526,7 +545,8 @@ local function drain(premature)
 end
 
 
--- Queues a job: { daemons, stores (PUTs), release (a DELETE, or nil), bytes (of the stores) }.
+-- Queues a job: { daemons, stores, release (or nil), bytes (of the stores) }, the calls as
+-- daemon_call_of gives them.
 local function send_behind(job)
     queued_bytes = queued_bytes + job.bytes
     if queued_bytes > QUEUE_BYTES then
@@ -571,13 +591,13 @@ end
 local orphans, ORPHANS_MAX = {}, 16
 
 
--- The key a cache handle still holds, as the daemon's DELETE of it ({ shard, path }), or nil.
+-- The release of the key a cache handle still holds (daemon_call_of), or nil.
 local function held_key(handle)
-    local shard, path = ffi_new("uint32_t[1]"), ffi_new("rpcedge_str_t")
-    if lib.rpcedge_cache_release(handle, shard, path) == 0 then
+    local call = ffi_new("rpcedge_daemon_call_t")
+    if lib.rpcedge_cache_release(handle, call) == 0 then
         return nil
     end
-    return { shard = shard[0], path = lua_string(path) }
+    return daemon_call_of(call)
 end
 
 
@@ -664,12 +684,11 @@ function Cache:key()
     if self.looked_up then
         return self.looked_up
     end
-    local call = ffi_new("rpcedge_lookup_call_t")
-    if lib.rpcedge_cache_next_lookup(self.handle, call) == 0 or call.post ~= 0 then
+    local key = ffi_new("rpcedge_str_t")
+    if lib.rpcedge_cache_key(self.handle, key) == 0 then
         return nil
     end
-    -- the path's last segment (the daemon's protocol is the core's: cache::protocol)
-    self.looked_up = lua_string(call.path):match("[^/]+$")
+    self.looked_up = lua_string(key)
     return self.looked_up
 end
 
@@ -677,17 +696,12 @@ end
 -- An entry from storage (nil: none) as the answer to this request: the body to send and whether
 -- it is gzip, or nil when the node must answer (no entry, or a bad one).
 function Cache:hit(entry, min_length)
-    if entry == nil then
-        lib.rpcedge_cache_answered(self.handle, 404, rstr("absent"), rstr(nil), rstr(nil), nil, 0, min_length or 1024)
-        return nil
-    end
-    if lib.rpcedge_cache_answered(self.handle, 200, rstr(nil), rstr(nil), rstr(nil), entry, #entry,
-                                  min_length or 1024) == 0 then
+    if lib.rpcedge_cache_found(self.handle, entry, entry and #entry or 0, min_length or 1024) == 0 then
         return nil
     end
     count(lib.rpcedge_count_cache(self.handle, counts))
     local body = ffi_new("rpcedge_str_t")
-    local gzip = lib.rpcedge_cache_hit(self.handle, body) == 1
+    local gzip = lib.rpcedge_cache_hit(self.handle, nil, body) == 1
     return lua_string(body), gzip
 end
 
@@ -730,18 +744,15 @@ function Cache:store(body)
         -- a batch: its answers are stored by the daemon's hosts
         return nil
     end
-    local call = ffi_new("rpcedge_store_call_t")
-    if lib.rpcedge_cache_store(self.handle, body, #body, call) == 0 then
+    local kept = ffi_new("rpcedge_kept_entry_t")
+    if lib.rpcedge_cache_keep(self.handle, body, #body, kept) == 0 then
         count(lib.rpcedge_count_refusal(self.handle, counts))
         return nil
     end
-    if lib.rpcedge_cache_compact_store(self.handle, call) == 0 then
-        return nil
-    end
     return {
-        entry = lua_string(call.body),
-        ttl = tonumber(lua_string(call.ttl)),
-        requires_final = lua_string(call.requires_final),
+        entry = lua_string(kept.entry),
+        ttl = kept.ttl_s ~= 0 and tonumber(kept.ttl_s) or nil,
+        requires_final = lua_string(kept.requires_final),
     }
 end
 
@@ -807,22 +818,19 @@ end
 -- Asks the daemons what the core asks, one lookup after the other: true on a hit. A lookup
 -- that fails (no daemon, no answer in time) fails open: the node answers.
 function Cache:lookup()
-    local call = ffi_new("rpcedge_lookup_call_t")
-    while lib.rpcedge_cache_next_lookup(self.handle, call) ~= 0 do
-        local post = call.post ~= 0
-        local lock = lua_string(call.lock)
-        local status, found, answer = daemon_call(self.daemons[call.shard], post and "POST" or "GET",
-                                                  lua_string(call.path), lock and { ["X-Rpcedge-Lock"] = lock },
-                                                  post and lua_string(call.body) or nil, tonumber(call.timeout_ms))
+    local lookup = ffi_new("rpcedge_daemon_call_t")
+    while lib.rpcedge_cache_next_lookup(self.handle, lookup) ~= 0 do
+        local call = daemon_call_of(lookup)
+        local status, found, answer = daemon_call(self.daemons[call.shard], call)
         if not status then
             ngx.log(ngx.INFO, "rpcedge cache: lookup failed: ", found)
             lib.rpcedge_cache_failed(self.handle)
             return false
         end
-        anchor[1] = found
-        local hit = lib.rpcedge_cache_answered(self.handle, status, rstr(found["x-rpcedge-miss"]),
-                                               rstr(found["x-rpcedge-ttl"]), rstr(found["x-rpcedge-lock"]),
-                                               answer, #answer, self.daemons.min_length) ~= 0
+        local headers, n, strings = header_array(found)
+        anchor[1] = strings
+        local hit = lib.rpcedge_cache_answered(self.handle, status, headers, n, answer, #answer,
+                                               self.daemons.min_length) ~= 0
         anchor[1] = nil
         if hit then
             return true
@@ -846,13 +854,13 @@ end
 -- The hit as a response: status, headers (a table as `res.header`) and body.
 function Cache:hit_response()
     count(lib.rpcedge_count_cache(self.handle, counts))
-    local body = ffi_new("rpcedge_str_t")
-    lib.rpcedge_cache_hit(self.handle, body)
+    local status, body = ffi_new("uint16_t[1]"), ffi_new("rpcedge_str_t")
+    lib.rpcedge_cache_hit(self.handle, status, body)
     local header = {}
     for _, h in ipairs(self:hit_headers()) do
         header[h[1]] = h[2]
     end
-    return { status = ngx.HTTP_OK, header = header, body = lua_string(body) or "", cached = true }
+    return { status = status[0], header = header, body = lua_string(body) or "", cached = true }
 end
 
 
@@ -925,19 +933,10 @@ function Cache:ended()
     local stores = {}
     if self.holding then
         local body = table_concat(self.held)
-        local call = ffi_new("rpcedge_store_call_t")
+        local call = ffi_new("rpcedge_daemon_call_t")
         local more = lib.rpcedge_cache_store(self.handle, body, #body, call) ~= 0
         while more do
-            stores[#stores + 1] = {
-                shard = call.shard,
-                path = lua_string(call.path),
-                headers = {
-                    ["X-Rpcedge-Namespace"] = lua_string(call.ns),
-                    ["X-Rpcedge-Ttl"] = lua_string(call.ttl),
-                    ["X-Rpcedge-Requires-Final"] = lua_string(call.requires_final),
-                },
-                body = lua_string(call.body) or "",
-            }
+            stores[#stores + 1] = daemon_call_of(call)
             more = lib.rpcedge_cache_next_store(self.handle, call) ~= 0
         end
     end
@@ -950,7 +949,7 @@ function Cache:ended()
     if #stores > 0 or release then
         local bytes = 0
         for _, put in ipairs(stores) do
-            bytes = bytes + #put.body
+            bytes = bytes + #(put.body or "")
         end
         send_behind({ daemons = self.daemons, stores = stores, release = release, bytes = bytes })
     end
@@ -1162,11 +1161,13 @@ function Exchange:respond(res)
     if res.truncated then
         -- the node's answer was cut short (a reset, a lying Content-Length): never sent as whole
         ngx.log(ngx.ERR, "rpcedge: the node's answer was cut short")
+        local status = lib.rpcedge_exchange_abort(exchange)
         count(lib.rpcedge_count_exchange(exchange, 0, 0, counts))
         if cache then
             cache:ended()
         end
-        ngx.exit(ngx.HTTP_BAD_GATEWAY)
+        -- 444: nginx closes the connection, the reset of the one failure policy
+        ngx.exit(status ~= 0 and status or 444)
         return "failed"
     end
 

@@ -249,7 +249,6 @@ typedef struct {
 typedef struct {
   size_t shards;
   rpcedge_str_t ns;
-  uint64_t store_timeout_s;
   uint64_t hot_bytes;
   /**
    * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
@@ -260,35 +259,32 @@ typedef struct {
 } rpcedge_cache_host_t;
 
 /**
- * A lookup to make: `GET path` (one key, or the answer another request for it is getting), or
- * `POST path` with `body` (a batch's keys), to the daemon of shard `shard`, with the header
- * `X-Rpcedge-Lock: lock` when `lock` is not NULL, waiting at most `timeout_ms` for the answer.
- * Valid until the next call on the handle.
+ * A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
+ * NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
+ * protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
  */
 typedef struct {
   uint32_t shard;
-  /**
-   * 1: a POST with `body`; 0: a GET.
-   */
-  int32_t post;
+  rpcedge_str_t method;
   rpcedge_str_t path;
-  rpcedge_str_t lock;
+  const rpcedge_header_t *headers;
+  size_t headers_len;
   rpcedge_str_t body;
   uint64_t timeout_ms;
-} rpcedge_lookup_call_t;
+} rpcedge_daemon_call_t;
 
 /**
- * The call that stores an answer: `PUT path` to the daemon of shard `shard`, with these headers
- * (a NULL `data` is an absent header) and body. Valid until the next call on the handle.
+ * An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
+ * binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
+ * kept only once `requires_final` is final when it is not NULL (a block's number, or a
+ * transaction's hash, whose block must be). Valid until the next call on the handle.
  */
 typedef struct {
-  uint32_t shard;
-  rpcedge_str_t path;
-  rpcedge_str_t ns;
-  rpcedge_str_t ttl;
+  rpcedge_str_t key;
+  rpcedge_str_t entry;
+  uint64_t ttl_s;
   rpcedge_str_t requires_final;
-  rpcedge_str_t body;
-} rpcedge_store_call_t;
+} rpcedge_kept_entry_t;
 
 /**
  * One count: add `amount` to the counter at `index` (below `rpcedge_counters()`).
@@ -646,7 +642,7 @@ void rpcedge_cache_free(rpcedge_cache_t *cache);
  * # Safety
  * `cache` is NULL or live; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t *call);
+int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 
 /**
  * The body to send the node instead of the client's, once the lookups are over: 1 with `body`
@@ -658,24 +654,25 @@ int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_lookup_call_t 
 int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 
 /**
- * The daemon answered the lookup with `status`, its `X-Rpcedge-Miss`, `X-Rpcedge-Ttl` and
- * `X-Rpcedge-Lock` headers (NULL `data`: none) and `body`. 1: a hit, to send as
- * `rpcedge_cache_hit` gives it (and to keep with `rpcedge_cache_hot_keep`); 0: make the next
- * lookup, if any, then ask the node.
+ * The daemon answered the lookup with `status`, its `headers_len` headers (names in any case) and
+ * `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it (and to keep with
+ * `rpcedge_cache_hot_keep`); 0: make the next lookup, if any, then ask the node.
  *
  * # Safety
- * `cache` is NULL or live; the strings point to readable bytes of their lengths.
+ * `cache` is NULL or live; `headers` points to `headers_len` headers; `body` to `body_len`
+ * readable bytes.
  */
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, rpcedge_str_t miss, rpcedge_str_t ttl, rpcedge_str_t lock, const uint8_t *body, size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers, size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
 
 /**
- * The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
- * with its exact length and the headers `rpcedge_cache_hit_header` gives.
+ * The hit's reply: its `status` and `body`; returns 1 when the body is gzip (`Content-Encoding:
+ * gzip`), 0 when plain (or there is no hit: `status` 0). Send it with its exact length and the
+ * headers `rpcedge_cache_hit_header` gives.
  *
  * # Safety
- * `cache` is NULL or live; `body` is NULL or writable.
+ * `cache` is NULL or live; `status` and `body` are NULL or writable.
  */
-int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, rpcedge_str_t *body);
+int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
 
 /**
  * The hit's header at `index` (from 0): 1 with its name (lower case) and value, 0 past the last.
@@ -778,43 +775,62 @@ void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, siz
 
 /**
  * The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
- * 1: `call` is filled with the first PUT that stores it, and `rpcedge_cache_next_store` gives
- * the others (a batch's answer may give several); 0: nothing is kept (an error, a null, too
- * large, ...). `rpcedge_count_refusal` counts what is not.
+ * 1: `call` is filled with the first store, and `rpcedge_cache_next_store` gives the others (a
+ * batch's answer may give several); 0: nothing is kept (an error, a null, too large, ...).
+ * `rpcedge_count_refusal` counts what is not.
  *
  * # Safety
  * `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_store_call_t *call);
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_daemon_call_t *call);
 
 /**
- * The next PUT of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
+ * The next store of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
  *
  * # Safety
  * `cache` is NULL or live; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
+int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 
 /**
- * For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry
- * compacted as the daemon would (its result deflated once, at the highest level), `call`
- * filled again. 1: done; 0: no store to compact.
+ * The key (hex) of a request that takes one (one call or a Beacon-API read; not a batch, not a
+ * bypass): 1 with `key` filled, pointing into the handle; 0 otherwise. For a host that keeps
+ * entries itself.
+ *
+ * # Safety
+ * `cache` is NULL or live; `key` is NULL or writable.
+ */
+int32_t rpcedge_cache_key(rpcedge_cache_t *cache, rpcedge_str_t *key);
+
+/**
+ * For a host that keeps entries itself: the entry its storage holds under `rpcedge_cache_key`
+ * (`entry` NULL: none). 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+ *
+ * # Safety
+ * `cache` is NULL or live; `entry` is NULL or points to `len` readable bytes.
+ */
+int32_t rpcedge_cache_found(rpcedge_cache_t *cache, const uint8_t *entry, size_t len, uint64_t min_length);
+
+/**
+ * For a host that keeps entries itself rather than in rpcedge-cached: what to keep of the node's
+ * whole plain body, its entry compacted as the daemon would (its result deflated once, at the
+ * highest level). 1 with `kept` filled; 0: nothing is kept (`rpcedge_count_refusal` counts why).
+ *
+ * # Safety
+ * `cache` is NULL or live; `body` points to `len` readable bytes; `kept` is NULL or writable.
+ */
+int32_t rpcedge_cache_keep(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_kept_entry_t *kept);
+
+/**
+ * Once the node's answer has ended, or the request is over without one: 1 with `call` filled
+ * when the request held its key (coalescing) and stores no answer for it, a release the host
+ * makes so that the requests waiting for it go to the node themselves; 0 otherwise, and after
+ * the first 1.
  *
  * # Safety
  * `cache` is NULL or live; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_compact_store(rpcedge_cache_t *cache, rpcedge_store_call_t *call);
-
-/**
- * Once the node's answer has ended, or the request is over without one: 1 with `shard` and
- * `path` filled when the request held its key (coalescing) and stores no answer for it, which
- * the host releases with `DELETE path` to the daemon of `shard`, so that the requests waiting
- * for it go to the node themselves; 0 otherwise, and after the first 1.
- *
- * # Safety
- * `cache` is NULL or live; `shard` and `path` are NULL or writable.
- */
-int32_t rpcedge_cache_release(rpcedge_cache_t *cache, uint32_t *shard, rpcedge_str_t *path);
+int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 
 /**
  * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a

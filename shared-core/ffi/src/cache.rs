@@ -7,15 +7,17 @@ use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 use std::collections::VecDeque;
 
 use rpcedge_core::cache::{
-    entry_bound, protocol, CacheExchange, DaemonAnswer, Entry, HitResponse, HotTier, LookupCall, Refusal, Status,
-    StoreCall,
+    entry_bound, protocol, CacheExchange, DaemonAnswer, DaemonRequest, Entry, HitResponse, HotTier, Refusal, Status,
 };
 use rpcedge_core::config::MAX_ENTRY;
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
     pub(super) exchange: CacheExchange,
-    lookup: Option<LookupCall>,
+    /// The daemon call handed out last (a lookup, a store or a release), and its headers as C
+    /// sees them.
+    call: Option<DaemonRequest>,
+    call_headers: Vec<RpcedgeHeader>,
     /// The body the node gets instead of the client's.
     node_request: Option<Vec<u8>>,
     /// What the client gets instead of the node's body.
@@ -23,40 +25,50 @@ pub struct RpcedgeCache {
     hit: Option<HitResponse>,
     /// The hit came from the hot tier.
     pub(super) hot: bool,
-    /// The store handed out last, and those still to hand out.
-    store: Option<StoreCall>,
-    stores: VecDeque<StoreCall>,
+    /// The key in hex, once asked for.
+    key: Option<String>,
+    /// The stores still to hand out.
+    stores: VecDeque<DaemonRequest>,
     /// Why answers were not kept, until they are counted.
     pub(super) refusals: Vec<Refusal>,
-    /// The path of the key's release.
-    release: String,
 }
 
-/// A lookup to make: `GET path` (one key, or the answer another request for it is getting), or
-/// `POST path` with `body` (a batch's keys), to the daemon of shard `shard`, with the header
-/// `X-Rpcedge-Lock: lock` when `lock` is not NULL, waiting at most `timeout_ms` for the answer.
-/// Valid until the next call on the handle.
+/// A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
+/// NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
+/// protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
 #[repr(C)]
-pub struct RpcedgeLookupCall {
+pub struct RpcedgeDaemonCall {
     pub shard: u32,
-    /// 1: a POST with `body`; 0: a GET.
-    pub post: i32,
+    pub method: RpcedgeStr,
     pub path: RpcedgeStr,
-    pub lock: RpcedgeStr,
+    pub headers: *const RpcedgeHeader,
+    pub headers_len: usize,
     pub body: RpcedgeStr,
     pub timeout_ms: u64,
 }
 
-/// The call that stores an answer: `PUT path` to the daemon of shard `shard`, with these headers
-/// (a NULL `data` is an absent header) and body. Valid until the next call on the handle.
+impl RpcedgeDaemonCall {
+    const NONE: RpcedgeDaemonCall = RpcedgeDaemonCall {
+        shard: 0,
+        method: RpcedgeStr::NONE,
+        path: RpcedgeStr::NONE,
+        headers: ptr::null(),
+        headers_len: 0,
+        body: RpcedgeStr::NONE,
+        timeout_ms: 0,
+    };
+}
+
+/// An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
+/// binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
+/// kept only once `requires_final` is final when it is not NULL (a block's number, or a
+/// transaction's hash, whose block must be). Valid until the next call on the handle.
 #[repr(C)]
-pub struct RpcedgeStoreCall {
-    pub shard: u32,
-    pub path: RpcedgeStr,
-    pub ns: RpcedgeStr,
-    pub ttl: RpcedgeStr,
+pub struct RpcedgeKeptEntry {
+    pub key: RpcedgeStr,
+    pub entry: RpcedgeStr,
+    pub ttl_s: u64,
     pub requires_final: RpcedgeStr,
-    pub body: RpcedgeStr,
 }
 
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
@@ -103,15 +115,15 @@ pub unsafe extern "C" fn rpcedge_cache_new(
         let exchange = CacheExchange::new(namespace.as_deref(), method, path, body, &headers, &settings);
         let cache = RpcedgeCache {
             exchange,
-            lookup: None,
+            call: None,
+            call_headers: Vec::new(),
             node_request: None,
             batch_answer: Vec::new(),
             hit: None,
             hot: false,
-            store: None,
+            key: None,
             stores: VecDeque::new(),
             refusals: Vec::new(),
-            release: String::new(),
         };
         Box::into_raw(Box::new(cache))
     })
@@ -136,7 +148,6 @@ pub unsafe extern "C" fn rpcedge_cache_takes_length(settings: *const RpcedgeSett
 pub struct RpcedgeCacheHost {
     pub shards: usize,
     pub ns: RpcedgeStr,
-    pub store_timeout_s: u64,
     pub hot_bytes: u64,
     /// The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
     pub min_length: u64,
@@ -162,7 +173,6 @@ pub unsafe extern "C" fn rpcedge_settings_cache(settings: *const RpcedgeSettings
             RpcedgeCacheHost {
                 shards: cache.clusters.len(),
                 ns: cache.namespace.as_deref().map_or(RpcedgeStr::NONE, |ns| RpcedgeStr::of(ns.as_bytes())),
-                store_timeout_s: cache.store_timeout_s,
                 hot_bytes: cache.hot_bytes,
                 min_length: settings.min_length,
                 status_header: cache.status_header.into(),
@@ -210,35 +220,39 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
 /// # Safety
 /// `cache` is NULL or live; `call` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_next_lookup(cache: *mut RpcedgeCache, call: *mut RpcedgeLookupCall) -> i32 {
-    let none = || RpcedgeLookupCall {
-        shard: 0,
-        post: 0,
-        path: RpcedgeStr::NONE,
-        lock: RpcedgeStr::NONE,
-        body: RpcedgeStr::NONE,
-        timeout_ms: 0,
-    };
-    put(call, none());
+pub unsafe extern "C" fn rpcedge_cache_next_lookup(cache: *mut RpcedgeCache, call: *mut RpcedgeDaemonCall) -> i32 {
+    put(call, RpcedgeDaemonCall::NONE);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        cache.lookup = cache.exchange.next_lookup();
-        let Some(lookup) = &cache.lookup else { return 0 };
-        let body = if lookup.body.is_empty() { RpcedgeStr::NONE } else { RpcedgeStr::of(&lookup.body) };
-        let lock = lookup.headers.iter().find(|(name, _)| *name == protocol::LOCK_HEADER);
-        put(
-            call,
-            RpcedgeLookupCall {
-                shard: lookup.shard,
-                post: (lookup.method == "POST").into(),
-                path: RpcedgeStr::of(lookup.path.as_bytes()),
-                lock: lock.map_or(RpcedgeStr::NONE, |(_, value)| RpcedgeStr::of(value.as_bytes())),
-                body,
-                timeout_ms: lookup.timeout_ms,
-            },
-        );
-        1
+        let lookup = cache.exchange.next_lookup();
+        hand_out(cache, lookup, call)
     })
+}
+
+/// Keeps `request` in the handle and describes it in `call`: 1, or 0 when there is none (the
+/// call handed out before stays: a store's body goes on being sent while the host asks whether
+/// there is a release).
+unsafe fn hand_out(cache: &mut RpcedgeCache, request: Option<DaemonRequest>, call: *mut RpcedgeDaemonCall) -> i32 {
+    let Some(request) = request else { return 0 };
+    let request = cache.call.insert(request);
+    cache.call_headers = request.headers.iter().map(|(name, value)| header(name.as_bytes(), value.as_bytes())).collect();
+    put(
+        call,
+        RpcedgeDaemonCall {
+            shard: request.shard,
+            method: RpcedgeStr::of(request.method.as_bytes()),
+            path: RpcedgeStr::of(request.path.as_bytes()),
+            headers: cache.call_headers.as_ptr(),
+            headers_len: cache.call_headers.len(),
+            body: if request.body.is_empty() { RpcedgeStr::NONE } else { RpcedgeStr::of(&request.body) },
+            timeout_ms: request.timeout_ms,
+        },
+    );
+    1
+}
+
+fn header(name: &[u8], value: &[u8]) -> RpcedgeHeader {
+    RpcedgeHeader { name: name.as_ptr(), name_len: name.len(), value: value.as_ptr(), value_len: value.len() }
 }
 
 /// The body to send the node instead of the client's, once the lookups are over: 1 with `body`
@@ -258,43 +272,45 @@ pub unsafe extern "C" fn rpcedge_cache_node_request(cache: *mut RpcedgeCache, bo
     })
 }
 
-/// The daemon answered the lookup with `status`, its `X-Rpcedge-Miss`, `X-Rpcedge-Ttl` and
-/// `X-Rpcedge-Lock` headers (NULL `data`: none) and `body`. 1: a hit, to send as
-/// `rpcedge_cache_hit` gives it (and to keep with `rpcedge_cache_hot_keep`); 0: make the next
-/// lookup, if any, then ask the node.
+/// The daemon answered the lookup with `status`, its `headers_len` headers (names in any case) and
+/// `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it (and to keep with
+/// `rpcedge_cache_hot_keep`); 0: make the next lookup, if any, then ask the node.
 ///
 /// # Safety
-/// `cache` is NULL or live; the strings point to readable bytes of their lengths.
+/// `cache` is NULL or live; `headers` points to `headers_len` headers; `body` to `body_len`
+/// readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_cache_answered(
     cache: *mut RpcedgeCache,
     status: u16,
-    miss: RpcedgeStr,
-    ttl: RpcedgeStr,
-    lock: RpcedgeStr,
+    headers: *const RpcedgeHeader,
+    headers_len: usize,
     body: *const u8,
     body_len: usize,
     min_length: u64,
 ) -> i32 {
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let answer =
-            DaemonAnswer { status, miss: string(&miss), ttl: string(&ttl), lock: string(&lock), body: bytes(body, body_len) };
+        let headers = header_list(headers, headers_len);
+        let answer = DaemonAnswer::read(status, &headers, bytes(body, body_len));
         cache.hit = cache.exchange.answered(&answer, min_length);
         cache.hit.is_some().into()
     })
 }
 
-/// The hit's body; returns 1 when it is gzip (`Content-Encoding: gzip`), 0 when plain. Send it
-/// with its exact length and the headers `rpcedge_cache_hit_header` gives.
+/// The hit's reply: its `status` and `body`; returns 1 when the body is gzip (`Content-Encoding:
+/// gzip`), 0 when plain (or there is no hit: `status` 0). Send it with its exact length and the
+/// headers `rpcedge_cache_hit_header` gives.
 ///
 /// # Safety
-/// `cache` is NULL or live; `body` is NULL or writable.
+/// `cache` is NULL or live; `status` and `body` are NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, body: *mut RpcedgeStr) -> i32 {
+pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, status: *mut u16, body: *mut RpcedgeStr) -> i32 {
+    put(status, 0);
     put(body, RpcedgeStr::NONE);
     guard(0, || {
         let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
+        put(status, HitResponse::STATUS);
         put(body, RpcedgeStr::of(&hit.body));
         hit.gzip.into()
     })
@@ -488,9 +504,9 @@ pub unsafe extern "C" fn rpcedge_cache_batch_answer(
 }
 
 /// The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
-/// 1: `call` is filled with the first PUT that stores it, and `rpcedge_cache_next_store` gives
-/// the others (a batch's answer may give several); 0: nothing is kept (an error, a null, too
-/// large, ...). `rpcedge_count_refusal` counts what is not.
+/// 1: `call` is filled with the first store, and `rpcedge_cache_next_store` gives the others (a
+/// batch's answer may give several); 0: nothing is kept (an error, a null, too large, ...).
+/// `rpcedge_count_refusal` counts what is not.
 ///
 /// # Safety
 /// `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
@@ -499,9 +515,9 @@ pub unsafe extern "C" fn rpcedge_cache_store(
     cache: *mut RpcedgeCache,
     body: *const u8,
     len: usize,
-    call: *mut RpcedgeStoreCall,
+    call: *mut RpcedgeDaemonCall,
 ) -> i32 {
-    put(call, store_call(None));
+    put(call, RpcedgeDaemonCall::NONE);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
         for store in cache.exchange.stores(bytes(body, len)) {
@@ -510,87 +526,118 @@ pub unsafe extern "C" fn rpcedge_cache_store(
                 Err(refusal) => cache.refusals.push(refusal),
             }
         }
-        next_store(cache, call)
+        let store = cache.stores.pop_front();
+        hand_out(cache, store, call)
     })
 }
 
-/// The next PUT of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
+/// The next store of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.
 ///
 /// # Safety
 /// `cache` is NULL or live; `call` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_next_store(cache: *mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
-    put(call, store_call(None));
-    guard(0, || cache.as_mut().map_or(0, |cache| next_store(cache, call)))
-}
-
-unsafe fn next_store(cache: &mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
-    cache.store = cache.stores.pop_front();
-    put(call, store_call(cache.store.as_ref()));
-    cache.store.is_some().into()
-}
-
-/// For a host that keeps entries itself rather than in rpcedge-cached: the last store's entry
-/// compacted as the daemon would (its result deflated once, at the highest level), `call`
-/// filled again. 1: done; 0: no store to compact.
-///
-/// # Safety
-/// `cache` is NULL or live; `call` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_compact_store(cache: *mut RpcedgeCache, call: *mut RpcedgeStoreCall) -> i32 {
-    put(call, store_call(None));
-    guard(0, || {
-        let Some(store) = cache.as_mut().and_then(|c| c.store.as_mut()) else { return 0 };
-        let Ok(compacted) = Entry::decode(&store.body).and_then(|entry| entry.compact()) else { return 0 };
-        store.body = compacted;
-        put(call, store_call(Some(store)));
-        1
-    })
-}
-
-/// Once the node's answer has ended, or the request is over without one: 1 with `shard` and
-/// `path` filled when the request held its key (coalescing) and stores no answer for it, which
-/// the host releases with `DELETE path` to the daemon of `shard`, so that the requests waiting
-/// for it go to the node themselves; 0 otherwise, and after the first 1.
-///
-/// # Safety
-/// `cache` is NULL or live; `shard` and `path` are NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_release(cache: *mut RpcedgeCache, shard: *mut u32, path: *mut RpcedgeStr) -> i32 {
-    put(shard, 0);
-    put(path, RpcedgeStr::NONE);
+pub unsafe extern "C" fn rpcedge_cache_next_store(cache: *mut RpcedgeCache, call: *mut RpcedgeDaemonCall) -> i32 {
+    put(call, RpcedgeDaemonCall::NONE);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let Some(release) = cache.exchange.release() else { return 0 };
-        put(shard, release.shard);
-        cache.release = release.path;
-        put(path, RpcedgeStr::of(cache.release.as_bytes()));
+        let store = cache.stores.pop_front();
+        hand_out(cache, store, call)
+    })
+}
+
+/// The key (hex) of a request that takes one (one call or a Beacon-API read; not a batch, not a
+/// bypass): 1 with `key` filled, pointing into the handle; 0 otherwise. For a host that keeps
+/// entries itself.
+///
+/// # Safety
+/// `cache` is NULL or live; `key` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_key(cache: *mut RpcedgeCache, key: *mut RpcedgeStr) -> i32 {
+    put(key, RpcedgeStr::NONE);
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        cache.key = cache.exchange.key().map(|key| key.hex());
+        let Some(hex) = &cache.key else { return 0 };
+        put(key, RpcedgeStr::of(hex.as_bytes()));
         1
     })
 }
 
-fn store_call(store: Option<&StoreCall>) -> RpcedgeStoreCall {
-    let Some(store) = store else {
-        return RpcedgeStoreCall {
-            shard: 0,
-            path: RpcedgeStr::NONE,
-            ns: RpcedgeStr::NONE,
-            ttl: RpcedgeStr::NONE,
-            requires_final: RpcedgeStr::NONE,
-            body: RpcedgeStr::NONE,
+/// For a host that keeps entries itself: the entry its storage holds under `rpcedge_cache_key`
+/// (`entry` NULL: none). 1: a hit, to send as `rpcedge_cache_hit` gives it; 0: ask the node.
+///
+/// # Safety
+/// `cache` is NULL or live; `entry` is NULL or points to `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_found(cache: *mut RpcedgeCache, entry: *const u8, len: usize, min_length: u64) -> i32 {
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let entry = (!entry.is_null()).then(|| bytes(entry, len));
+        cache.hit = cache.exchange.found(entry, min_length);
+        cache.hit.is_some().into()
+    })
+}
+
+/// For a host that keeps entries itself rather than in rpcedge-cached: what to keep of the node's
+/// whole plain body, its entry compacted as the daemon would (its result deflated once, at the
+/// highest level). 1 with `kept` filled; 0: nothing is kept (`rpcedge_count_refusal` counts why).
+///
+/// # Safety
+/// `cache` is NULL or live; `body` points to `len` readable bytes; `kept` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_keep(
+    cache: *mut RpcedgeCache,
+    body: *const u8,
+    len: usize,
+    kept: *mut RpcedgeKeptEntry,
+) -> i32 {
+    let none = RpcedgeKeptEntry { key: RpcedgeStr::NONE, entry: RpcedgeStr::NONE, ttl_s: 0, requires_final: RpcedgeStr::NONE };
+    put(kept, none);
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let Some(key) = cache.exchange.key().map(|key| key.hex()) else { return 0 };
+        let store = match cache.exchange.stores(bytes(body, len)).into_iter().next() {
+            Some(Ok(store)) => store,
+            Some(Err(refusal)) => {
+                cache.refusals.push(refusal);
+                return 0;
+            }
+            None => return 0,
         };
-    };
-    let header = |name: &str| {
-        store.headers.iter().find(|(n, _)| *n == name).map_or(RpcedgeStr::NONE, |(_, v)| RpcedgeStr::of(v.as_bytes()))
-    };
-    RpcedgeStoreCall {
-        shard: store.shard,
-        path: RpcedgeStr::of(store.path.as_bytes()),
-        ns: header(protocol::NAMESPACE_HEADER),
-        ttl: header(protocol::TTL_HEADER),
-        requires_final: header(protocol::REQUIRES_FINAL_HEADER),
-        body: RpcedgeStr::of(&store.body),
-    }
+        let Ok(compacted) = Entry::decode(&store.body).and_then(|entry| entry.compact()) else { return 0 };
+        cache.key = Some(key);
+        cache.call = Some(DaemonRequest { body: compacted, ..store });
+        let (Some(key), Some(store)) = (&cache.key, &cache.call) else { return 0 };
+        let term = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map(|(_, value)| value.as_str());
+        let requires_final = term(protocol::REQUIRES_FINAL_HEADER);
+        put(
+            kept,
+            RpcedgeKeptEntry {
+                key: RpcedgeStr::of(key.as_bytes()),
+                entry: RpcedgeStr::of(&store.body),
+                ttl_s: term(protocol::TTL_HEADER).and_then(|ttl| ttl.parse().ok()).unwrap_or(0),
+                requires_final: requires_final.map_or(RpcedgeStr::NONE, |value| RpcedgeStr::of(value.as_bytes())),
+            },
+        );
+        1
+    })
+}
+
+/// Once the node's answer has ended, or the request is over without one: 1 with `call` filled
+/// when the request held its key (coalescing) and stores no answer for it, a release the host
+/// makes so that the requests waiting for it go to the node themselves; 0 otherwise, and after
+/// the first 1.
+///
+/// # Safety
+/// `cache` is NULL or live; `call` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_release(cache: *mut RpcedgeCache, call: *mut RpcedgeDaemonCall) -> i32 {
+    put(call, RpcedgeDaemonCall::NONE);
+    guard(0, || {
+        let Some(cache) = cache.as_mut() else { return 0 };
+        let release = cache.exchange.release();
+        hand_out(cache, release, call)
+    })
 }
 
 /// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a

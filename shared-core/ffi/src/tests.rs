@@ -345,7 +345,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
         assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
@@ -356,7 +356,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
 
         // refused by its head: the host holds no body and makes no store
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
         let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_set_cookie", 1)]);
@@ -423,9 +423,11 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let mut lookup = garbage();
         assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
         let path = owned(&lookup.path);
-        assert_eq!((lookup.shard, lookup.post, lookup.body.data.is_null()), (0, 0, true));
+        assert_eq!((lookup.shard, owned(&lookup.method), lookup.body.data.is_null()), (0, b"GET".to_vec(), true));
+        assert_eq!(call_headers(&lookup), [(b"x-rpcedge-lock".to_vec(), b"5000".to_vec())], "a miss holds the key");
         assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
-        assert_eq!(rpcedge_cache_answered(miss, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        let absent = [c_header("X-Rpcedge-Miss", "absent"), c_header("X-Rpcedge-Lock", "held")];
+        assert_eq!(rpcedge_cache_answered(miss, 404, absent.as_ptr(), absent.len(), ptr::null(), 0, 0), 0);
         assert_eq!(owned(&rpcedge_cache_status(miss, 0)), b"MISS");
         assert_eq!(owned(&rpcedge_cache_status(miss, 1)), b"MISS", "only a bypass has a reason");
         let cors =
@@ -433,21 +435,41 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(miss, answer.as_ptr(), answer.len(), &mut call), 1);
-        assert_eq!((owned(&call.path), owned(&call.ns)), (path.clone(), b"h/mainnet".to_vec()));
-        assert!(call.ttl.data.is_null() && call.requires_final.data.is_null());
+        assert_eq!((owned(&call.method), owned(&call.path)), (b"PUT".to_vec(), path.clone()));
+        assert_eq!(call_headers(&call), [(b"x-rpcedge-namespace".to_vec(), b"h/mainnet".to_vec())], "no TTL, nothing to be final");
+        assert_eq!(call.timeout_ms, 5000, "the store's timeout");
         let kept = rpcedge_core::cache::Entry::decode(bytes(call.body.data, call.body.len)).unwrap().compact().unwrap();
-        let mut compacted = garbage();
-        assert_eq!(rpcedge_cache_compact_store(miss, &mut compacted), 1, "as a host with its own storage");
-        assert_eq!(owned(&compacted.body), kept);
-        assert_eq!(owned(&compacted.path), path);
+        assert_eq!(rpcedge_cache_release(miss, &mut call), 0, "the store hands the held key on");
         rpcedge_cache_free(miss);
+
+        // as a host with its own storage: the key, and the entry compacted as the daemon would
+        let own = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
+        let mut key = garbage();
+        assert_eq!(rpcedge_cache_key(own, &mut key), 1);
+        let key = owned(&key);
+        assert!(path.ends_with(&key), "the key the daemon's path names");
+        assert_eq!(rpcedge_cache_found(own, ptr::null(), 0, 0), 0, "nothing kept yet");
+        assert_eq!(rpcedge_cache_response_head(own, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
+        let mut entry = garbage();
+        assert_eq!(rpcedge_cache_keep(own, answer.as_ptr(), answer.len(), &mut entry), 1);
+        assert_eq!((owned(&entry.key), owned(&entry.entry), entry.ttl_s), (key, kept.clone(), 0));
+        assert!(entry.requires_final.data.is_null());
+        rpcedge_cache_free(own);
+        let own = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_found(own, kept.as_ptr(), kept.len(), 1024), 1, "a hit from the host's own storage");
+        let (mut status, mut body) = (garbage(), garbage());
+        assert_eq!(rpcedge_cache_hit(own, &mut status, &mut body), 0, "plain: the client takes no gzip");
+        assert_eq!((status, bytes(body.data, body.len)), (200, answer.as_bytes()));
+        rpcedge_cache_free(own);
 
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
         let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
-        assert_eq!(rpcedge_cache_answered(hit, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, RpcedgeStr::NONE, kept.as_ptr(), kept.len(), 1024), 1);
-        let mut body = garbage();
-        assert_eq!(rpcedge_cache_hit(hit, &mut body), 1, "gzip");
+        let ttl = [c_header("x-rpcedge-ttl", "60")];
+        assert_eq!(rpcedge_cache_answered(hit, 200, ttl.as_ptr(), 1, kept.as_ptr(), kept.len(), 1024), 1);
+        let (mut status, mut body) = (garbage(), garbage());
+        assert_eq!(rpcedge_cache_hit(hit, &mut status, &mut body), 1, "gzip");
+        assert_eq!(status, 200);
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
         let hit_headers: Vec<(Vec<u8>, Vec<u8>)> = (0..)
             .map_while(|i| {
@@ -476,7 +498,8 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
         assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000, 1024), 1);
         assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
-        assert_eq!(rpcedge_cache_hit(from_hot, &mut body), 0, "plain: the client takes no gzip");
+        assert_eq!(rpcedge_cache_hit(from_hot, &mut status, &mut body), 0, "plain: the client takes no gzip");
+        assert_eq!(status, 200);
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
         assert_eq!(owned(&rpcedge_cache_status(from_hot, 0)), b"HIT");
         let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
@@ -507,6 +530,12 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
 
 const POST: RpcedgeStr = RpcedgeStr { data: b"POST".as_ptr(), len: 4 };
 
+/// A daemon call's headers, as C reads them.
+fn call_headers(call: &RpcedgeDaemonCall) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let headers = unsafe { std::slice::from_raw_parts(call.headers, call.headers_len) };
+    headers.iter().map(|h| unsafe { (bytes(h.name, h.name_len).to_vec(), bytes(h.value, h.value_len).to_vec()) }).collect()
+}
+
 fn c_header(name: &'static str, value: &'static str) -> RpcedgeHeader {
     RpcedgeHeader { name: name.as_ptr(), name_len: name.len(), value: value.as_ptr(), value_len: value.len() }
 }
@@ -531,9 +560,11 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
-        assert_eq!(rpcedge_cache_compact_store(null, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_keep(null, ptr::null(), 0, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_key(null, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_release(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_next_lookup(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_answered(null, 200, RpcedgeStr::NONE, RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(null, 200, ptr::null(), 0, ptr::null(), 0, 0), 0);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
@@ -569,7 +600,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
             let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
             assert_eq!(rpcedge_cache_next_lookup(cache, ptr::null_mut()), 1);
-            assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+            assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
             assert_eq!(
                 rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),
                 0,
@@ -587,11 +618,11 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         // the chain TTL the store carries
         let s = limited(request.len(), answer.len());
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, RpcedgeStr::of(b"absent"), RpcedgeStr::NONE, RpcedgeStr::NONE, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);
-        assert_eq!(owned(&call.ttl), b"60");
+        assert!(call_headers(&call).contains(&(b"x-rpcedge-ttl".to_vec(), b"60".to_vec())));
         rpcedge_cache_free(cache);
 
         // out of bounds, named as the field; without settings, no cache
@@ -615,8 +646,8 @@ fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemons_there() {
         let settings = rpcedge_settings_from_json(json.as_ptr(), json.len(), ptr::null_mut());
         let mut host = garbage::<RpcedgeCacheHost>();
         assert_eq!(rpcedge_settings_cache(settings, &mut host), 1);
-        let read = (host.shards, owned(&host.ns), host.store_timeout_s, host.hot_bytes, host.min_length);
-        assert_eq!(read, (2, b"mainnet".to_vec(), 7, 0, 512));
+        let read = (host.shards, owned(&host.ns), host.hot_bytes, host.min_length);
+        assert_eq!(read, (2, b"mainnet".to_vec(), 0, 512));
         assert_eq!((host.status_header, host.status_reason), (1, 1));
         let mut name = garbage::<RpcedgeStr>();
         assert_eq!(rpcedge_settings_cache_cluster(settings, 1, &mut name), 1);

@@ -64,6 +64,23 @@ pub struct DaemonAnswer<'a> {
     pub body: &'a [u8],
 }
 
+impl<'a> DaemonAnswer<'a> {
+    /// The answer from its status, its headers as (name, value) pairs in any case, and its body.
+    pub fn read<N: AsRef<[u8]>, V: AsRef<[u8]>>(status: u16, headers: &'a [(N, V)], body: &'a [u8]) -> Self {
+        let header = |name: &str| {
+            let mut found = headers.iter().filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()));
+            found.next().map(|(_, value)| value.as_ref())
+        };
+        DaemonAnswer {
+            status,
+            miss: header(protocol::MISS_HEADER),
+            ttl: header(protocol::TTL_HEADER),
+            lock: header(protocol::LOCK_HEADER),
+            body,
+        }
+    }
+}
+
 /// Why a stored entry gives no hit.
 enum NoHit {
     /// Not an entry: a different version, a torn or foreign value.
@@ -72,27 +89,18 @@ enum NoHit {
     OtherVariant,
 }
 
-/// A lookup to make: `method path` with these headers and body, to the daemon of this shard,
-/// waiting at most `timeout_ms` for its answer.
+/// A call to make to the daemon of this shard: a lookup, a store or a release, `method path` with
+/// these headers and body (the daemon's protocol, [`protocol`]), waiting at most `timeout_ms` for
+/// its answer. A lookup's answer goes to [`CacheExchange::answered`]; a store's or a release's
+/// says nothing the exchange needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LookupCall {
+pub struct DaemonRequest {
     pub shard: u32,
-    /// `GET` for one key (or for the answer another request for it is getting), `POST` for the
-    /// keys of a batch ([`protocol::LOOKUP_PATH`]).
     pub method: &'static str,
     pub path: String,
-    /// `X-Rpcedge-Lock` on a key's lookup, where misses wait for each other.
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
     pub timeout_ms: u64,
-}
-
-/// The call that releases a key this request held but has no answer to store for: `DELETE path`
-/// to the daemon of this shard. Its answer says nothing the host needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Release {
-    pub shard: u32,
-    pub path: String,
 }
 
 /// Where a call stands with the key's lock (coalescing).
@@ -108,16 +116,6 @@ enum Lock {
     InFlight,
     /// The wait is under way.
     Waiting,
-}
-
-/// The call that stores a node's answer: `PUT path` with these headers and body, to the daemon
-/// of this shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreCall {
-    pub shard: u32,
-    pub path: String,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
 }
 
 /// What the store may answer: one call, a batch's calls, or a Beacon-API read.
@@ -267,12 +265,12 @@ impl CacheExchange {
     /// The lookup to make next, or `None`: on to the node (with [`CacheExchange::node_request`]).
     /// A batch's keys take one lookup per shard that holds any: the host makes them one after
     /// the other, giving each answer to [`CacheExchange::answered`].
-    pub fn next_lookup(&mut self) -> Option<LookupCall> {
+    pub fn next_lookup(&mut self) -> Option<DaemonRequest> {
         let request = self.request.as_mut().ok()?;
         if let Taken::Batch(batch) = request {
-            return batch.next_lookup().map(|(shard, body)| LookupCall {
+            return batch.next_lookup().map(|(shard, body)| DaemonRequest {
                 shard,
-                method: "POST",
+                method: protocol::LOOKUP_KEYS_METHOD,
                 path: protocol::LOOKUP_PATH.to_string(),
                 headers: Vec::new(),
                 body,
@@ -287,7 +285,8 @@ impl CacheExchange {
             let headers = if lock_ms > 0 { vec![(protocol::LOCK_HEADER, lock_ms.to_string())] } else { Vec::new() };
             self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
             let (path, timeout_ms) = (protocol::entry_path(&key.hex()), self.settings.lookup_timeout_ms);
-            return Some(LookupCall { shard, method: "GET", path, headers, body: Vec::new(), timeout_ms });
+            let method = protocol::LOOKUP_METHOD;
+            return Some(DaemonRequest { shard, method, path, headers, body: Vec::new(), timeout_ms });
         }
         if self.lock != Lock::InFlight {
             return None;
@@ -296,7 +295,12 @@ impl CacheExchange {
         // the daemon answers by the holder's deadline, at most lock_timeout_ms from now
         let timeout_ms = self.settings.lock_timeout_ms + self.settings.lookup_timeout_ms;
         let path = protocol::flight_path(&key.hex());
-        Some(LookupCall { shard, method: "GET", path, headers: Vec::new(), body: Vec::new(), timeout_ms })
+        Some(DaemonRequest { shard, method: protocol::LOOKUP_METHOD, path, headers: Vec::new(), body: Vec::new(), timeout_ms })
+    }
+
+    /// The key of a request that takes one (one call or a Beacon-API read; not a batch).
+    pub fn key(&self) -> Option<&Key> {
+        self.request.as_ref().ok()?.key()
     }
 
     /// The body to send the node instead of the client's: a batch less the calls the store
@@ -373,6 +377,15 @@ impl CacheExchange {
                 None
             }
         }
+    }
+
+    /// For a host that keeps entries itself rather than in the daemon: the entry its storage holds
+    /// under this request's key ([`CacheExchange::key`]), or none. The hit to send, as for
+    /// [`CacheExchange::answered`].
+    pub fn found(&mut self, entry: Option<&[u8]>, min_length: u64) -> Option<HitResponse> {
+        let status = if entry.is_some() { 200 } else { 404 };
+        let answer = DaemonAnswer { status, miss: None, ttl: None, lock: None, body: entry.unwrap_or_default() };
+        self.answered(&answer, min_length)
     }
 
     /// A batch's calls answered from what was found so far: the whole batch's hit, if every call
@@ -545,7 +558,7 @@ impl CacheExchange {
 
     /// The node's whole plain body, held as `response_head` said: the calls that store it (for a
     /// batch, one per answer it stores), or why the core refuses an answer (errors, nulls, ...).
-    pub fn stores(&mut self, body: &[u8]) -> Vec<Result<StoreCall, Refusal>> {
+    pub fn stores(&mut self, body: &[u8]) -> Vec<Result<DaemonRequest, Refusal>> {
         // A host asks only after `response_head` said to keep the body.
         let (true, Ok(head)) = (self.capture, &self.head) else { return Vec::new() };
         // a Beacon-API answer's entry has a head of its own, for the form it is stored in
@@ -579,15 +592,22 @@ impl CacheExchange {
     /// Once the node's answer has ended (or the request is over without one): the key this
     /// request held and stores no answer for, which the host releases so that the requests that
     /// wait for it go to the node themselves. Given once.
-    pub fn release(&mut self) -> Option<Release> {
+    pub fn release(&mut self) -> Option<DaemonRequest> {
         let key = *self.request.as_ref().ok()?.key()?;
         if std::mem::replace(&mut self.lock, Lock::None) != Lock::Held {
             return None;
         }
-        Some(Release { shard: shard(&key, self.settings.shards), path: protocol::flight_path(&key.hex()) })
+        Some(DaemonRequest {
+            shard: shard(&key, self.settings.shards),
+            method: protocol::RELEASE_METHOD,
+            path: protocol::flight_path(&key.hex()),
+            headers: Vec::new(),
+            body: Vec::new(),
+            timeout_ms: self.settings.store_timeout_ms,
+        })
     }
 
-    fn store_call(&self, capture: Capture, head: &Head) -> StoreCall {
+    fn store_call(&self, capture: Capture, head: &Head) -> DaemonRequest {
         let mut headers = vec![(protocol::NAMESPACE_HEADER, self.namespace.clone())];
         if let Some(ttl) = capture.ttl_s {
             headers.push((protocol::TTL_HEADER, ttl.to_string()));
@@ -595,11 +615,13 @@ impl CacheExchange {
         if let Some(requirement) = capture.requires_final {
             headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
         }
-        StoreCall {
+        DaemonRequest {
             shard: shard(&capture.key, self.settings.shards),
+            method: protocol::STORE_METHOD,
             path: protocol::entry_path(&capture.key.hex()),
             headers,
             body: super::encode(&capture.envelope, head, &capture.tail),
+            timeout_ms: self.settings.store_timeout_ms,
         }
     }
 

@@ -14,6 +14,11 @@ pub struct HitResponse {
     pub headers: Vec<(String, String)>,
 }
 
+impl HitResponse {
+    /// A hit's status: only a node's 200 is kept.
+    pub const STATUS: u16 = 200;
+}
+
 /// A hit's headers: its type and encoding, what it varies on (what the entry's answer varied on,
 /// then `varies`), and the node's headers that the entry kept.
 pub(super) fn hit_headers(entry: &Entry, content_type: &str, gzip: bool, varies: &[&str]) -> Vec<(String, String)> {

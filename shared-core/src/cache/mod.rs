@@ -25,7 +25,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
-pub use flow::{CacheExchange, DaemonAnswer, LookupCall, Release, Status, StoreCall};
+pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Status};
 pub use hit::HitResponse;
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
@@ -52,6 +52,8 @@ pub struct CacheSettings {
     /// How long a miss waits for the answer that another request for the same key is getting
     /// from the node (coalescing, `protocol::LOCK_HEADER`); 0: it never waits.
     pub lock_timeout_ms: u64,
+    /// How long a store (or a release) may take; the daemon compacts an entry before it answers.
+    pub store_timeout_ms: u64,
 }
 
 impl Default for CacheSettings {
@@ -67,6 +69,7 @@ impl Default for CacheSettings {
             lookup_timeout_ms: 50,
             // as nginx's proxy_cache_lock_timeout
             lock_timeout_ms: 5000,
+            store_timeout_ms: 5000,
         }
     }
 }

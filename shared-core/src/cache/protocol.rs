@@ -1,8 +1,15 @@
 //! The cache daemon's HTTP protocol, named once: the core builds its lookups and stores from
 //! these, reads the daemon's answers by them, and the daemon (`rpcedge-cached`) serves them.
 
-/// An entry's path: this, then its key in hex (`GET` looks it up, `PUT` stores it).
+/// An entry's path: this, then its key in hex ([`LOOKUP_METHOD`] looks it up, [`STORE_METHOD`]
+/// stores it).
 pub const ENTRIES_PATH: &str = "/v1/entries/";
+pub const LOOKUP_METHOD: &str = "GET";
+pub const STORE_METHOD: &str = "PUT";
+/// A key's release by its holder ([`flight_path`]).
+pub const RELEASE_METHOD: &str = "DELETE";
+/// A multi-key lookup ([`LOOKUP_PATH`]).
+pub const LOOKUP_KEYS_METHOD: &str = "POST";
 
 /// On a store: the namespace of the key (for finality), the seconds the entry is kept, and what
 /// must be final before the daemon keeps it (`cache::Final`: a block's number, a transaction's

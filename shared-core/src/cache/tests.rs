@@ -444,7 +444,7 @@ fn jump_hashing_spreads_keys_and_moves_a_third_when_a_third_daemon_joins() {
 }
 
 /// The daemon's side of a lookup, for the flow tests: what it keeps for `call`.
-fn daemon_keeps(call: &StoreCall) -> Vec<u8> {
+fn daemon_keeps(call: &DaemonRequest) -> Vec<u8> {
     Entry::decode(&call.body).unwrap().compact().unwrap()
 }
 
@@ -1237,7 +1237,7 @@ fn beacon_get(path: &str, accept: &str, gzip: bool) -> CacheExchange {
 }
 
 /// A Beacon-API read's miss: looked up, the node's answer (with these headers) held and stored.
-fn beacon_miss(path: &str, accept: &str, node: &[(&str, &str)], body: &[u8]) -> Result<StoreCall, Refusal> {
+fn beacon_miss(path: &str, accept: &str, node: &[(&str, &str)], body: &[u8]) -> Result<DaemonRequest, Refusal> {
     let mut miss = beacon_get(path, accept, false);
     assert_eq!(miss.bypass(), None, "{path}");
     assert_eq!(miss.next_lookup().unwrap().method, "GET");

@@ -5,8 +5,7 @@
 //! names in lower case.
 
 use crate::cache::{
-    protocol, Bypass, CacheExchange, CacheSettings, DaemonAnswer, HitResponse, HotTier, LookupCall, Refusal, Release,
-    Status, StoreCall,
+    Bypass, CacheExchange, CacheSettings, DaemonAnswer, DaemonRequest, HitResponse, HotTier, Refusal, Status,
 };
 use crate::config::CacheConfig;
 
@@ -33,7 +32,10 @@ pub struct DaemonCall {
 }
 
 impl DaemonCall {
-    fn new(cluster: &str, method: &'static str, path: String, call_headers: Vec<(&'static str, String)>, body: Vec<u8>, timeout_ms: u64) -> Self {
+    /// The core's request as an HTTP/2-style call to the cluster of its shard.
+    fn new(config: &CacheConfig, request: DaemonRequest) -> Self {
+        let DaemonRequest { shard, method, path, headers: call_headers, body, timeout_ms } = request;
+        let cluster = &config.clusters[shard as usize];
         let mut headers = vec![(":method", method.to_string()), (":path", path), (":authority", cluster.to_string())];
         headers.extend(call_headers);
         DaemonCall { cluster: cluster.to_string(), headers, body, timeout_ms, store: false }
@@ -175,10 +177,7 @@ impl ProxyCacheRequest {
     /// The next lookup, or on to the node.
     fn next(&mut self, config: &CacheConfig) -> AfterBody {
         match self.exchange.next_lookup() {
-            Some(LookupCall { shard, method, path, headers, body, timeout_ms }) => {
-                let cluster = &config.clusters[shard as usize];
-                AfterBody::Lookup(DaemonCall::new(cluster, method, path, headers, body, timeout_ms))
-            }
+            Some(lookup) => AfterBody::Lookup(DaemonCall::new(config, lookup)),
             None => self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward),
         }
     }
@@ -210,14 +209,7 @@ impl ProxyCacheRequest {
         now_s: u64,
     ) -> AfterBody {
         let Some(status) = number(headers, ":status") else { return self.lookup_failed() };
-        let answer = DaemonAnswer {
-            status,
-            miss: header(headers, protocol::MISS_HEADER),
-            ttl: header(headers, protocol::TTL_HEADER),
-            lock: header(headers, protocol::LOCK_HEADER),
-            body,
-        };
-        let hit = self.exchange.answered(&answer, min_length);
+        let hit = self.exchange.answered(&DaemonAnswer::read(status, headers, body), min_length);
         self.hit = hit.is_some();
         if let Some(hot) = hot {
             hot.with_region(&mut |region| {
@@ -297,10 +289,7 @@ impl ProxyCacheRequest {
     pub fn stores(&mut self, config: &CacheConfig) -> Vec<Result<DaemonCall, Refusal>> {
         let mut stores: Vec<_> = match self.held.take() {
             Some(held) => {
-                let call = |StoreCall { shard, path, headers, body }| DaemonCall {
-                    store: true,
-                    ..DaemonCall::new(&config.clusters[shard as usize], "PUT", path, headers, body, store_timeout_ms(config))
-                };
+                let call = |store| DaemonCall { store: true, ..DaemonCall::new(config, store) };
                 self.exchange.stores(&held).into_iter().map(|store| store.map(call)).collect()
             }
             None => self.exchange.take_head_refusal().map(Err).into_iter().collect(),
@@ -312,9 +301,7 @@ impl ProxyCacheRequest {
     /// The release of a key this request held, when it is over without an answer to store
     /// (the node failed, the client went away).
     pub fn release(&mut self, config: &CacheConfig) -> Option<DaemonCall> {
-        let Release { shard, path } = self.exchange.release()?;
-        let cluster = &config.clusters[shard as usize];
-        Some(DaemonCall::new(cluster, "DELETE", path, Vec::new(), Vec::new(), store_timeout_ms(config)))
+        self.exchange.release().map(|release| DaemonCall::new(config, release))
     }
 
     /// Whether the node's answer may be kept: the request's route has a namespace (its method,
@@ -340,10 +327,6 @@ pub(crate) fn hit_headers<'a>(hit: &'a HitResponse, status: Option<&'static str>
     let mut headers: Vec<(&str, &str)> = hit.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
     headers.extend(status.map(|status| (status_header(), status)));
     headers
-}
-
-fn store_timeout_ms(config: &CacheConfig) -> u64 {
-    config.store_timeout().as_millis() as u64
 }
 
 /// A header's value.
