@@ -10,6 +10,12 @@
 #include <stdlib.h>
 
 /**
+ * The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
+ * configure (with its envelope), whichever host stored it.
+ */
+#define RPCEDGE_CACHE_MAX_ANSWER 67117110
+
+/**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
  */
 #define RPCEDGE_PLAN_PASS 0
@@ -69,12 +75,6 @@
 #define RPCEDGE_TRANSCODE_REFUSED 2
 
 /**
- * The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
- * configure (with its envelope), whichever host stored it.
- */
-#define RPCEDGE_CACHE_MAX_ANSWER 67117110
-
-/**
  * The most counts one event adds: the length of the array each `rpcedge_count_*` fills.
  */
 #define RPCEDGE_COUNTS_MAX 5
@@ -100,15 +100,6 @@ typedef struct rpcedge_job_t rpcedge_job_t;
 typedef struct rpcedge_settings_t rpcedge_settings_t;
 
 /**
- * Where a configuration error is written: the field's name and a message, NUL-terminated and
- * cut to fit.
- */
-typedef struct {
-  char field[32];
-  char message[224];
-} rpcedge_error_t;
-
-/**
  * A byte string: given by the caller, who owns it (e.g. one of nginx's `ngx_str_t`
  * rearranged), or given back, owned by the core (a static name, or bytes that live as long as
  * the handle they came from). Not NUL-terminated.
@@ -119,60 +110,6 @@ typedef struct {
 } rpcedge_str_t;
 
 /**
- * The configuration as a host with its own parser (nginx) holds it.
- */
-typedef struct {
-  uint64_t min_length;
-  uint64_t max_buffer;
-  /**
-   * 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
-   */
-  uint32_t level;
-  uint32_t stream_level;
-  uint64_t stream_delay_ms;
-  uint64_t offload_min_length;
-  /**
-   * Non-zero: transcode for clients that ask for SSZ.
-   */
-  uint8_t transcode;
-  uint64_t transcode_max;
-  uint64_t transcode_hold_max;
-  uint64_t transcode_budget;
-  /**
-   * Non-zero: ask the node for SSZ and render JSON clients' answers here.
-   */
-  uint8_t transcode_upstream_ssz;
-  /**
-   * The beacon chain whose fork digests frame light client updates (`rpcedge_parse_beacon_network`);
-   * 0: none.
-   */
-  uint32_t beacon_network;
-  /**
-   * Media type patterns; none at all means the defaults.
-   */
-  const rpcedge_str_t *types;
-  size_t types_len;
-  /**
-   * The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
-   * host applies itself; each lookup call says its own) and the limits its exchanges run with.
-   */
-  uint64_t cache_timeout_ms;
-  uint64_t cache_store_timeout_s;
-  uint64_t cache_max_request;
-  uint64_t cache_max_entry;
-  uint64_t cache_chain_ttl_s;
-  uint64_t cache_max_batch;
-  /**
-   * How many daemons share the keys (`rpcedge_cache_shards`).
-   */
-  uint64_t cache_shards;
-  /**
-   * How long a miss waits for another request's answer for its key; 0: never.
-   */
-  uint64_t cache_lock_timeout_ms;
-} rpcedge_config_t;
-
-/**
  * A response header to set: `name` is static, `value` lives as the edits that list it.
  */
 typedef struct {
@@ -181,6 +118,51 @@ typedef struct {
   const uint8_t *value;
   size_t value_len;
 } rpcedge_header_t;
+
+/**
+ * The cache section of JSON settings, for a host that takes its daemons from there (the Lua
+ * binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
+ * The namespace points into the settings.
+ */
+typedef struct {
+  size_t shards;
+  rpcedge_str_t ns;
+  uint64_t hot_bytes;
+  /**
+   * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
+   */
+  uint64_t min_length;
+  uint8_t status_header;
+  uint8_t status_reason;
+} rpcedge_cache_host_t;
+
+/**
+ * A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
+ * NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
+ * protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
+ */
+typedef struct {
+  uint32_t shard;
+  rpcedge_str_t method;
+  rpcedge_str_t path;
+  const rpcedge_header_t *headers;
+  size_t headers_len;
+  rpcedge_str_t body;
+  uint64_t timeout_ms;
+} rpcedge_daemon_call_t;
+
+/**
+ * An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
+ * binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
+ * kept only once `requires_final` is final when it is not NULL (a block's number, or a
+ * transaction's hash, whose block must be). Valid until the next call on the handle.
+ */
+typedef struct {
+  rpcedge_str_t key;
+  rpcedge_str_t entry;
+  uint64_t ttl_s;
+  rpcedge_str_t requires_final;
+} rpcedge_kept_entry_t;
 
 /**
  * Header changes to apply before the headers go out. Pointers are valid until the next call on
@@ -242,49 +224,13 @@ typedef struct {
 } rpcedge_output_t;
 
 /**
- * The cache section of JSON settings, for a host that takes its daemons from there (the Lua
- * binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
- * The namespace points into the settings.
+ * Where a configuration error is written: the field's name and a message, NUL-terminated and
+ * cut to fit.
  */
 typedef struct {
-  size_t shards;
-  rpcedge_str_t ns;
-  uint64_t hot_bytes;
-  /**
-   * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
-   */
-  uint64_t min_length;
-  uint8_t status_header;
-  uint8_t status_reason;
-} rpcedge_cache_host_t;
-
-/**
- * A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
- * NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
- * protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
- */
-typedef struct {
-  uint32_t shard;
-  rpcedge_str_t method;
-  rpcedge_str_t path;
-  const rpcedge_header_t *headers;
-  size_t headers_len;
-  rpcedge_str_t body;
-  uint64_t timeout_ms;
-} rpcedge_daemon_call_t;
-
-/**
- * An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
- * binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
- * kept only once `requires_final` is final when it is not NULL (a block's number, or a
- * transaction's hash, whose block must be). Valid until the next call on the handle.
- */
-typedef struct {
-  rpcedge_str_t key;
-  rpcedge_str_t entry;
-  uint64_t ttl_s;
-  rpcedge_str_t requires_final;
-} rpcedge_kept_entry_t;
+  char field[32];
+  char message[224];
+} rpcedge_error_t;
 
 /**
  * One count: add `amount` to the counter at `index` (below `rpcedge_counters()`).
@@ -294,295 +240,63 @@ typedef struct {
   uint64_t amount;
 } rpcedge_count_t;
 
+/**
+ * The configuration as a host with its own parser (nginx) holds it.
+ */
+typedef struct {
+  uint64_t min_length;
+  uint64_t max_buffer;
+  /**
+   * 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
+   */
+  uint32_t level;
+  uint32_t stream_level;
+  uint64_t stream_delay_ms;
+  uint64_t offload_min_length;
+  /**
+   * Non-zero: transcode for clients that ask for SSZ.
+   */
+  uint8_t transcode;
+  uint64_t transcode_max;
+  uint64_t transcode_hold_max;
+  uint64_t transcode_budget;
+  /**
+   * Non-zero: ask the node for SSZ and render JSON clients' answers here.
+   */
+  uint8_t transcode_upstream_ssz;
+  /**
+   * The beacon chain whose fork digests frame light client updates (`rpcedge_parse_beacon_network`);
+   * 0: none.
+   */
+  uint32_t beacon_network;
+  /**
+   * Media type patterns; none at all means the defaults.
+   */
+  const rpcedge_str_t *types;
+  size_t types_len;
+  /**
+   * The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
+   * host applies itself; each lookup call says its own) and the limits its exchanges run with.
+   */
+  uint64_t cache_timeout_ms;
+  uint64_t cache_store_timeout_s;
+  uint64_t cache_max_request;
+  uint64_t cache_max_entry;
+  uint64_t cache_chain_ttl_s;
+  uint64_t cache_max_batch;
+  /**
+   * How many daemons share the keys (`rpcedge_cache_shards`).
+   */
+  uint64_t cache_shards;
+  /**
+   * How long a miss waits for another request's answer for its key; 0: never.
+   */
+  uint64_t cache_lock_timeout_ms;
+} rpcedge_config_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/**
- * Checks one numeric setting by name (e.g. "level"); 0 when valid, -1 with `err` filled in.
- *
- * # Safety
- * `field` is NULL or a NUL-terminated string; `err` is NULL or writable.
- */
-int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *err);
-
-/**
- * Checks one media type pattern; 0 when valid, -1 with `err` filled in.
- *
- * # Safety
- * `pattern` points to `len` readable bytes; `err` is NULL or writable.
- */
-int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
-
-/**
- * Parses a `level` value (`auto` or 1 to 12) into `out` in `RpcedgeConfig`'s form (0: auto);
- * 0 when valid, -1 with `err` filled in.
- *
- * # Safety
- * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
- */
-int32_t rpcedge_parse_level(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
-
-/**
- * Parses a `beacon_network` value (`off`, `mainnet`, `sepolia`, `hoodi` or `holesky`) into `out`
- * in `RpcedgeConfig`'s form (0: off); 0 when valid, -1 with `err` filled in.
- *
- * # Safety
- * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
- */
-int32_t rpcedge_parse_beacon_network(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
-
-/**
- * Validates a configuration; NULL with `err` filled in when a value is out of range.
- *
- * # Safety
- * `config` is NULL or valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
- */
-rpcedge_settings_t *rpcedge_settings_new(const rpcedge_config_t *config, rpcedge_error_t *err);
-
-/**
- * Validates a JSON configuration (as Envoy and the Lua binding hold it); an empty one means the
- * defaults.
- *
- * # Safety
- * `json` points to `len` readable bytes; `err` is NULL or writable.
- */
-rpcedge_settings_t *rpcedge_settings_from_json(const uint8_t *json, size_t len, rpcedge_error_t *err);
-
-/**
- * The defaults, for a host that sets only some fields.
- */
-rpcedge_config_t rpcedge_config_default(void);
-
-/**
- * # Safety
- * `settings` came from `rpcedge_settings_new` or `_from_json` and is freed once; exchanges made
- * from it keep their own reference.
- */
-void rpcedge_settings_free(rpcedge_settings_t *settings);
-
-/**
- * A new exchange; NULL when `settings` is NULL (or on allocation failure).
- *
- * # Safety
- * `settings` is NULL or a live settings handle.
- */
-rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
-
-/**
- * # Safety
- * `exchange` is NULL or came from `rpcedge_exchange_new`, and is freed once.
- */
-void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
-
-/**
- * # Safety
- * `exchange` is live; `method` points to `len` readable bytes.
- */
-void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
-
-/**
- * The request's path, with or without its query (nginx's `r->uri`, Envoy's `:path`).
- *
- * # Safety
- * `exchange` is live; `path` points to `len` readable bytes.
- */
-void rpcedge_exchange_request_path(rpcedge_exchange_t *exchange, const uint8_t *path, size_t len);
-
-/**
- * Feeds one request header line.
- *
- * # Safety
- * `exchange` is live; the strings point to readable bytes of the given lengths.
- */
-void rpcedge_exchange_request_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len, const uint8_t *value, size_t value_len);
-
-/**
- * Feeds one response header line.
- *
- * # Safety
- * As for `rpcedge_exchange_request_header`.
- */
-void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len, const uint8_t *value, size_t value_len);
-
-/**
- * The response's Content-Length where the host keeps it apart from the header list; negative
- * for none.
- *
- * # Safety
- * `exchange` is live.
- */
-void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
-
-/**
- * After the request head: 1 when the core needs the request body (give it whole with
- * `rpcedge_exchange_request_body`), 0 when not.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
-
-/**
- * The whole request body, when the core wants it; a host that cannot hold it whole skips this.
- *
- * # Safety
- * `exchange` is live; `body` points to `len` readable bytes.
- */
-void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
-
-/**
- * After the request head (and its body, when the core wanted it), before the request goes on:
- * the Accept to send the node in place of the client's (static), or no data to leave the
- * request alone. With one, the host also drops Accept-Encoding towards the node.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
-
-/**
- * The host's cache may keep the node's answer to this request (it looks the request up): the
- * node is then asked for identity too (`rpcedge_exchange_node_identity`).
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
-
-/**
- * After the request head (and `rpcedge_exchange_upstream_accept`): 1 when the host removes
- * Accept-Encoding from the request to the node, which is then to answer identity (rpcedge may
- * compress, transcode or keep the answer, and could do none of these with an encoded one).
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
-
-/**
- * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
- * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
- * plan is pass and `edits` holds no change: the response goes out as it came.
- *
- * # Safety
- * `exchange` is NULL or live; `edits` is NULL or writable.
- */
-uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status, rpcedge_header_edits_t *edits);
-
-/**
- * Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with
- * `out` filled, or -1 when the exchange failed: then `out` holds nothing to send, `error` (may
- * be NULL) gets a message, and `rpcedge_exchange_failure` says what to do.
- *
- * # Safety
- * `exchange` is NULL or live; `data` points to `len` readable bytes; `out` is NULL or writable.
- */
-int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags, uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
-
-/**
- * After a failed call: the status to answer with (the held response is dropped), or
- * `RPCEDGE_FAILURE_RESET` when the headers are out and the stream must be reset.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
-
-/**
- * The host lost the body before its end (an upstream reset): the exchange fails; returns what
- * to do, as `rpcedge_exchange_failure` does.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-uint16_t rpcedge_exchange_abort(rpcedge_exchange_t *exchange);
-
-/**
- * The host can run jobs off its event loop: from now on the end of a large buffered body may
- * come as `RPCEDGE_OUT_WORK` rather than compressed.
- *
- * # Safety
- * `exchange` is live.
- */
-void rpcedge_exchange_offload(rpcedge_exchange_t *exchange);
-
-/**
- * The host sends the response head before any of the body (OpenResty's header filter): from
- * now on the plan is never `RPCEDGE_PLAN_BUFFER` (a body that would be buffered streams) and
- * nothing is transcoded.
- *
- * # Safety
- * `exchange` is live.
- */
-void rpcedge_exchange_headers_at_head(rpcedge_exchange_t *exchange);
-
-/**
- * The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
-
-/**
- * Compresses the job's body. Safe on any thread: it touches nothing but the job.
- *
- * # Safety
- * `job` is NULL or came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
- */
-void rpcedge_job_run(rpcedge_job_t *job);
-
-/**
- * Frees a job that will not be given back (its exchange is going away).
- *
- * # Safety
- * `job` is NULL or came from `rpcedge_exchange_take_job`, is not running, and is freed once.
- */
-void rpcedge_job_free(rpcedge_job_t *job);
-
-/**
- * Gives a job back to its exchange (and frees it, whatever happens); one not run is run here.
- * Returns as `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
- *
- * # Safety
- * `exchange` is NULL or live; `job` is NULL or came from `rpcedge_exchange_take_job` on it and
- * is not used after; `out` is NULL or writable.
- */
-int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_t *job, rpcedge_output_t *out, rpcedge_error_t *error);
-
-/**
- * When to feed an empty chunk as a timer tick, on the clock of `now_ms`; -1 for no timer.
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
-
-/**
- * The mode's name ("oneshot", "stream", ...; static).
- *
- * # Safety
- * `exchange` is NULL or live.
- */
-rpcedge_str_t rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
-
-/**
- * What became of transcoding: one of `RPCEDGE_TRANSCODE_*`. With `RPCEDGE_TRANSCODE_REFUSED`,
- * `why` (may be NULL) gets the reason, to log.
- *
- * # Safety
- * `exchange` is NULL or live; `why` is NULL or writable.
- */
-uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
-
-/**
- * Body bytes fed in and sent out so far.
- *
- * # Safety
- * `exchange` is NULL or live; `bytes_in` and `bytes_out` are NULL or writable.
- */
-void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes_in, uint64_t *bytes_out);
 
 /**
  * A cache exchange under the cache's settings of `settings` (its limits), for a request in
@@ -842,6 +556,229 @@ int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *cal
 rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 /**
+ * A new exchange; NULL when `settings` is NULL (or on allocation failure).
+ *
+ * # Safety
+ * `settings` is NULL or a live settings handle.
+ */
+rpcedge_exchange_t *rpcedge_exchange_new(const rpcedge_settings_t *settings);
+
+/**
+ * # Safety
+ * `exchange` is NULL or came from `rpcedge_exchange_new`, and is freed once.
+ */
+void rpcedge_exchange_free(rpcedge_exchange_t *exchange);
+
+/**
+ * # Safety
+ * `exchange` is live; `method` points to `len` readable bytes.
+ */
+void rpcedge_exchange_request_method(rpcedge_exchange_t *exchange, const uint8_t *method, size_t len);
+
+/**
+ * The request's path, with or without its query (nginx's `r->uri`, Envoy's `:path`).
+ *
+ * # Safety
+ * `exchange` is live; `path` points to `len` readable bytes.
+ */
+void rpcedge_exchange_request_path(rpcedge_exchange_t *exchange, const uint8_t *path, size_t len);
+
+/**
+ * Feeds one request header line.
+ *
+ * # Safety
+ * `exchange` is live; the strings point to readable bytes of the given lengths.
+ */
+void rpcedge_exchange_request_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len, const uint8_t *value, size_t value_len);
+
+/**
+ * Feeds one response header line.
+ *
+ * # Safety
+ * As for `rpcedge_exchange_request_header`.
+ */
+void rpcedge_exchange_response_header(rpcedge_exchange_t *exchange, const uint8_t *name, size_t name_len, const uint8_t *value, size_t value_len);
+
+/**
+ * The response's Content-Length where the host keeps it apart from the header list; negative
+ * for none.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+void rpcedge_exchange_response_content_length(rpcedge_exchange_t *exchange, int64_t length);
+
+/**
+ * After the request head: 1 when the core needs the request body (give it whole with
+ * `rpcedge_exchange_request_body`), 0 when not.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint8_t rpcedge_exchange_wants_request_body(const rpcedge_exchange_t *exchange);
+
+/**
+ * The whole request body, when the core wants it; a host that cannot hold it whole skips this.
+ *
+ * # Safety
+ * `exchange` is live; `body` points to `len` readable bytes.
+ */
+void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *body, size_t len);
+
+/**
+ * After the request head (and its body, when the core wanted it), before the request goes on:
+ * the Accept to send the node in place of the client's (static), or no data to leave the
+ * request alone. With one, the host also drops Accept-Encoding towards the node.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
+
+/**
+ * The host's cache may keep the node's answer to this request (it looks the request up): the
+ * node is then asked for identity too (`rpcedge_exchange_node_identity`).
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
+
+/**
+ * After the request head (and `rpcedge_exchange_upstream_accept`): 1 when the host removes
+ * Accept-Encoding from the request to the node, which is then to answer identity (rpcedge may
+ * compress, transcode or keep the answer, and could do none of these with an encoded one).
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
+
+/**
+ * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
+ * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
+ * plan is pass and `edits` holds no change: the response goes out as it came.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `edits` is NULL or writable.
+ */
+uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status, rpcedge_header_edits_t *edits);
+
+/**
+ * Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with
+ * `out` filled, or -1 when the exchange failed: then `out` holds nothing to send, `error` (may
+ * be NULL) gets a message, and `rpcedge_exchange_failure` says what to do.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `data` points to `len` readable bytes; `out` is NULL or writable.
+ */
+int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags, uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
+
+/**
+ * After a failed call: the status to answer with (the held response is dropped), or
+ * `RPCEDGE_FAILURE_RESET` when the headers are out and the stream must be reset.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
+
+/**
+ * The host lost the body before its end (an upstream reset): the exchange fails; returns what
+ * to do, as `rpcedge_exchange_failure` does.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+uint16_t rpcedge_exchange_abort(rpcedge_exchange_t *exchange);
+
+/**
+ * The host can run jobs off its event loop: from now on the end of a large buffered body may
+ * come as `RPCEDGE_OUT_WORK` rather than compressed.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+void rpcedge_exchange_offload(rpcedge_exchange_t *exchange);
+
+/**
+ * The host sends the response head before any of the body (OpenResty's header filter): from
+ * now on the plan is never `RPCEDGE_PLAN_BUFFER` (a body that would be buffered streams) and
+ * nothing is transcoded.
+ *
+ * # Safety
+ * `exchange` is live.
+ */
+void rpcedge_exchange_headers_at_head(rpcedge_exchange_t *exchange);
+
+/**
+ * The job that `RPCEDGE_OUT_WORK` announced, now the caller's; NULL when there is none.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+rpcedge_job_t *rpcedge_exchange_take_job(rpcedge_exchange_t *exchange);
+
+/**
+ * Compresses the job's body. Safe on any thread: it touches nothing but the job.
+ *
+ * # Safety
+ * `job` is NULL or came from `rpcedge_exchange_take_job` and is not used elsewhere meanwhile.
+ */
+void rpcedge_job_run(rpcedge_job_t *job);
+
+/**
+ * Frees a job that will not be given back (its exchange is going away).
+ *
+ * # Safety
+ * `job` is NULL or came from `rpcedge_exchange_take_job`, is not running, and is freed once.
+ */
+void rpcedge_job_free(rpcedge_job_t *job);
+
+/**
+ * Gives a job back to its exchange (and frees it, whatever happens); one not run is run here.
+ * Returns as `rpcedge_exchange_feed` does, `out` holding the headers, the body and the end.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `job` is NULL or came from `rpcedge_exchange_take_job` on it and
+ * is not used after; `out` is NULL or writable.
+ */
+int32_t rpcedge_exchange_complete_job(rpcedge_exchange_t *exchange, rpcedge_job_t *job, rpcedge_output_t *out, rpcedge_error_t *error);
+
+/**
+ * When to feed an empty chunk as a timer tick, on the clock of `now_ms`; -1 for no timer.
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+int64_t rpcedge_exchange_deadline(const rpcedge_exchange_t *exchange);
+
+/**
+ * The mode's name ("oneshot", "stream", ...; static).
+ *
+ * # Safety
+ * `exchange` is NULL or live.
+ */
+rpcedge_str_t rpcedge_exchange_mode(const rpcedge_exchange_t *exchange);
+
+/**
+ * What became of transcoding: one of `RPCEDGE_TRANSCODE_*`. With `RPCEDGE_TRANSCODE_REFUSED`,
+ * `why` (may be NULL) gets the reason, to log.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `why` is NULL or writable.
+ */
+uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_error_t *why);
+
+/**
+ * Body bytes fed in and sent out so far.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `bytes_in` and `bytes_out` are NULL or writable.
+ */
+void rpcedge_exchange_counts(const rpcedge_exchange_t *exchange, uint64_t *bytes_in, uint64_t *bytes_out);
+
+/**
  * How many counters there are.
  */
 size_t rpcedge_counters(void);
@@ -895,6 +832,69 @@ size_t rpcedge_count_store(uint16_t status, rpcedge_count_t *counts);
  * `counts` as for `rpcedge_count_exchange`.
  */
 size_t rpcedge_count_offload(uint8_t posted, rpcedge_count_t *counts);
+
+/**
+ * Checks one numeric setting by name (e.g. "level"); 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `field` is NULL or a NUL-terminated string; `err` is NULL or writable.
+ */
+int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *err);
+
+/**
+ * Checks one media type pattern; 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `pattern` points to `len` readable bytes; `err` is NULL or writable.
+ */
+int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
+
+/**
+ * Parses a `level` value (`auto` or 1 to 12) into `out` in `RpcedgeConfig`'s form (0: auto);
+ * 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+ */
+int32_t rpcedge_parse_level(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
+
+/**
+ * Parses a `beacon_network` value (`off`, `mainnet`, `sepolia`, `hoodi` or `holesky`) into `out`
+ * in `RpcedgeConfig`'s form (0: off); 0 when valid, -1 with `err` filled in.
+ *
+ * # Safety
+ * `value` points to `len` readable bytes; `out` and `err` are NULL or writable.
+ */
+int32_t rpcedge_parse_beacon_network(const uint8_t *value, size_t len, uint32_t *out, rpcedge_error_t *err);
+
+/**
+ * Validates a configuration; NULL with `err` filled in when a value is out of range.
+ *
+ * # Safety
+ * `config` is NULL or valid, its `types` array holds `types_len` valid strings; `err` is NULL or writable.
+ */
+rpcedge_settings_t *rpcedge_settings_new(const rpcedge_config_t *config, rpcedge_error_t *err);
+
+/**
+ * Validates a JSON configuration (as Envoy and the Lua binding hold it); an empty one means the
+ * defaults.
+ *
+ * # Safety
+ * `json` points to `len` readable bytes; `err` is NULL or writable.
+ */
+rpcedge_settings_t *rpcedge_settings_from_json(const uint8_t *json, size_t len, rpcedge_error_t *err);
+
+/**
+ * The defaults, for a host that sets only some fields.
+ */
+rpcedge_config_t rpcedge_config_default(void);
+
+/**
+ * # Safety
+ * `settings` came from `rpcedge_settings_new` or `_from_json` and is freed once; exchanges made
+ * from it keep their own reference.
+ */
+void rpcedge_settings_free(rpcedge_settings_t *settings);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,6 +5,8 @@ use std::ffi::CStr;
 use std::io::Read;
 use std::mem::MaybeUninit;
 
+use rpcedge_core::transcode::BeaconNetwork;
+
 use super::metrics::*;
 use super::*;
 
