@@ -45,7 +45,7 @@ fn block_answer(id: u32) -> String {
 }
 
 fn counted(exchange: &mut ProxyExchange) -> Vec<(Counter, u64)> {
-    exchange.take_counters().0
+    exchange.take_counters().0.collect()
 }
 
 /// A request whose body has come, through the cache: the step it takes.
@@ -160,6 +160,7 @@ fn a_large_answer_is_compressed_and_counted_once() {
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gzip[..]), &mut plain).unwrap();
     assert_eq!(plain, body);
     let (counters, duration) = exchange.take_counters();
+    let counters: Vec<_> = counters.collect();
     assert!(counters.contains(&(Counter::Responses(Mode::Oneshot), 1)), "{counters:?}");
     assert!(counters.contains(&(Counter::BodyBytesIn, 50_000)));
     assert!(duration.is_some());
