@@ -25,12 +25,13 @@ fn committed_header_matches_the_abi() {
 }
 
 /// LuaJIT cannot parse the generated header, so the Lua binding declares the part of the ABI it
-/// uses in its own `ffi.cdef`: every declaration and constant there must be the header's.
+/// uses in its own `ffi.cdef` (in its `resty.rpcedge.abi` module): every declaration and constant
+/// there must be the header's.
 #[test]
 fn lua_declarations_match_the_header() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(crate_dir.join("include/rpcedge.h")).unwrap();
-    let lua = std::fs::read_to_string(crate_dir.join("../../nginx-module/lua/resty/rpcedge.lua")).unwrap();
+    let lua = std::fs::read_to_string(crate_dir.join("../../nginx-module/lua/resty/rpcedge/abi.lua")).unwrap();
     let declared = statements(&header);
     let cdef = lua.split_once("ffi.cdef[[").and_then(|(_, rest)| rest.split_once("]]")).expect("an ffi.cdef").0;
     let used = statements(cdef);
