@@ -483,14 +483,15 @@ static ngx_int_t
 ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
-    u_char           *data, *v, *p;
-    size_t            i;
-    uint16_t          status;
-    ngx_int_t         rc, gzip;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
-    rpcedge_str_t     body, name, value;
-    ngx_table_elt_t  *h;
+    u_char            *v, *p;
+    size_t             i;
+    uint16_t           status;
+    ngx_int_t          rc, gzip;
+    ngx_buf_t         *b;
+    ngx_chain_t        out;
+    rpcedge_str_t      body, name, value;
+    ngx_table_elt_t   *h;
+    rpcedge_header_t   header;
 
     ctx->state = ngx_http_rpcedge_cache_answered;
 
@@ -505,39 +506,37 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     /* the core's headers: Content-Type, Content-Encoding, Vary, the node's */
 
     for (i = 0; rpcedge_cache_hit_header(ctx->cache, i, &name, &value); i++) {
-        data = ngx_pnalloc(r->pool, name.len + 1 + value.len);
-        if (data == NULL) {
+        header.name = name.data;
+        header.name_len = name.len;
+        header.value = value.data;
+        header.value_len = value.len;
+
+        h = ngx_http_rpcedge_push_copy(r->pool, &r->headers_out.headers,
+                                       &header);
+        if (h == NULL) {
             return NGX_ERROR;
         }
 
-        ngx_cpystrn(data, (u_char *) name.data, name.len + 1);
-        ngx_memcpy(data + name.len + 1, value.data, value.len);
-
         if (name.len == sizeof("content-type") - 1
-            && ngx_strncmp(data, "content-type", name.len) == 0)
+            && ngx_strncmp(name.data, "content-type", name.len) == 0)
         {
-            /* the type alone, as nginx's charset filter wants it */
+            /* the type alone, kept apart, as nginx's charset filter wants it */
 
-            v = data + name.len + 1;
-            p = ngx_strlchr(v, v + value.len, ';');
+            h->hash = 0;
 
-            r->headers_out.content_type.data = v;
-            r->headers_out.content_type.len = value.len;
-            r->headers_out.content_type_len = p ? (size_t) (p - v) : value.len;
+            v = h->value.data;
+            p = ngx_strlchr(v, v + h->value.len, ';');
+
+            r->headers_out.content_type = h->value;
+            r->headers_out.content_type_len = p ? (size_t) (p - v)
+                                                : h->value.len;
             r->headers_out.content_type_lowcase = NULL;
 
             continue;
         }
 
-        h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
-                                         (char *) data, data + name.len + 1,
-                                         value.len);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
         if (gzip && name.len == sizeof("content-encoding") - 1
-            && ngx_strncmp(data, "content-encoding", name.len) == 0)
+            && ngx_strncmp(name.data, "content-encoding", name.len) == 0)
         {
             r->headers_out.content_encoding = h;
         }

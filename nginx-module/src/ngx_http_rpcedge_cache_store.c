@@ -231,7 +231,6 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, rpcedge_daemon_call_t *dc,
     size_t                          i;
     ngx_str_t                       uri;
     ngx_http_request_t             *sr;
-    const rpcedge_header_t         *header;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
@@ -277,20 +276,8 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, rpcedge_daemon_call_t *dc,
     }
 
     for (i = 0; i < dc->headers_len; i++) {
-        header = &dc->headers[i];
-
-        p = ngx_pnalloc(r->pool, header->name_len + 1 + header->value_len);
-        if (p == NULL) {
-            return NULL;
-        }
-
-        ngx_cpystrn(p, (u_char *) header->name, header->name_len + 1);
-        ngx_memcpy(p + header->name_len + 1, header->value,
-                   header->value_len);
-
-        if (ngx_http_rpcedge_push_header(&sr->headers_in.headers, (char *) p,
-                                         p + header->name_len + 1,
-                                         header->value_len)
+        if (ngx_http_rpcedge_push_copy(r->pool, &sr->headers_in.headers,
+                                       &dc->headers[i])
             == NULL)
         {
             return NULL;

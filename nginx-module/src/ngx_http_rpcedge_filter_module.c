@@ -953,7 +953,6 @@ static ngx_int_t
 ngx_http_rpcedge_set_header(ngx_http_request_t *r,
     const rpcedge_header_t *header)
 {
-    u_char           *p;
     ngx_uint_t        i;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -981,28 +980,11 @@ ngx_http_rpcedge_set_header(ngx_http_request_t *r,
         }
     }
 
-    p = ngx_pnalloc(r->pool, header->name_len + 1 + header->value_len);
-    if (p == NULL) {
+    if (ngx_http_rpcedge_push_copy(r->pool, &r->headers_out.headers, header)
+        == NULL)
+    {
         return NGX_ERROR;
     }
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-    h->key.data = p;
-    h->key.len = header->name_len;
-    p = ngx_cpymem(p, header->name, header->name_len);
-    *p++ = '\0';
-    h->lowcase_key = h->key.data;
-    h->value.data = p;
-    h->value.len = header->value_len;
-    ngx_memcpy(p, header->value, header->value_len);
 
     return NGX_OK;
 }

@@ -255,6 +255,27 @@ ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key, u_char *value,
 }
 
 
+ngx_table_elt_t *
+ngx_http_rpcedge_push_copy(ngx_pool_t *pool, ngx_list_t *headers,
+    const rpcedge_header_t *header)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(pool, header->name_len + 1 + header->value_len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(p, header->name, header->name_len);
+    p[header->name_len] = '\0';
+    ngx_memcpy(p + header->name_len + 1, header->value, header->value_len);
+
+    return ngx_http_rpcedge_push_header(headers, (char *) p,
+                                        p + header->name_len + 1,
+                                        header->value_len);
+}
+
+
 ngx_int_t
 ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf, ngx_http_variable_t *vars)
 {

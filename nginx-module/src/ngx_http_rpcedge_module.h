@@ -46,6 +46,11 @@ rpcedge_settings_t *ngx_http_rpcedge_settings(ngx_conf_t *cf,
 ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
     u_char *value, size_t len);
 
+/* a header the core gave, copied into pool (the core's strings live only as
+ * long as its handle) and pushed at the end of headers */
+ngx_table_elt_t *ngx_http_rpcedge_push_copy(ngx_pool_t *pool,
+    ngx_list_t *headers, const rpcedge_header_t *header);
+
 /* adds a module's variables (a list ended by ngx_http_null_variable) */
 ngx_int_t ngx_http_rpcedge_add_variables_of(ngx_conf_t *cf,
     ngx_http_variable_t *vars);
