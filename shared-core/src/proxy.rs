@@ -39,8 +39,9 @@ pub enum RequestStep {
     /// Go on to the node with the body.
     Continue,
     /// Go on to the node with this body instead of the client's (a batch less the calls the
-    /// cache answered): Content-Length set to its length, and no Accept-Encoding, as the node's
-    /// answer is merged here.
+    /// cache answered), Content-Length set to its length. The head asked the node for identity
+    /// already ([`RequestHead::node_identity`]: the cache may keep its answer), which is merged
+    /// here.
     Forward(Vec<u8>),
     /// Keep the body so far and wait here for more.
     Wait,

@@ -104,8 +104,6 @@ impl Filter {
                 }
                 host.append_body(body[0], &forward);
                 host.set_header(HeaderType::Request, "content-length", Some(forward.len().to_string().as_bytes()));
-                // the node's answer is merged here, plain
-                host.set_header(HeaderType::Request, "accept-encoding", None);
                 Step::Continue
             }
             RequestStep::Wait => Step::Wait,

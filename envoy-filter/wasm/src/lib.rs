@@ -530,8 +530,6 @@ fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup
             let _ = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &body);
             let length = body.len().to_string();
             let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", Some(&length));
-            // the node's answer is merged here, plain
-            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
             Action::Continue
         }
         RequestStep::Wait => Action::Pause,
