@@ -34,6 +34,11 @@
 #define RPCEDGE_EDIT_REMOVE 2
 
 /**
+ * `rpcedge_header_op_t.op` only: add the value beside those of that name.
+ */
+#define RPCEDGE_EDIT_APPEND 3
+
+/**
  * What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
  */
 #define RPCEDGE_FAILURE_RESET 0
@@ -208,6 +213,17 @@ typedef struct {
   const rpcedge_header_t *set;
   size_t set_len;
 } rpcedge_header_edits_t;
+
+/**
+ * One change to the response headers, of those `rpcedge_exchange_header_ops` gives in order:
+ * `op` is `RPCEDGE_EDIT_SET` (replacing any of that name), `_REMOVE` or `_APPEND`; names in
+ * lower case.
+ */
+typedef struct {
+  uint8_t op;
+  rpcedge_str_t name;
+  rpcedge_str_t value;
+} rpcedge_header_op_t;
 
 /**
  * The bytes to send for one feed; `data` is valid until the next call on the exchange.
@@ -663,6 +679,17 @@ int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
  * `exchange` is NULL or live; `edits` is NULL or writable.
  */
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status, rpcedge_header_edits_t *edits);
+
+/**
+ * The exchange's header edits, those `rpcedge_exchange_response_head` or a feed's
+ * `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations a host without typed header slots
+ * applies one by one (`HeaderEdits::operations`, as the Envoy adapters apply them): `*ops`
+ * points to them, valid until the next call on the exchange; returns how many.
+ *
+ * # Safety
+ * `exchange` is NULL or live; `ops` is NULL or writable.
+ */
+size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, const rpcedge_header_op_t **ops);
 
 /**
  * Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with

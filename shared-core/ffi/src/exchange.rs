@@ -9,10 +9,12 @@ use rpcedge_core::exchange::{
     BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
 };
 
+use rpcedge_core::HeaderOp;
+
 use crate::{bytes, guard, put, write_error, RpcedgeError, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 
 /// Opaque per-request exchange, with the header list its last edits point to.
-pub struct RpcedgeExchange(pub(crate) Exchange, pub(crate) Vec<RpcedgeHeader>);
+pub struct RpcedgeExchange(pub(crate) Exchange, pub(crate) Vec<RpcedgeHeader>, HeaderOps);
 
 /// Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
 pub struct RpcedgeJob(WholeBody);
@@ -32,6 +34,8 @@ const _: () = assert!(
 pub const RPCEDGE_EDIT_KEEP: u8 = 0;
 pub const RPCEDGE_EDIT_SET: u8 = 1;
 pub const RPCEDGE_EDIT_REMOVE: u8 = 2;
+/// `rpcedge_header_op_t.op` only: add the value beside those of that name.
+pub const RPCEDGE_EDIT_APPEND: u8 = 3;
 
 /// What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
 pub const RPCEDGE_FAILURE_RESET: u16 = 0;
@@ -124,7 +128,7 @@ pub unsafe extern "C" fn rpcedge_exchange_new(settings: *const RpcedgeSettings) 
     guard(ptr::null_mut(), || {
         let Some(settings) = settings.as_ref() else { return ptr::null_mut() };
         let exchange = Exchange::new(Arc::clone(&settings.0), Arc::clone(&settings.1));
-        Box::into_raw(Box::new(RpcedgeExchange(exchange, Vec::new())))
+        Box::into_raw(Box::new(RpcedgeExchange(exchange, Vec::new(), HeaderOps::default())))
     })
 }
 
@@ -308,6 +312,61 @@ fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEd
         content_type_len: edits.content_type.map_or(0, str::len),
         set: if set.is_empty() { ptr::null() } else { set.as_ptr() },
         set_len: set.len(),
+    }
+}
+
+/// One change to the response headers, of those `rpcedge_exchange_header_ops` gives in order:
+/// `op` is `RPCEDGE_EDIT_SET` (replacing any of that name), `_REMOVE` or `_APPEND`; names in
+/// lower case.
+#[repr(C)]
+pub struct RpcedgeHeaderOp {
+    pub op: u8,
+    pub name: RpcedgeStr,
+    pub value: RpcedgeStr,
+}
+
+/// The operations handed out last, owned, and as C reads them.
+#[derive(Default)]
+pub(crate) struct HeaderOps {
+    owned: Vec<(u8, String, Vec<u8>)>,
+    ops: Vec<RpcedgeHeaderOp>,
+}
+
+/// The exchange's header edits, those `rpcedge_exchange_response_head` or a feed's
+/// `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations a host without typed header slots
+/// applies one by one (`HeaderEdits::operations`, as the Envoy adapters apply them): `*ops`
+/// points to them, valid until the next call on the exchange; returns how many.
+///
+/// # Safety
+/// `exchange` is NULL or live; `ops` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_exchange_header_ops(
+    exchange: *mut RpcedgeExchange,
+    ops: *mut *const RpcedgeHeaderOp,
+) -> usize {
+    put(ops, ptr::null());
+    guard(0, || {
+        let Some(exchange) = exchange.as_mut() else { return 0 };
+        let HeaderOps { owned, ops: c_ops } = &mut exchange.2;
+        *owned = exchange.0.edits().operations().into_iter().map(owned_op).collect();
+        *c_ops = owned
+            .iter()
+            .map(|(op, name, value)| RpcedgeHeaderOp {
+                op: *op,
+                name: RpcedgeStr::of(name.as_bytes()),
+                value: if *op == RPCEDGE_EDIT_REMOVE { RpcedgeStr::NONE } else { RpcedgeStr::of(value) },
+            })
+            .collect();
+        put(ops, c_ops.as_ptr());
+        c_ops.len()
+    })
+}
+
+fn owned_op(op: HeaderOp<'_>) -> (u8, String, Vec<u8>) {
+    match op {
+        HeaderOp::Set(name, value) => (RPCEDGE_EDIT_SET, name.to_string(), value.into_owned()),
+        HeaderOp::Append(name, value) => (RPCEDGE_EDIT_APPEND, name.to_string(), value.as_bytes().to_vec()),
+        HeaderOp::Remove(name) => (RPCEDGE_EDIT_REMOVE, name.to_string(), Vec::new()),
     }
 }
 

@@ -226,6 +226,20 @@ fn a_job_is_taken_once_run_anywhere_and_given_back() {
         assert_eq!((out.edits.content_length_op, out.edits.content_length), (RPCEDGE_EDIT_SET, out.len as u64));
         assert_eq!(gunzip(slice::from_raw_parts(out.data, out.len)), body);
         assert_eq!(owned(&rpcedge_exchange_mode(h.exchange)), b"oneshot");
+        // the same edits, as the ordered operations a host without typed slots applies
+        let mut ops = ptr::null();
+        let n = rpcedge_exchange_header_ops(h.exchange, &mut ops);
+        let ops: Vec<_> =
+            slice::from_raw_parts(ops, n).iter().map(|op| (op.op, owned(&op.name), owned(&op.value))).collect();
+        let length = out.len.to_string().into_bytes();
+        let expected = [
+            (RPCEDGE_EDIT_SET, b"content-encoding".to_vec(), b"gzip".to_vec()),
+            (RPCEDGE_EDIT_SET, b"content-length".to_vec(), length),
+            (RPCEDGE_EDIT_APPEND, b"vary".to_vec(), b"Accept-Encoding".to_vec()),
+            (RPCEDGE_EDIT_REMOVE, b"accept-ranges".to_vec(), Vec::new()),
+        ];
+        assert_eq!(ops, expected);
+        assert_eq!(rpcedge_exchange_header_ops(ptr::null_mut(), ptr::null_mut()), 0);
     }
 }
 

@@ -58,6 +58,12 @@ typedef struct {
 } rpcedge_header_edits_t;
 
 typedef struct {
+  uint8_t op;
+  rpcedge_str_t name;
+  rpcedge_str_t value;
+} rpcedge_header_op_t;
+
+typedef struct {
   const uint8_t *data;
   size_t len;
   uint32_t flags;
@@ -83,6 +89,7 @@ void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
 int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
 uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
                                        rpcedge_header_edits_t *edits);
+size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, const rpcedge_header_op_t **ops);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
@@ -165,8 +172,7 @@ local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
 
 -- rpcedge.h's constants
 local PLAN_PASS = 0
-local EDIT_SET, EDIT_REMOVE = 1, 2
-local OUT_HEADERS = 1
+local EDIT_REMOVE, EDIT_APPEND = 2, 3
 local OUT_MORE = 16
 local FEED_END = 1
 local FEED_FLUSH = 2
@@ -177,9 +183,8 @@ local CACHE_MAX_ANSWER = 67117110
 local _M = {
     lib = lib,
     PLAN_PASS = PLAN_PASS,
-    EDIT_SET = EDIT_SET,
     EDIT_REMOVE = EDIT_REMOVE,
-    OUT_HEADERS = OUT_HEADERS,
+    EDIT_APPEND = EDIT_APPEND,
     OUT_MORE = OUT_MORE,
     FEED_END = FEED_END,
     FEED_FLUSH = FEED_FLUSH,

@@ -21,8 +21,8 @@ local os_clock = os.clock
 local lib = abi.lib
 local count, counts = abi.count, abi.counts
 local PLAN_PASS = abi.PLAN_PASS
-local EDIT_SET, EDIT_REMOVE = abi.EDIT_SET, abi.EDIT_REMOVE
-local OUT_HEADERS, OUT_MORE = abi.OUT_HEADERS, abi.OUT_MORE
+local EDIT_REMOVE, EDIT_APPEND = abi.EDIT_REMOVE, abi.EDIT_APPEND
+local OUT_MORE = abi.OUT_MORE
 local FEED_END = abi.FEED_END
 local TRANSCODE_REFUSED = abi.TRANSCODE_REFUSED
 local daemon_cache = cache_module.daemon_cache
@@ -52,58 +52,38 @@ end
 _M.feed_headers = feed_headers
 
 
-local function add_vary(name)
-    local vary = ngx.header["Vary"]
-    if vary == nil then
-        ngx.header["Vary"] = name
-    elseif type(vary) == "table" then
-        vary[#vary + 1] = name
-        ngx.header["Vary"] = vary
+-- Adds a value beside those of the response header `name`.
+local function append(name, value)
+    local values = ngx.header[name]
+    if values == nil then
+        ngx.header[name] = value
+    elseif type(values) == "table" then
+        values[#values + 1] = value
+        ngx.header[name] = values
     else
-        ngx.header["Vary"] = { vary, name }
+        ngx.header[name] = { values, value }
     end
 end
 
 
--- The core's edits of the answer's head, on ngx.header; `length`: its Content-Length, unless the
--- edits set or drop it.
-local function apply_edits(edits, length)
-    if edits.remove_content_encoding ~= 0 then
-        ngx.header["Content-Encoding"] = nil
-    end
-    if edits.content_encoding.data ~= nil then
-        ngx.header["Content-Encoding"] = C_string(edits.content_encoding.data, edits.content_encoding.len)
-    end
-    if edits.content_length_op == EDIT_SET then
-        length = tonumber(edits.content_length)
-    elseif edits.content_length_op == EDIT_REMOVE then
-        length = nil
-    end
+local ops_out = ffi_new("const rpcedge_header_op_t *[1]")
+
+-- The core's edits of the answer's head (those it gave last) on ngx.header, one operation after
+-- the other in its order (rpcedge_exchange_header_ops, as the Envoy adapters apply them);
+-- `length`: the answer's Content-Length, unless they set or drop it.
+local function apply_edits(exchange, length)
     ngx.header["Content-Length"] = length
-    -- Vary's values in the core's order (HeaderEdits::operations): Accept, then Accept-Encoding,
-    -- in one field line
-    local accept, encoding = edits.add_vary_accept ~= 0, edits.add_vary ~= 0
-    if accept and encoding then
-        add_vary("Accept, Accept-Encoding")
-    elseif accept then
-        add_vary("Accept")
-    elseif encoding then
-        add_vary("Accept-Encoding")
-    end
-    if edits.content_type ~= nil then
-        ngx.header["Content-Type"] = C_string(edits.content_type, edits.content_type_len)
-    end
-    for i = 0, tonumber(edits.set_len) - 1 do
-        local h = edits.set[i]
-        ngx.header[C_string(h.name, h.name_len)] = C_string(h.value, h.value_len)
-    end
-    if edits.etag_op == EDIT_SET then
-        ngx.header["ETag"] = C_string(edits.etag, edits.etag_len)
-    elseif edits.etag_op == EDIT_REMOVE then
-        ngx.header["ETag"] = nil
-    end
-    if edits.remove_accept_ranges ~= 0 then
-        ngx.header["Accept-Ranges"] = nil
+    local ops = ops_out
+    for i = 0, tonumber(lib.rpcedge_exchange_header_ops(exchange, ops)) - 1 do
+        local op = ops[0][i]
+        local name = C_string(op.name.data, op.name.len)
+        if op.op == EDIT_REMOVE then
+            ngx.header[name] = nil
+        elseif op.op == EDIT_APPEND then
+            append(name, C_string(op.value.data, op.value.len))
+        else
+            ngx.header[name] = C_string(op.value.data, op.value.len)
+        end
     end
 end
 _M.apply_edits = apply_edits
@@ -273,9 +253,8 @@ function Exchange:respond(res)
     -- the whole body is here: its length is known whatever the node's framing was
     lib.rpcedge_exchange_response_content_length(exchange, #body)
 
-    local edits = ffi_new("rpcedge_header_edits_t")
-    if lib.rpcedge_exchange_response_head(exchange, res.status, edits) == PLAN_PASS then
-        apply_edits(edits, #body)
+    if lib.rpcedge_exchange_response_head(exchange, res.status, nil) == PLAN_PASS then
+        apply_edits(exchange, #body)
         ngx.print(body)
         return self:ended(0)
     end
@@ -294,8 +273,8 @@ function Exchange:respond(res)
         ngx.exit(status ~= 0 and status or 444)
         return "failed"
     end
-    -- with the headers held (buffered), they come with the output; streamed, they are in force
-    apply_edits(bit_band(out.flags, OUT_HEADERS) ~= 0 and out.edits or edits, nil)
+    -- with the headers held (buffered), the output's are the last; streamed, the head's are
+    apply_edits(exchange, nil)
     ngx.print(C_string(out.data, out.len))
     -- a long witness's SSZ comes piece by piece
     while bit_band(out.flags, OUT_MORE) ~= 0 do
