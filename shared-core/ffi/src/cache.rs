@@ -7,7 +7,7 @@ use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 use std::collections::VecDeque;
 
 use rpcedge_core::cache::{
-    entry_bound, protocol, CacheExchange, DaemonAnswer, DaemonRequest, Entry, HitResponse, HotTier, Refusal, Status,
+    entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotTier, Refusal, Status,
 };
 use rpcedge_core::config::MAX_ENTRY;
 
@@ -27,6 +27,8 @@ pub struct RpcedgeCache {
     pub(super) hot: bool,
     /// The key in hex, once asked for.
     key: Option<String>,
+    /// What a host that keeps entries itself keeps, as C reads it.
+    kept: Option<OwnKept>,
     /// The stores still to hand out.
     stores: VecDeque<DaemonRequest>,
     /// Why answers were not kept, until they are counted.
@@ -69,6 +71,14 @@ pub struct RpcedgeKeptEntry {
     pub entry: RpcedgeStr,
     pub ttl_s: u64,
     pub requires_final: RpcedgeStr,
+}
+
+/// An answer kept by a host itself, its strings as `RpcedgeKeptEntry` points to them.
+struct OwnKept {
+    key: String,
+    entry: Vec<u8>,
+    ttl_s: u64,
+    requires_final: Option<String>,
 }
 
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
@@ -122,6 +132,7 @@ pub unsafe extern "C" fn rpcedge_cache_new(
             hit: None,
             hot: false,
             key: None,
+            kept: None,
             stores: VecDeque::new(),
             refusals: Vec::new(),
         };
@@ -595,28 +606,27 @@ pub unsafe extern "C" fn rpcedge_cache_keep(
     put(kept, none);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        let Some(key) = cache.exchange.key().map(|key| key.hex()) else { return 0 };
-        let store = match cache.exchange.stores(bytes(body, len)).into_iter().next() {
-            Some(Ok(store)) => store,
+        let found = match cache.exchange.keep(bytes(body, len)) {
+            Some(Ok(found)) => found,
             Some(Err(refusal)) => {
                 cache.refusals.push(refusal);
                 return 0;
             }
             None => return 0,
         };
-        let Ok(compacted) = Entry::decode(&store.body).and_then(|entry| entry.compact()) else { return 0 };
-        cache.key = Some(key);
-        cache.call = Some(DaemonRequest { body: compacted, ..store });
-        let (Some(key), Some(store)) = (&cache.key, &cache.call) else { return 0 };
-        let term = |name: &str| store.headers.iter().find(|(n, _)| *n == name).map(|(_, value)| value.as_str());
-        let requires_final = term(protocol::REQUIRES_FINAL_HEADER);
+        let own = cache.kept.insert(OwnKept {
+            key: found.key.hex(),
+            requires_final: found.requires_final.map(|requirement| requirement.to_string()),
+            ttl_s: found.ttl_s.unwrap_or(0),
+            entry: found.entry,
+        });
         put(
             kept,
             RpcedgeKeptEntry {
-                key: RpcedgeStr::of(key.as_bytes()),
-                entry: RpcedgeStr::of(&store.body),
-                ttl_s: term(protocol::TTL_HEADER).and_then(|ttl| ttl.parse().ok()).unwrap_or(0),
-                requires_final: requires_final.map_or(RpcedgeStr::NONE, |value| RpcedgeStr::of(value.as_bytes())),
+                key: RpcedgeStr::of(own.key.as_bytes()),
+                entry: RpcedgeStr::of(&own.entry),
+                ttl_s: own.ttl_s,
+                requires_final: own.requires_final.as_deref().map_or(RpcedgeStr::NONE, |value| RpcedgeStr::of(value.as_bytes())),
             },
         );
         1

@@ -640,6 +640,15 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);
         assert!(call_headers(&call).contains(&(b"x-rpcedge-ttl".to_vec(), b"60".to_vec())));
         rpcedge_cache_free(cache);
+        // and the TTL a host that keeps entries itself is given
+        let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
+        assert_eq!(rpcedge_cache_found(cache, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
+        let mut kept = garbage();
+        assert_eq!(rpcedge_cache_keep(cache, answer.as_ptr(), answer.len(), &mut kept), 1);
+        assert_eq!(kept.ttl_s, 60);
+        assert!(kept.requires_final.data.is_null());
+        rpcedge_cache_free(cache);
 
         // out of bounds, named as the field; without settings, no cache
         let mut err = garbage::<RpcedgeError>();

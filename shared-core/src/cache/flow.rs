@@ -9,7 +9,7 @@ use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
 use super::hit::{hit_headers, HitResponse};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Key, Refusal, Request};
+use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Final, Key, Refusal, Request};
 use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
@@ -67,10 +67,7 @@ pub struct DaemonAnswer<'a> {
 impl<'a> DaemonAnswer<'a> {
     /// The answer from its status, its headers as (name, value) pairs in any case, and its body.
     pub fn read<N: AsRef<[u8]>, V: AsRef<[u8]>>(status: u16, headers: &'a [(N, V)], body: &'a [u8]) -> Self {
-        let header = |name: &str| {
-            let mut found = headers.iter().filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(name.as_bytes()));
-            found.next().map(|(_, value)| value.as_ref())
-        };
+        let header = |name| named(headers, name).next();
         DaemonAnswer {
             status,
             miss: header(protocol::MISS_HEADER),
@@ -101,6 +98,17 @@ pub struct DaemonRequest {
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
     pub timeout_ms: u64,
+}
+
+/// An answer to keep: its entry under its key, for `ttl_s` seconds (`None`: no expiry), once what
+/// `requires_final` names is final. The daemon's store carries these; a host that keeps entries
+/// itself takes them as they are ([`CacheExchange::keep`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    pub key: Key,
+    pub entry: Vec<u8>,
+    pub ttl_s: Option<u64>,
+    pub requires_final: Option<Final>,
 }
 
 /// Where a call stands with the key's lock (coalescing).
@@ -559,6 +567,25 @@ impl CacheExchange {
     /// The node's whole plain body, held as `response_head` said: the calls that store it (for a
     /// batch, one per answer it stores), or why the core refuses an answer (errors, nulls, ...).
     pub fn stores(&mut self, body: &[u8]) -> Vec<Result<DaemonRequest, Refusal>> {
+        let kept = self.kept(body);
+        kept.into_iter().map(|kept| kept.map(|kept| self.store_call(kept))).collect()
+    }
+
+    /// For a host that keeps entries itself rather than in the daemon: what to keep of the node's
+    /// whole plain body (one call's or read's), its entry compacted as the daemon would (its
+    /// result deflated once, at the highest level); `None`: nothing to keep.
+    pub fn keep(&mut self, body: &[u8]) -> Option<Result<Kept, Refusal>> {
+        match self.kept(body).into_iter().next()? {
+            Ok(kept) => {
+                let entry = Entry::decode(&kept.entry).and_then(|entry| entry.compact()).ok()?;
+                Some(Ok(Kept { entry, ..kept }))
+            }
+            Err(refusal) => Some(Err(refusal)),
+        }
+    }
+
+    /// What [`CacheExchange::stores`] and [`CacheExchange::keep`] keep of the node's body.
+    fn kept(&mut self, body: &[u8]) -> Vec<Result<Kept, Refusal>> {
         // A host asks only after `response_head` said to keep the body.
         let (true, Ok(head)) = (self.capture, &self.head) else { return Vec::new() };
         // a Beacon-API answer's entry has a head of its own, for the form it is stored in
@@ -578,15 +605,22 @@ impl CacheExchange {
             self.status = Status::Bypass;
         }
         let Ok(head) = &self.head else { return Vec::new() };
-        let stores: Vec<_> = captures
+        let kept: Vec<_> = captures
             .into_iter()
-            .map(|capture| capture.map(|(capture, own)| self.store_call(capture, own.as_ref().unwrap_or(head))))
+            .map(|capture| {
+                capture.map(|(capture, own)| Kept {
+                    key: capture.key,
+                    entry: super::encode(&capture.envelope, own.as_ref().unwrap_or(head), &capture.tail),
+                    ttl_s: capture.ttl_s,
+                    requires_final: capture.requires_final,
+                })
+            })
             .collect();
         // a held key's store hands its answer to the requests that wait for it
-        if stores.iter().any(Result::is_ok) {
+        if kept.iter().any(Result::is_ok) {
             self.lock = Lock::None;
         }
-        stores
+        kept
     }
 
     /// Once the node's answer has ended (or the request is over without one): the key this
@@ -607,20 +641,20 @@ impl CacheExchange {
         })
     }
 
-    fn store_call(&self, capture: Capture, head: &Head) -> DaemonRequest {
+    fn store_call(&self, kept: Kept) -> DaemonRequest {
         let mut headers = vec![(protocol::NAMESPACE_HEADER, self.namespace.clone())];
-        if let Some(ttl) = capture.ttl_s {
+        if let Some(ttl) = kept.ttl_s {
             headers.push((protocol::TTL_HEADER, ttl.to_string()));
         }
-        if let Some(requirement) = capture.requires_final {
+        if let Some(requirement) = kept.requires_final {
             headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
         }
         DaemonRequest {
-            shard: shard(&capture.key, self.settings.shards),
+            shard: shard(&kept.key, self.settings.shards),
             method: protocol::STORE_METHOD,
-            path: protocol::entry_path(&capture.key.hex()),
+            path: protocol::entry_path(&kept.key.hex()),
             headers,
-            body: super::encode(&capture.envelope, head, &capture.tail),
+            body: kept.entry,
             timeout_ms: self.settings.store_timeout_ms,
         }
     }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
-pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Status};
+pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
