@@ -52,12 +52,16 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         call->status = r->headers_out.status;
         r->filter_need_in_memory = 1;
 
-        call->headers = ngx_http_rpcedge_cache_headers(r->pool,
-                                                       &r->headers_out.headers,
-                                                       NULL, NULL,
-                                                       &call->nheaders);
-        if (call->headers == NULL) {
-            call->status = 0;
+        /* a lookup's answer goes to the core, its headers with it; a store's
+         * status alone is counted */
+
+        if (call->lookup) {
+            call->headers = ngx_http_rpcedge_cache_headers(r->pool,
+                                                    &r->headers_out.headers,
+                                                    NULL, NULL, &call->nheaders);
+            if (call->headers == NULL) {
+                call->status = 0;
+            }
         }
 
         length = r->headers_out.content_length_n;
