@@ -17,7 +17,6 @@
 //!   (`protocol::Looked`), in order; 400 for a bad key, 413 for more keys;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
 
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,11 +32,15 @@ use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final};
 
 use crate::finality::{Chain, Finality};
+use crate::fleet::{Fleet, Hold, Outcome};
 use crate::flights::{Flights, Landing, Lock};
+use crate::read_through;
 use crate::store::{Lookup, Store};
 
 pub struct State {
     pub store: Store,
+    /// The fleet tier behind the store, with `--fleet`.
+    pub fleet: Option<Arc<Fleet>>,
     pub finality: Arc<Finality>,
     /// Bound on a PUT's body: `entry_bound` of the hosts' `max_entry`.
     pub max_body: usize,
@@ -71,7 +74,7 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
         (&Method::POST, protocol::LOOKUP_PATH) => lookup_many(request, &state).await,
         (method, path) => match path.strip_prefix(protocol::ENTRIES_PATH).map(parse_key) {
             Some(Some(key)) => match *method {
-                Method::GET => get(&state, &key, request.headers()),
+                Method::GET => get(&state, &key, request.headers()).await,
                 Method::PUT => put(request, state, key).await,
                 Method::DELETE => delete(&state, &key),
                 _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET, PUT or DELETE\n"),
@@ -81,7 +84,7 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
                 Some(Some(key)) => match *method {
                     Method::GET => wait(&state, &key).await,
                     Method::DELETE => {
-                        state.flights.land(&key, None);
+                        release(&state, &key);
                         empty(StatusCode::NO_CONTENT)
                     }
                     _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET or DELETE\n"),
@@ -109,30 +112,61 @@ fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn get(state: &State, key: &[u8; 32], headers: &HeaderMap) -> Response<Body> {
+async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Response<Body> {
     let miss = match state.store.get(key, now_s()) {
-        Ok(Lookup::Hit(entry, left_s)) => {
-            let mut response = Response::new(Full::new(Bytes::from(entry)));
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-            if let Some(left_s) = left_s {
-                // so that a proxy's hot tier keeps it no longer than this
-                response.headers_mut().insert(protocol::TTL_HEADER, HeaderValue::from(left_s));
-            }
-            return response;
-        }
+        Ok(Lookup::Hit(entry, left_s)) => return hit(entry, left_s),
         Ok(Lookup::Absent) => "absent",
         Ok(Lookup::Expired) => "expired",
         Ok(Lookup::Bad) => "bad",
         Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
     };
+    let hold = lock_time(headers);
+    let lock = hold.map(|hold| state.flights.lock(*key, hold));
+    let mut miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
+    if let (Some(fleet), false) = (&state.fleet, lock == Some(Lock::InFlight)) {
+        if let Some((entry, left_s)) = read_through::fetch(state, fleet, key).await {
+            if lock == Some(Lock::Held) {
+                state.flights.land(key, Some(Bytes::from(entry.clone())));
+                state.flights.settle(key);
+            }
+            return hit(entry, left_s);
+        }
+        if let (Some(Lock::Held), Some(hold)) = (lock, hold) {
+            if fleet.hold(key, hold).await == Hold::Taken {
+                // another host's request is at its node: this one waits for its answer too
+                state.flights.join(key);
+                tokio::spawn(read_through::follow(state.clone(), fleet.clone(), *key, hold));
+                miss = protocol::MISS_IN_FLIGHT;
+            }
+        }
+    }
     let mut response = text(StatusCode::NOT_FOUND, "not stored\n");
-    let lock = lock_time(headers).map(|hold| state.flights.lock(*key, hold));
-    let miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
     response.headers_mut().insert(protocol::MISS_HEADER, HeaderValue::from_static(miss));
-    if lock == Some(Lock::Held) {
+    if lock == Some(Lock::Held) && miss != protocol::MISS_IN_FLIGHT {
         response.headers_mut().insert(protocol::LOCK_HEADER, HeaderValue::from_static(protocol::LOCK_HELD));
     }
     response
+}
+
+/// A hit's answer: the entry, and the seconds it has left.
+fn hit(entry: Vec<u8>, left_s: Option<u64>) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(entry)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    if let Some(left_s) = left_s {
+        // so that a proxy's hot tier keeps it no longer than this
+        response.headers_mut().insert(protocol::TTL_HEADER, HeaderValue::from(left_s));
+    }
+    response
+}
+
+/// The holder of `key` has no answer to share: its waiters, here and on other hosts, go to their
+/// node.
+fn release(state: &State, key: &[u8; 32]) {
+    state.flights.land(key, None);
+    if let Some(fleet) = &state.fleet {
+        let (fleet, key) = (fleet.clone(), *key);
+        tokio::spawn(async move { fleet.settle(&key, Outcome::Released).await });
+    }
 }
 
 /// How long a lookup asks to hold its key if it misses: its `X-Rpcedge-Lock`, in milliseconds
@@ -179,13 +213,19 @@ async fn lookup_many(request: Request<Incoming>, state: &State) -> Response<Body
         return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("at most {} keys\n", protocol::MAX_LOOKUP_KEYS));
     }
     let now_s = now_s();
-    let mut body = Vec::new();
-    for key in keys {
-        let looked = match state.store.get(&key, now_s) {
-            Ok(looked) => looked,
+    let mut found = Vec::with_capacity(keys.len());
+    for key in &keys {
+        match state.store.get(key, now_s) {
+            Ok(looked) => found.push(looked),
             Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
-        };
-        match &looked {
+        }
+    }
+    if let Some(fleet) = &state.fleet {
+        read_through::fetch_many(state, fleet, &keys, &mut found).await;
+    }
+    let mut body = Vec::new();
+    for looked in &found {
+        match looked {
             Lookup::Hit(entry, left_s) => Looked::Hit(entry, *left_s),
             Lookup::Absent => Looked::Absent,
             Lookup::Expired => Looked::Expired,
@@ -269,7 +309,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         Ok(body) => body.to_bytes(),
         Err(error) => {
             // the waiters of the key, if any, go to the node themselves
-            state.flights.land(&key, None);
+            release(&state, &key);
             if error.is::<LengthLimitError>() {
                 state.refusals.too_large.fetch_add(1, Ordering::Relaxed);
                 return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("an entry is at most {} bytes\n", state.max_body));
@@ -278,7 +318,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         }
     };
     if let Err(bad) = Entry::decode(&sent).and_then(|entry| entry.check()) {
-        state.flights.land(&key, None);
+        release(&state, &key);
         state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
         return text(StatusCode::BAD_REQUEST, &format!("{bad}\n"));
     }
@@ -290,7 +330,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         match compacted(sent).await {
             Ok(entry) => entry,
             Err(response) => {
-                state.flights.land(&key, None);
+                release(&state, &key);
                 return response;
             }
         }
@@ -298,9 +338,34 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         sent
     };
     state.flights.land(&key, Some(sent.clone()));
-    let response = keep(&head.headers, sent, waited, state.clone(), key).await;
+    let (response, kept) = keep(&head.headers, sent.clone(), waited, state.clone(), key).await;
     state.flights.settle(&key);
+    if let Some(fleet) = &state.fleet {
+        let outcome = match kept {
+            Kept::Stored(entry, ttl_s) => Outcome::Stored(entry, ttl_s),
+            Kept::Refused => Outcome::Answered(sent),
+            Kept::Failed => Outcome::Released,
+        };
+        match (fleet.holds(&key), outcome) {
+            (true, outcome) => {
+                let fleet = fleet.clone();
+                tokio::spawn(async move { fleet.settle(&key, outcome).await });
+            }
+            (false, Outcome::Stored(entry, ttl_s)) => fleet.offer(key, entry, ttl_s),
+            (false, _) => {}
+        }
+    }
     response
+}
+
+/// What became of a PUT's entry.
+enum Kept {
+    /// Stored as this (compacted), with this TTL.
+    Stored(Bytes, Option<u64>),
+    /// Refused by its admission (not final, no finality, unplaced).
+    Refused,
+    /// Not an entry, or the store failed.
+    Failed,
 }
 
 /// The entry `sent` as the store keeps it (`Entry::compact`), off the I/O threads: compressing
@@ -314,7 +379,7 @@ async fn compacted(sent: Bytes) -> Result<Bytes, Response<Body>> {
 }
 
 /// A whole entry, kept as its admission says; `compacted`: as the store keeps it already.
-async fn keep(headers: &HeaderMap, sent: Bytes, compacted: bool, state: Arc<State>, key: [u8; 32]) -> Response<Body> {
+async fn keep(headers: &HeaderMap, sent: Bytes, compacted: bool, state: Arc<State>, key: [u8; 32]) -> (Response<Body>, Kept) {
     let ttl_s = match admit(headers, &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
@@ -327,26 +392,29 @@ async fn keep(headers: &HeaderMap, sent: Bytes, compacted: bool, state: Arc<Stat
             counter.fetch_add(1, Ordering::Relaxed);
             let mut response = empty(StatusCode::CONFLICT);
             response.headers_mut().insert(protocol::REFUSAL_HEADER, HeaderValue::from_static(reason));
-            return response;
+            return (response, Kept::Refused);
         }
-        Err(reason) => return text(StatusCode::BAD_REQUEST, &format!("{reason}\n")),
+        Err(reason) => return (text(StatusCode::BAD_REQUEST, &format!("{reason}\n")), Kept::Failed),
     };
     // Compressing at the highest level takes milliseconds per MiB: off the I/O threads.
     let stored = tokio::task::spawn_blocking(move || {
         let entry = match compacted {
-            true => Ok(Cow::Borrowed(&sent[..])),
-            false => Entry::decode(&sent).and_then(|entry| entry.compact()).map(Cow::Owned),
+            true => Ok(sent),
+            false => Entry::decode(&sent).and_then(|entry| entry.compact()).map(Bytes::from),
         };
         match entry {
-            Ok(entry) => state.store.put(&key, &entry, ttl_s, now_s()).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e)),
+            Ok(entry) => match state.store.put(&key, &entry, ttl_s, now_s()) {
+                Ok(()) => Ok(entry),
+                Err(error) => Err((StatusCode::INTERNAL_SERVER_ERROR, error)),
+            },
             Err(bad) => Err((StatusCode::BAD_REQUEST, bad.to_string())),
         }
     })
     .await;
     match stored {
-        Ok(Ok(())) => empty(StatusCode::NO_CONTENT),
-        Ok(Err((status, reason))) => text(status, &format!("{reason}\n")),
-        Err(panic) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{panic}\n")),
+        Ok(Ok(entry)) => (empty(StatusCode::NO_CONTENT), Kept::Stored(entry, ttl_s)),
+        Ok(Err((status, reason))) => (text(status, &format!("{reason}\n")), Kept::Failed),
+        Err(panic) => (text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{panic}\n")), Kept::Failed),
     }
 }
 
@@ -392,6 +460,9 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
             };
             out.push((name, help, "gauge", number));
         }
+    }
+    if let Some(fleet) = &state.fleet {
+        out.extend(fleet.figures());
     }
     for (name, help, value) in state.store.figures() {
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };

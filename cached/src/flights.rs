@@ -84,6 +84,15 @@ impl Flights {
         Lock::Held
     }
 
+    /// The holder of `key` waits for the answer instead of getting it (another host's holder is
+    /// getting it, for the whole fleet).
+    pub fn join(&self, key: &[u8; 32]) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(flight) = flights.get_mut(key) {
+            flight.waiters += 1;
+        }
+    }
+
     /// Whether requests wait for the answer to `key` (a waiter that comes later is counted from
     /// its lookup on).
     pub fn has_waiters(&self, key: &[u8; 32]) -> bool {

@@ -3,7 +3,9 @@
 
 mod api;
 mod finality;
+mod fleet;
 mod flights;
+mod read_through;
 mod store;
 
 use std::net::SocketAddr;
@@ -78,6 +80,8 @@ struct Cli {
     /// Flush the column families one by one (for the crash test's comparison only).
     #[arg(long)]
     no_atomic_flush: bool,
+    #[command(flatten)]
+    fleet: fleet::FleetArgs,
 }
 
 /// Where the API listens on TCP: an address, or nowhere (`--listen none`: the Unix socket alone).
@@ -156,6 +160,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         _ => {}
     }
+    let fleet_settings = cli.fleet.settings()?;
     let store = Store::open(
         &cli.db,
         &StoreOptions {
@@ -169,8 +174,13 @@ async fn run(cli: Cli) -> Result<(), String> {
     let execution = cli.finality_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Execution, up));
     let beacon = cli.beacon_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Beacon, up));
     let finality = Arc::new(Finality::new(execution.chain(beacon).collect()));
+    let fleet = match fleet_settings {
+        Some(settings) => Some(fleet::Fleet::start(settings).await?),
+        None => None,
+    };
     let state = Arc::new(api::State {
         store,
+        fleet,
         finality: finality.clone(),
         max_body: usize::try_from(entry_bound(cli.max_entry)).unwrap_or(usize::MAX),
         refusals: api::Refusals::default(),

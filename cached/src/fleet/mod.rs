@@ -1,0 +1,532 @@
+//! The fleet tier: a Redis Cluster behind each host's store, so that what one host's node answered
+//! is a hit on every host. The cluster's client (`redis`, cluster-async) routes each key to its
+//! node and follows MOVED/ASK, failover and reconnection; this module bounds every round by the
+//! fleet timeout, skips a failing cluster (the breaker), writes from a bounded queue, and reads
+//! nothing it cannot open (`value`).
+//!
+//! Keys: `rpcedge:{<key in hex>}:e` holds an entry, `...:lock` the lock of a miss that went to
+//! its node, `...:a` that miss's answer for the hosts that waited; the hash tag puts the three in
+//! one slot, so that one script or pipeline reaches all of them.
+
+mod breaker;
+mod settings;
+mod value;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, RedisResult};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use breaker::Breaker;
+pub use settings::{FleetArgs, FleetSettings};
+use value::{Kind, Refused, Sealer, OVERHEAD};
+
+/// Entries written to the fleet at once by the queue's writer.
+const WRITE_BATCH: usize = 64;
+/// How long the first connection may take at start before the daemon starts without the fleet
+/// (and keeps trying, every `RECONNECT_EVERY`).
+const FIRST_CONNECT: Duration = Duration::from_secs(5);
+const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// Publishes a holder's outcome and frees its lock, if it still holds it, as one step: a waiting
+/// host never sees the lock gone before the entry or answer is there.
+const SETTLE: &str = r"
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1";
+
+/// What a lookup found in the fleet.
+pub enum Found {
+    /// An entry that opened, and its expiry (Unix seconds).
+    Entry(Vec<u8>, Option<u64>),
+    Miss,
+    /// The fleet did not answer (error, timeout, breaker open): a miss that says nothing.
+    Unanswered,
+}
+
+/// A miss's attempt to hold its key across the fleet.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// This daemon's request goes to the node; its outcome is published when it lands.
+    Held,
+    /// Another host's request is at its node: follow it.
+    Taken,
+    /// The fleet did not answer: coalesce locally only.
+    Unanswered,
+}
+
+/// What a follower's poll of a held key found.
+pub enum Polled {
+    /// The holder's entry, kept: any host may keep it too.
+    Entry(Vec<u8>, Option<u64>),
+    /// The holder's answer, not kept (not final): for the requests that waited, only.
+    Answer(Vec<u8>),
+    /// Still held.
+    Held,
+    /// Released, or its holder died: the waiters go to their node.
+    Gone,
+    Unanswered,
+}
+
+/// How a holder's request ended, to publish.
+pub enum Outcome {
+    /// Stored locally: the fleet keeps it as well (`ttl_s`: the local TTL).
+    Stored(Bytes, Option<u64>),
+    /// The node's answer, not kept: only the hosts that waited get it.
+    Answered(Bytes),
+    /// No answer to share.
+    Released,
+}
+
+/// Counters of `/metrics`.
+#[derive(Default)]
+pub struct FleetCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub expired: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+    /// Rounds not sent: the breaker was open.
+    pub skipped: AtomicU64,
+    pub stores: AtomicU64,
+    pub stored_bytes: AtomicU64,
+    /// Entries over `--fleet-max-entry`, kept local.
+    pub too_large: AtomicU64,
+    /// Entries dropped: the write queue was full.
+    pub dropped: AtomicU64,
+    /// Values refused, by `Refused`.
+    pub refused: [AtomicU64; 3],
+    pub locks_held: AtomicU64,
+    /// Misses that followed another host's holder.
+    pub locks_followed: AtomicU64,
+    /// How each followed lock ended, by `WAIT_OUTCOMES`.
+    pub lock_waits: [AtomicU64; 5],
+    pub round_trips: AtomicU64,
+    pub round_trip_us: AtomicU64,
+}
+
+/// How a followed lock ended: its holder's entry, its answer, released (or its holder died), the
+/// waiters' time ran out, or the fleet failed.
+pub const WAIT_OUTCOMES: [&str; 5] = ["entry", "answer", "released", "timeout", "error"];
+
+struct Write {
+    key: [u8; 32],
+    entry: Bytes,
+    ttl_s: Option<u64>,
+}
+
+pub struct Fleet {
+    client: ClusterClient,
+    /// None until the first connection; replaced by `reconnect`.
+    connection: RwLock<Option<ClusterConnection>>,
+    reconnecting: AtomicBool,
+    me: Weak<Fleet>,
+    sealer: Sealer,
+    timeout: Duration,
+    ttl: Duration,
+    max_entry: usize,
+    queue: mpsc::UnboundedSender<Write>,
+    queued_bytes: AtomicUsize,
+    queue_bytes: usize,
+    breaker: Breaker,
+    /// The keys this daemon holds in the fleet, and its token for each.
+    held: Mutex<HashMap<[u8; 32], (String, Instant)>>,
+    /// This daemon among the fleet's, for its lock tokens.
+    instance: String,
+    tokens: AtomicU64,
+    pub counters: FleetCounters,
+}
+
+impl Fleet {
+    /// Connects to the cluster. A refused login is an error; a cluster that cannot be reached
+    /// is not: the daemon starts without it and keeps trying.
+    pub async fn start(settings: FleetSettings) -> Result<Arc<Fleet>, String> {
+        let mut builder = ClusterClientBuilder::new(settings.seeds.clone())
+            .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
+            .response_timeout(settings.timeout)
+            .retries(2);
+        if let Some(user) = &settings.user {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &settings.password {
+            builder = builder.password(password);
+        }
+        if settings.tls {
+            builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: settings.ca.clone() });
+        }
+        let client = builder.build().map_err(|e| format!("--fleet: {e}"))?;
+        let (queue, writes) = mpsc::unbounded_channel();
+        let started = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let fleet = Arc::new_cyclic(|me| Fleet {
+            client,
+            connection: RwLock::new(None),
+            reconnecting: AtomicBool::new(false),
+            me: me.clone(),
+            sealer: settings.sealer,
+            timeout: settings.timeout,
+            ttl: settings.ttl,
+            max_entry: settings.max_entry,
+            queue,
+            queued_bytes: AtomicUsize::new(0),
+            queue_bytes: settings.queue_bytes,
+            breaker: Breaker::default(),
+            held: Mutex::new(HashMap::new()),
+            instance: format!("{:x}-{started:x}", std::process::id()),
+            tokens: AtomicU64::new(0),
+            counters: FleetCounters::default(),
+        });
+        match tokio::time::timeout(FIRST_CONNECT, fleet.client.get_async_connection()).await {
+            Ok(Ok(connection)) => {
+                *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection);
+            }
+            Ok(Err(error)) if refused_login(&error) => {
+                return Err(format!("--fleet: the cluster refused the login: {error}"));
+            }
+            Ok(Err(error)) => {
+                eprintln!("rpcedge-cached: the fleet is not reachable yet ({error}); starting without it");
+                fleet.reconnect();
+            }
+            Err(_) => {
+                eprintln!("rpcedge-cached: the fleet did not answer within {FIRST_CONNECT:?}; starting without it");
+                fleet.reconnect();
+            }
+        }
+        tokio::spawn(fleet.clone().write_queued(writes));
+        Ok(fleet)
+    }
+
+    /// Makes a new connection in the background (unless one is being made), which reads the
+    /// cluster's slots anew from the seeds: at start, when the cluster could not be reached, and
+    /// whenever the breaker opens. The client follows failovers on its own; a new connection
+    /// also covers a cluster that came back whole on other nodes than the ones it knew.
+    fn reconnect(&self) {
+        let Some(fleet) = self.me.upgrade() else { return };
+        if self.reconnecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio::spawn(async move {
+            loop {
+                match fleet.client.get_async_connection().await {
+                    Ok(connection) => {
+                        *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection);
+                        break;
+                    }
+                    Err(error) if refused_login(&error) => eprintln!("rpcedge-cached: the fleet refused the login: {error}"),
+                    Err(_) => {}
+                }
+                tokio::time::sleep(RECONNECT_EVERY).await;
+            }
+            fleet.reconnecting.store(false, Ordering::Release);
+        });
+    }
+
+    /// One round with the cluster, within the fleet timeout, unless the breaker is open.
+    async fn round<T, F>(&self, ask: impl FnOnce(ClusterConnection) -> F) -> Option<T>
+    where
+        F: Future<Output = RedisResult<T>>,
+    {
+        if !self.breaker.allows() {
+            self.counters.skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let connection = self.connection.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(connection) = connection else {
+            self.breaker.failed();
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let started = Instant::now();
+        let counter = match tokio::time::timeout(self.timeout, ask(connection)).await {
+            Ok(Ok(answer)) => {
+                self.breaker.succeeded();
+                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.counters.round_trip_us.fetch_add(us, Ordering::Relaxed);
+                return Some(answer);
+            }
+            Ok(Err(_)) => &self.counters.errors,
+            Err(_) => &self.counters.timeouts,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if self.breaker.failed() {
+            self.reconnect();
+        }
+        None
+    }
+
+    /// The longest value worth reading: a longer one was not written by a daemon of this fleet.
+    fn read_bound(&self) -> usize {
+        self.max_entry + OVERHEAD
+    }
+
+    /// The entry the fleet holds for `key`.
+    pub async fn get(&self, key: &[u8; 32]) -> Found {
+        let name = name(key, "e");
+        let bound = self.read_bound();
+        let value = self.round(|mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
+        let Some(value) = value else { return Found::Unanswered };
+        match self.open(Kind::Entry, key, &value) {
+            Some((entry, expires_s)) => {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Found::Entry(entry, expires_s)
+            }
+            None => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                Found::Miss
+            }
+        }
+    }
+
+    /// The entries of `keys`, at once: the cluster's client sends each node's reads together on
+    /// its connection, without waiting for an answer between them (one round per node).
+    pub async fn get_many(&self, keys: &[[u8; 32]]) -> Vec<Found> {
+        futures_util::future::join_all(keys.iter().map(|key| self.get(key))).await
+    }
+
+    /// A value's entry and expiry, if it opens, has not expired and is not empty (absent).
+    fn open(&self, kind: Kind, key: &[u8; 32], value: &[u8]) -> Option<(Vec<u8>, Option<u64>)> {
+        if value.is_empty() {
+            return None;
+        }
+        let refused = match value.len() > self.read_bound() {
+            true => Err(Refused::Format),
+            false => self.sealer.open(kind, key, value),
+        };
+        match refused {
+            Ok(opened) if opened.expires_s.is_some_and(|at| at <= now_s()) => {
+                self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Ok(opened) => Some((opened.entry.to_vec(), opened.expires_s)),
+            Err(refused) => {
+                self.counters.refused[refused as usize].fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Queues `entry` (as the local store keeps it) to be written to the fleet: never waits,
+    /// drops it (counted) when the queue is full or it is over `--fleet-max-entry`.
+    pub fn offer(&self, key: [u8; 32], entry: Bytes, ttl_s: Option<u64>) {
+        if entry.len() > self.max_entry {
+            self.counters.too_large.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let len = entry.len();
+        let queued = self.queued_bytes.fetch_add(len, Ordering::Relaxed);
+        if queued + len > self.queue_bytes || self.queue.send(Write { key, entry, ttl_s }).is_err() {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    async fn write_queued(self: Arc<Self>, mut writes: mpsc::UnboundedReceiver<Write>) {
+        let mut batch = Vec::with_capacity(WRITE_BATCH);
+        while writes.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+            futures_util::future::join_all(batch.iter().map(|write| self.write(write))).await;
+            let bytes = batch.drain(..).map(|write| write.entry.len()).sum();
+            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    async fn write(&self, write: &Write) {
+        let (value, px) = self.sealed_entry(&write.key, &write.entry, write.ttl_s);
+        let name = name(&write.key, "e");
+        let written = self
+            .round(|mut connection| async move {
+                redis::cmd("SET").arg(name).arg(value).arg("PX").arg(px).query_async::<()>(&mut connection).await
+            })
+            .await;
+        if written.is_some() {
+            self.counters.stores.fetch_add(1, Ordering::Relaxed);
+            self.counters.stored_bytes.fetch_add(write.entry.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// An entry sealed for the fleet, and how many milliseconds the fleet keeps it: its own TTL,
+    /// within the fleet's.
+    fn sealed_entry(&self, key: &[u8; 32], entry: &[u8], ttl_s: Option<u64>) -> (Vec<u8>, u64) {
+        let fleet_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let px = ttl_s.map_or(fleet_ms, |ttl_s| ttl_s.saturating_mul(1000).min(fleet_ms)).max(1);
+        let expires_s = ttl_s.map(|ttl_s| now_s().saturating_add(ttl_s));
+        (self.sealer.seal(Kind::Entry, key, expires_s, entry), px)
+    }
+
+    /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
+    pub async fn hold(&self, key: &[u8; 32], hold: Duration) -> Hold {
+        let token = format!("{}-{}", self.instance, self.tokens.fetch_add(1, Ordering::Relaxed));
+        let (name, ms) = (name(key, "lock"), u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1));
+        let set = token.clone();
+        let answer = self
+            .round(|mut connection| async move {
+                redis::cmd("SET").arg(name).arg(set).arg("NX").arg("PX").arg(ms).query_async::<Option<String>>(&mut connection).await
+            })
+            .await;
+        match answer {
+            Some(Some(_)) => {
+                self.counters.locks_held.fetch_add(1, Ordering::Relaxed);
+                let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                held.retain(|_, (_, until)| *until > Instant::now());
+                held.insert(*key, (token, Instant::now() + hold));
+                Hold::Held
+            }
+            Some(None) => {
+                self.counters.locks_followed.fetch_add(1, Ordering::Relaxed);
+                Hold::Taken
+            }
+            None => Hold::Unanswered,
+        }
+    }
+
+    /// Whether this daemon holds `key` across the fleet.
+    pub fn holds(&self, key: &[u8; 32]) -> bool {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).contains_key(key)
+    }
+
+    /// Publishes how this daemon's hold of `key` ended (if it holds it) and frees the lock. An
+    /// entry or answer over `--fleet-max-entry` is not published: the waiters go to their node.
+    pub async fn settle(&self, key: &[u8; 32], outcome: Outcome) {
+        let Some((token, until)) = self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(key) else { return };
+        let ms = until.saturating_duration_since(Instant::now()).as_millis().max(1);
+        let (kind, value, px) = match outcome {
+            Outcome::Stored(entry, _) | Outcome::Answered(entry) if entry.len() > self.max_entry => {
+                self.counters.too_large.fetch_add(1, Ordering::Relaxed);
+                ("e", Vec::new(), 0)
+            }
+            Outcome::Stored(entry, ttl_s) => {
+                let (value, px) = self.sealed_entry(key, &entry, ttl_s);
+                ("e", value, px)
+            }
+            Outcome::Answered(entry) => {
+                ("a", self.sealer.seal(Kind::Answer, key, None, &entry), u64::try_from(ms).unwrap_or(u64::MAX))
+            }
+            Outcome::Released => ("e", Vec::new(), 0),
+        };
+        let stored = kind == "e" && !value.is_empty();
+        let (lock, target) = (name(key, "lock"), name(key, kind));
+        let settled = self
+            .round(|mut connection| async move {
+                redis::Script::new(SETTLE)
+                    .key(lock)
+                    .key(target)
+                    .arg(token)
+                    .arg(value)
+                    .arg(px)
+                    .invoke_async::<i64>(&mut connection)
+                    .await
+            })
+            .await;
+        if settled.is_some() && stored {
+            self.counters.stores.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What a follower of `key` finds: the holder's entry or answer, or the lock still held or
+    /// gone, in one round (the three names share a slot).
+    pub async fn poll(&self, key: &[u8; 32]) -> Polled {
+        let (entry, answer, lock) = (name(key, "e"), name(key, "a"), name(key, "lock"));
+        let bound = self.read_bound();
+        let found = self
+            .round(|mut connection| async move {
+                redis::pipe()
+                    .cmd("GETRANGE")
+                    .arg(entry)
+                    .arg(0)
+                    .arg(bound)
+                    .cmd("GETRANGE")
+                    .arg(answer)
+                    .arg(0)
+                    .arg(bound)
+                    .cmd("EXISTS")
+                    .arg(lock)
+                    .query_async::<(Vec<u8>, Vec<u8>, bool)>(&mut connection)
+                    .await
+            })
+            .await;
+        let Some((entry, answer, locked)) = found else { return Polled::Unanswered };
+        if let Some((entry, expires_s)) = self.open(Kind::Entry, key, &entry) {
+            return Polled::Entry(entry, expires_s);
+        }
+        if let Some((answer, _)) = self.open(Kind::Answer, key, &answer) {
+            return Polled::Answer(answer);
+        }
+        if locked {
+            Polled::Held
+        } else {
+            Polled::Gone
+        }
+    }
+
+    /// Every counter and figure: (name, help, Prometheus type, value).
+    pub fn figures(&self) -> Vec<(String, &'static str, &'static str, u64)> {
+        let counters = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let mut out: Vec<(String, &'static str, &'static str, u64)> = vec![
+            ("fleet_hits_total".into(), "Local misses answered from the fleet", "counter", load(&counters.hits)),
+            ("fleet_misses_total".into(), "Local misses the fleet did not have either", "counter", load(&counters.misses)),
+            ("fleet_expired_total".into(), "Fleet values past their entry's expiry", "counter", load(&counters.expired)),
+            ("fleet_timeouts_total".into(), "Fleet rounds past --fleet-timeout", "counter", load(&counters.timeouts)),
+            ("fleet_errors_total".into(), "Fleet rounds that failed (or no connection yet)", "counter", load(&counters.errors)),
+            ("fleet_skipped_total".into(), "Fleet rounds not sent: the breaker was open", "counter", load(&counters.skipped)),
+            ("fleet_breaker_state".into(), "The fleet's breaker: 0 closed, 1 open, 2 probing", "gauge", self.breaker.gauge()),
+            ("fleet_breaker_opened_total".into(), "Times the fleet's breaker opened", "counter", load(&self.breaker.opened)),
+            ("fleet_stores_total".into(), "Entries written to the fleet", "counter", load(&counters.stores)),
+            ("fleet_stored_bytes_total".into(), "Bytes of entries written to the fleet from the queue", "counter", load(&counters.stored_bytes)),
+            ("fleet_too_large_total".into(), "Entries over --fleet-max-entry, kept local", "counter", load(&counters.too_large)),
+            ("fleet_queue_dropped_total".into(), "Entries dropped: the fleet's write queue was full", "counter", load(&counters.dropped)),
+            ("fleet_queue_bytes".into(), "Bytes of entries waiting to be written to the fleet", "gauge", self.queued_bytes.load(Ordering::Relaxed) as u64),
+            ("fleet_locks_held_total".into(), "Misses that held their key across the fleet", "counter", load(&counters.locks_held)),
+            ("fleet_locks_followed_total".into(), "Misses that waited for another host's holder", "counter", load(&counters.locks_followed)),
+            ("fleet_round_trips_total".into(), "Fleet rounds answered", "counter", load(&counters.round_trips)),
+            ("fleet_round_trip_microseconds_total".into(), "Time of the fleet rounds answered", "counter", load(&counters.round_trip_us)),
+        ];
+        for refused in Refused::ALL {
+            let name = format!("fleet_refused_total{{reason=\"{}\"}}", refused.name());
+            out.push((name, "Fleet values refused and never served, by reason", "counter", load(&counters.refused[refused as usize])));
+        }
+        for (outcome, counter) in WAIT_OUTCOMES.iter().zip(&counters.lock_waits) {
+            let name = format!("fleet_lock_waits_total{{outcome=\"{outcome}\"}}");
+            out.push((name, "Followed fleet locks, by how they ended", "counter", load(counter)));
+        }
+        out
+    }
+}
+
+/// Whether the cluster refused the daemon's credentials (not: could not be reached). The cluster
+/// client reports a refusal at its first connections inside its own error, by name.
+fn refused_login(error: &redis::RedisError) -> bool {
+    let text = error.to_string();
+    error.kind() == ErrorKind::AuthenticationFailed
+        || ["AuthenticationFailed", "WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|code| text.contains(code))
+}
+
+/// A value, at most `bound` + 1 bytes of it (a longer one is refused without reading it all);
+/// empty when absent.
+async fn read_value(connection: &mut ClusterConnection, name: &str, bound: usize) -> RedisResult<Vec<u8>> {
+    redis::cmd("GETRANGE").arg(name).arg(0).arg(bound).query_async(connection).await
+}
+
+fn name(key: &[u8; 32], suffix: &str) -> String {
+    let mut name = String::with_capacity(64 + 16);
+    name.push_str("rpcedge:{");
+    for byte in key {
+        let _ = write!(name, "{byte:02x}");
+    }
+    name.push_str("}:");
+    name.push_str(suffix);
+    name
+}
+
+fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}

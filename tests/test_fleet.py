@@ -1,0 +1,229 @@
+"""The fleet tier on its own: daemons (rpcedge-cached, each with its own store) sharing a real Redis
+Cluster (3 masters, 3 replicas, an ACL user; and one with TLS): what one stores the others hit,
+every fleet value has a TTL, nothing planted in the cluster is served, a miss held by one daemon
+is followed by the others, and a refused login stops the daemon at start. Through the hosts:
+test_fleet_hosts.py."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from testbed.harness import StartError, start_cached
+from testbed.redis_cluster import RedisCluster
+from test_cached import entry, key, looked, put
+
+SECRET = b"a fleet secret of at least thirty-two bytes\n"
+USER, PASSWORD = "rpcedge", "fleet-password"
+FLEET_TTL_S = 3600
+# generous: a test's cluster, daemons and client share two CPUs
+FLEET_TIMEOUT = "300ms"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = RedisCluster(tmp_path_factory.mktemp("fleet-cluster"), users=[(USER, PASSWORD)])
+    yield cluster
+    cluster.stop()
+
+
+def fleet_args(directory, cluster, password=PASSWORD, extra=()):
+    (directory / "fleet.secret").write_bytes(SECRET)
+    (directory / "fleet.password").write_text(password + "\n")
+    args = ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", directory / "fleet.secret",
+            "--fleet-user", USER, "--fleet-password-file", directory / "fleet.password",
+            "--fleet-timeout", FLEET_TIMEOUT, "--fleet-ttl", f"{FLEET_TTL_S}s", *extra]
+    if cluster.tls:
+        args += ["--fleet-ca-file", cluster.tls / "ca.crt"]
+    return args
+
+
+@pytest.fixture
+def daemons(tmp_path, cluster):
+    """Starts daemons on the module's cluster, each with its own store; stopped after the test."""
+    started = []
+
+    def start(count=2, extra=(), on=cluster):
+        for _ in range(count):
+            name = f"daemon-{len(started)}"
+            started.append(start_cached(tmp_path, tmp_path / name, args=fleet_args(tmp_path, on, extra=extra),
+                                        name=name))
+        return started[-count:]
+
+    yield start
+    for daemon in started:
+        daemon.process.stop()
+
+
+def in_fleet(cluster, k, suffix="e", timeout=5):
+    """Waits until the fleet holds `k`'s value: written from a queue, behind the store."""
+    deadline = time.monotonic() + timeout
+    name = f"rpcedge:{{{k}}}:{suffix}"
+    while cluster.command("EXISTS", name) != 1:
+        assert time.monotonic() < deadline, f"{name} never reached the fleet"
+        time.sleep(0.02)
+    return name
+
+
+def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_there(daemons, cluster):
+    a, b = daemons(2)
+    kept, expiring = key("fleet kept"), key("fleet expiring")
+    assert put(a, kept, entry(b'{"kept":true}}'))[0] == 204
+    assert put(a, expiring, entry(b'"0x10"}'), {"X-Rpcedge-Ttl": "30"})[0] == 204
+    stored = a.request("GET", f"/v1/entries/{kept}")[2]
+    # every fleet value expires: the fleet's TTL, or the entry's own when shorter
+    assert 0 < cluster.command("PTTL", in_fleet(cluster, kept)) <= FLEET_TTL_S * 1000
+    assert 0 < cluster.command("PTTL", in_fleet(cluster, expiring)) <= 30_000
+    status, headers, body = b.request("GET", f"/v1/entries/{kept}")
+    assert (status, body, headers["X-Rpcedge-Ttl"]) == (200, stored, None), "the entry as A keeps it, no expiry"
+    status, headers, _ = b.request("GET", f"/v1/entries/{expiring}")
+    assert status == 200 and 0 < int(headers["X-Rpcedge-Ttl"]) <= 30
+    assert b.stats()["fleet_hits_total"] == 2
+    # B keeps what the fleet gave: the next lookup is B's own hit, even with the fleet emptied
+    cluster.command("DEL", f"rpcedge:{{{kept}}}:e")
+    assert b.request("GET", f"/v1/entries/{kept}")[2] == stored
+    stats = b.stats()
+    assert (stats["fleet_hits_total"], stats["hits_total"]) == (2, 1)
+    assert a.stats()["fleet_stores_total"] == 2
+    # a batch's local misses go to the fleet, and what it has is a hit
+    batch = [key("fleet batch 1"), key("fleet batch 2"), key("fleet absent")]
+    for k in batch[:2]:
+        assert put(a, k, entry(b'"batch"}'))[0] == 204
+        in_fleet(cluster, k)
+    status, _, body = b.request("POST", "/v1/lookup", "\n".join(batch).encode())
+    assert status == 200 and [outcome for outcome, _, _ in looked(body)] == ["hit", "hit", "absent"]
+
+
+def test_values_planted_in_the_cluster_are_never_served(daemons, cluster):
+    a, b = daemons(2)
+    donor = key("fleet donor")
+    assert put(a, donor, entry(b'{"donor":1}}'))[0] == 204
+    donor_value = cluster.command("GET", in_fleet(cluster, donor))
+    plants = {
+        "key": donor_value,  # a valid value, of another key
+        "mac": donor_value[:-1] + bytes([donor_value[-1] ^ 1]),
+        "mac ": donor_value[:-10],  # cut: its MAC is not where it was
+        "format": b"garbage",
+    }
+    for n, (reason, value) in enumerate(plants.items()):
+        k = key(f"fleet planted {n}")
+        cluster.command("SET", f"rpcedge:{{{k}}}:e", value, "PX", 60_000)
+        status, headers, _ = b.request("GET", f"/v1/entries/{k}")
+        assert (status, headers["X-Rpcedge-Miss"]) == (404, "absent"), reason
+    stats = b.stats()
+    refused = {reason: stats[f'fleet_refused_total{{reason="{reason}"}}'] for reason in ("key", "mac", "format")}
+    assert refused == {"key": 1, "mac": 2, "format": 1}
+    assert stats["fleet_hits_total"] == 0
+
+
+def test_an_entry_over_the_fleet_limit_stays_local(daemons, cluster):
+    a, b = daemons(2, extra=["--fleet-max-entry", "4KiB"])
+    small, large = key("fleet small"), key("fleet large")
+    # incompressible: the daemon keeps it as large as it came
+    noise = b'"0x' + os.urandom(4096).hex().encode() + b'"}'
+    assert put(a, large, entry(noise))[0] == 204
+    assert put(a, small, entry(b'"small"}'))[0] == 204
+    in_fleet(cluster, small)
+    assert cluster.command("EXISTS", f"rpcedge:{{{large}}}:e") == 0
+    assert a.stats()["fleet_too_large_total"] == 1
+    assert b.request("GET", f"/v1/entries/{large}")[0] == 404
+    assert a.request("GET", f"/v1/entries/{large}")[0] == 200
+
+
+def test_a_miss_held_by_one_daemon_is_followed_by_the_others_and_its_failure_never_handed_to_them(daemons, cluster):
+    a, b = daemons(2)
+    lock = {"X-Rpcedge-Lock": "5000"}
+
+    def wait_on(daemon, k, out):
+        thread = threading.Thread(target=lambda: out.append(daemon.request("GET", f"/v1/flights/{k}")))
+        thread.start()
+        return thread
+
+    # the holder's answer, not final (refused by the store), goes to the other daemon's waiters
+    k = key("fleet coalesced")
+    assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
+    status, headers, _ = b.request("GET", f"/v1/entries/{k}", headers=lock)
+    assert (status, headers["X-Rpcedge-Miss"], headers["X-Rpcedge-Lock"]) == (404, "in_flight", None)
+    got = []
+    waiters = [wait_on(b, k, got) for _ in range(2)]
+    time.sleep(0.3)
+    assert got == [], "B's waiters wait for A's holder"
+    sent = entry(b'{"n":1}}')
+    assert put(a, k, sent, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
+    for waiter in waiters:
+        waiter.join(10)
+    assert [(status, body) for status, _, body in got] == [(200, sent)] * 2
+    assert cluster.command("EXISTS", f"rpcedge:{{{k}}}:lock") == 0, "the lock goes with the answer"
+    assert cluster.command("EXISTS", f"rpcedge:{{{k}}}:e") == 0, "an answer not final is not kept"
+    assert b.request("GET", f"/v1/entries/{k}")[0] == 404, "nor kept by B"
+
+    # a holder that stores: B's waiters get the entry, and B keeps it
+    k = key("fleet coalesced and kept")
+    a.request("GET", f"/v1/entries/{k}", headers=lock)
+    b.request("GET", f"/v1/entries/{k}", headers=lock)
+    got = []
+    waiter = wait_on(b, k, got)
+    assert put(a, k, entry(b'"kept"}'))[0] == 204
+    waiter.join(10)
+    assert got[0][0] == 200 and b.request("GET", f"/v1/entries/{k}")[0] == 200
+
+    # a holder that releases (its node failed): B's waiters go to their node
+    k = key("fleet released")
+    a.request("GET", f"/v1/entries/{k}", headers=lock)
+    b.request("GET", f"/v1/entries/{k}", headers=lock)
+    got = []
+    waiter = wait_on(b, k, got)
+    assert a.request("DELETE", f"/v1/flights/{k}")[0] == 204
+    waiter.join(10)
+    assert (got[0][0], got[0][1]["X-Rpcedge-Miss"]) == (404, "released")
+
+    # a holder that dies: its lock expires, and the next miss holds the key
+    k = key("fleet holder died")
+    short = {"X-Rpcedge-Lock": "500"}
+    a.request("GET", f"/v1/entries/{k}", headers=short)
+    assert b.request("GET", f"/v1/entries/{k}", headers=short)[1]["X-Rpcedge-Miss"] == "in_flight"
+    got = []
+    wait_on(b, k, got).join(10)
+    assert (got[0][0], got[0][1]["X-Rpcedge-Miss"]) == (404, "timeout")
+    time.sleep(0.6)
+    assert b.request("GET", f"/v1/entries/{k}", headers=short)[1]["X-Rpcedge-Lock"] == "held"
+    stats = b.stats()
+    waits = {outcome: stats[f'fleet_lock_waits_total{{outcome="{outcome}"}}']
+             for outcome in ("entry", "answer", "released", "timeout")}
+    assert waits == {"entry": 1, "answer": 1, "released": 1, "timeout": 1}
+
+
+def test_a_refused_login_is_a_clear_error_at_start(tmp_path, cluster):
+    with pytest.raises(StartError) as started:
+        start_cached(tmp_path, tmp_path / "db", args=fleet_args(tmp_path, cluster, password="wrong"))
+    assert "the cluster refused the login" in str(started.value)
+
+
+def test_a_daemon_without_the_secret_or_with_credentials_in_the_url_does_not_start(tmp_path, cluster):
+    for args, message in [
+        (["--fleet", cluster.seeds()], "--fleet needs --fleet-secret-file"),
+        (["--fleet", "redis://user:pw@127.0.0.1:1", "--fleet-secret-file", "x"], "no credentials in the URL"),
+        (["--fleet", "http://127.0.0.1:1", "--fleet-secret-file", "x"], "redis:// or rediss://"),
+    ]:
+        with pytest.raises(StartError) as started:
+            start_cached(tmp_path, tmp_path / "db", args=args)
+        assert message in str(started.value)
+    (tmp_path / "short.secret").write_bytes(b"short")
+    with pytest.raises(StartError) as started:
+        start_cached(tmp_path, tmp_path / "db", args=["--fleet", cluster.seeds(), "--fleet-secret-file",
+                                                       tmp_path / "short.secret"])
+    assert "at least 32" in str(started.value)
+
+
+def test_a_tls_cluster_is_reached_with_rediss_and_the_operators_ca(tmp_path_factory, daemons):
+    tls = RedisCluster(tmp_path_factory.mktemp("fleet-tls"), masters=3, replicas=0, users=[(USER, PASSWORD)], tls=True)
+    try:
+        a, b = daemons(2, on=tls)
+        k = key("fleet over tls")
+        assert put(a, k, entry(b'"tls"}'))[0] == 204
+        in_fleet(tls, k)
+        assert b.request("GET", f"/v1/entries/{k}")[0] == 200
+        assert b.stats()["fleet_hits_total"] == 1
+    finally:
+        tls.stop()
