@@ -168,6 +168,7 @@ bench: build
 	$(VENV)/bin/python loadtest/cached_bench.py
 	$(VENV)/bin/python loadtest/cache_bench.py
 	$(VENV)/bin/python loadtest/herd_bench.py
+	$(VENV)/bin/python loadtest/fleet_bench.py
 	$(VENV)/bin/python loadtest/batch_bench.py
 	$(VENV)/bin/python loadtest/transcode_bench.py
 	$(VENV)/bin/python loadtest/witness_bench.py

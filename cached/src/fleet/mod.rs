@@ -408,7 +408,10 @@ impl Fleet {
                 ("e", value, px)
             }
             Outcome::Answered(entry) => {
-                ("a", self.sealer.seal(Kind::Answer, key, None, &entry), u64::try_from(ms).unwrap_or(u64::MAX))
+                // sealed to expire with the lock: copied back later, it is refused, not served
+                let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+                let expires_s = now_s().saturating_add(ms.div_ceil(1000) + 1);
+                ("a", self.sealer.seal(Kind::Answer, key, Some(expires_s), &entry), ms)
             }
             Outcome::Released => ("e", Vec::new(), 0),
         };

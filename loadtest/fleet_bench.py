@@ -1,0 +1,235 @@
+"""`make bench`, the fleet tier's part: Redis memory per entry of the corpus's answers, and what a
+fleet hit costs against a local hit, on a real Redis Cluster (3 masters, no replicas: a replica
+holds a copy, so a cluster with one replica per master needs twice the memory measured here).
+
+    .venv/bin/python loadtest/fleet_bench.py [--entries 20000] [--hits 3000]
+
+Memory: one daemon writes `--entries` entries (the corpus's recorded results up to 1 MiB, each
+under its own key, as a host sends them; the daemon compacts them as it keeps them) to the fleet;
+the masters' `used_memory` before and after, over the entries written, is what one entry costs,
+with Redis's own overhead per key and the value's seal (key, kind, expiry, MAC: 77 bytes).
+
+Hits: daemon A writes `--hits` entries; daemon B then looks each up twice: the first lookup of each is a fleet hit (B asks the cluster,
+checks the value and keeps it), the second a local hit. The CPU time of B and of every Redis
+process over each pass, per lookup, side by side; 16 keep-alive connections at a time (a client thread
+each), as a proxy's workers would keep them. The proxy in front of a daemon does the same for
+either (it gets the same 200), so its share is the cache benchmark's "hit, from the daemon".
+
+Hosts: three nginx hosts, each with its own daemon, in front of one replay node whose every
+recorded block is final. The load test's method mix (1,000 requests, cacheable or not) goes
+through host A once, then through B, then through C, one request at a time; each host's statuses
+(X-Rpcedge-Cache) and the node's requests during its pass, with the daemons on one fleet and
+without one.
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import hashlib
+import http.client
+import json
+import shutil
+import random
+import time
+import types
+from pathlib import Path
+
+from bench import cpu_seconds
+from cached_bench import deflated_entry
+from testbed import cache_cases as cc
+from testbed import replay_corpus as rc
+from testbed import scenarios, wire
+from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached
+from testbed.stack import NETWORKS
+from testbed.redis_cluster import RedisCluster
+
+LOADTEST = Path(__file__).resolve().parent
+WORK = REPO / "build" / "bench" / "fleet"
+RESULTS = LOADTEST / "results" / "fleet.json"
+SECRET = b"the fleet benchmark's secret, 32 bytes or more"
+CONNECTIONS = 16
+
+
+def answers(limit):
+    """The corpus's recorded results up to 1 MiB, as entries, `limit` of them (round again if fewer)."""
+    found = []
+    for relative in rc.corpus_files(CORPUS):
+        if (CORPUS / relative).stat().st_size > 4 << 20:
+            continue  # whole-chain traces: slow to parse here, and beyond the 1 MiB taken
+        for _, response in rc.read_pairs(CORPUS / relative):
+            result = response.get("result") if isinstance(response, dict) else None
+            if result is None:
+                continue
+            text = json.dumps(result, separators=(",", ":")).encode()
+            if len(text) <= 1 << 20:
+                found.append(deflated_entry(text))
+    return [found[n % len(found)] for n in range(limit)]
+
+
+def key(n, run):
+    return hashlib.sha256(f"fleet bench {run} {n}".encode()).hexdigest()
+
+
+def daemon(name, cluster, extra=()):
+    (WORK / "secret").write_bytes(SECRET)
+    return start_cached(WORK, WORK / name, name=name, args=[
+        "--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms",
+        "--fleet-queue", "1GiB", "--max-disk", "8GiB", *extra])
+
+
+def used_memory(cluster):
+    total = 0
+    for port in cluster.masters():
+        info = cluster.cli(port, "info", "memory")
+        total += int(next(line for line in info.splitlines() if line.startswith("used_memory:")).split(":")[1])
+    return total
+
+
+def wait_for_stores(cached, count, timeout=300):
+    deadline = time.monotonic() + timeout
+    while cached.stats()["fleet_stores_total"] < count:
+        assert time.monotonic() < deadline, f"only {cached.stats()['fleet_stores_total']} of {count} stored"
+        time.sleep(0.2)
+
+
+def put_all(cached, entries, run):
+    connection = http.client.HTTPConnection(LOOPBACK, cached.port, timeout=30)
+    for n, body in enumerate(entries):
+        connection.request("PUT", f"/v1/entries/{key(n, run)}", body)
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 204, response.status
+    connection.close()
+
+
+def memory(cluster, count):
+    entries = answers(count)
+    writer = daemon("memory", cluster)
+    try:
+        before = used_memory(cluster)
+        put_all(writer, entries, "memory")
+        wait_for_stores(writer, count)
+        after = used_memory(cluster)
+        stats = writer.stats()
+    finally:
+        writer.process.stop()
+    per_entry = (after - before) / count
+    return {
+        "entries": count,
+        "answer_bytes_mean": sum(len(e) for e in entries) / count,
+        "fleet_value_bytes_mean": stats["fleet_stored_bytes_total"] / count + 77,
+        "used_memory_bytes_per_entry": per_entry,
+        "used_memory_gib_per_million": per_entry * 1e6 / 2**30,
+    }
+
+
+def lookups(cached, keys):
+    """Looks each key up once, `CONNECTIONS` keep-alive connections at a time, as a proxy's
+    workers would: (seconds, statuses)."""
+
+    def look_up(part):
+        connection = http.client.HTTPConnection(LOOPBACK, cached.port, timeout=30)
+        statuses = []
+        for k in part:
+            connection.request("GET", f"/v1/entries/{k}")
+            response = connection.getresponse()
+            response.read()
+            statuses.append(response.status)
+        connection.close()
+        return statuses
+
+    parts = [keys[n::CONNECTIONS] for n in range(CONNECTIONS)]
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(CONNECTIONS) as pool:
+        statuses = [status for part in pool.map(look_up, parts) for status in part]
+    return time.monotonic() - started, statuses
+
+
+def hits(cluster, count):
+    entries = answers(count)
+    writer, reader = daemon("hits-a", cluster), daemon("hits-b", cluster)
+    try:
+        put_all(writer, entries, "hits")
+        wait_for_stores(writer, count)
+        keys = [key(n, "hits") for n in range(count)]
+        redis_pids = [process.proc.pid for process in cluster.processes.values()]
+        out = {}
+        for name in ("fleet_hit", "local_hit"):
+            cpu_before = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
+            elapsed, statuses = lookups(reader, keys)
+            cpu_after = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
+            assert statuses == [200] * count, f"{name}: {sorted(set(statuses))}"
+            daemon_us = (cpu_after[0] - cpu_before[0]) / count * 1e6
+            redis_us = (cpu_after[1] - cpu_before[1]) / count * 1e6
+            out[name] = {"lookups_per_s": count / elapsed, "daemon_cpu_us": daemon_us, "redis_cpu_us": redis_us,
+                         "cpu_us": daemon_us + redis_us}
+        stats = reader.stats()
+        assert stats["fleet_hits_total"] == count, stats["fleet_hits_total"]
+        out["fleet_round_trip_us_mean"] = stats["fleet_round_trip_microseconds_total"] / stats["fleet_round_trips_total"]
+        out["cpu_ratio_fleet_to_local"] = out["fleet_hit"]["cpu_us"] / out["local_hit"]["cpu_us"]
+        return out
+    finally:
+        writer.process.stop()
+        reader.process.stop()
+
+
+def fleet_args(cluster):
+    (WORK / "secret").write_bytes(SECRET)
+    return ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms"]
+
+
+def hosts(cluster):
+    out = {}
+    for mode, daemon_args in (("without the fleet", []), ("with the fleet", fleet_args(cluster))):
+        directory = WORK / mode.replace(" ", "-")
+        directory.mkdir()
+        stack = cc.CacheStack(directory, NETWORKS, daemon_args=daemon_args)
+        daemons = [stack.daemon, stack.another_daemon("db-b"), stack.another_daemon("db-c")]
+        proxies = []
+        try:
+            requests = scenarios.mix_requests(stack.replay, CORPUS, list(scenarios.real_pairs(CORPUS)),
+                                              random.Random(scenarios.SEED))
+            for name, cached in zip("ABC", daemons):
+                proxy = cc.start_proxy("nginx", directory / name, types.SimpleNamespace(replay=stack.replay, daemon=cached))
+                proxies.append(proxy)
+                before = stack.node_requests()
+                statuses = collections.Counter()
+                for request in requests:
+                    response = wire.request(proxy.port, f"/{request.network}", "POST",
+                                            {"Content-Type": "application/json"}, request.body.encode(),
+                                            accept_encoding="gzip")
+                    assert response.status == 200, response.status
+                    statuses[response.header("x-rpcedge-cache") or "none"] += 1
+                fleet = {k: v for k, v in cached.stats().items() if k.startswith("fleet_") and v}
+                out.setdefault(mode, {})[name] = {"node_requests": stack.node_requests() - before,
+                                                  "statuses": dict(statuses), "daemon_fleet_counters": fleet}
+                # what A stored reaches the fleet from its queue before B asks
+                time.sleep(1)
+        finally:
+            for proxy in proxies:
+                proxy.stop()
+            for cached in daemons[1:]:
+                cached.process.stop()
+            stack.stop()
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=20000)
+    parser.add_argument("--hits", type=int, default=3000)
+    args = parser.parse_args()
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    cluster = RedisCluster(WORK / "cluster", masters=3, replicas=0)
+    try:
+        results = {"memory": memory(cluster, args.entries), "hits": hits(cluster, args.hits), "hosts": hosts(cluster),
+                   "date": time.strftime("%Y-%m-%d")}
+    finally:
+        cluster.stop()
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
