@@ -31,37 +31,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final};
 
-use crate::finality::{Chain, Finality};
-use crate::fleet::{Fleet, Hold, Outcome};
-use crate::flights::{Flights, Landing, Lock};
+use crate::finality::Chain;
+use crate::fleet::{Hold, Outcome};
+use crate::flights::{Landing, Lock};
 use crate::read_through;
-use crate::store::{Lookup, Store};
-
-pub struct State {
-    pub store: Store,
-    /// The fleet tier behind the store, with `--fleet`.
-    pub fleet: Option<Arc<Fleet>>,
-    pub finality: Arc<Finality>,
-    /// Bound on a PUT's body: `entry_bound` of the hosts' `max_entry`.
-    pub max_body: usize,
-    pub refusals: Refusals,
-    pub flights: Flights,
-}
-
-/// Entries refused, by reason.
-#[derive(Default)]
-pub struct Refusals {
-    /// The entry depends on a block above the namespace's finalized one.
-    pub not_final: AtomicU64,
-    /// The namespace has no finality yet (no upstream, or none heard).
-    pub no_finality: AtomicU64,
-    /// A transaction's entry whose block neither a stored receipt nor the finality node gave.
-    pub unplaced: AtomicU64,
-    /// Not an entry, or one that fails its CRC-32.
-    pub bad_entry: AtomicU64,
-    /// Over the body bound.
-    pub too_large: AtomicU64,
-}
+use crate::state::State;
+use crate::store::Lookup;
 
 type Body = Full<Bytes>;
 

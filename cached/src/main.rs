@@ -6,7 +6,9 @@ mod finality;
 mod fleet;
 mod flights;
 mod read_through;
+mod state;
 mod store;
+mod units;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use tokio::sync::Semaphore;
 
 use finality::{Chain, Finality, Upstream};
 use store::{Store, StoreOptions};
+use units::{parse_duration, parse_size};
 
 /// The response cache daemon of rpcedge.
 #[derive(Debug, Parser)]
@@ -100,31 +103,6 @@ fn parse_listen(text: &str) -> Result<Listen, String> {
         .map_err(|e| format!("{text:?}: expected an address such as 127.0.0.1:18090, or none ({e})"))
 }
 
-/// A number and the unit right after it, e.g. `64MiB` or `200ms`; the unit's multiple of its
-/// base (bytes, milliseconds) is looked up in `units`.
-fn scaled(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let &(_, scale) = units.iter().find(|(name, _)| *name == unit).ok_or(format!("{text:?}: expected {expected}"))?;
-    let value = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or(format!("{text:?}: not {expected}"))?;
-    if value == 0 {
-        return Err(format!("{text:?}: must be above zero"));
-    }
-    Ok(value)
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    let units = [("", 1), ("B", 1), ("KiB", 1 << 10), ("K", 1 << 10), ("k", 1 << 10), ("MiB", 1 << 20), ("M", 1 << 20),
-        ("m", 1 << 20), ("GiB", 1 << 30), ("G", 1 << 30), ("g", 1 << 30)];
-    scaled(text, &units, "bytes, or a number with KiB, MiB or GiB")
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let units = [("ms", 1), ("", 1000), ("s", 1000), ("m", 60_000), ("h", 3_600_000)];
-    scaled(text, &units, "a number with ms, s, m or h").map(Duration::from_millis)
-}
-
 fn parse_upstream(text: &str) -> Result<(String, Upstream), String> {
     let (namespace, url) = text.split_once('=').ok_or(format!("{text:?}: expected NAMESPACE=URL"))?;
     Ok((namespace.to_string(), url.parse()?))
@@ -178,12 +156,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         Some(settings) => Some(fleet::Fleet::start(settings).await?),
         None => None,
     };
-    let state = Arc::new(api::State {
+    let state = Arc::new(state::State {
         store,
         fleet,
         finality: finality.clone(),
         max_body: usize::try_from(entry_bound(cli.max_entry)).unwrap_or(usize::MAX),
-        refusals: api::Refusals::default(),
+        refusals: state::Refusals::default(),
         flights: flights::Flights::default(),
     });
     let connections = Arc::new(Semaphore::new(cli.max_connections.max(1)));
@@ -233,7 +211,7 @@ fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     bound
 }
 
-async fn flush_every(state: Arc<api::State>, every: Duration) {
+async fn flush_every(state: Arc<state::State>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.tick().await;
     loop {
@@ -248,7 +226,7 @@ async fn flush_every(state: Arc<api::State>, every: Duration) {
 }
 
 /// Drops the locks whose holders never answered (gone, or slower than their lock).
-async fn sweep_flights(state: Arc<api::State>) {
+async fn sweep_flights(state: Arc<state::State>) {
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     loop {
         ticks.tick().await;
@@ -256,7 +234,7 @@ async fn sweep_flights(state: Arc<api::State>) {
     }
 }
 
-async fn serve_tcp(listener: TcpListener, state: Arc<api::State>, connections: Arc<Semaphore>) {
+async fn serve_tcp(listener: TcpListener, state: Arc<state::State>, connections: Arc<Semaphore>) {
     loop {
         let permit = connections.clone().acquire_owned().await.expect("never closed");
         match listener.accept().await {
@@ -269,7 +247,7 @@ async fn serve_tcp(listener: TcpListener, state: Arc<api::State>, connections: A
     }
 }
 
-async fn serve_unix(listener: UnixListener, state: Arc<api::State>, connections: Arc<Semaphore>) {
+async fn serve_unix(listener: UnixListener, state: Arc<state::State>, connections: Arc<Semaphore>) {
     loop {
         let permit = connections.clone().acquire_owned().await.expect("never closed");
         match listener.accept().await {
@@ -287,7 +265,7 @@ async fn accept_failed(error: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-async fn serve_connection<S>(stream: S, state: Arc<api::State>, _permit: tokio::sync::OwnedSemaphorePermit)
+async fn serve_connection<S>(stream: S, state: Arc<state::State>, _permit: tokio::sync::OwnedSemaphorePermit)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -304,19 +282,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_and_durations_parse_as_documented() {
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("0").is_err() && parse_size("1TB").is_err() && parse_size("").is_err());
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("0s").is_err() && parse_duration("5 days").is_err());
-        assert!(parse_duration("99999999999999999h").is_err() && parse_size("99999999999GiB").is_err(), "no overflow");
-    }
 
     #[test]
     fn listen_takes_an_address_or_none() {

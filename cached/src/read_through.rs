@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::api::State;
+use crate::state::State;
 use crate::fleet::{Fleet, Found, Polled};
 use crate::store::Lookup;
 

@@ -26,16 +26,16 @@ pub struct FleetArgs {
     #[arg(long)]
     pub fleet_ca_file: Option<PathBuf>,
     /// How long a lookup waits for the fleet before it counts as a miss.
-    #[arg(long, default_value = "20ms", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = crate::units::parse_duration)]
     pub fleet_timeout: Duration,
     /// Every fleet value expires within this (an entry with a shorter TTL, within that).
-    #[arg(long, default_value = "6h", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "6h", value_parser = crate::units::parse_duration)]
     pub fleet_ttl: Duration,
     /// Entries larger than this stay local.
-    #[arg(long, default_value = "1MiB", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "1MiB", value_parser = crate::units::parse_size)]
     pub fleet_max_entry: u64,
     /// Bound on the bytes of entries waiting to be written to the fleet; more are dropped.
-    #[arg(long, default_value = "64MiB", value_parser = crate::parse_size)]
+    #[arg(long, default_value = "64MiB", value_parser = crate::units::parse_size)]
     pub fleet_queue: u64,
 }
 

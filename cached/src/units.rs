@@ -1,0 +1,46 @@
+//! Sizes and durations as the command line writes them (`64MiB`, `200ms`).
+
+use std::time::Duration;
+
+/// A number and the unit right after it, e.g. `64MiB` or `200ms`; the unit's multiple of its
+/// base (bytes, milliseconds) is looked up in `units`.
+fn scaled(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let &(_, scale) = units.iter().find(|(name, _)| *name == unit).ok_or(format!("{text:?}: expected {expected}"))?;
+    let value = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or(format!("{text:?}: not {expected}"))?;
+    if value == 0 {
+        return Err(format!("{text:?}: must be above zero"));
+    }
+    Ok(value)
+}
+
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let units = [("", 1), ("B", 1), ("KiB", 1 << 10), ("K", 1 << 10), ("k", 1 << 10), ("MiB", 1 << 20), ("M", 1 << 20),
+        ("m", 1 << 20), ("GiB", 1 << 30), ("G", 1 << 30), ("g", 1 << 30)];
+    scaled(text, &units, "bytes, or a number with KiB, MiB or GiB")
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let units = [("ms", 1), ("", 1000), ("s", 1000), ("m", 60_000), ("h", 3_600_000)];
+    scaled(text, &units, "a number with ms, s, m or h").map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse_as_documented() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err() && parse_size("1TB").is_err() && parse_size("").is_err());
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("0s").is_err() && parse_duration("5 days").is_err());
+        assert!(parse_duration("99999999999999999h").is_err() && parse_size("99999999999GiB").is_err(), "no overflow");
+    }
+}
