@@ -442,7 +442,7 @@ class CacheStack:
         return self.daemon
 
     def another_daemon(self, name):
-        """A second daemon with the same finality sources (for shards); the caller stops it."""
+        """A second daemon with the same finality sources (another host's); the caller stops it."""
         current = self.daemon
         try:
             return self.start_daemon(db_name=name)

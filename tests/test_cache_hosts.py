@@ -21,9 +21,9 @@ import pytest
 from testbed import cache_cases as cc
 from testbed import replay_corpus as rc
 from testbed import wire
-from testbed.cache_cases import envoy_plugin, nginx_server, start_proxy
-from testbed.envoy_harness import ENVOY_HOSTS, run_envoy
-from testbed.nginx_harness import free_port, start_nginx
+from testbed.cache_cases import start_proxy
+from testbed.envoy_harness import ENVOY_HOSTS
+from testbed.nginx_harness import free_port
 from testbed.harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
 
 # a store lands within this long of the answer's end (the issue's bound)
@@ -704,7 +704,8 @@ def test_the_hot_tier_answers_a_hit_again_while_the_daemon_is_stopped(proxies, s
 
 @pytest.mark.parametrize("directive, message", [
     ("rpcedge_cache_timeout 0;", "\"rpcedge_cache_timeout\" directive must be between 1 and 60000"),
-    ("rpcedge_cache_shards 0;", "\"rpcedge_cache_shards\" directive must be between 1 and 1024"),
+    # sharding is retired (README, "Moving from shards")
+    ("rpcedge_cache_shards 2;", "unknown directive \"rpcedge_cache_shards\""),
     ("rpcedge_cache_pass _rpcedge_cache;", "must be the URI of an internal location"),
     ("rpcedge_cache_hot 16m;", "must be name:size"),
     ("rpcedge_cache_hot hot:64k;", "rpcedge_cache_hot zone \"hot\" is too small"),
@@ -719,56 +720,6 @@ def test_nginx_refuses_a_bad_cache_directive(tmp_path, directive, message):
     conf.write_text(main_conf(tmp_path, f"server {{ listen {LOOPBACK}:{free_port()}; {directive} }}"))
     code, output = check_conf(conf, tmp_path)
     assert code != 0 and message in output, output
-
-
-@pytest.mark.parametrize("envoy_host", ENVOY_HOSTS)
-def test_nginx_and_envoy_send_every_key_to_the_same_one_of_two_daemons(tmp_path, stack, envoy_host):
-    """The shipped two-daemon examples: what nginx stored on either daemon, Envoy finds there."""
-    stack.fresh_daemon()
-    second = stack.another_daemon(f"shard-1-{envoy_host}")
-    daemons = [stack.daemon, second]
-    started = []
-    try:
-        nginx_port = free_port()
-        prefix = tmp_path / "nginx"
-        prefix.mkdir()
-        (tmp_path / "envoy").mkdir()
-        shards = (REPO / "configs" / "nginx" / "rpcedge-cache-shards.conf").read_text()
-        (prefix / "rpcedge-cache-shards.conf").write_text(shards)
-        upstreams = "".join(f"upstream rpcedge_cached_{n} {{ server {LOOPBACK}:{d.port}; keepalive 4; }}\n"
-                            for n, d in enumerate(daemons))
-        body = nginx_server(nginx_port, stack.replay.port, stack.daemon.port).replace(
-            "include rpcedge-cache.conf;", "include rpcedge-cache-shards.conf;")
-        nginx = start_nginx(prefix, upstreams + body, [nginx_port])
-        started.append(nginx.stop)
-
-        example = (REPO / "configs" / "envoy" / "envoy.yaml").read_text()
-        clusters = (REPO / "configs" / "envoy" / "rpcedge-cache-shards.yaml").read_text()
-        # shard 0's port is the example's daemon port, which run_envoy moves
-        clusters = clusters.replace("port_value: 18091}", f"port_value: {second.port}}}")
-        single = example[example.index("  - name: rpcedge_cached\n"):]
-        envoy = run_envoy(tmp_path / "envoy", stack.replay.port,
-                          envoy_plugin(clusters=["rpcedge_cached_0", "rpcedge_cached_1"]),
-                          text=example.replace(single, clusters), cached_port=stack.daemon.port,
-                          adapter=ENVOY_HOSTS[envoy_host])
-        started.append(envoy.process.stop)
-
-        calls = cc.find_all(cc.immutable, limit=24)
-        for call in calls:
-            assert status(post(nginx_port, call)) in ("MISS", "BYPASS")
-        time.sleep(VISIBLE_WITHIN)
-        stored = [call for call in calls if status(post(nginx_port, call)) == "HIT"]
-        assert len(stored) >= 10, f"only {len(stored)} of {len(calls)} calls were stored"
-        for call in stored:
-            hit = post(envoy.port, call, id_="envoy")
-            assert status(hit) == "HIT", call.request
-            assert hit.decoded() == call.answer("envoy")
-        per_daemon = [d.stats()["stores_total"] for d in daemons]
-        assert all(per_daemon) and sum(per_daemon) == len(stored), per_daemon
-    finally:
-        for stop in started:
-            stop()
-        second.process.stop()
 
 
 def test_gzip_hits_decode_in_curl_python_and_go(proxies, stack, tmp_path):

@@ -36,7 +36,6 @@ typedef struct {
     ngx_msec_t                  timeout;
     ngx_flag_t                  status_header;
     ngx_flag_t                  status_reason;
-    ngx_int_t                   shards;
     time_t                      store_timeout;
     size_t                      max_request;
     size_t                      max_entry;
@@ -89,8 +88,6 @@ typedef struct {
 
 /* a subrequest to the daemon: a lookup (its answer is kept) or a store */
 typedef struct {
-    /* the daemon it goes to: $rpcedge_cache_shard */
-    ngx_uint_t                  shard;
     ngx_uint_t                  status;
     /* the daemon's answer: its headers, as the core reads them */
     rpcedge_header_t           *headers;

@@ -392,8 +392,8 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
             ctx->state = ngx_http_rpcedge_cache_hit;
 
         } else {
-            /* a batch's keys on another shard, or the wait for the answer
-             * another request for the key is getting */
+            /* the wait for the answer another request for the key is
+             * getting */
 
             switch (ngx_http_rpcedge_cache_ask(mr, ctx)) {
 

@@ -11,7 +11,7 @@
  * module's body filter holds the node's plain answer, and once the answer
  * has gone out a second background subrequest stores it, ended if it takes
  * longer than rpcedge_cache_store_timeout. A JSON-RPC batch is looked up
- * key by key in one multi-key lookup (one per shard, one after the other);
+ * key by key in one multi-key lookup;
  * the node is sent the calls that missed, and its answer is held, merged with
  * the cache's in the client's order, and sent with its own length. A call's
  * miss holds its key in the daemon while the node answers (coalescing): a
@@ -43,8 +43,6 @@
 
 static ngx_int_t ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
 static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
     void *data);
 static char *ngx_http_rpcedge_cache_check_ns(ngx_conf_t *cf, void *post,
@@ -66,9 +64,6 @@ static ngx_conf_post_handler_pt  ngx_http_rpcedge_cache_ns_post =
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_timeout_check =
     { ngx_http_rpcedge_check, "cache_timeout_ms", NGX_HTTP_RPCEDGE_MSEC_SLOT };
-
-static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_shards_check =
-    { ngx_http_rpcedge_check, "cache_shards", NGX_HTTP_RPCEDGE_NUM_SLOT };
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_cache_store_timeout_check =
     { ngx_http_rpcedge_check, "cache_store_timeout_s",
@@ -141,13 +136,6 @@ static ngx_command_t  ngx_http_rpcedge_cache_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_cache_conf_t, status_reason),
       NULL },
-
-    { ngx_string("rpcedge_cache_shards"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_rpcedge_cache_conf_t, shards),
-      &ngx_http_rpcedge_cache_shards_check },
 
     { ngx_string("rpcedge_cache_store_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -231,10 +219,6 @@ static ngx_http_variable_t  ngx_http_rpcedge_cache_vars[] = {
     { ngx_string("rpcedge_cache_status"), NULL,
       ngx_http_rpcedge_cache_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
-    /* for rpcedge_cache_pass locations: which daemon holds the key */
-    { ngx_string("rpcedge_cache_shard"), NULL,
-      ngx_http_rpcedge_cache_shard_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
       ngx_http_null_variable
 };
 
@@ -257,37 +241,6 @@ ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
 
     v->data = (u_char *) status.data;
     v->len = status.len;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_rpcedge_cache_shard_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_http_rpcedge_cache_call_t  *call;
-
-    /* r is this module's subrequest to the daemon */
-
-    call = (r == r->main) ? NULL
-                          : ngx_http_get_module_ctx(r,
-                                                    ngx_http_rpcedge_cache_module);
-
-    if (call == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    v->data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (v->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    v->len = ngx_sprintf(v->data, "%ui", call->shard) - v->data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
@@ -371,7 +324,6 @@ ngx_http_rpcedge_cache_create_conf(ngx_conf_t *cf)
     conf->timeout = NGX_CONF_UNSET_MSEC;
     conf->status_header = NGX_CONF_UNSET;
     conf->status_reason = NGX_CONF_UNSET;
-    conf->shards = NGX_CONF_UNSET;
     conf->store_timeout = NGX_CONF_UNSET;
     conf->max_request = NGX_CONF_UNSET_SIZE;
     conf->max_entry = NGX_CONF_UNSET_SIZE;
@@ -403,7 +355,6 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
                               config.cache_timeout_ms);
     ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
     ngx_conf_merge_value(conf->status_reason, prev->status_reason, 0);
-    ngx_conf_merge_value(conf->shards, prev->shards, 1);
     ngx_conf_merge_sec_value(conf->store_timeout, prev->store_timeout,
                              (time_t) config.cache_store_timeout_s);
     ngx_conf_merge_size_value(conf->max_request, prev->max_request,
@@ -424,7 +375,6 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_max_entry = conf->max_entry;
         config.cache_chain_ttl_s = conf->chain_ttl;
         config.cache_max_batch = conf->max_batch;
-        config.cache_shards = conf->shards;
         config.cache_lock_timeout_ms = conf->lock_timeout;
 
         conf->settings = ngx_http_rpcedge_settings(cf, &config);

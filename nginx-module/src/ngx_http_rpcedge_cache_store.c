@@ -19,12 +19,11 @@
 /*
  * a key held by a request that ended without its answer (its client went
  * away: nginx drops the subrequests of a request it terminates), released
- * by this worker's next lookup through the same server and daemons
+ * by this worker's next lookup through the same server and daemon
  */
 typedef struct {
     ngx_http_core_srv_conf_t   *server;
     ngx_str_t                   pass;
-    ngx_uint_t                  shard;
     size_t                      method_len;
     u_char                      method[16];
     size_t                      path_len;
@@ -298,7 +297,6 @@ ngx_http_rpcedge_cache_call(ngx_http_request_t *r, rpcedge_daemon_call_t *dc,
         sr->headers_in.content_length_n = -1;
     }
 
-    call->shard = dc->shard;
     call->lookup = lookup;
 
     ngx_http_set_ctx(sr, call, ngx_http_rpcedge_cache_module);
@@ -368,7 +366,6 @@ ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
 
     orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
     orphan->pass = conf->pass;
-    orphan->shard = release->shard;
     orphan->method_len = release->method.len;
     ngx_memcpy(orphan->method, release->method.data, release->method.len);
     orphan->path_len = release->path.len;
@@ -407,7 +404,6 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
 
         ngx_memzero(&release, sizeof(rpcedge_daemon_call_t));
 
-        release.shard = orphan->shard;
         release.method.data = orphan->method;
         release.method.len = orphan->method_len;
         release.path.data = orphan->path;

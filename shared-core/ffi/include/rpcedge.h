@@ -301,10 +301,6 @@ typedef struct {
   uint64_t cache_chain_ttl_s;
   uint64_t cache_max_batch;
   /**
-   * How many daemons share the keys (`rpcedge_cache_shards`).
-   */
-  uint64_t cache_shards;
-  /**
    * How long a miss waits for another request's answer for its key; 0: never.
    */
   uint64_t cache_lock_timeout_ms;

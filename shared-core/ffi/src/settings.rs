@@ -48,8 +48,6 @@ pub struct RpcedgeConfig {
     pub cache_max_entry: u64,
     pub cache_chain_ttl_s: u64,
     pub cache_max_batch: u64,
-    /// How many daemons share the keys (`rpcedge_cache_shards`).
-    pub cache_shards: u64,
     /// How long a miss waits for another request's answer for its key; 0: never.
     pub cache_lock_timeout_ms: u64,
 }
@@ -153,8 +151,6 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             chain_ttl_s: c.cache_chain_ttl_s,
             max_batch: c.cache_max_batch,
             lock_timeout_ms: c.cache_lock_timeout_ms,
-            // the host routes each shard's calls itself: the names only count the shards
-            clusters: (0..c.cache_shards).map(|shard| format!("shard {shard}")).collect(),
             ..CacheConfig::default()
         };
         Config {
@@ -225,7 +221,6 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         cache_max_entry: cache.max_entry,
         cache_chain_ttl_s: cache.chain_ttl_s,
         cache_max_batch: cache.max_batch,
-        cache_shards: cache.clusters.len() as u64,
         cache_lock_timeout_ms: cache.lock_timeout_ms,
     }
 }
