@@ -259,7 +259,7 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
 """
 
 
-def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, clusters=("rpcedge_cached",), hot=False,
+def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, cluster="rpcedge_cached", hot=False,
                  settings=None, transcode=False):
     """The plugin configuration: compression (and with `transcode`, SSZ for clients that ask,
     within the example listener's buffer limit), and the cache unless `cache` is false, with
@@ -269,7 +269,7 @@ def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, clust
         plugin = plugin[:-1] + ', "transcode": true, "buffer_limit": 68157440}'
     if not cache:
         return plugin
-    settings = {"clusters": list(clusters), "timeout_ms": timeout_ms, **(settings or {})}
+    settings = {"cluster": cluster, "timeout_ms": timeout_ms, **(settings or {})}
     if hot:
         settings["hot_bytes"] = hot_bytes(hot)
     if namespace:
@@ -290,7 +290,7 @@ def openresty_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOK
     or "proxied" (proxy_pass, the binding in the access phase and the filters); `extra` in the
     server."""
     assert not hot, "the Lua binding keeps no hot tier"
-    plugin = envoy_plugin(cache=cache, timeout_ms=timeout_ms, clusters=(f"{LOOPBACK}:{cached_port}",),
+    plugin = envoy_plugin(cache=cache, timeout_ms=timeout_ms, cluster=f"{LOOPBACK}:{cached_port}",
                           settings=settings, transcode=transcode)
     if form == "capture":
         answer = """content_by_lua_block { rpcedge_answer(@NS@) }"""

@@ -32,7 +32,7 @@ PROMETHEUS_PREFIX = {"wasm": "rpcedge_", "native": "envoy_dynamicmodulescustom_r
 EXAMPLE_PLUGIN_CONFIG = (
     '{"min_length": 1024, "max_buffer": 1048576, "level": "auto", "stream_level": 1, "stream_delay_ms": 100,\n'
     '                     "transcode": true, "transcode_hold_max": 67108864, "buffer_limit": 68157440,\n'
-    '                     "cache": {"clusters": ["rpcedge_cached"], "timeout_ms": 50, "hot_bytes": 33554432}}'
+    '                     "cache": {"cluster": "rpcedge_cached", "timeout_ms": 50, "hot_bytes": 33554432}}'
 )
 COMPRESSION_PLUGIN_CONFIG = (
     '{"min_length": 1024, "max_buffer": 1048576, "level": "auto", "stream_level": 1, "stream_delay_ms": 100}'

@@ -20,7 +20,7 @@ LARGE = "trace_replayTransaction/erigon-rpc-tests__mainnet__test_10.tar"  # 1.5 
 
 
 EXAMPLE_SETTINGS = """settings([[{"level": "auto", "transcode": true,
-            "cache": {"clusters": ["127.0.0.1:18090"]}}]])"""
+            "cache": {"cluster": "127.0.0.1:18090"}}]])"""
 
 
 def openresty_conf(prefix, node_port, port, settings=None, cached_port=None):
@@ -305,7 +305,7 @@ def test_the_example_answers_from_rpcedge_cached_through_both_forms(tmp_path, ad
     try:
         settings = None
         if address == "unix":
-            settings = json.dumps({"level": "auto", "cache": {"clusters": [f"unix:{socket_path}"]}})
+            settings = json.dumps({"level": "auto", "cache": {"cluster": f"unix:{socket_path}"}})
         port, process = start_openresty(tmp_path / "openresty", stack.replay.port, settings, stack.daemon.port)
         try:
             def post(prefix, id_):
@@ -333,12 +333,13 @@ def test_the_example_answers_from_rpcedge_cached_through_both_forms(tmp_path, ad
 
 
 @pytest.mark.parametrize("cache, message", [
-    ({}, "cache_shards: rpcedge_cached is not a daemon's address"),
-    ({"clusters": ["127.0.0.1:0"]}, "cache_shards: 127.0.0.1:0 is not a daemon's address"),
-    ({"clusters": ["localhost"]}, "cache_shards: localhost is not a daemon's address"),
+    ({}, "cache_cluster: rpcedge_cached is not a daemon's address"),
+    ({"cluster": "127.0.0.1:0"}, "cache_cluster: 127.0.0.1:0 is not a daemon's address"),
+    ({"cluster": "localhost"}, "cache_cluster: localhost is not a daemon's address"),
     # a name would need nginx's resolver for every lookup
-    ({"clusters": ["localhost:18090"]}, "cache_shards: localhost:18090 is not a daemon's address"),
-    ({"clusters": ["127.0.0.1:18090"], "hot_bytes": 1 << 20}, "cache_hot_bytes: the Lua binding keeps no hot tier"),
+    ({"cluster": "localhost:18090"}, "cache_cluster: localhost:18090 is not a daemon's address"),
+    ({"cluster": "127.0.0.1:18090", "hot_bytes": 1 << 20}, "cache_hot_bytes: the Lua binding keeps no hot tier"),
+    ({"clusters": ["127.0.0.1:18090", "127.0.0.1:18091"]}, "cache_clusters: sharding was retired"),
     ({"timeout_ms": 0}, "cache_timeout_ms: must be between"),
 ])
 def test_a_bad_cache_section_stops_nginx_at_startup_naming_the_field(tmp_path, cache, message):
@@ -373,7 +374,7 @@ def test_a_client_asking_json_gets_json_from_the_cache_when_the_node_is_asked_fo
         location / {{ proxy_pass http://{LOOPBACK}:{stack.replay.port}; }}
     }}""", [node_port])
     settings = json.dumps({"level": "auto", "transcode": True, "transcode_upstream_ssz": True,
-                           "cache": {"clusters": [f"127.0.0.1:{stack.daemon.port}"]}})
+                           "cache": {"cluster": f"127.0.0.1:{stack.daemon.port}"}})
     port, process = start_openresty(tmp_path / "openresty", node_port, settings)
     path = BLINDED_BLOCKS + BLINDED_ROOT
     ssz = (SSZ_EXAMPLES / "real" / "signed-blinded-beacon-block-deneb.computed.ssz").read_bytes()

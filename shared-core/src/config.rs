@@ -71,8 +71,9 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     pub enabled: bool,
-    /// The daemons, one upstream (an Envoy cluster) per shard, in shard order.
-    pub clusters: Vec<String>,
+    /// This host's daemon: its Envoy cluster (the Lua binding: its address). Hosts share entries
+    /// through the daemons' fleet tier, never by picking a daemon per key.
+    pub cluster: String,
     /// The key's namespace for every route that sets none in its metadata
     /// ([`crate::proxy::cache::ROUTE_NAMESPACE`]); with neither, a request bypasses the cache.
     /// Never taken from the request: a client must not choose where its answers are stored.
@@ -105,7 +106,7 @@ impl Default for CacheConfig {
         let limits = CacheSettings::default();
         CacheConfig {
             enabled: true,
-            clusters: vec!["rpcedge_cached".into()],
+            cluster: "rpcedge_cached".into(),
             namespace: None,
             timeout_ms: 50,
             status_header: true,
@@ -131,7 +132,6 @@ impl CacheConfig {
             max_entry: self.max_entry as usize,
             chain_ttl_s: self.chain_ttl_s,
             max_batch: self.max_batch as usize,
-            shards: self.clusters.len() as u32,
             lookup_timeout_ms: self.timeout_ms,
             lock_timeout_ms: self.lock_timeout_ms,
             store_timeout_ms: self.store_timeout_s * 1000,
@@ -147,14 +147,13 @@ impl CacheConfig {
         check_field("cache_chain_ttl_s", self.chain_ttl_s)?;
         check_field("cache_max_batch", self.max_batch)?;
         check_field("cache_lock_timeout_ms", self.lock_timeout_ms)?;
-        check_field("cache_shards", self.clusters.len() as u64)?;
         check_field("cache_hot_bytes", self.hot_bytes)?;
         if self.hot_bytes != 0 && self.hot_bytes < crate::cache::HOT_MIN_REGION as u64 {
             let message = format!("0 (none) or at least {}", crate::cache::HOT_MIN_REGION);
             return Err(ConfigError::new("cache_hot_bytes", message));
         }
-        if self.clusters.iter().any(String::is_empty) {
-            return Err(ConfigError::new("cache_shards", "a cluster name is empty".into()));
+        if self.cluster.is_empty() {
+            return Err(ConfigError::new("cache_cluster", "must not be empty".into()));
         }
         if self.namespace.as_deref() == Some("") {
             return Err(ConfigError::new("cache_namespace", "must not be empty".into()));
@@ -270,7 +269,7 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 18] = [
+pub const FIELDS: [Field; 17] = [
     Field { name: "min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
@@ -282,7 +281,6 @@ pub const FIELDS: [Field; 18] = [
     Field { name: "transcode_hold_max", range: 0..=2048 * MIB },
     Field { name: "transcode_budget", range: 0..=1024 * 1024 * MIB },
     Field { name: "cache_timeout_ms", range: 1..=60_000 },
-    Field { name: "cache_shards", range: 1..=1024 },
     Field { name: "cache_hot_bytes", range: 0..=1024 * MIB },
     Field { name: "cache_store_timeout_s", range: 1..=60 },
     Field { name: "cache_max_request", range: 0..=16 * MIB },
@@ -376,6 +374,7 @@ impl Config {
             // serde names the offending field in its message ("unknown field `levle`").
             let error = |e: serde_json::Error| ConfigError::new("config", e.to_string());
             let given: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(trimmed).map_err(error)?;
+            refuse_shards(&given)?;
             let mut fields = match serde_json::to_value(defaults).map_err(error)? {
                 serde_json::Value::Object(fields) => fields,
                 _ => unreachable!("a Config is an object"),
@@ -440,6 +439,20 @@ impl Config {
         let patterns = types.iter().map(|pattern| TypePattern::new(pattern)).collect();
         Ok(Settings { config: Config { types, ..self }, patterns, cache_settings: cache })
     }
+}
+
+/// The cache section's `clusters`, the daemons it once sharded the keys over, is refused by its
+/// name with the way out, where serde would only call it an unknown field.
+fn refuse_shards(given: &serde_json::Map<String, serde_json::Value>) -> Result<(), ConfigError> {
+    if given.get("cache").and_then(|cache| cache.get("clusters")).is_none() {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "cache_clusters",
+        "sharding was retired: run one daemon per host, started with --fleet, and name it as \"cluster\" \
+         (README.md, \"Moving from shards\")"
+            .into(),
+    ))
 }
 
 /// Parses a `beacon_network` directive's value: a chain's name, or `off`.
@@ -618,14 +631,12 @@ mod tests {
         assert_eq!(Settings::default().cache, None);
         let s = Config::from_json(br#"{"cache": {}}"#).unwrap();
         assert_eq!(s.cache, Some(CacheConfig::default()));
-        let s = Config::from_json(br#"{"cache": {"clusters": ["a", "b"], "namespace": "rpc/main", "timeout_ms": 20}}"#)
-            .unwrap();
+        let s = Config::from_json(br#"{"cache": {"cluster": "a", "namespace": "rpc/main", "timeout_ms": 20}}"#).unwrap();
         let cache = s.cache.clone().unwrap();
-        assert_eq!((cache.clusters.len(), cache.namespace.as_deref(), cache.timeout_ms), (2, Some("rpc/main"), 20));
+        assert_eq!((cache.cluster.as_str(), cache.namespace.as_deref(), cache.timeout_ms), ("a", Some("rpc/main"), 20));
         for (json, field) in [
             (&br#"{"cache": {"timeout_ms": 0}}"#[..], "cache_timeout_ms"),
-            (br#"{"cache": {"clusters": []}}"#, "cache_shards"),
-            (br#"{"cache": {"clusters": [""]}}"#, "cache_shards"),
+            (br#"{"cache": {"cluster": ""}}"#, "cache_cluster"),
             (br#"{"cache": {"hot_bytes": 1000}}"#, "cache_hot_bytes"),
             (br#"{"cache": {"hot_bytes": 2000000000}}"#, "cache_hot_bytes"),
             (br#"{"cache": {"namespace": ""}}"#, "cache_namespace"),
@@ -637,13 +648,22 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_section_that_still_shards_is_refused_with_the_way_out() {
+        for json in [&br#"{"cache": {"clusters": ["a", "b"]}}"#[..], br#"{"cache": {"cluster": "a", "clusters": ["a"]}}"#] {
+            let err = Config::from_json(json).unwrap_err();
+            assert_eq!(err.field, "cache_clusters");
+            assert!(err.message.starts_with("sharding was retired: run one daemon per host, started with --fleet"), "{err}");
+            assert!(err.message.contains("Moving from shards"), "{err}");
+        }
+    }
+
+    #[test]
     fn the_caches_limits_come_from_its_section_within_their_bounds() {
         let defaults = CacheSettings {
             max_request: 64 * 1024,
             max_entry: 8 * MIB as usize,
             chain_ttl_s: 3600,
             max_batch: 100,
-            shards: 1,
             lookup_timeout_ms: 50,
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
@@ -656,14 +676,13 @@ mod tests {
         let s = Config::from_json(br#"{"cache": {}}"#).unwrap();
         assert_eq!(s.cache_settings(), &defaults);
         let json = br#"{"cache": {"max_request": 300, "max_entry": 1000, "chain_ttl_s": 60, "store_timeout_s": 20,
-            "max_batch": 20, "clusters": ["a", "b"], "timeout_ms": 30, "lock_timeout_ms": 0}}"#;
+            "max_batch": 20, "cluster": "a", "timeout_ms": 30, "lock_timeout_ms": 0}}"#;
         let s = Config::from_json(json).unwrap();
         let expected = CacheSettings {
             max_request: 300,
             max_entry: 1000,
             chain_ttl_s: 60,
             max_batch: 20,
-            shards: 2,
             lookup_timeout_ms: 30,
             lock_timeout_ms: 0,
             store_timeout_ms: 20_000,

@@ -270,7 +270,8 @@ impl ProxyExchange {
     }
 
     /// The daemon's answer to the lookup (no `:status`: it failed): the reply to send, the next
-    /// lookup to make (a batch's keys on another shard), or on to the node.
+    /// lookup to make (the wait for the answer another request for the key is getting), or on to
+    /// the node.
     pub fn on_lookup_answer<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         headers: &[(N, V)],

@@ -1593,7 +1593,7 @@ fn block_answer(id: u32) -> Vec<u8> {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"hash":"{HASH}","number":"0x1"}}}}"#).into_bytes()
 }
 
-const CACHED: &str = r#"{"cache": {"clusters": ["cached"], "namespace": "mainnet", "hot_bytes": 65536}}"#;
+const CACHED: &str = r#"{"cache": {"cluster": "cached", "namespace": "mainnet", "hot_bytes": 65536}}"#;
 
 /// A JSON-RPC call to the node, which waits for its body and the daemon's lookup.
 fn ask(envoy: &Envoy, id: u32) -> Stream {
@@ -1667,7 +1667,7 @@ fn a_miss_is_stored_then_a_hit_never_reaches_the_node() {
 
 #[test]
 fn a_hit_the_daemon_sends_in_slices_is_whole() {
-    let envoy = Envoy::configure(r#"{"cache": {"clusters": ["cached"], "namespace": "mainnet"}}"#);
+    let envoy = Envoy::configure(r#"{"cache": {"cluster": "cached", "namespace": "mainnet"}}"#);
     let kept = store_a_miss(&envoy, 7);
     let (a, b) = kept.split_at(kept.len() / 3);
     let (b, c) = b.split_at(b.len() / 2);

@@ -24,10 +24,10 @@
 -- transcoded (SSZ needs the whole body before the head: use the subrequest form for it).
 --
 -- The response cache in rpcedge-cached, as nginx's module and Envoy use it: give the settings a
--- "cache" section whose "clusters" are the daemons' addresses, one per shard ("unix:/path" or
+-- "cache" section whose "cluster" is this host's daemon's address ("unix:/path" or
 -- "127.0.0.1:18090"; its other fields as Envoy's), and name each location's network:
 --
---     local settings = rpcedge.settings('{"cache": {"clusters": ["127.0.0.1:18090"]}}')
+--     local settings = rpcedge.settings('{"cache": {"cluster": "127.0.0.1:18090"}}')
 --     ...
 --     exchange:respond(exchange:capture("/__node", "mainnet"))
 --     -- or, in the proxy_pass form:  rpcedge.access(settings, "mainnet")
@@ -78,7 +78,7 @@
 --
 -- The binding's modules, each requiring only those named before it: resty.rpcedge.abi (the
 -- core through LuaJIT's FFI, the counters), resty.rpcedge.daemon (settings and their cache
--- daemons, the calls to them), resty.rpcedge.cache (the response cache of a request),
+-- daemon, the calls to it), resty.rpcedge.cache (the response cache of a request),
 -- resty.rpcedge.exchange (the subrequest form) and resty.rpcedge.filter (the proxy_pass form);
 -- this module gathers their public functions.
 

@@ -125,12 +125,12 @@ typedef struct {
 } rpcedge_header_t;
 
 /**
- * The cache section of JSON settings, for a host that takes its daemons from there (the Lua
- * binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
- * The namespace points into the settings.
+ * The cache section of JSON settings, for a host that takes its daemon from there (the Lua
+ * binding): the daemon as the section names it (for the Lua binding, its address), the namespace
+ * (NULL `data`: none) and what the host applies itself. Both strings point into the settings.
  */
 typedef struct {
-  size_t shards;
+  rpcedge_str_t cluster;
   rpcedge_str_t ns;
   uint64_t hot_bytes;
   /**
@@ -142,12 +142,11 @@ typedef struct {
 } rpcedge_cache_host_t;
 
 /**
- * A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
- * NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
- * protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
+ * A call to make to the daemon: `method path` with these headers and `body` (a NULL `data`:
+ * none), waiting at most `timeout_ms` for its answer. The core names the daemon's protocol; the
+ * host only moves it. Valid until the handle hands out another call, or is freed.
  */
 typedef struct {
-  uint32_t shard;
   rpcedge_str_t method;
   rpcedge_str_t path;
   const rpcedge_header_t *headers;
@@ -345,16 +344,6 @@ int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t 
 int32_t rpcedge_settings_cache(const rpcedge_settings_t *settings, rpcedge_cache_host_t *host);
 
 /**
- * The daemon of shard `index` as the cache section names it (an Envoy cluster; for the Lua
- * binding, the daemon's address): 1 with `name` filled (pointing into the settings), 0 past the
- * last or without a cache section.
- *
- * # Safety
- * `settings` is NULL or live; `name` is NULL or writable.
- */
-int32_t rpcedge_settings_cache_cluster(const rpcedge_settings_t *settings, size_t index, rpcedge_str_t *name);
-
-/**
  * # Safety
  * `cache` is NULL or came from `rpcedge_cache_new`, and is freed once.
  */
@@ -362,8 +351,9 @@ void rpcedge_cache_free(rpcedge_cache_t *cache);
 
 /**
  * The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
- * `rpcedge_cache_node_request`'s body, if any). One call makes one lookup; a batch's keys make
- * one per shard that holds any, each made after the last one's answer.
+ * `rpcedge_cache_node_request`'s body, if any). A call makes one lookup, and a second to wait for
+ * the answer that another request for its key is getting; a batch's keys make one multi-key
+ * lookup. Each is made after the last one's answer.
  *
  * # Safety
  * `cache` is NULL or live; `call` is NULL or writable.

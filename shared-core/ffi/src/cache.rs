@@ -35,12 +35,11 @@ pub struct RpcedgeCache {
     pub(super) refusals: Vec<Refusal>,
 }
 
-/// A call to make to the daemon of shard `shard`: `method path` with these headers and `body` (a
-/// NULL `data`: none), waiting at most `timeout_ms` for its answer. The core names the daemon's
-/// protocol; the host only moves it. Valid until the handle hands out another call, or is freed.
+/// A call to make to the daemon: `method path` with these headers and `body` (a NULL `data`:
+/// none), waiting at most `timeout_ms` for its answer. The core names the daemon's protocol; the
+/// host only moves it. Valid until the handle hands out another call, or is freed.
 #[repr(C)]
 pub struct RpcedgeDaemonCall {
-    pub shard: u32,
     pub method: RpcedgeStr,
     pub path: RpcedgeStr,
     pub headers: *const RpcedgeHeader,
@@ -51,7 +50,6 @@ pub struct RpcedgeDaemonCall {
 
 impl RpcedgeDaemonCall {
     const NONE: RpcedgeDaemonCall = RpcedgeDaemonCall {
-        shard: 0,
         method: RpcedgeStr::NONE,
         path: RpcedgeStr::NONE,
         headers: ptr::null(),
@@ -152,12 +150,12 @@ pub unsafe extern "C" fn rpcedge_cache_takes_length(settings: *const RpcedgeSett
     })
 }
 
-/// The cache section of JSON settings, for a host that takes its daemons from there (the Lua
-/// binding): how many shards, the namespace (NULL `data`: none) and what the host applies itself.
-/// The namespace points into the settings.
+/// The cache section of JSON settings, for a host that takes its daemon from there (the Lua
+/// binding): the daemon as the section names it (for the Lua binding, its address), the namespace
+/// (NULL `data`: none) and what the host applies itself. Both strings point into the settings.
 #[repr(C)]
 pub struct RpcedgeCacheHost {
-    pub shards: usize,
+    pub cluster: RpcedgeStr,
     pub ns: RpcedgeStr,
     pub hot_bytes: u64,
     /// The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
@@ -182,7 +180,7 @@ pub unsafe extern "C" fn rpcedge_settings_cache(settings: *const RpcedgeSettings
         put(
             host,
             RpcedgeCacheHost {
-                shards: cache.clusters.len(),
+                cluster: RpcedgeStr::of(cache.cluster.as_bytes()),
                 ns: cache.namespace.as_deref().map_or(RpcedgeStr::NONE, |ns| RpcedgeStr::of(ns.as_bytes())),
                 hot_bytes: cache.hot_bytes,
                 min_length: settings.min_length,
@@ -191,27 +189,6 @@ pub unsafe extern "C" fn rpcedge_settings_cache(settings: *const RpcedgeSettings
             },
         );
         1
-    })
-}
-
-/// The daemon of shard `index` as the cache section names it (an Envoy cluster; for the Lua
-/// binding, the daemon's address): 1 with `name` filled (pointing into the settings), 0 past the
-/// last or without a cache section.
-///
-/// # Safety
-/// `settings` is NULL or live; `name` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_settings_cache_cluster(
-    settings: *const RpcedgeSettings,
-    index: usize,
-    name: *mut RpcedgeStr,
-) -> i32 {
-    guard(0, || {
-        let cluster = settings.as_ref().and_then(|s| s.0.cache.as_ref()).and_then(|cache| cache.clusters.get(index));
-        cluster.map_or(0, |cluster| {
-            put(name, RpcedgeStr::of(cluster.as_bytes()));
-            1
-        })
     })
 }
 
@@ -225,8 +202,9 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
 }
 
 /// The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
-/// `rpcedge_cache_node_request`'s body, if any). One call makes one lookup; a batch's keys make
-/// one per shard that holds any, each made after the last one's answer.
+/// `rpcedge_cache_node_request`'s body, if any). A call makes one lookup, and a second to wait for
+/// the answer that another request for its key is getting; a batch's keys make one multi-key
+/// lookup. Each is made after the last one's answer.
 ///
 /// # Safety
 /// `cache` is NULL or live; `call` is NULL or writable.
@@ -250,7 +228,6 @@ unsafe fn hand_out(cache: &mut RpcedgeCache, request: Option<DaemonRequest>, cal
     put(
         call,
         RpcedgeDaemonCall {
-            shard: request.shard,
             method: RpcedgeStr::of(request.method.as_bytes()),
             path: RpcedgeStr::of(request.path.as_bytes()),
             headers: cache.call_headers.as_ptr(),

@@ -439,7 +439,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let mut lookup = garbage();
         assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
         let path = owned(&lookup.path);
-        assert_eq!((lookup.shard, owned(&lookup.method), lookup.body.data.is_null()), (0, b"GET".to_vec(), true));
+        assert_eq!((owned(&lookup.method), lookup.body.data.is_null()), (b"GET".to_vec(), true));
         assert_eq!(call_headers(&lookup), [(b"x-rpcedge-lock".to_vec(), b"5000".to_vec())], "a miss holds the key");
         assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
         let absent = [c_header("X-Rpcedge-Miss", "absent"), c_header("X-Rpcedge-Lock", "held")];
@@ -664,20 +664,16 @@ fn the_cache_runs_with_the_settings_it_is_given() {
 }
 
 #[test]
-fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemons_there() {
+fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemon_there() {
     unsafe {
-        let json = br#"{"min_length": 512, "cache": {"clusters": ["unix:/run/a.sock", "127.0.0.1:18090"], "namespace": "mainnet",
+        let json = br#"{"min_length": 512, "cache": {"cluster": "127.0.0.1:18090", "namespace": "mainnet",
             "store_timeout_s": 7, "status_reason": true}}"#;
         let settings = rpcedge_settings_from_json(json.as_ptr(), json.len(), ptr::null_mut());
         let mut host = garbage::<RpcedgeCacheHost>();
         assert_eq!(rpcedge_settings_cache(settings, &mut host), 1);
-        let read = (host.shards, owned(&host.ns), host.hot_bytes, host.min_length);
-        assert_eq!(read, (2, b"mainnet".to_vec(), 0, 512));
+        let read = (owned(&host.cluster), owned(&host.ns), host.hot_bytes, host.min_length);
+        assert_eq!(read, (b"127.0.0.1:18090".to_vec(), b"mainnet".to_vec(), 0, 512));
         assert_eq!((host.status_header, host.status_reason), (1, 1));
-        let mut name = garbage::<RpcedgeStr>();
-        assert_eq!(rpcedge_settings_cache_cluster(settings, 1, &mut name), 1);
-        assert_eq!(owned(&name), b"127.0.0.1:18090");
-        assert_eq!(rpcedge_settings_cache_cluster(settings, 2, &mut name), 0);
         rpcedge_settings_free(settings);
 
         // no namespace: none; disabled, absent or no settings: no cache
@@ -691,6 +687,5 @@ fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemons_there() {
             rpcedge_settings_free(settings);
         }
         assert_eq!(rpcedge_settings_cache(ptr::null(), ptr::null_mut()), 0);
-        assert_eq!(rpcedge_settings_cache_cluster(ptr::null(), 0, ptr::null_mut()), 0);
     }
 }

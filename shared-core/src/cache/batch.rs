@@ -16,7 +16,7 @@ use super::entry::GzipSplice;
 use super::head::Head;
 use super::hot::HotTier;
 use super::{
-    protocol, request_of, shard, Bypass, CacheSettings, Capture, Entry, JsonRpcResponse, Key, Refusal, Request,
+    protocol, request_of, Bypass, CacheSettings, Capture, Entry, JsonRpcResponse, Key, Refusal, Request,
 };
 use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::Coding;
@@ -47,7 +47,6 @@ struct Member {
 #[derive(Debug)]
 struct Slot {
     key: Key,
-    shard: u32,
     found: Found,
 }
 
@@ -104,11 +103,7 @@ impl Batch {
                 id.as_ref().filter(|_| call.reads_alike()).and_then(|_| request_of(namespace, &call, settings).ok());
             let request = request.map(|request| {
                 let slot = slots.iter().position(|slot| slot.key == request.key).unwrap_or_else(|| {
-                    slots.push(Slot {
-                        key: request.key,
-                        shard: shard(&request.key, settings.shards),
-                        found: Found::Pending,
-                    });
+                    slots.push(Slot { key: request.key, found: Found::Pending });
                     slots.len() - 1
                 });
                 (request, slot)
@@ -133,15 +128,15 @@ impl Batch {
         found
     }
 
-    /// The next lookup to make: the shard and the body of a multi-key lookup of the keys not yet
-    /// looked up on that shard. `None`: every key has been.
-    pub fn next_lookup(&mut self) -> Option<(u32, Vec<u8>)> {
-        let shard = self.slots.iter().find(|slot| matches!(slot.found, Found::Pending))?.shard;
-        self.asking = (0..self.slots.len())
-            .filter(|&at| self.slots[at].shard == shard && matches!(self.slots[at].found, Found::Pending))
-            .collect();
+    /// The body of the multi-key lookup of the keys not yet looked up (none the hot tier
+    /// holds). `None`: every key has been.
+    pub fn next_lookup(&mut self) -> Option<Vec<u8>> {
+        self.asking = (0..self.slots.len()).filter(|&at| matches!(self.slots[at].found, Found::Pending)).collect();
+        if self.asking.is_empty() {
+            return None;
+        }
         let keys: Vec<String> = self.asking.iter().map(|&at| self.slots[at].key.hex()).collect();
-        Some((shard, keys.join("\n").into_bytes()))
+        Some(keys.join("\n").into_bytes())
     }
 
     /// The daemon's answer to the lookup under way.

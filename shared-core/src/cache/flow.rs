@@ -9,7 +9,7 @@ use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
 use super::hit::{hit_headers, HitResponse};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, protocol, shard, Bypass, CacheSettings, Capture, Entry, Final, Key, Refusal, Request};
+use super::{lookup, protocol, Bypass, CacheSettings, Capture, Entry, Final, Key, Refusal, Request};
 use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
@@ -86,13 +86,12 @@ enum NoHit {
     OtherVariant,
 }
 
-/// A call to make to the daemon of this shard: a lookup, a store or a release, `method path` with
+/// A call to make to the daemon: a lookup, a store or a release, `method path` with
 /// these headers and body (the daemon's protocol, [`protocol`]), waiting at most `timeout_ms` for
 /// its answer. A lookup's answer goes to [`CacheExchange::answered`]; a store's or a release's
 /// says nothing the exchange needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonRequest {
-    pub shard: u32,
     pub method: &'static str,
     pub path: String,
     pub headers: Vec<(&'static str, String)>,
@@ -271,13 +270,12 @@ impl CacheExchange {
     }
 
     /// The lookup to make next, or `None`: on to the node (with [`CacheExchange::node_request`]).
-    /// A batch's keys take one lookup per shard that holds any: the host makes them one after
-    /// the other, giving each answer to [`CacheExchange::answered`].
+    /// A batch's keys take one multi-key lookup; a call that finds its key in flight takes a
+    /// second, the wait for that answer. The host gives each answer to [`CacheExchange::answered`].
     pub fn next_lookup(&mut self) -> Option<DaemonRequest> {
         let request = self.request.as_mut().ok()?;
         if let Taken::Batch(batch) = request {
-            return batch.next_lookup().map(|(shard, body)| DaemonRequest {
-                shard,
+            return batch.next_lookup().map(|body| DaemonRequest {
                 method: protocol::LOOKUP_KEYS_METHOD,
                 path: protocol::LOOKUP_PATH.to_string(),
                 headers: Vec::new(),
@@ -286,7 +284,6 @@ impl CacheExchange {
             });
         }
         let key = *request.key()?;
-        let shard = shard(&key, self.settings.shards);
         if !self.looked_up {
             self.looked_up = true;
             let lock_ms = self.settings.lock_timeout_ms;
@@ -294,7 +291,7 @@ impl CacheExchange {
             self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
             let (path, timeout_ms) = (protocol::entry_path(&key.hex()), self.settings.lookup_timeout_ms);
             let method = protocol::LOOKUP_METHOD;
-            return Some(DaemonRequest { shard, method, path, headers, body: Vec::new(), timeout_ms });
+            return Some(DaemonRequest { method, path, headers, body: Vec::new(), timeout_ms });
         }
         if self.lock != Lock::InFlight {
             return None;
@@ -303,7 +300,7 @@ impl CacheExchange {
         // the daemon answers by the holder's deadline, at most lock_timeout_ms from now
         let timeout_ms = self.settings.lock_timeout_ms + self.settings.lookup_timeout_ms;
         let path = protocol::flight_path(&key.hex());
-        Some(DaemonRequest { shard, method: protocol::LOOKUP_METHOD, path, headers: Vec::new(), body: Vec::new(), timeout_ms })
+        Some(DaemonRequest { method: protocol::LOOKUP_METHOD, path, headers: Vec::new(), body: Vec::new(), timeout_ms })
     }
 
     /// The key of a request that takes one (one call or a Beacon-API read; not a batch).
@@ -632,7 +629,6 @@ impl CacheExchange {
             return None;
         }
         Some(DaemonRequest {
-            shard: shard(&key, self.settings.shards),
             method: protocol::RELEASE_METHOD,
             path: protocol::flight_path(&key.hex()),
             headers: Vec::new(),
@@ -650,7 +646,6 @@ impl CacheExchange {
             headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
         }
         DaemonRequest {
-            shard: shard(&kept.key, self.settings.shards),
             method: protocol::STORE_METHOD,
             path: protocol::entry_path(&kept.key.hex()),
             headers,

@@ -13,7 +13,6 @@ mod hit;
 mod hot;
 pub mod protocol;
 mod rules;
-mod shard;
 
 use std::fmt;
 
@@ -30,7 +29,6 @@ pub use hit::HitResponse;
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
-pub use shard::shard;
 
 /// The cache's settings, shared by every host: each configures them (`config::CacheConfig::settings`,
 /// nginx's directives) and its exchanges run with them.
@@ -45,8 +43,6 @@ pub struct CacheSettings {
     /// Batches of more calls bypass the cache whole (at most [`protocol::MAX_LOOKUP_KEYS`]; 0:
     /// every batch does).
     pub max_batch: usize,
-    /// How many daemons share the keys ([`shard`]).
-    pub shards: u32,
     /// How long a lookup may take before the node is asked instead.
     pub lookup_timeout_ms: u64,
     /// How long a miss waits for the answer that another request for the same key is getting
@@ -65,7 +61,6 @@ impl Default for CacheSettings {
             max_entry: 8 * 1024 * 1024,
             chain_ttl_s: 3600,
             max_batch: 100,
-            shards: 1,
             lookup_timeout_ms: 50,
             // as nginx's proxy_cache_lock_timeout
             lock_timeout_ms: 5000,

@@ -418,31 +418,6 @@ proptest! {
     }
 }
 
-#[test]
-fn jump_hashing_spreads_keys_and_moves_a_third_when_a_third_daemon_joins() {
-    let keys: Vec<Key> = (0..30_000u32)
-        .map(|i| lookup("n", request("eth_getBlockByNumber", &format!(r#"["0x{i:x}",false]"#)).as_bytes(), &settings()).unwrap().key)
-        .collect();
-    let mut counts = [0usize; 3];
-    let mut moved = 0usize;
-    for key in &keys {
-        let (two, three) = (shard(key, 2), shard(key, 3));
-        assert!(two < 2 && three < 3);
-        counts[three as usize] += 1;
-        if two != three {
-            assert_eq!(three, 2, "a key moves only to the new daemon");
-            moved += 1;
-        }
-        assert_eq!(shard(key, 1), 0);
-        assert_eq!(shard(key, 0), 0);
-    }
-    let third = keys.len() / 3;
-    assert!(moved.abs_diff(third) < third / 20, "{moved} of {} moved", keys.len());
-    for count in counts {
-        assert!(count.abs_diff(third) < third / 20, "{counts:?}");
-    }
-}
-
 /// The daemon's side of a lookup, for the flow tests: what it keeps for `call`.
 fn daemon_keeps(call: &DaemonRequest) -> Vec<u8> {
     Entry::decode(&call.body).unwrap().compact().unwrap()
@@ -883,7 +858,7 @@ fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
     );
     let mut exchange = exchange(Some("n"), Some(batch.as_bytes()), false, false);
     let lookup = exchange.next_lookup().unwrap();
-    assert_eq!((lookup.method, lookup.path.as_str(), lookup.shard), ("POST", protocol::LOOKUP_PATH, 0));
+    assert_eq!((lookup.method, lookup.path.as_str()), ("POST", protocol::LOOKUP_PATH));
     let keys = String::from_utf8(lookup.body).unwrap();
     assert_eq!(keys.lines().count(), 2, "one key per distinct call: {keys}");
     let found = looked(&[Some(&chain_entry), Some(&receipt_entry)]);

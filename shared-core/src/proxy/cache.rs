@@ -19,8 +19,8 @@ pub(crate) fn status_header() -> &'static str {
     "x-rpcedge-cache"
 }
 
-/// A call to the daemon: to this cluster (its shard's), with these headers and body, waiting at
-/// most `timeout_ms` for the answer.
+/// A call to the daemon: to this cluster, with these headers and body, waiting at most
+/// `timeout_ms` for the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonCall {
     pub cluster: String,
@@ -32,13 +32,13 @@ pub struct DaemonCall {
 }
 
 impl DaemonCall {
-    /// The core's request as an HTTP/2-style call to the cluster of its shard.
+    /// The core's request as an HTTP/2-style call to the daemon's cluster.
     fn new(config: &CacheConfig, request: DaemonRequest) -> Self {
-        let DaemonRequest { shard, method, path, headers: call_headers, body, timeout_ms } = request;
-        let cluster = &config.clusters[shard as usize];
-        let mut headers = vec![(":method", method.to_string()), (":path", path), (":authority", cluster.to_string())];
+        let DaemonRequest { method, path, headers: call_headers, body, timeout_ms } = request;
+        let cluster = config.cluster.clone();
+        let mut headers = vec![(":method", method.to_string()), (":path", path), (":authority", cluster.clone())];
         headers.extend(call_headers);
-        DaemonCall { cluster: cluster.to_string(), headers, body, timeout_ms, store: false }
+        DaemonCall { cluster, headers, body, timeout_ms, store: false }
     }
 }
 

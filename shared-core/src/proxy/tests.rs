@@ -15,7 +15,7 @@ fn settings(json: &str) -> Arc<Settings> {
 }
 
 fn cached() -> Arc<Settings> {
-    settings(r#"{"cache": {"clusters": ["cached"], "hot_bytes": 65536}}"#)
+    settings(r#"{"cache": {"cluster": "cached", "hot_bytes": 65536}}"#)
 }
 
 struct Hot(RefCell<Vec<u8>>);
@@ -129,7 +129,7 @@ fn the_node_is_asked_for_identity_wherever_rpcedge_may_have_work_on_the_answer()
     let upstream_ssz = settings(r#"{"transcode_upstream_ssz": true}"#);
     assert!(identity(upstream_ssz, "br", "application/json", None));
     // the cache keeps plain answers only, for clients of every coding
-    let cache = settings(r#"{"cache": {"clusters": ["rpcedge_cached"]}}"#);
+    let cache = settings(r#"{"cache": {"cluster": "rpcedge_cached"}}"#);
     assert!(identity(cache.clone(), "br", "*/*", Some("mainnet")));
     assert!(!identity(cache, "br", "*/*", None), "a route without a namespace bypasses the cache");
 }
@@ -199,7 +199,7 @@ fn the_configured_limits_decide_what_is_looked_up_and_what_is_stored() {
     let (request, answer) = (block_request(7), block_answer(7));
     let limited = |max_request: usize, max_entry: usize| {
         let json = format!(
-            r#"{{"cache": {{"clusters": ["cached"], "max_request": {max_request}, "max_entry": {max_entry}}}}}"#
+            r#"{{"cache": {{"cluster": "cached", "max_request": {max_request}, "max_entry": {max_entry}}}}}"#
         );
         ProxyExchange::new(settings(&json), Arc::default())
     };
@@ -252,7 +252,7 @@ fn a_header_is_removed_only_when_the_node_sent_it() {
 
 #[test]
 fn a_miss_waits_for_the_holders_answer_and_a_holder_without_one_releases_its_key() {
-    let settings = settings(r#"{"cache": {"clusters": ["cached"], "timeout_ms": 40, "lock_timeout_ms": 700}}"#);
+    let settings = settings(r#"{"cache": {"cluster": "cached", "timeout_ms": 40, "lock_timeout_ms": 700}}"#);
     // the holder: its node fails, and its key is released behind the answer, not as a store
     let mut holder = ProxyExchange::new(Arc::clone(&settings), Arc::default());
     let RequestStep::Lookup(lookup) = ask(&mut holder, &block_request(7), None) else { panic!("no lookup") };

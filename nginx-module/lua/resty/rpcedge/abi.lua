@@ -100,7 +100,6 @@ uint8_t rpcedge_exchange_transcode(const rpcedge_exchange_t *exchange, rpcedge_e
 typedef struct rpcedge_cache_t rpcedge_cache_t;
 
 typedef struct {
-  uint32_t shard;
   rpcedge_str_t method;
   rpcedge_str_t path;
   const rpcedge_header_t *headers;
@@ -117,7 +116,7 @@ typedef struct {
 } rpcedge_kept_entry_t;
 
 typedef struct {
-  size_t shards;
+  rpcedge_str_t cluster;
   rpcedge_str_t ns;
   uint64_t hot_bytes;
   uint64_t min_length;
@@ -126,7 +125,6 @@ typedef struct {
 } rpcedge_cache_host_t;
 
 int32_t rpcedge_settings_cache(const rpcedge_settings_t *settings, rpcedge_cache_host_t *host);
-int32_t rpcedge_settings_cache_cluster(const rpcedge_settings_t *settings, size_t index, rpcedge_str_t *name);
 rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_str_t ns, rpcedge_str_t method,
                                    rpcedge_str_t path, const uint8_t *body, size_t body_len,
                                    const rpcedge_header_t *headers, size_t headers_len);

@@ -55,12 +55,13 @@ local function held_key(handle)
 end
 
 
--- The finalizer of a daemon-form cache handle: keeps the key it still holds for the next lookup.
-local function release_when_collected(daemons)
+-- The finalizer of a daemon-form cache handle: keeps the key it still holds for the next lookup
+-- (to the daemon at `address`).
+local function release_when_collected(address)
     return function(handle)
         local release = held_key(handle)
         if release and #orphans < ORPHANS_MAX then
-            orphans[#orphans + 1] = { daemons = daemons, stores = {}, bytes = 0, release = release }
+            orphans[#orphans + 1] = { daemon = address, stores = {}, bytes = 0, release = release }
         end
         lib.rpcedge_cache_free(handle)
     end
@@ -218,8 +219,8 @@ end
 -- length lets it be looked up at all) and the client's `request_headers` (as it sent them, not
 -- as ask_upstream made them for the node); nil without a section.
 local function daemon_cache(settings, namespace, request_headers)
-    local daemons = daemon.of(settings)
-    if daemons == nil then
+    local config = daemon.of(settings)
+    if config == nil then
         return nil
     end
     while #orphans > 0 do
@@ -233,8 +234,9 @@ local function daemon_cache(settings, namespace, request_headers)
             body = request_body(settings)
         end
     end
-    local cache = new_cache(settings, body, namespace or daemons.ns, request_headers, release_when_collected(daemons))
-    cache.daemons = daemons
+    local cache = new_cache(settings, body, namespace or config.ns, request_headers,
+                            release_when_collected(config.address))
+    cache.daemon_config = config
     -- the log phase ends what the answer did not (its client went away)
     ngx.ctx.rpcedge_cache, cache.request_key = cache, request_key()
     in_flight[cache.request_key] = cache
@@ -250,13 +252,13 @@ function _M.of_request()
 end
 
 
--- Asks the daemons what the core asks, one lookup after the other: true on a hit. A lookup
+-- Asks the daemon what the core asks, one lookup after the other: true on a hit. A lookup
 -- that fails (no daemon, no answer in time) fails open: the node answers.
 function Cache:lookup()
     local lookup = ffi_new("rpcedge_daemon_call_t")
     while lib.rpcedge_cache_next_lookup(self.handle, lookup) ~= 0 do
         local call = daemon_call_of(lookup)
-        local status, found, answer = daemon_call(self.daemons[call.shard], call)
+        local status, found, answer = daemon_call(self.daemon_config.address, call)
         if not status then
             ngx.log(ngx.INFO, "rpcedge cache: lookup failed: ", found)
             lib.rpcedge_cache_failed(self.handle)
@@ -265,7 +267,7 @@ function Cache:lookup()
         local headers, n, strings = header_array(found)
         anchor[1] = strings
         local hit = lib.rpcedge_cache_answered(self.handle, status, headers, n, answer, #answer,
-                                               self.daemons.min_length) ~= 0
+                                               self.daemon_config.min_length) ~= 0
         anchor[1] = nil
         if hit then
             return true
@@ -313,8 +315,8 @@ end
 
 -- X-Rpcedge-Cache on the answer, where the settings ask for it.
 function Cache:mark_status()
-    if self.daemons.status_header then
-        ngx.header["X-Rpcedge-Cache"] = self:status(self.daemons.status_reason)
+    if self.daemon_config.status_header then
+        ngx.header["X-Rpcedge-Cache"] = self:status(self.daemon_config.status_reason)
     end
 end
 
@@ -356,7 +358,7 @@ end
 
 
 -- The answer has gone out (or the request is over without one): its stores, and the release of
--- a key held without one, go to the daemons from a timer; why an answer was not kept is counted.
+-- a key held without one, go to the daemon from a timer; why an answer was not kept is counted.
 function Cache:ended()
     if self.done then
         return
@@ -386,7 +388,7 @@ function Cache:ended()
         for _, put in ipairs(stores) do
             bytes = bytes + #(put.body or "")
         end
-        send_behind({ daemons = self.daemons, stores = stores, release = release, bytes = bytes })
+        send_behind({ daemon = self.daemon_config.address, stores = stores, release = release, bytes = bytes })
     end
 end
 

@@ -1,7 +1,7 @@
--- resty.rpcedge.daemon: the daemons of the response cache (rpcedge-cached) that settings name,
--- and how this worker talks to them: validated settings with their daemons' addresses, a call of
--- the core's made over a cosocket, and the queue of stores and releases that timers send behind
--- the answers.
+-- resty.rpcedge.daemon: the daemon of the response cache (rpcedge-cached) that settings name,
+-- and how this worker talks to it: validated settings with their daemon's address, a call of the
+-- core's made over a cosocket, and the queue of stores and releases that timers send behind the
+-- answers.
 
 local ffi = require "ffi"
 local abi = require "resty.rpcedge.abi"
@@ -27,12 +27,12 @@ local DAEMON_IDLE_MS = 8000
 local _M = {}
 
 
--- The daemons of settings whose cache section is enabled, by the settings: where each shard's
--- daemon listens and what this binding applies itself.
-local daemons_of = setmetatable({}, { __mode = "k" })
+-- The daemon form's configuration of settings whose cache section is enabled, by the settings:
+-- where the daemon listens and what this binding applies itself.
+local configs_of = setmetatable({}, { __mode = "k" })
 
 
--- A daemon's address as the cache section's "clusters" name it: "unix:/path" or an IP address
+-- A daemon's address as the cache section's "cluster" names it: "unix:/path" or an IP address
 -- and port ("127.0.0.1:18090", "[::1]:18090"); nil when it is neither.
 local function daemon_address(name)
     if name:find("^unix:/") then
@@ -60,30 +60,26 @@ local function daemon_config(settings)
     if host.hot_bytes ~= 0 then
         error("rpcedge: cache_hot_bytes: the Lua binding keeps no hot tier (nginx's module does)", 3)
     end
-    local config = {
+    local cluster = lua_string(host.cluster)
+    local address = daemon_address(cluster)
+    if not address then
+        error("rpcedge: cache_cluster: " .. cluster .. " is not a daemon's address "
+              .. "(unix:/path, or an IP address and port; \"enabled\": false for rpcedge.cache "
+              .. "without the daemon)", 3)
+    end
+    return {
+        address = address,
         ns = lua_string(host.ns),
         min_length = tonumber(host.min_length),
         status_header = host.status_header ~= 0,
         status_reason = host.status_reason ~= 0,
     }
-    local name = ffi_new("rpcedge_str_t")
-    for shard = 0, tonumber(host.shards) - 1 do
-        lib.rpcedge_settings_cache_cluster(settings, shard, name)
-        local address = daemon_address(lua_string(name))
-        if not address then
-            error("rpcedge: cache_shards: " .. lua_string(name) .. " is not a daemon's address "
-                  .. "(unix:/path, or an IP address and port; \"enabled\": false for rpcedge.cache "
-                  .. "without the daemon)", 3)
-        end
-        config[shard] = address
-    end
-    return config
 end
 
 
 -- Validated settings from the JSON the Envoy filter takes ("" for the defaults); raises an error
--- naming the field that is out of range. With a "cache" section, its "clusters" are the daemons'
--- addresses, one per shard.
+-- naming the field that is out of range. With a "cache" section, its "cluster" is the daemon's
+-- address.
 function _M.settings(json)
     json = json or ""
     local err = ffi_new("rpcedge_error_t")
@@ -92,20 +88,20 @@ function _M.settings(json)
         error("rpcedge: " .. C_string(err.field) .. ": " .. C_string(err.message), 2)
     end
     settings = ffi_gc(settings, lib.rpcedge_settings_free)
-    daemons_of[settings] = daemon_config(settings)
+    configs_of[settings] = daemon_config(settings)
     return settings
 end
 
 
--- The daemons' configuration of settings (daemon_config), or nil when they have no cache section
--- (or one that is not enabled).
+-- The daemon form's configuration of settings (daemon_config), or nil when they have no cache
+-- section (or one that is not enabled).
 function _M.of(settings)
-    return daemons_of[settings]
+    return configs_of[settings]
 end
 
 
--- A call the core made for a daemon (rpcedge_daemon_call_t), copied: { shard, method, path,
--- headers (a list of { name, value }), body (or nil), timeout_ms }.
+-- A call the core made for the daemon (rpcedge_daemon_call_t), copied: { method, path, headers
+-- (a list of { name, value }), body (or nil), timeout_ms }.
 local function daemon_call_of(call)
     local headers = {}
     for i = 0, tonumber(call.headers_len) - 1 do
@@ -113,7 +109,6 @@ local function daemon_call_of(call)
         headers[i + 1] = { C_string(header.name, header.name_len), C_string(header.value, header.value_len) }
     end
     return {
-        shard = call.shard,
         method = lua_string(call.method),
         path = lua_string(call.path),
         headers = headers,
@@ -212,7 +207,7 @@ end
 _M.daemon_call = daemon_call
 
 
--- What goes to the daemons behind the answers (the filters cannot use cosockets): each worker's
+-- What goes to the daemon behind the answers (the filters cannot use cosockets): each worker's
 -- jobs (a request's stores, then the release of a key it held without one), in order, drained by
 -- at most DRAINERS timers however many answers end at once (OpenResty drops a timer past
 -- lua_max_running_timers). Past QUEUE_BYTES of entries waiting, a job's stores are dropped and
@@ -235,11 +230,10 @@ end
 
 
 local function run_job(job, premature)
-    local daemons = job.daemons
     for _, put in ipairs(job.stores) do
         local status, why = 0, "nginx is exiting"
         if not premature then
-            status, why = daemon_call(daemons[put.shard], put)
+            status, why = daemon_call(job.daemon, put)
         end
         if status ~= 204 then
             ngx.log(ngx.INFO, "rpcedge cache: store not taken (", status or why, ")")
@@ -248,7 +242,7 @@ local function run_job(job, premature)
     end
     -- (a worker that exits leaves the key to the daemon's lock time)
     if job.release and not premature then
-        daemon_call(daemons[job.release.shard], job.release)
+        daemon_call(job.daemon, job.release)
     end
 end
 
@@ -265,8 +259,8 @@ local function drain(premature)
 end
 
 
--- Queues a job: { daemons, stores, release (or nil), bytes (of the stores) }, the calls as
--- daemon_call_of gives them.
+-- Queues a job: { daemon (its address), stores, release (or nil), bytes (of the stores) }, the
+-- calls as daemon_call_of gives them.
 local function send_behind(job)
     queued_bytes = queued_bytes + job.bytes
     if queued_bytes > QUEUE_BYTES then
