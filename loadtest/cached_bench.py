@@ -43,8 +43,9 @@ def deflated_entry(result):
             + before + after + head + data)
 
 
-def workload(limit=4000):
-    """Entries from the corpus's recorded results of 1 KiB up to 1 MiB."""
+def workload(limit=4000, smallest=1024):
+    """Entries from the corpus's recorded results of `smallest` bytes up to 1 MiB, at most `limit`
+    (None: all)."""
     entries = []
     for relative in rc.corpus_files(CORPUS):
         if (CORPUS / relative).stat().st_size > 4 << 20:
@@ -54,7 +55,7 @@ def workload(limit=4000):
             if result is None:
                 continue
             text = json.dumps(result, separators=(",", ":")).encode()
-            if 1024 <= len(text) <= 1 << 20:
+            if smallest <= len(text) <= 1 << 20:
                 entries.append(deflated_entry(text))
                 if len(entries) == limit:
                     return entries

@@ -28,20 +28,19 @@ import concurrent.futures
 import hashlib
 import http.client
 import json
-import shutil
 import random
+import shutil
 import time
 import types
 from pathlib import Path
 
 from bench import cpu_seconds
-from cached_bench import deflated_entry
+from cached_bench import workload
 from testbed import cache_cases as cc
-from testbed import replay_corpus as rc
 from testbed import scenarios, wire
 from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached
-from testbed.stack import NETWORKS
 from testbed.redis_cluster import RedisCluster
+from testbed.stack import NETWORKS
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "fleet"
@@ -52,17 +51,7 @@ CONNECTIONS = 16
 
 def answers(limit):
     """The corpus's recorded results up to 1 MiB, as entries, `limit` of them (round again if fewer)."""
-    found = []
-    for relative in rc.corpus_files(CORPUS):
-        if (CORPUS / relative).stat().st_size > 4 << 20:
-            continue  # whole-chain traces: slow to parse here, and beyond the 1 MiB taken
-        for _, response in rc.read_pairs(CORPUS / relative):
-            result = response.get("result") if isinstance(response, dict) else None
-            if result is None:
-                continue
-            text = json.dumps(result, separators=(",", ":")).encode()
-            if len(text) <= 1 << 20:
-                found.append(deflated_entry(text))
+    found = workload(limit=None, smallest=0)
     return [found[n % len(found)] for n in range(limit)]
 
 
@@ -70,11 +59,15 @@ def key(n, run):
     return hashlib.sha256(f"fleet bench {run} {n}".encode()).hexdigest()
 
 
-def daemon(name, cluster, extra=()):
+def fleet_args(cluster):
     (WORK / "secret").write_bytes(SECRET)
-    return start_cached(WORK, WORK / name, name=name, args=[
-        "--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms",
-        "--fleet-queue", "1GiB", "--max-disk", "8GiB", *extra])
+    return ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms"]
+
+
+def daemon(name, cluster):
+    """A daemon on the fleet whose queue and store take every entry the benchmark writes."""
+    return start_cached(WORK, WORK / name, name=name,
+                        args=[*fleet_args(cluster), "--fleet-queue", "1GiB", "--max-disk", "8GiB"])
 
 
 def used_memory(cluster):
@@ -171,11 +164,6 @@ def hits(cluster, count):
     finally:
         writer.process.stop()
         reader.process.stop()
-
-
-def fleet_args(cluster):
-    (WORK / "secret").write_bytes(SECRET)
-    return ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms"]
 
 
 def hosts(cluster):
