@@ -21,7 +21,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -37,6 +37,7 @@ use crate::flights::{Landing, Lock};
 use crate::read_through;
 use crate::state::State;
 use crate::store::Lookup;
+use crate::units::now_s;
 
 type Body = Full<Bytes>;
 
@@ -83,13 +84,9 @@ fn parse_key(hex: &str) -> Option<[u8; 32]> {
     Some(key)
 }
 
-fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Response<Body> {
     let miss = match state.store.get(key, now_s()) {
-        Ok(Lookup::Hit(entry, left_s)) => return hit(entry, left_s),
+        Ok(Lookup::Hit(entry, left_s)) => return hit(Bytes::from(entry), left_s),
         Ok(Lookup::Absent) => "absent",
         Ok(Lookup::Expired) => "expired",
         Ok(Lookup::Bad) => "bad",
@@ -100,8 +97,9 @@ async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Respons
     let mut miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
     if let (Some(fleet), false) = (&state.fleet, lock == Some(Lock::InFlight)) {
         if let Some((entry, left_s)) = read_through::fetch(state, fleet, key).await {
+            let entry = Bytes::from(entry);
             if lock == Some(Lock::Held) {
-                state.flights.land(key, Some(Bytes::from(entry.clone())));
+                state.flights.land(key, Some(entry.clone()));
                 state.flights.settle(key);
             }
             return hit(entry, left_s);
@@ -124,8 +122,8 @@ async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Respons
 }
 
 /// A hit's answer: the entry, and the seconds it has left.
-fn hit(entry: Vec<u8>, left_s: Option<u64>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(entry)));
+fn hit(entry: Bytes, left_s: Option<u64>) -> Response<Body> {
+    let mut response = Response::new(Full::new(entry));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     if let Some(left_s) = left_s {
         // so that a proxy's hot tier keeps it no longer than this

@@ -3,23 +3,20 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::state::State;
 use crate::fleet::{Fleet, Found, Polled};
+use crate::state::State;
 use crate::store::Lookup;
+use crate::units::now_s;
 
 /// A follower asks again after this, doubling up to `LONGEST_POLL`: a holder's node answers in
 /// milliseconds, and every poll is a round with the cluster.
 const FIRST_POLL: Duration = Duration::from_millis(2);
 const LONGEST_POLL: Duration = Duration::from_millis(20);
-
-fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 /// Keeps an entry the fleet gave in the local store: the next miss here is a local hit. Its
 /// seconds left, `None` for an entry without expiry.

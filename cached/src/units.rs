@@ -1,6 +1,12 @@
-//! Sizes and durations as the command line writes them (`64MiB`, `200ms`).
+//! Sizes and durations as the command line writes them (`64MiB`, `200ms`), and the clock that
+//! expiries are kept in.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Now, in Unix seconds: what the store's and the fleet's expiries are written in.
+pub fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 
 /// A number and the unit right after it, e.g. `64MiB` or `200ms`; the unit's multiple of its
 /// base (bytes, milliseconds) is looked up in `units`.

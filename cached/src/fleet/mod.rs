@@ -15,8 +15,7 @@ mod value;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +29,8 @@ use tokio::time::Instant;
 use breaker::Breaker;
 pub use settings::{FleetArgs, FleetSettings};
 use value::{Kind, Refused, Sealer, OVERHEAD};
+
+use crate::units::now_s;
 
 /// Entries written to the fleet at once by the queue's writer.
 const WRITE_BATCH: usize = 64;
@@ -528,8 +529,4 @@ fn name(key: &[u8; 32], suffix: &str) -> String {
     name.push_str("}:");
     name.push_str(suffix);
     name
-}
-
-fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
