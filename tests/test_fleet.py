@@ -117,6 +117,59 @@ def test_values_planted_in_the_cluster_are_never_served(daemons, cluster):
     assert stats["fleet_hits_total"] == 0
 
 
+def test_values_of_another_type_planted_in_the_cluster_do_not_turn_the_fleet_off(daemons, cluster):
+    """A Redis error about a key (WRONGTYPE on a planted hash) is a miss, not a failing cluster:
+    whoever can write to the cluster cannot open the daemons' breaker with it."""
+    a, b = daemons(2)
+    for n in range(12):
+        k = key(f"fleet planted hash {n}")
+        cluster.command("HSET", f"rpcedge:{{{k}}}:e", "field", "value")
+        assert b.request("GET", f"/v1/entries/{k}")[0] == 404
+    real = key("fleet after the plants")
+    assert put(a, real, entry(b'{"real":1}}'))[0] == 204
+    in_fleet(cluster, real)
+    assert b.request("GET", f"/v1/entries/{real}")[0] == 200
+    stats = b.stats()
+    assert (stats["fleet_breaker_opened_total"], stats["fleet_hits_total"], stats["fleet_errors_total"]) == (0, 1, 12)
+
+
+def test_a_lock_planted_without_an_expiry_holds_nobody_back(daemons, cluster):
+    """A lock no daemon set (no time to live) is gone for a follower: its waiters go to their node
+    at once instead of waiting out their hold."""
+    a, = daemons(1)
+    k = key("fleet planted lock")
+    cluster.command("SET", f"rpcedge:{{{k}}}:lock", "not a daemon's")
+    status, headers, _ = a.request("GET", f"/v1/entries/{k}", headers={"X-Rpcedge-Lock": "5000"})
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "in_flight")
+    started = time.monotonic()
+    status, headers, _ = a.request("GET", f"/v1/flights/{k}")
+    assert (status, headers["X-Rpcedge-Miss"]) == (404, "released")
+    assert time.monotonic() - started < 2.5, "not the 5 s hold"
+
+
+def test_a_new_holder_is_never_followed_by_the_answer_of_the_one_before(daemons, cluster):
+    """A holder's answer stays in the fleet until its lock would have expired; the next miss that
+    holds the key clears it, so that its own followers wait for its answer."""
+    a, b = daemons(2)
+    lock = {"X-Rpcedge-Lock": "5000"}
+    k = key("fleet two holders")
+    assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
+    assert put(a, k, entry(b'{"first":1}}'), {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
+    in_fleet(cluster, k, suffix="a")
+    # the next miss holds the key again; its follower must not get the first holder's answer
+    assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
+    assert cluster.command("EXISTS", f"rpcedge:{{{k}}}:a") == 0
+    assert b.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Miss"] == "in_flight"
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(b.request("GET", f"/v1/flights/{k}")))
+    waiter.start()
+    time.sleep(0.5)
+    second = entry(b'{"second":2}}')
+    assert put(a, k, second, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
+    waiter.join(10)
+    assert [(status, body) for status, _, body in got] == [(200, second)]
+
+
 def test_an_entry_over_the_fleet_limit_stays_local(daemons, cluster):
     a, b = daemons(2, extra=["--fleet-max-entry", "4KiB"])
     small, large = key("fleet small"), key("fleet large")

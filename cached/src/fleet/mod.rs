@@ -30,6 +30,8 @@ use breaker::Breaker;
 pub use settings::{FleetArgs, FleetSettings};
 use value::{Kind, Refused, Sealer, OVERHEAD};
 
+use rpcedge_core::cache::protocol::MAX_LOCK_MS;
+
 use crate::units::now_s;
 
 /// Entries written to the fleet at once by the queue's writer.
@@ -38,6 +40,18 @@ const WRITE_BATCH: usize = 64;
 /// (and keeps trying, every `RECONNECT_EVERY`).
 const FIRST_CONNECT: Duration = Duration::from_secs(5);
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+/// Writes (entries from the queue, a holder's outcome) are off every request's path: they may
+/// take this long, so that a burst of large entries is not taken for a failing cluster.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Takes a miss's lock and clears an earlier holder's answer with it, so that those who follow
+/// this holder are never handed the one before's.
+const HOLD: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0";
 
 /// Publishes a holder's outcome and frees its lock, if it still holds it, as one step: a waiting
 /// host never sees the lock gone before the entry or answer is there.
@@ -231,8 +245,11 @@ impl Fleet {
         });
     }
 
-    /// One round with the cluster, within the fleet timeout, unless the breaker is open.
-    async fn round<T, F>(&self, ask: impl FnOnce(ClusterConnection) -> F) -> Option<T>
+    /// One round with the cluster, within `timeout`, unless the breaker is open. An error the
+    /// cluster answered about the keys (a value of another type that someone wrote there, a
+    /// script's error, out of memory) is not the cluster failing: counted, but not by the breaker,
+    /// so that nobody who can write to the cluster can turn the fleet off with a planted value.
+    async fn round<T, F>(&self, timeout: Duration, ask: impl FnOnce(ClusterConnection) -> F) -> Option<T>
     where
         F: Future<Output = RedisResult<T>>,
     {
@@ -247,13 +264,18 @@ impl Fleet {
             return None;
         };
         let started = Instant::now();
-        let counter = match tokio::time::timeout(self.timeout, ask(connection)).await {
+        let counter = match tokio::time::timeout(timeout, ask(connection)).await {
             Ok(Ok(answer)) => {
                 self.breaker.succeeded();
                 let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
                 self.counters.round_trip_us.fetch_add(us, Ordering::Relaxed);
                 return Some(answer);
+            }
+            Ok(Err(error)) if answered_about_the_keys(&error) => {
+                self.breaker.succeeded();
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
             Ok(Err(_)) => &self.counters.errors,
             Err(_) => &self.counters.timeouts,
@@ -274,7 +296,7 @@ impl Fleet {
     pub async fn get(&self, key: &[u8; 32]) -> Found {
         let name = name(key, "e");
         let bound = self.read_bound();
-        let value = self.round(|mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
+        let value = self.round(self.timeout, |mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
         let Some(value) = value else { return Found::Unanswered };
         match self.open(Kind::Entry, key, &value) {
             Some((entry, expires_s)) => {
@@ -344,7 +366,7 @@ impl Fleet {
         let (value, px) = self.sealed_entry(&write.key, &write.entry, write.ttl_s);
         let name = name(&write.key, "e");
         let written = self
-            .round(|mut connection| async move {
+            .round(WRITE_TIMEOUT.max(self.timeout), |mut connection| async move {
                 redis::cmd("SET").arg(name).arg(value).arg("PX").arg(px).query_async::<()>(&mut connection).await
             })
             .await;
@@ -366,22 +388,23 @@ impl Fleet {
     /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
     pub async fn hold(&self, key: &[u8; 32], hold: Duration) -> Hold {
         let token = format!("{}-{}", self.instance, self.tokens.fetch_add(1, Ordering::Relaxed));
-        let (name, ms) = (name(key, "lock"), u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1));
+        let (lock, answer_name) = (name(key, "lock"), name(key, "a"));
+        let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
         let set = token.clone();
         let answer = self
-            .round(|mut connection| async move {
-                redis::cmd("SET").arg(name).arg(set).arg("NX").arg("PX").arg(ms).query_async::<Option<String>>(&mut connection).await
+            .round(self.timeout, |mut connection| async move {
+                redis::Script::new(HOLD).key(lock).key(answer_name).arg(set).arg(ms).invoke_async::<i64>(&mut connection).await
             })
             .await;
         match answer {
-            Some(Some(_)) => {
+            Some(1) => {
                 self.counters.locks_held.fetch_add(1, Ordering::Relaxed);
                 let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
                 held.retain(|_, (_, until)| *until > Instant::now());
                 held.insert(*key, (token, Instant::now() + hold));
                 Hold::Held
             }
-            Some(None) => {
+            Some(_) => {
                 self.counters.locks_followed.fetch_add(1, Ordering::Relaxed);
                 Hold::Taken
             }
@@ -399,6 +422,10 @@ impl Fleet {
     pub async fn settle(&self, key: &[u8; 32], outcome: Outcome) {
         let Some((token, until)) = self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(key) else { return };
         let ms = until.saturating_duration_since(Instant::now()).as_millis().max(1);
+        let unsettled = match &outcome {
+            Outcome::Stored(entry, ttl_s) => Some((entry.clone(), *ttl_s)),
+            _ => None,
+        };
         let (kind, value, px) = match outcome {
             Outcome::Stored(entry, _) | Outcome::Answered(entry) if entry.len() > self.max_entry => {
                 self.counters.too_large.fetch_add(1, Ordering::Relaxed);
@@ -419,7 +446,7 @@ impl Fleet {
         let stored = kind == "e" && !value.is_empty();
         let (lock, target) = (name(key, "lock"), name(key, kind));
         let settled = self
-            .round(|mut connection| async move {
+            .round(WRITE_TIMEOUT.max(self.timeout), |mut connection| async move {
                 redis::Script::new(SETTLE)
                     .key(lock)
                     .key(target)
@@ -430,19 +457,28 @@ impl Fleet {
                     .await
             })
             .await;
-        if settled.is_some() && stored {
-            self.counters.stores.fetch_add(1, Ordering::Relaxed);
+        match (settled, unsettled) {
+            (Some(_), _) if stored => {
+                self.counters.stores.fetch_add(1, Ordering::Relaxed);
+            }
+            // the lock expires on its own; the entry goes the way every other entry does
+            (None, Some((entry, ttl_s))) => self.offer(*key, entry, ttl_s),
+            _ => {}
         }
     }
 
     /// What a follower of `key` finds: the holder's entry or answer, or the lock still held or
-    /// gone, in one round (the three names share a slot).
+    /// gone, in one round (the three names share a slot). The lock is read first: a holder that
+    /// settles during the round has then published what it had before it let go. A lock without
+    /// a time to live, or with more than any holder asks for, was not set by a daemon: gone.
     pub async fn poll(&self, key: &[u8; 32]) -> Polled {
         let (entry, answer, lock) = (name(key, "e"), name(key, "a"), name(key, "lock"));
         let bound = self.read_bound();
         let found = self
-            .round(|mut connection| async move {
+            .round(self.timeout, |mut connection| async move {
                 redis::pipe()
+                    .cmd("PTTL")
+                    .arg(lock)
                     .cmd("GETRANGE")
                     .arg(entry)
                     .arg(0)
@@ -451,20 +487,18 @@ impl Fleet {
                     .arg(answer)
                     .arg(0)
                     .arg(bound)
-                    .cmd("EXISTS")
-                    .arg(lock)
-                    .query_async::<(Vec<u8>, Vec<u8>, bool)>(&mut connection)
+                    .query_async::<(i64, Vec<u8>, Vec<u8>)>(&mut connection)
                     .await
             })
             .await;
-        let Some((entry, answer, locked)) = found else { return Polled::Unanswered };
+        let Some((lock_ms, entry, answer)) = found else { return Polled::Unanswered };
         if let Some((entry, expires_s)) = self.open(Kind::Entry, key, &entry) {
             return Polled::Entry(entry, expires_s);
         }
         if let Some((answer, _)) = self.open(Kind::Answer, key, &answer) {
             return Polled::Answer(answer);
         }
-        if locked {
+        if lock_ms > 0 && lock_ms.unsigned_abs() <= MAX_LOCK_MS {
             Polled::Held
         } else {
             Polled::Gone
@@ -480,7 +514,7 @@ impl Fleet {
             ("fleet_misses_total".into(), "Local misses the fleet did not have either", "counter", load(&counters.misses)),
             ("fleet_expired_total".into(), "Fleet values past their entry's expiry", "counter", load(&counters.expired)),
             ("fleet_timeouts_total".into(), "Fleet rounds past --fleet-timeout", "counter", load(&counters.timeouts)),
-            ("fleet_errors_total".into(), "Fleet rounds that failed (or no connection yet)", "counter", load(&counters.errors)),
+            ("fleet_errors_total".into(), "Fleet rounds that failed (no connection yet, or an error about a key)", "counter", load(&counters.errors)),
             ("fleet_skipped_total".into(), "Fleet rounds not sent: the breaker was open", "counter", load(&counters.skipped)),
             ("fleet_breaker_state".into(), "The fleet's breaker: 0 closed, 1 open, 2 probing", "gauge", self.breaker.gauge()),
             ("fleet_breaker_opened_total".into(), "Times the fleet's breaker opened", "counter", load(&self.breaker.opened)),
@@ -512,6 +546,17 @@ fn refused_login(error: &redis::RedisError) -> bool {
     let text = error.to_string();
     error.kind() == ErrorKind::AuthenticationFailed
         || ["AuthenticationFailed", "WRONGPASS", "NOAUTH", "NOPERM"].iter().any(|code| text.contains(code))
+}
+
+/// Whether the cluster answered the round with an error about its keys or values, rather than
+/// failing to answer: its own error reply (WRONGTYPE, a script's error, OOM), or a reply that is
+/// not what the command gives (a value of another type).
+fn answered_about_the_keys(error: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::Extension | ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::Server(ServerErrorKind::ResponseError)
+    )
 }
 
 /// A value, at most `bound` + 1 bytes of it (a longer one is refused without reading it all);
