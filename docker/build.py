@@ -22,7 +22,7 @@ from testbed.harness import SAMPLE_CORPUS, start_replay
 DOCKER = Path(__file__).resolve().parent
 REPO = DOCKER.parent
 CONTEXT = REPO / "build" / "docker" / "context"
-TARGETS = ["replay", "cached", "nginx", "envoy", "load", "prometheus"]
+TARGETS = ["replay", "cached", "nginx", "envoy", "redis", "load", "prometheus"]
 
 
 def envoy_binary():
@@ -56,13 +56,14 @@ def stage():
         else:
             shutil.copyfile(source, target)
     render.render(CONTEXT / "conf")
-    shutil.copyfile(DOCKER / "prometheus.yml", CONTEXT / "conf" / "prometheus.yml")
+    for prometheus in ("prometheus.yml", "prometheus-fleet.yml"):
+        shutil.copyfile(DOCKER / prometheus, CONTEXT / "conf" / prometheus)
     shutil.copytree(SAMPLE_CORPUS, CONTEXT / "corpus")
     load = CONTEXT / "load"
     load.mkdir()
     shutil.copyfile(REPO / "loadtest/wrk/replay.lua", load / "replay.lua")
     shutil.copyfile(DOCKER / "run-load", load / "run-load")
-    for script in ("cached-start", "envoy-start"):
+    for script in ("cached-start", "envoy-start", "fleet-start"):
         shutil.copyfile(DOCKER / script, CONTEXT / "bin" / script)
     write_request_list(load / "mix.tsv")
     # what the services' user may do with them: run the programs, read the rest

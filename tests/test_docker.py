@@ -19,8 +19,8 @@ import pytest
 from testbed import cache_cases as cc
 from testbed import replay_corpus as rc
 from testbed import wire
-from testbed.docker_engine import checked, run, start_engine
-from testbed.harness import REPO, SAMPLE_CORPUS, port_accepts
+from testbed.docker_engine import checked, run, stack_up
+from testbed.harness import REPO, SAMPLE_CORPUS
 
 COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-p", "rpcedge-test"]
 NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS = 18080, 18081, 19901, 19090
@@ -32,28 +32,7 @@ SMALL = "eth_blockNumber/execution-apis__hive-testchain__simple-test.io"  # 40 B
 
 @pytest.fixture(scope="module")
 def stack():
-    start_engine()
-    started = time.monotonic()
-    build = checked([sys.executable, "docker/build.py"])
-    print(f"\nimages built in {time.monotonic() - started:.0f} s:\n{build.stdout}")
-    busy = [port for port in (NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS) if port_accepts(port)]
-    assert not busy, f"ports {busy} are taken (is `make run` or another stack up?)"
-    run(COMPOSE + ["down", "-v"])
-    started = time.monotonic()
-    try:
-        checked(COMPOSE + ["up", "-d"], timeout=300)
-        wait_healthy(started + 2 * UP_WITHIN)
-        up_after = time.monotonic() - started
-        print(f"stack up and healthy {up_after:.1f} s after `up`")
-        assert up_after <= UP_WITHIN
-        yield
-    finally:
-        logs = run(COMPOSE + ["logs", "--tail", "20"])
-        down = run(COMPOSE + ["down", "-v"], timeout=300)
-        assert down.returncode == 0, down.stderr
-        assert not run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=rpcedge-test"]).stdout.strip()
-        if sys.exc_info()[0] is not None:
-            print(logs.stdout[-5000:])
+    yield from stack_up(COMPOSE, "rpcedge-test", (NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS), wait_healthy, UP_WITHIN)
 
 
 def wait_healthy(deadline):
