@@ -13,7 +13,11 @@ Hits: daemon A writes `--hits` entries; daemon B then looks each up twice: the f
 checks the value and keeps it), the second a local hit. The CPU time of B and of every Redis
 process over each pass, per lookup, side by side; 16 keep-alive connections at a time (a client thread
 each), as a proxy's workers would keep them. The proxy in front of a daemon does the same for
-either (it gets the same 200), so its share is the cache benchmark's "hit, from the daemon".
+either (it gets the same 200); a fleet hit happens once per key and daemon, too few times for a
+proxy's CPU, so the proxy's share is measured in the same run on the cache benchmark's calls,
+repeated: nginx answering hits from its daemon, and from its hot tier (wrk, 16 connections, gzip
+clients). Proxy, daemon and Redis together: nginx's CPU per daemon hit plus the daemon's and
+Redis's per fleet (or local) hit; a hot-tier hit is nginx's and its daemon's (idle) alone.
 
 Hosts: three nginx hosts, each with its own daemon, in front of one replay node whose every
 recorded block is final. The load test's method mix (1,000 requests, cacheable or not) goes
@@ -34,6 +38,7 @@ import time
 import types
 from pathlib import Path
 
+import cache_bench
 from bench import cpu_seconds
 from cached_bench import workload
 from testbed import cache_cases as cc
@@ -166,6 +171,46 @@ def hits(cluster, count):
         reader.process.stop()
 
 
+def proxy_share(seconds, runs):
+    """The median of `runs` wrk runs of `seconds` each, per request: nginx's CPU for a hit from
+    its daemon (the daemon's share is hits()'s), and nginx's and its daemon's together for a hit
+    from nginx's hot tier."""
+    (WORK / "proxy").mkdir()
+    stack = cc.CacheStack(WORK / "proxy", NETWORKS)
+    try:
+        stack.finalize_late(cc.FINAL)
+        calls = cc.find_all(cache_bench.waits_for_finality, limit=48)
+        rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
+        hits = cache_bench.write_list(WORK / "proxy-hits.tsv", rows)
+        out = {}
+        for case, hot, daemon in (("daemon_hit", None, []), ("hot_tier_hit", cache_bench.HOT_BYTES, [stack.daemon])):
+            options = {"hot": hot} if hot else {}
+            proxy = cc.start_proxy("nginx", WORK / case, stack, namespace=cache_bench.NAMESPACE, **options)
+            try:
+                cache_bench.store_all(proxy.port, calls)
+                pids = proxy.pids + [d.process.proc.pid for d in daemon]
+                measured = cache_bench.measure(pids, proxy.port, hits, "HIT", seconds, runs)
+                out[case] = cache_bench.row("nginx" + " and its daemon" * bool(daemon), case, measured)
+            finally:
+                proxy.stop()
+        return out
+    finally:
+        stack.stop()
+
+
+def together(hits_out, proxy_out):
+    """Proxy, daemon and Redis per request: a fleet hit, a local daemon hit and a hot-tier hit."""
+    daemon_hit = proxy_out["daemon_hit"]["cpu_us"]
+    out = {
+        "fleet_hit_cpu_us": daemon_hit + hits_out["fleet_hit"]["cpu_us"],
+        "local_hit_cpu_us": daemon_hit + hits_out["local_hit"]["cpu_us"],
+        "hot_tier_hit_cpu_us": proxy_out["hot_tier_hit"]["cpu_us"],
+    }
+    out["ratio_fleet_to_local"] = out["fleet_hit_cpu_us"] / out["local_hit_cpu_us"]
+    out["ratio_fleet_to_hot_tier"] = out["fleet_hit_cpu_us"] / out["hot_tier_hit_cpu_us"]
+    return out
+
+
 def hosts(cluster):
     out = {}
     for mode, daemon_args in (("without the fleet", []), ("with the fleet", fleet_args(cluster))):
@@ -206,13 +251,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=20000)
     parser.add_argument("--hits", type=int, default=3000)
+    parser.add_argument("--seconds", type=int, default=5, help="each wrk run of the proxy's share")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     cluster = RedisCluster(WORK / "cluster", masters=3, replicas=0)
     try:
-        results = {"memory": memory(cluster, args.entries), "hits": hits(cluster, args.hits), "hosts": hosts(cluster),
+        results = {"memory": memory(cluster, args.entries), "hits": hits(cluster, args.hits),
+                   "proxy": proxy_share(args.seconds, args.runs), "hosts": hosts(cluster),
                    "date": time.strftime("%Y-%m-%d")}
+        results["together"] = together(results["hits"], results["proxy"])
     finally:
         cluster.stop()
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
