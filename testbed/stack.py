@@ -150,8 +150,10 @@ def main():
     RUN.mkdir(parents=True, exist_ok=True)
     node = Part("geth", start_geth_node) if NODE == "geth" else Part("replay upstream", start_replay_node)
     parts = [node, Part("cache daemon", start_daemon), Part("nginx", start_nginx), Part("envoy", start_envoy)]
-    # SIGTERM (as from `kill`) stops the stack like Ctrl-C.
+    # SIGTERM (as from `kill`) stops the stack like Ctrl-C; and Ctrl-C (SIGINT) does even where the
+    # stack was started with it ignored, as a script's background job is (Python then sets none).
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if NODE == "geth":
             print("starting geth --dev (a block a second, transactions every 2 s) ...", flush=True)
