@@ -289,7 +289,7 @@ impl Fleet {
 
     /// The longest value worth reading: a longer one was not written by a daemon of this fleet.
     fn read_bound(&self) -> usize {
-        self.max_entry + OVERHEAD
+        self.max_entry.saturating_add(OVERHEAD)
     }
 
     /// The entry the fleet holds for `key`.
