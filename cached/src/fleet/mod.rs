@@ -287,6 +287,11 @@ impl Fleet {
         None
     }
 
+    /// The bound on a write's round: `WRITE_TIMEOUT`, or the fleet timeout where that is longer.
+    fn write_timeout(&self) -> Duration {
+        WRITE_TIMEOUT.max(self.timeout)
+    }
+
     /// The longest value worth reading: a longer one was not written by a daemon of this fleet.
     fn read_bound(&self) -> usize {
         self.max_entry.saturating_add(OVERHEAD)
@@ -366,7 +371,7 @@ impl Fleet {
         let (value, px) = self.sealed_entry(&write.key, &write.entry, write.ttl_s);
         let name = name(&write.key, "e");
         let written = self
-            .round(WRITE_TIMEOUT.max(self.timeout), |mut connection| async move {
+            .round(self.write_timeout(), |mut connection| async move {
                 redis::cmd("SET").arg(name).arg(value).arg("PX").arg(px).query_async::<()>(&mut connection).await
             })
             .await;
@@ -422,8 +427,9 @@ impl Fleet {
     pub async fn settle(&self, key: &[u8; 32], outcome: Outcome) {
         let Some((token, until)) = self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(key) else { return };
         let ms = until.saturating_duration_since(Instant::now()).as_millis().max(1);
+        // an entry the fleet may keep, for the write queue if the settle does not land
         let unsettled = match &outcome {
-            Outcome::Stored(entry, ttl_s) => Some((entry.clone(), *ttl_s)),
+            Outcome::Stored(entry, ttl_s) if entry.len() <= self.max_entry => Some((entry.clone(), *ttl_s)),
             _ => None,
         };
         let (kind, value, px) = match outcome {
@@ -446,7 +452,7 @@ impl Fleet {
         let stored = kind == "e" && !value.is_empty();
         let (lock, target) = (name(key, "lock"), name(key, kind));
         let settled = self
-            .round(WRITE_TIMEOUT.max(self.timeout), |mut connection| async move {
+            .round(self.write_timeout(), |mut connection| async move {
                 redis::Script::new(SETTLE)
                     .key(lock)
                     .key(target)
