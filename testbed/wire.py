@@ -10,6 +10,9 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
+import brotli
+import zstandard
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -46,18 +49,40 @@ class Response:
         for seconds, total in self.arrivals:
             raw = self.raw[:max(0, total - self.head_length)]
             body = dechunk(raw)[0] if self.chunked else raw
-            coding = self.header("content-encoding")
-            if coding in ("gzip", "deflate"):
-                body = zlib.decompressobj(wbits=31 if coding == "gzip" else 15).decompress(body)
-            progress.append((seconds, len(body)))
+            progress.append((seconds, len(decode_prefix(self.header("content-encoding"), body))))
         return progress
 
 
 def decode(coding, body):
+    """The body a client decodes, checked whole (a cut stream fails)."""
     if coding == "gzip":
         return gzip.decompress(body)
     if coding == "deflate":
         return zlib.decompress(body)
+    if coding == "zstd":
+        # frame after frame, each whole (RFC 8878: a body may be several)
+        out, rest = b"", body
+        while True:
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            out += frame.decompress(rest)
+            assert frame.eof, "zstd: the body ends inside a frame"
+            rest = frame.unused_data
+            if not rest:
+                return out
+    if coding == "br":
+        return brotli.decompress(body)
+    assert coding is None, f"unexpected Content-Encoding {coding}"
+    return body
+
+
+def decode_prefix(coding, body):
+    """What a client can decode of a body that may not have ended yet."""
+    if coding in ("gzip", "deflate"):
+        return zlib.decompressobj(wbits=31 if coding == "gzip" else 15).decompress(body)
+    if coding == "zstd":
+        return zstandard.ZstdDecompressor().decompressobj().decompress(body) if body else b""
+    if coding == "br":
+        return brotli.Decompressor().process(body)
     assert coding is None, f"unexpected Content-Encoding {coding}"
     return body
 

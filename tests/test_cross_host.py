@@ -27,6 +27,10 @@ CASES = [
     *[(f"/corpus/{BUCKETS[b]}", {"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "4096"}, "gzip")
       for b in ("under 1 KiB", "1-16 KiB", "16-256 KiB", "1-4 MiB")],
     (f"/corpus/{BUCKETS['16-256 KiB']}", {}, "gzip;q=0.5, deflate"),
+    *[(f"/corpus/{BUCKETS[b]}", {}, accept) for b in ("1-16 KiB", "256 KiB-1 MiB", "1-4 MiB")
+      for accept in ("zstd", "br", "gzip, deflate, br, zstd")],
+    *[(f"/corpus/{BUCKETS['16-256 KiB']}", {"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": "4096"}, accept)
+      for accept in ("zstd", "br")],
     (f"/corpus/{BUCKETS['16-256 KiB']}", {}, None),
     (f"/corpus/{BUCKETS['16-256 KiB']}", {"X-Replay-Header": ['ETag: "v7"', "Accept-Ranges: bytes"]}, "gzip"),
     (f"/corpus/{BUCKETS['16-256 KiB']}", {"X-Replay-Header": "Cache-Control: no-transform"}, "gzip"),

@@ -207,16 +207,17 @@ def test_a_json_rpc_post_is_compressed(envoy, envoy_upstream):
     assert json.loads(response.decoded()) == recorded["response"]
 
 
-def test_a_trickling_body_arrives_chunk_by_chunk(envoy, envoy_upstream):
+@pytest.mark.parametrize("coding", ["gzip", "zstd", "br"])
+def test_a_trickling_body_arrives_chunk_by_chunk(envoy, envoy_upstream, coding):
     # Four chunks 500 ms apart, each due at the client within stream_delay + 100 ms of the time
     # the upstream sent it (sent times are counted from the request, so never late).
     original = envoy_upstream.body("15KiB")
     size, delay = 4000, 0.5
-    response = envoy.request(corpus_path("15KiB"), headers={
+    response = envoy.request(corpus_path("15KiB"), accept_encoding=coding, headers={
         "X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": str(size), "X-Replay-Chunk-Delay-Ms": str(int(delay * 1000)),
     })
     assert response.complete and response.decoded() == original
-    assert response.header("content-encoding") == "gzip" and response.chunked
+    assert response.header("content-encoding") == coding and response.chunked
     progress = response.decoded_over_time()
     for index in range(4):
         wanted = min((index + 1) * size, len(original))
@@ -268,11 +269,16 @@ def test_untouched_responses(envoy, envoy_upstream, case, request_headers, metho
 @pytest.mark.parametrize("accept, coding", [
     ("gzip", "gzip"),
     ("GZIP;q=0.5, identity;q=0.4", "gzip"),
-    ("identity;q=0, *;q=0.1", "gzip"),
+    ("identity;q=0, *;q=0.1", "zstd"),
     ("deflate", "deflate"),
     ("gzip;q=0.5, deflate;q=0.8", "deflate"),
     ("gzip;q=0", None),
-    ("br", None),
+    ("br", "br"),
+    ("zstd", "zstd"),
+    ("gzip, deflate, br, zstd", "zstd"),
+    ("zstd;q=0, *", "gzip"),
+    ("zstd;q=0, gzip;q=0, *", "br"),
+    ("compress", None),
     ("gzip;q=0.5, identity", None),
     (None, None),
 ])

@@ -87,6 +87,11 @@ SERVER = """
             proxy_pass http://replay/;
         }}
 
+        location /gzipfirst/ {{
+            rpcedge_encodings gzip br;
+            proxy_pass http://replay/;
+        }}
+
         location /off/ {{
             rpcedge off;
             proxy_pass http://replay/;
@@ -254,6 +259,25 @@ def test_every_size_bucket_arrives_byte_identical(nginx, replay, bucket):
         assert last_log(nginx, f"/corpus/{path}")[2] == "stream"
 
 
+@pytest.mark.parametrize("coding", ["zstd", "br"])
+@pytest.mark.parametrize("bucket", BUCKETS)
+def test_every_size_bucket_arrives_whole_in_zstd_and_br(nginx, replay, bucket, coding):
+    path = BUCKETS[bucket]
+    original = recorded(replay, path)
+    r = get(nginx, f"/corpus/{path}", accept_encoding=f"{coding}, gzip;q=0.5, deflate;q=0.5")
+    assert r.status == 200 and r.complete and r.header("vary") == "Accept-Encoding"
+    if len(original) < 1024:
+        assert r.header("content-encoding") is None and r.body == original
+        return
+    assert r.header("content-encoding") == coding
+    if len(original) <= MIB:
+        assert r.header("content-length") == str(len(r.body)) and not r.chunked, "exact compressed Content-Length"
+        assert len(r.body) < len(original)
+    else:
+        assert r.header("content-length") is None and r.chunked
+    assert r.decoded() == original
+
+
 @pytest.mark.parametrize("bucket", ["1-16 KiB", "16-256 KiB", "256 KiB-1 MiB"])
 def test_static_files_are_compressed_like_proxied_ones(nginx, replay, bucket):
     original = recorded(replay, BUCKETS[bucket])
@@ -313,16 +337,17 @@ def test_chunked_body_past_max_buffer_streams(nginx, replay):
     assert gzip.decompress(r.body) == recorded(replay, path)
 
 
+@pytest.mark.parametrize("coding", ["gzip", "zstd", "br"])
 @pytest.mark.parametrize("prefix", ["", "/unbuffered"])
-def test_a_trickling_body_reaches_the_client_chunk_by_chunk(nginx, replay, prefix):
+def test_a_trickling_body_reaches_the_client_chunk_by_chunk(nginx, replay, prefix, coding):
     path = BUCKETS["1-16 KiB"]
     original = recorded(replay, path)
     chunk = len(original) // 4 + 1
-    r = get(nginx, f"{prefix}/corpus/{path}",
+    r = get(nginx, f"{prefix}/corpus/{path}", accept_encoding=coding,
             headers={"X-Replay-Mode": "chunked", "X-Replay-Chunk-Size": str(chunk),
                      "X-Replay-Chunk-Delay-Ms": "500"})
-    assert r.header("content-encoding") == "gzip" and r.chunked
-    assert gzip.decompress(r.body) == original
+    assert r.header("content-encoding") == coding and r.chunked
+    assert r.decoded() == original
     progress = r.decoded_over_time()
     # The upstream sends chunk i at about i * 500 ms; stream_delay is 100 ms.
     for i in range(4):
@@ -543,15 +568,23 @@ def test_gzip_beside_rpcedge_sends_one_vary(nginx, replay, bucket, coding):
     ("GZIP;q=1.0", "gzip"),
     ("deflate", "deflate"),
     ("gzip;q=0.5, deflate;q=0.9", "deflate"),
-    ("br", None),
+    ("br", "br"),
+    ("zstd", "zstd"),
+    ("gzip, deflate, br, zstd", "zstd"),
+    ("zstd;q=0, br, gzip", "gzip"),
+    ("gzip;q=0.9, br", "br"),
+    ("identity;q=0", None),
+    ("compress", None),
     ("gzip;q=0", None),
-    ("*", "gzip"),
+    ("*", "zstd"),
     ("*;q=0", None),
     ("gzip;q=0.5, identity;q=0.8", None),
     ("gzip;q=abc", None),
     ("", None),
     (None, None),
     (["br", "gzip"], "gzip"),
+    (["br", "gzip;q=0.5"], "br"),
+    (["compress", "gzip"], "gzip"),
 ])
 def test_q_values(nginx, replay, accept, coding):
     path = BUCKETS["1-16 KiB"]
@@ -559,6 +592,21 @@ def test_q_values(nginx, replay, accept, coding):
     r = get(nginx, f"/corpus/{path}", accept_encoding=None if isinstance(accept, list) else accept,
             headers=headers)
     assert r.header("content-encoding") == coding
+    assert r.decoded() == recorded(replay, path)
+
+
+@pytest.mark.parametrize("accept,coding", [
+    ("gzip, deflate, br, zstd", "gzip"),
+    ("br", "br"),
+    ("zstd", None),
+    ("zstd, deflate;q=0.5", None),
+    ("zstd, br;q=0.1", "br"),
+])
+def test_the_encodings_directive_sets_what_is_made_and_in_which_order(nginx, replay, accept, coding):
+    path = BUCKETS["16-256 KiB"]
+    r = get(nginx, f"/gzipfirst/corpus/{path}", accept_encoding=accept)
+    assert r.header("content-encoding") == coding
+    assert r.header("vary") == "Accept-Encoding"
     assert r.decoded() == recorded(replay, path)
 
 
@@ -699,6 +747,10 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_level fast;", '"rpcedge_level" directive must be auto or a number from 1 to 12, got "fast"'),
     ("rpcedge_level 0;", '"rpcedge_level" directive must be between 1 and 12, got 0'),
     ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
+    ("rpcedge_encodings zstd lz4;",
+     'invalid value "lz4" in "rpcedge_encodings": "lz4" is not one of zstd, br, gzip, deflate'),
+    ("rpcedge_encodings br gzip br;", '"rpcedge_encodings" lists br twice'),
+    ("rpcedge_encodings gzip; rpcedge_encodings br;", '"rpcedge_encodings" directive is duplicate'),
     ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),
     ("rpcedge_transcode_max 9000m;", '"rpcedge_transcode_max" directive must be between 0 and 8589934592'),
     ("rpcedge_transcode_hold_max 3000m;",

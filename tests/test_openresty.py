@@ -100,6 +100,9 @@ COMPARED = ("content-encoding", "content-length", "vary", "etag", "accept-ranges
 DECISIONS = [
     (MEDIUM, "gzip", {}),
     (MEDIUM, "deflate", {}),
+    (MEDIUM, "zstd", {}),
+    (MEDIUM, "gzip;q=0.9, deflate, br", {}),
+    (LARGE, "br", {}),
     (MEDIUM, "gzip;q=0", {}),
     (MEDIUM, None, {}),
     (SMALL, "gzip", {}),
@@ -112,7 +115,7 @@ DECISIONS = [
     (MEDIUM, "gzip", {"X-Replay-Mode": "chunked"}),
     (LARGE, "gzip", {}),
 ]
-DECISION_IDS = ["gzip", "deflate", "refused", "identity", "small", "strong-etag", "bad-etag", "vary", "no-transform",
+DECISION_IDS = ["gzip", "deflate", "zstd", "br", "br-streamed", "refused", "identity", "small", "strong-etag", "bad-etag", "vary", "no-transform",
                 "other-type", "404", "chunked", "large"]
 
 
@@ -154,11 +157,16 @@ def direct(replay, path):
 
 
 def test_lua_compresses_whole_bodies_with_an_exact_length(openresty, replay):
-    r = post(openresty, MEDIUM, "gzip;q=0.9, br")
+    r = post(openresty, MEDIUM, "gzip;q=0.9, deflate;q=0.5")
     assert r.status == 200 and r.complete
     assert r.header("content-encoding") == "gzip"
     assert r.header("content-length") == str(len(r.body))
     assert gzip.decompress(r.body) == direct(replay, MEDIUM)
+    for coding in ("zstd", "br"):
+        r = post(openresty, MEDIUM, f"gzip;q=0.9, {coding}")
+        assert r.header("content-encoding") == coding
+        assert r.header("content-length") == str(len(r.body))
+        assert r.decoded() == direct(replay, MEDIUM)
     assert r.header("vary") == "Accept-Encoding"
 
 

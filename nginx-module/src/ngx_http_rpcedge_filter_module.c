@@ -51,6 +51,7 @@ typedef struct {
     ngx_flag_t                 transcode_upstream_ssz;
     ngx_int_t                  beacon_network;
     ngx_array_t               *types;
+    ngx_array_t               *encodings;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
 
@@ -176,14 +177,26 @@ static ngx_int_t ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 
 static char *ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd,
+static char *ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
+    const rpcedge_str_t **strs, size_t *len);
 static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
 static void *ngx_http_rpcedge_create_conf(ngx_conf_t *cf);
 static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_rpcedge_filter_init(ngx_conf_t *cf);
 
+
+/* a list whose every value the core checks */
+typedef struct {
+    int32_t  (*check)(const uint8_t *value, size_t len, rpcedge_error_t *err);
+} ngx_http_rpcedge_list_check_t;
+
+static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_type_check =
+    { rpcedge_check_type };
+static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_encoding_check =
+    { rpcedge_check_encoding };
 
 /* a value the core parses into rpcedge_config_t's form */
 typedef struct {
@@ -305,10 +318,17 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
 
     { ngx_string("rpcedge_types"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_http_rpcedge_types,
+      ngx_http_rpcedge_list_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_conf_t, types),
-      NULL },
+      &ngx_http_rpcedge_type_check },
+
+    { ngx_string("rpcedge_encodings"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_rpcedge_list_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_conf_t, encodings),
+      &ngx_http_rpcedge_encoding_check },
 
       ngx_null_command
 };
@@ -1865,44 +1885,81 @@ ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 static char *
-ngx_http_rpcedge_types(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_rpcedge_conf_t  *rcf = conf;
+    char  *p = conf;
 
-    ngx_str_t        *value, *type;
-    ngx_uint_t        i;
-    rpcedge_error_t   err;
+    ngx_str_t                      *value, *item;
+    ngx_uint_t                      i;
+    ngx_array_t                   **list;
+    rpcedge_error_t                 err;
+    ngx_http_rpcedge_list_check_t  *check;
 
-    if (rcf->types != NGX_CONF_UNSET_PTR) {
+    list = (ngx_array_t **) (p + cmd->offset);
+
+    if (*list != NGX_CONF_UNSET_PTR) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
+    check = cmd->post;
 
-    rcf->types = ngx_array_create(cf->pool, cf->args->nelts - 1,
-                                  sizeof(ngx_str_t));
-    if (rcf->types == NULL) {
+    *list = ngx_array_create(cf->pool, cf->args->nelts - 1, sizeof(ngx_str_t));
+    if (*list == NULL) {
         return NGX_CONF_ERROR;
     }
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (rpcedge_check_type(value[i].data, value[i].len, &err) != 0) {
+        if (check->check(value[i].data, value[i].len, &err) != 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "invalid value \"%V\" in \"%V\": %s",
                                &value[i], &cmd->name, err.message);
             return NGX_CONF_ERROR;
         }
 
-        type = ngx_array_push(rcf->types);
-        if (type == NULL) {
+        item = ngx_array_push(*list);
+        if (item == NULL) {
             return NGX_CONF_ERROR;
         }
 
-        *type = value[i];
+        *item = value[i];
     }
 
     return NGX_CONF_OK;
+}
+
+
+/* a list directive's values as the C ABI takes them; none set: none given */
+
+static ngx_int_t
+ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
+    const rpcedge_str_t **strs, size_t *len)
+{
+    ngx_str_t      *item;
+    ngx_uint_t      i;
+    rpcedge_str_t  *out;
+
+    if (list == NULL) {
+        return NGX_OK;
+    }
+
+    out = ngx_palloc(cf->pool, list->nelts * sizeof(rpcedge_str_t));
+    if (out == NULL) {
+        return NGX_ERROR;
+    }
+
+    item = list->elts;
+
+    for (i = 0; i < list->nelts; i++) {
+        out[i].data = item[i].data;
+        out[i].len = item[i].len;
+    }
+
+    *strs = out;
+    *len = list->nelts;
+
+    return NGX_OK;
 }
 
 
@@ -1942,6 +1999,7 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->transcode_upstream_ssz = NGX_CONF_UNSET;
     conf->beacon_network = NGX_CONF_UNSET;
     conf->types = NGX_CONF_UNSET_PTR;
+    conf->encodings = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -1953,9 +2011,6 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_rpcedge_conf_t *prev = parent;
     ngx_http_rpcedge_conf_t *conf = child;
 
-    ngx_uint_t         i;
-    ngx_str_t         *type;
-    rpcedge_str_t     *types;
     rpcedge_config_t   config;
 
     /* the core's defaults are the one source of defaults */
@@ -1987,6 +2042,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->beacon_network, prev->beacon_network,
                          config.beacon_network);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
+    ngx_conf_merge_ptr_value(conf->encodings, prev->encodings, NULL);
 
     config.min_length = ngx_http_rpcedge_conf_min_length(cf);
     config.max_buffer = conf->max_buffer;
@@ -2001,21 +2057,14 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config.transcode_upstream_ssz = conf->transcode_upstream_ssz;
     config.beacon_network = conf->beacon_network;
 
-    if (conf->types) {
-        types = ngx_palloc(cf->pool, conf->types->nelts * sizeof(rpcedge_str_t));
-        if (types == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        type = conf->types->elts;
-
-        for (i = 0; i < conf->types->nelts; i++) {
-            types[i].data = type[i].data;
-            types[i].len = type[i].len;
-        }
-
-        config.types = types;
-        config.types_len = conf->types->nelts;
+    if (ngx_http_rpcedge_strs(cf, conf->types, &config.types,
+                              &config.types_len)
+        != NGX_OK
+        || ngx_http_rpcedge_strs(cf, conf->encodings, &config.encodings,
+                                 &config.encodings_len)
+           != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
     }
 
     if (!conf->enable) {

@@ -1,9 +1,11 @@
-//! Which libdeflate level pays, by body size: every level 1 to 12 on real corpus bodies, bucket
-//! by bucket (quarter-decades of size from the 1 KiB gate up). For each it prints the time per
-//! body, the ratio, and the bytes each level saves over the next cheaper one per extra
-//! microsecond, the figures `level auto` (`compress::auto_level`) was chosen from.
+//! Which level pays, by coding and body size: libdeflate's levels 1 to 12 (gzip), zstd's 1 to 19
+//! and brotli's 0 to 9 (10 and 11 take seconds per megabyte, out of a proxy's reach) on real
+//! corpus bodies, bucket by bucket (quarter-decades of size from the 1 KiB gate up). For each it
+//! prints the time per body, the ratio, and the bytes each level saves over the next cheaper one
+//! per extra microsecond, the figures `level auto` (`compress::auto_level`) was chosen from.
 //!
-//!     cargo bench -p rpcedge-core --bench level
+//!     cargo bench -p rpcedge-core --bench level            # every coding
+//!     cargo bench -p rpcedge-core --bench level -- zstd    # one
 
 mod common {
     pub mod buckets;
@@ -31,11 +33,17 @@ const BUCKETS: [(&str, usize, usize, usize); 7] = [
     ("1-4 MiB", MIB, 4 * MIB - 1, 4 * MIB),
     ("over 4 MiB", 4 * MIB, usize::MAX, 4 * MIB),
 ];
-const LEVELS: std::ops::RangeInclusive<u32> = 1..=12;
+/// The levels measured per coding.
+const CODINGS: [(Coding, &[u32]); 3] = [
+    (Coding::Gzip, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]),
+    (Coding::Zstd, &[1, 2, 3, 4, 5, 6, 7, 9, 12, 15, 19]),
+    (Coding::Br, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+];
 
-/// Bytes rpcedge sends for `bucket` at `level` (a body it refuses as not smaller counted whole).
-fn compressed(bucket: &Bucket, level: u32) -> usize {
-    bucket.bodies.iter().map(|body| compress_whole(Coding::Gzip, level, body).map_or(body.len(), |c| c.len())).sum()
+/// Bytes rpcedge sends for `bucket` in `coding` at `level` (a body it refuses as not smaller
+/// counted whole).
+fn compressed(bucket: &Bucket, coding: Coding, level: u32) -> usize {
+    bucket.bodies.iter().map(|body| compress_whole(coding, level, body).map_or(body.len(), |c| c.len())).sum()
 }
 
 fn main() {
@@ -45,29 +53,32 @@ fn main() {
         .warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_millis(700))
         .configure_from_args();
+    let filter = std::env::args().skip(1).find(|arg| !arg.starts_with('-')).unwrap_or_default();
     let mut report = Vec::new();
-    for bucket in &buckets {
-        let mut group = criterion.benchmark_group(format!("level {}", bucket.name));
+    for (coding, levels) in CODINGS.into_iter().filter(|(coding, _)| coding.token().contains(filter.as_str())) {
+      for bucket in &buckets {
+        let mut group = criterion.benchmark_group(format!("level {} {}", coding.token(), bucket.name));
         group.throughput(Throughput::Bytes(bucket.bytes() as u64));
         let mut rows = Vec::new();
-        for level in LEVELS {
+        for &level in levels {
             let started = std::time::Instant::now();
             let mut rounds = 0u32;
             group.bench_with_input(BenchmarkId::from_parameter(level), &bucket.bodies, |b, bodies| {
                 b.iter(|| {
                     rounds += 1;
                     for body in bodies {
-                        black_box(compress_whole(Coding::Gzip, level, black_box(body)));
+                        black_box(compress_whole(coding, level, black_box(body)));
                     }
                 })
             });
             // Criterion keeps its estimates to itself: our own mean over every round it ran
             // (warm-up included) serves the table; its report has the careful figure.
             let per_body_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds) / bucket.bodies.len() as f64;
-            rows.push((level, per_body_us, compressed(bucket, level)));
+            rows.push((level, per_body_us, compressed(bucket, coding, level)));
         }
         group.finish();
-        report.push((bucket, rows));
+        report.push((coding, bucket, rows));
+      }
     }
     criterion.final_summary();
     print_report(&report);
@@ -78,12 +89,12 @@ type LevelRow = (u32, f64, usize);
 
 /// Per bucket and level: µs per body, the ratio, and the marginal bytes saved per extra µs over
 /// the best cheaper level (the exchange rate that `auto_level`'s choice is read against).
-fn print_report(report: &[(&Bucket, Vec<LevelRow>)]) {
-    println!("\n| bucket | bodies | mean body B | level | µs/body | compressed/original | B saved per extra µs | auto |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |");
-    for (bucket, rows) in report {
+fn print_report(report: &[(Coding, &Bucket, Vec<LevelRow>)]) {
+    println!("\n| coding | bucket | bodies | mean body B | level | µs/body | compressed/original | B saved per extra µs | auto |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |");
+    for (coding, bucket, rows) in report {
         let mean = bucket.bytes() / bucket.bodies.len();
-        let auto = auto_level(mean);
+        let auto = auto_level(*coding, mean);
         for &(level, us, compressed) in rows {
             let marginal = rows
                 .iter()
@@ -93,7 +104,8 @@ fn print_report(report: &[(&Bucket, Vec<LevelRow>)]) {
                 })
                 .fold(None, |best: Option<f64>, x| Some(best.map_or(x, |b| b.min(x))));
             println!(
-                "| {} | {} | {} | {} | {:.1} | {:.4} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {:.4} | {} | {} |",
+                coding.token(),
                 bucket.name,
                 bucket.bodies.len(),
                 mean,

@@ -10,6 +10,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheSettings;
+use crate::negotiate::Coding;
 use crate::transcode::BeaconNetwork;
 
 const MIB: u64 = 1024 * 1024;
@@ -22,10 +23,14 @@ pub struct Config {
     pub min_length: u64,
     /// The most a response is buffered for one-shot compression before it streams.
     pub max_buffer: u64,
-    /// One-shot compression: `auto` (by the body's size) or a fixed libdeflate level.
+    /// One-shot compression: `auto` (by the body's size) or a fixed libdeflate level (gzip and
+    /// deflate; zstd and br always take theirs by size).
     pub level: Level,
     /// zlib level for streaming compression.
     pub stream_level: u32,
+    /// The codings made, in the server's order of preference: among those a client weighs
+    /// alike, the first listed wins ([`Config::DEFAULT_ENCODINGS`]).
+    pub encodings: Vec<Coding>,
     /// A chunked body that pauses this long stops being buffered and streams.
     pub stream_delay_ms: u64,
     /// Media types to compress; `type/*` and `*/*` match a whole family.
@@ -135,6 +140,7 @@ impl CacheConfig {
             lookup_timeout_ms: self.timeout_ms,
             lock_timeout_ms: self.lock_timeout_ms,
             store_timeout_ms: self.store_timeout_s * 1000,
+            ..CacheSettings::default()
         })
     }
 
@@ -223,11 +229,12 @@ impl Level {
         }
     }
 
-    /// The libdeflate level for a body of `length` bytes.
-    pub fn for_length(self, length: usize) -> u32 {
+    /// The level for a body of `length` bytes in `coding`: a fixed level is libdeflate's, and
+    /// applies to gzip and deflate.
+    pub fn for_body(self, coding: Coding, length: usize) -> u32 {
         match self {
-            Level::Auto => crate::compress::auto_level(length),
-            Level::Fixed(level) => level,
+            Level::Fixed(level) if matches!(coding, Coding::Gzip | Coding::Deflate) => level,
+            _ => crate::compress::auto_level(coding, length),
         }
     }
 }
@@ -239,6 +246,7 @@ impl Default for Config {
             max_buffer: MIB,
             level: Level::Auto,
             stream_level: 1,
+            encodings: Config::DEFAULT_ENCODINGS.to_vec(),
             stream_delay_ms: 100,
             types: ["application/json", "application/json-rpc", "application/javascript", "text/*"]
                 .map(String::from)
@@ -335,6 +343,37 @@ pub fn check_field(name: &str, value: u64) -> Result<(), ConfigError> {
     }
 }
 
+/// Parses one coding of `encodings`: `zstd`, `br`, `gzip` or `deflate`.
+pub fn parse_encoding(token: &str) -> Result<Coding, ConfigError> {
+    Coding::from_token(token.as_bytes()).ok_or_else(|| {
+        ConfigError::new("encodings", format!("\"{token}\" is not one of zstd, br, gzip, deflate"))
+    })
+}
+
+/// At least one coding, each once.
+pub fn check_encodings(encodings: &[Coding]) -> Result<(), ConfigError> {
+    if encodings.is_empty() {
+        return Err(ConfigError::new("encodings", "must list at least one of zstd, br, gzip, deflate".into()));
+    }
+    if let Some((_, coding)) = encodings.iter().enumerate().find(|(at, c)| encodings[..*at].contains(c)) {
+        return Err(ConfigError::new("encodings", format!("lists {} twice", coding.token())));
+    }
+    Ok(())
+}
+
+impl Serialize for Coding {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.token())
+    }
+}
+
+impl<'de> Deserialize<'de> for Coding {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Coding, D::Error> {
+        let token = String::deserialize(deserializer)?;
+        parse_encoding(&token).map_err(serde::de::Error::custom)
+    }
+}
+
 /// Checks one media-type pattern: `type/subtype`, `type/*` or `*/*`, no parameters.
 pub fn check_type(pattern: &str) -> Result<(), ConfigError> {
     let valid = match pattern.split_once('/') {
@@ -359,6 +398,12 @@ fn is_token(s: &str) -> bool {
 }
 
 impl Config {
+    /// By measurement on the corpus (`benches/level.rs`, docs/compression.md "Encodings"): zstd
+    /// first, which makes the fewest bytes for the least CPU; gzip next, as br (the Rust port of
+    /// Google's encoder) makes 1-3 % fewer bytes for 1.5-2x gzip's CPU, so br goes to a client
+    /// that prefers it or takes no gzip; deflate last, for a client that takes nothing else.
+    pub const DEFAULT_ENCODINGS: [Coding; 4] = [Coding::Zstd, Coding::Gzip, Coding::Br, Coding::Deflate];
+
     /// Parses and validates a JSON object (the Envoy plugin configuration); an empty input means
     /// all defaults.
     pub fn from_json(json: &[u8]) -> Result<Settings, ConfigError> {
@@ -430,7 +475,8 @@ impl Config {
         if self.types.is_empty() {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
-        let cache = cache.settings()?;
+        check_encodings(&self.encodings)?;
+        let cache = CacheSettings { gzip_hits: self.encodings.contains(&Coding::Gzip), ..cache.settings()? };
         let mut types = Vec::with_capacity(self.types.len());
         for pattern in &self.types {
             check_type(pattern)?;
@@ -658,6 +704,24 @@ mod tests {
     }
 
     #[test]
+    fn encodings_are_known_codings_each_once() {
+        use crate::negotiate::Coding::*;
+        assert_eq!(Config::default().encodings, [Zstd, Gzip, Br, Deflate]);
+        let s = Config::from_json(br#"{"encodings": ["GZIP", "br"]}"#).unwrap();
+        assert_eq!(s.encodings, [Gzip, Br]);
+        assert!(serde_json::to_string(&*s).unwrap().contains(r#""encodings":["gzip","br"]"#));
+        for (json, message) in [
+            (&br#"{"encodings": []}"#[..], "must list at least one of zstd, br, gzip, deflate"),
+            (br#"{"encodings": ["gzip", "gzip"]}"#, "lists gzip twice"),
+            (br#"{"encodings": ["lz4"]}"#, r#""lz4" is not one of zstd, br, gzip, deflate"#),
+            (br#"{"encodings": "gzip"}"#, "invalid type"),
+        ] {
+            let err = Config::from_json(json).unwrap_err();
+            assert!(err.to_string().contains(message), "{err}");
+        }
+    }
+
+    #[test]
     fn the_caches_limits_come_from_its_section_within_their_bounds() {
         let defaults = CacheSettings {
             max_request: 64 * 1024,
@@ -667,6 +731,7 @@ mod tests {
             lookup_timeout_ms: 50,
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
+            gzip_hits: true,
         };
         assert_eq!(
             Settings::default().cache_settings(),
@@ -686,8 +751,11 @@ mod tests {
             lookup_timeout_ms: 30,
             lock_timeout_ms: 0,
             store_timeout_ms: 20_000,
+            gzip_hits: true,
         };
         assert_eq!(s.cache_settings(), &expected);
+        let s = Config::from_json(br#"{"encodings": ["zstd", "br"]}"#).unwrap();
+        assert!(!s.cache_settings().gzip_hits, "hits go gzip only where gzip is offered");
         for (json, message) in [
             (
                 &br#"{"cache": {"max_request": 16777217}}"#[..],

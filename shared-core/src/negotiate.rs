@@ -15,26 +15,35 @@ pub enum Coding {
     Gzip = 1,
     /// HTTP's "deflate" is the zlib format (RFC 9110 §8.4.1.2).
     Deflate = 2,
+    /// Zstandard (RFC 8878), as a single frame.
+    Zstd = 3,
+    /// Brotli (RFC 7932).
+    Br = 4,
 }
 
 impl Coding {
+    pub const ALL: [Coding; 4] = [Coding::Gzip, Coding::Deflate, Coding::Zstd, Coding::Br];
+
     /// The token for Content-Encoding.
     pub fn token(self) -> &'static str {
         match self {
             Coding::Gzip => "gzip",
             Coding::Deflate => "deflate",
+            Coding::Zstd => "zstd",
+            Coding::Br => "br",
         }
     }
 
     /// The coding a content-coding token names (`x-gzip` is gzip), case-insensitively.
     pub fn from_token(token: &[u8]) -> Option<Coding> {
-        if token.eq_ignore_ascii_case(b"gzip") || token.eq_ignore_ascii_case(b"x-gzip") {
-            Some(Coding::Gzip)
-        } else if token.eq_ignore_ascii_case(b"deflate") {
-            Some(Coding::Deflate)
-        } else {
-            None
+        if token.eq_ignore_ascii_case(b"x-gzip") {
+            return Some(Coding::Gzip);
         }
+        Coding::ALL.into_iter().find(|coding| token.eq_ignore_ascii_case(coding.token().as_bytes()))
+    }
+
+    fn index(self) -> usize {
+        self as usize - 1
     }
 }
 
@@ -45,8 +54,7 @@ type Weight = u16;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AcceptEncoding {
     present: bool,
-    gzip: Option<Weight>,
-    deflate: Option<Weight>,
+    codings: [Option<Weight>; Coding::ALL.len()],
     identity: Option<Weight>,
     any: Option<Weight>,
 }
@@ -58,8 +66,7 @@ impl AcceptEncoding {
         for element in value.split(|&b| b == b',') {
             if let Some((coding, weight)) = parse_element(element) {
                 let slot = match Coding::from_token(coding) {
-                    Some(Coding::Gzip) => &mut self.gzip,
-                    Some(Coding::Deflate) => &mut self.deflate,
+                    Some(coding) => &mut self.codings[coding.index()],
                     None if coding.eq_ignore_ascii_case(b"identity") => &mut self.identity,
                     None if coding == b"*" => &mut self.any,
                     None => continue,
@@ -77,19 +84,25 @@ impl AcceptEncoding {
         accept
     }
 
-    /// The coding to send, or `None` for identity.
+    /// The coding to send out of `offered` (the server's order of preference), or `None` for
+    /// identity.
     ///
     /// No field at all means the client did not ask: send identity, as every browser-era proxy
-    /// does. A coding not listed takes the weight of `*`. Identity wins only when it is weighed
-    /// (itself or by `*`) above every coding; gzip wins ties, being the one every client decodes.
-    pub fn choose(&self) -> Option<Coding> {
+    /// does. A coding not listed takes the weight of `*`. The client's weights decide; among
+    /// equal ones the server's order does. Identity wins only when it is weighed (itself or by
+    /// `*`) above every offered coding.
+    pub fn choose(&self, offered: &[Coding]) -> Option<Coding> {
         if !self.present {
             return None;
         }
-        let weight = |w: Option<Weight>| w.or(self.any).unwrap_or(0);
-        let (coding, best) = [(Coding::Gzip, weight(self.gzip)), (Coding::Deflate, weight(self.deflate))]
-            .into_iter()
-            .fold((Coding::Gzip, 0), |acc, c| if c.1 > acc.1 { c } else { acc });
+        let weight = |coding: Coding| self.codings[coding.index()].or(self.any).unwrap_or(0);
+        let (coding, best) = offered
+            .iter()
+            .map(|&coding| (coding, weight(coding)))
+            .fold(None, |acc: Option<(Coding, Weight)>, c| match acc {
+                Some(acc) if acc.1 >= c.1 => Some(acc),
+                _ => Some(c),
+            })?;
         // Identity competes only when the client weighed it; listing a coding at all is a request for it.
         let identity = self.identity.or(self.any).unwrap_or(0);
         (best > 0 && best >= identity).then_some(coding)
@@ -285,12 +298,53 @@ mod tests {
 
     use super::*;
 
-    fn choose(lines: &[&str]) -> Option<Coding> {
+    fn choose_from(offered: &[Coding], lines: &[&str]) -> Option<Coding> {
         let mut accept = AcceptEncoding::default();
         for line in lines {
             accept.add(line.as_bytes());
         }
-        accept.choose()
+        accept.choose(offered)
+    }
+
+    /// Between gzip and deflate, gzip first, as rpcedge chose before it made zstd and br.
+    fn choose(lines: &[&str]) -> Option<Coding> {
+        choose_from(&[Coding::Gzip, Coding::Deflate], lines)
+    }
+
+    #[test]
+    fn the_clients_weights_decide_then_the_servers_order() {
+        use Coding::*;
+        let order = [Zstd, Gzip, Br, Deflate];
+        let cases: &[(&str, Option<Coding>)] = &[
+            // Chromium, Firefox, curl --compressed with zstd, undici
+            ("gzip, deflate, br, zstd", Some(Zstd)),
+            ("gzip, deflate, br", Some(Gzip)),
+            ("gzip;q=0.9, deflate, br", Some(Br)),
+            ("ZSTD", Some(Zstd)),
+            ("br;q=1.0, gzip;q=0.8, *;q=0.1", Some(Br)),
+            ("zstd;q=0, br, gzip", Some(Gzip)),
+            ("zstd;q=0, *", Some(Gzip)),
+            ("zstd;q=0, gzip;q=0, *", Some(Br)),
+            ("zstd;q=0.5, gzip", Some(Gzip)),
+            ("*", Some(Zstd)),
+            ("*;q=0.5, br;q=0.6", Some(Br)),
+            ("identity;q=0", None),
+            ("identity;q=0, br", Some(Br)),
+            ("br;q=0.4, identity;q=0.5", None),
+            ("br;q=0.5, identity;q=0.5", Some(Br)),
+            ("compress, sdch", None),
+            ("dcz, zstd;q=0.9", Some(Zstd)),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(choose_from(&order, &[line]), *expected, "{line:?}");
+        }
+        // Only what the server offers is chosen, in its order.
+        assert_eq!(choose_from(&[Gzip], &["gzip, deflate, br, zstd"]), Some(Gzip));
+        assert_eq!(choose_from(&[Br, Zstd], &["gzip, deflate, br, zstd"]), Some(Br));
+        assert_eq!(choose_from(&[Zstd], &["gzip, br"]), None);
+        assert_eq!(choose_from(&[], &["gzip"]), None);
+        assert_eq!(Coding::from_token(b"Br"), Some(Br));
+        assert_eq!(Coding::from_token(b"x-zstd"), None);
     }
 
     #[test]

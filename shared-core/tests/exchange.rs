@@ -141,6 +141,63 @@ fn an_upstream_flush_switches_to_streaming_and_is_passed_on() {
     assert_eq!(&plain[..inflate.total_out() as usize], &body[..3_000]);
 }
 
+/// What a stream decodes to up to where it stops (a flush), as a browser's decoder shows it.
+fn decode_prefix(coding: Coding, data: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut reader: Box<dyn Read + '_> = match coding {
+        Coding::Gzip => Box::new(flate2::read::GzDecoder::new(data)),
+        Coding::Deflate => Box::new(flate2::read::ZlibDecoder::new(data)),
+        Coding::Zstd => Box::new(zstd::stream::read::Decoder::new(data).unwrap()),
+        Coding::Br => Box::new(brotli::Decompressor::new(data, 4096)),
+    };
+    let (mut out, mut buf) = (Vec::new(), [0; 4096]);
+    while let Ok(n @ 1..) = reader.read(&mut buf) {
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn every_coding_goes_whole_with_an_exact_length_or_streams_with_each_flush_passed_on() {
+    use Coding::*;
+    let chromium = "gzip, deflate, br, zstd";
+    for (accept, coding) in
+        [(chromium, Zstd), ("br", Br), ("gzip, br", Gzip), ("zstd;q=0, br;q=0.5, gzip;q=0.4", Br), ("gzip", Gzip), ("deflate", Deflate)]
+    {
+        for n in [1024, 50_000] {
+            let body = json_body(n);
+            let mut spec = Exchange1::json(&body, true);
+            spec.request_headers = vec![("Accept-Encoding", accept)];
+            let wire = run(&settings(), &spec).unwrap();
+            assert_eq!((wire.mode, wire.edits.content_encoding), (Mode::Oneshot, Some(coding)), "{accept} {n}");
+            assert_eq!(wire.content_length, Some(wire.body.len() as u64), "{accept} {n}");
+            assert!(wire.body.len() < n / 4, "{accept} {n}: {}", wire.body.len());
+            assert_eq!(wire.decoded(), body, "{accept} {n}");
+        }
+        // chunked, flushed after 3,000 bytes, then past max_buffer
+        let body = json_body((1 << 20) + 50_000);
+        let mut spec = Exchange1::json(&body, false);
+        spec.request_headers = vec![("Accept-Encoding", accept)];
+        spec.chunks = chunked(&body, &[3_000, 500_000], 1);
+        spec.chunks[0].flush = true;
+        let wire = run(&settings(), &spec).unwrap();
+        assert_eq!((wire.mode, wire.edits.content_encoding, wire.content_length), (Mode::Stream, Some(coding), None), "{accept}");
+        assert_eq!(decode_prefix(coding, &wire.body[..wire.sends[0].1]), &body[..3_000], "{accept}");
+        assert_eq!(wire.decoded(), body, "{accept}");
+    }
+    // the operator's order decides among codings a client weighs alike, and only those are made
+    let gzip_first = Arc::new(Config { encodings: vec![Gzip, Zstd], ..Config::default() }.validate().unwrap());
+    let body = json_body(20_000);
+    for (accept, coding) in [(chromium, Some(Gzip)), ("zstd", Some(Zstd)), ("br", None), ("br, gzip;q=0.1", Some(Gzip))] {
+        let mut spec = Exchange1::json(&body, true);
+        spec.request_headers = vec![("Accept-Encoding", accept)];
+        let wire = run(&gzip_first, &spec).unwrap();
+        assert_eq!(wire.edits.content_encoding, coding, "{accept}");
+        assert!(wire.edits.add_vary, "{accept}");
+        assert_eq!(wire.decoded(), body, "{accept}");
+    }
+}
+
 #[test]
 fn a_flush_below_min_length_does_not_stream_a_small_answer() {
     // A 35-byte answer, flushed as it is written (nginx marks every buffer as a flush with
@@ -509,6 +566,12 @@ fn encode(coding: Coding, body: &[u8]) -> Vec<u8> {
             encoder.write_all(body).unwrap();
             encoder.finish().unwrap()
         }
+        Coding::Zstd => zstd::encode_all(body, 3).unwrap(),
+        Coding::Br => {
+            let mut encoder = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
+            encoder.write_all(body).unwrap();
+            encoder.into_inner()
+        }
     }
 }
 
@@ -552,6 +615,20 @@ fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
     assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched));
     assert!(!wire.edits.remove_content_encoding);
     assert_eq!(wire.body, encode(Coding::Gzip, &body));
+}
+
+#[test]
+fn an_answer_the_node_sent_in_zstd_or_br_goes_out_as_it_came() {
+    // rpcedge decodes what nodes send regardless (gzip, deflate); another coding it leaves whole
+    let body = json_body(60_000);
+    for coding in [Coding::Zstd, Coding::Br] {
+        let mut spec = encoded_regardless(&body, coding, true);
+        spec.request_headers = vec![("Accept-Encoding", "gzip, deflate, br, zstd")];
+        let wire = run(&settings(), &spec).unwrap();
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched), "{coding:?}");
+        assert!(!wire.edits.remove_content_encoding && wire.edits.content_encoding.is_none(), "{coding:?}");
+        assert_eq!(wire.body, encode(coding, &body), "{coding:?}");
+    }
 }
 
 #[test]

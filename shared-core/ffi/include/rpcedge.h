@@ -290,6 +290,12 @@ typedef struct {
   const rpcedge_str_t *types;
   size_t types_len;
   /**
+   * The codings made, in the server's order of preference (each `rpcedge_check_encoding`);
+   * none at all means the defaults.
+   */
+  const rpcedge_str_t *encodings;
+  size_t encodings_len;
+  /**
    * The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
    * host applies itself; each lookup call says its own) and the limits its exchanges run with.
    */
@@ -861,6 +867,15 @@ int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *
  * `pattern` points to `len` readable bytes; `err` is NULL or writable.
  */
 int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
+
+/**
+ * Checks one coding of `encodings` (`zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
+ * `err` filled in.
+ *
+ * # Safety
+ * `value` points to `len` readable bytes; `err` is NULL or writable.
+ */
+int32_t rpcedge_check_encoding(const uint8_t *value, size_t len, rpcedge_error_t *err);
 
 /**
  * Parses a `level` value (`auto` or 1 to 12) into `out` in `RpcedgeConfig`'s form (0: auto);

@@ -7,7 +7,7 @@ use std::slice;
 use std::sync::Arc;
 
 use rpcedge_core::config::{
-    check_field, check_type, parse_beacon_network, CacheConfig, Config, ConfigError, Level, Settings,
+    check_field, check_type, parse_beacon_network, parse_encoding, CacheConfig, Config, ConfigError, Level, Settings,
 };
 use rpcedge_core::node::Node;
 use rpcedge_core::transcode::BeaconNetwork;
@@ -40,6 +40,10 @@ pub struct RpcedgeConfig {
     /// Media type patterns; none at all means the defaults.
     pub types: *const RpcedgeStr,
     pub types_len: usize,
+    /// The codings made, in the server's order of preference (each `rpcedge_check_encoding`);
+    /// none at all means the defaults.
+    pub encodings: *const RpcedgeStr,
+    pub encodings_len: usize,
     /// The cache's settings (nginx's `rpcedge_cache_*` directives): the timeouts (the store's the
     /// host applies itself; each lookup call says its own) and the limits its exchanges run with.
     pub cache_timeout_ms: u64,
@@ -75,6 +79,17 @@ pub unsafe extern "C" fn rpcedge_check_field(field: *const c_char, value: u64, e
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_check_type(pattern: *const u8, len: usize, err: *mut RpcedgeError) -> i32 {
     let result = guard(Err(panicked()), || check_type(&String::from_utf8_lossy(bytes(pattern, len))));
+    result.map_or_else(|e| { write_error(err, &e); -1 }, |()| 0)
+}
+
+/// Checks one coding of `encodings` (`zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
+/// `err` filled in.
+///
+/// # Safety
+/// `value` points to `len` readable bytes; `err` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_check_encoding(value: *const u8, len: usize, err: *mut RpcedgeError) -> i32 {
+    let result = guard(Err(panicked()), || parse_encoding(&String::from_utf8_lossy(bytes(value, len))).map(drop));
     result.map_or_else(|e| { write_error(err, &e); -1 }, |()| 0)
 }
 
@@ -143,6 +158,14 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
                 .map(|t| String::from_utf8_lossy(bytes(t.data, t.len)).into_owned())
                 .collect()
         };
+        let encodings = if c.encodings_len == 0 || c.encodings.is_null() {
+            Config::default().encodings
+        } else {
+            slice::from_raw_parts(c.encodings, c.encodings_len)
+                .iter()
+                .map(|e| parse_encoding(&String::from_utf8_lossy(bytes(e.data, e.len))))
+                .collect::<Result<_, _>>()?
+        };
         let cache = CacheConfig {
             timeout_ms: c.cache_timeout_ms,
             store_timeout_s: c.cache_store_timeout_s,
@@ -158,6 +181,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             max_buffer: c.max_buffer,
             level: Level::from_raw(c.level),
             stream_level: c.stream_level,
+            encodings,
             stream_delay_ms: c.stream_delay_ms,
             offload_min_length: c.offload_min_length,
             transcode: c.transcode != 0,
@@ -215,6 +239,8 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         beacon_network: BeaconNetwork::to_raw(d.beacon_network),
         types: ptr::null(),
         types_len: 0,
+        encodings: ptr::null(),
+        encodings_len: 0,
         cache_timeout_ms: cache.timeout_ms,
         cache_store_timeout_s: cache.store_timeout_s,
         cache_max_request: cache.max_request,

@@ -253,7 +253,7 @@ impl Batch {
             None => {
                 let body = array(self.members.iter().filter_map(|member| member.answer.as_deref()));
                 let compressed = (gzip && body.len() as u64 >= min_length)
-                    .then(|| compress_whole(Coding::Gzip, auto_level(body.len()), &body))
+                    .then(|| compress_whole(Coding::Gzip, auto_level(Coding::Gzip, body.len()), &body))
                     .flatten()
                     .filter(|compressed| compressed.len() < body.len());
                 (body, compressed)

@@ -175,7 +175,7 @@ impl Read {
             };
             let json = beacon_from_ssz(&entry.plain().ok()?, self.object, envelope).ok()?;
             let compressed = (gzip && json.len() as u64 >= min_length)
-                .then(|| compress_whole(Coding::Gzip, auto_level(json.len()), &json))
+                .then(|| compress_whole(Coding::Gzip, auto_level(Coding::Gzip, json.len()), &json))
                 .flatten();
             match compressed {
                 Some(compressed) => (compressed, true, JSON),

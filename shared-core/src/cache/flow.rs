@@ -218,7 +218,7 @@ impl CacheExchange {
         headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
-        let coding = field(headers, "accept-encoding").and_then(|value| AcceptEncoding::parse(&value).choose());
+        let coding = field(headers, "accept-encoding").and_then(|value| AcceptEncoding::parse(&value).choose(hit_codings(settings)));
         let gzip = coding == Some(Coding::Gzip);
         let mut accept = Accept::default();
         named(headers, "accept").for_each(|value| accept.add(value));
@@ -676,11 +676,21 @@ fn gzipped(hit: HitResponse, min_length: u64) -> HitResponse {
     if hit.gzip || (hit.body.len() as u64) < min_length {
         return hit;
     }
-    let Some(body) = compress_whole(Coding::Gzip, auto_level(hit.body.len()), &hit.body) else { return hit };
+    let Some(body) = compress_whole(Coding::Gzip, auto_level(Coding::Gzip, hit.body.len()), &hit.body) else { return hit };
     let mut headers = hit.headers;
     // after the type, as `hit_headers` puts it
     headers.insert(1, ("content-encoding".into(), "gzip".into()));
     HitResponse { body, gzip: true, headers }
+}
+
+/// The codings a hit is sent in, spliced from what the store keeps without compressing on the
+/// hit: gzip, where the operator offers it; a client that takes none of them gets the hit as it is.
+fn hit_codings(settings: &CacheSettings) -> &'static [Coding] {
+    if settings.gzip_hits {
+        &[Coding::Gzip]
+    } else {
+        &[]
+    }
 }
 
 /// Where the hot tier keeps a key's entry with its long tail plain (`Entry::plain_form`), beside

@@ -50,6 +50,9 @@ pub struct CacheSettings {
     pub lock_timeout_ms: u64,
     /// How long a store (or a release) may take; the daemon compacts an entry before it answers.
     pub store_timeout_ms: u64,
+    /// Whether a hit may go out gzip, spliced from what the store keeps with no compression on
+    /// the hit: where the operator's `encodings` list gzip.
+    pub gzip_hits: bool,
 }
 
 impl Default for CacheSettings {
@@ -65,6 +68,7 @@ impl Default for CacheSettings {
             // as nginx's proxy_cache_lock_timeout
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
+            gzip_hits: true,
         }
     }
 }

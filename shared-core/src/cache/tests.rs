@@ -448,6 +448,30 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
 }
 
 #[test]
+fn a_hit_goes_gzip_to_a_browser_that_takes_more_and_plain_where_gzip_is_not_offered() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let result = format!(r#"{{"hash":"{HASH}","number":"0x1","extra":"{}"}}"#, "ab".repeat(2000));
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
+    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
+    first.next_lookup();
+    first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
+    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
+    let browser = [("accept-encoding", "gzip, deflate, br, zstd")];
+    let no_gzip = CacheSettings { gzip_hits: false, ..settings() };
+    for (settings, gzip) in [(settings(), true), (no_gzip, false)] {
+        let mut later = CacheExchange::new(Some("h/mainnet"), b"POST", b"/", Some(asked.as_bytes()), &browser, &settings);
+        later.next_lookup();
+        let hit = later.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored }, 0).unwrap();
+        assert_eq!(hit.gzip, gzip);
+        let encoding = hit.headers.iter().find(|(name, _)| name == "content-encoding").map(|(_, v)| v.as_str());
+        assert_eq!(encoding, gzip.then_some("gzip"));
+        let body = if gzip { gunzip(&hit.body) } else { hit.body };
+        assert_eq!(body, answer.as_bytes());
+    }
+}
+
+#[test]
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let asked = request("eth_chainId", "[]");
     let mut first = exchange(Some("n"), Some(asked.as_bytes()), false, false);

@@ -1,7 +1,7 @@
 //! The compression stage: whether a body is compressed, and how (whole with an exact length, or
 //! chunk by chunk), over the body that the transcoding stage hands on.
 
-use crate::compress::{compress_whole, Push, StreamEncoder};
+use crate::compress::{compress_whole, stream_level, Push, StreamEncoder};
 use crate::config::Settings;
 use crate::negotiate::{AcceptEncoding, Coding};
 
@@ -85,17 +85,24 @@ impl Compression {
 
     /// Whether the client takes a coding the stage makes, so that a body of a type to compress
     /// may be encoded here.
-    pub fn may_encode(&self) -> bool {
-        self.accept.choose().is_some()
+    pub fn may_encode(&self, settings: &Settings) -> bool {
+        self.accept.choose(&settings.encodings).is_some()
     }
 
     /// What the response head allows, once all its headers are in.
-    pub fn response_head(&mut self, facts: &ResponseFacts, status: u16, head_request: bool, edits: &mut HeaderEdits) {
+    pub fn response_head(
+        &mut self,
+        settings: &Settings,
+        facts: &ResponseFacts,
+        status: u16,
+        head_request: bool,
+        edits: &mut HeaderEdits,
+    ) {
         // Whether this resource's representation depends on Accept-Encoding at all.
         let transformable =
             !facts.encoded && !facts.no_transform && !facts.content_range && !matches!(status, 100..=199 | 204 | 206);
         edits.add_vary = facts.compressible_type && transformable && !facts.varies_already;
-        let coding = self.accept.choose();
+        let coding = self.accept.choose(&settings.encodings);
         if let Some(coding) = coding {
             self.coding = coding;
         }
@@ -155,8 +162,13 @@ impl Compression {
         };
         match plan {
             BodyPlan::Pass => self.phase = Phase::Pass,
-            BodyPlan::Stream => self.start_stream(sink),
-            BodyPlan::Buffer => {}
+            // without a compressor the body goes out as it came
+            BodyPlan::Stream if self.start_stream(sink).is_err() => {
+                self.mode = Mode::Untouched;
+                self.phase = Phase::Pass;
+                return BodyPlan::Pass;
+            }
+            BodyPlan::Stream | BodyPlan::Buffer => {}
         }
         plan
     }
@@ -237,7 +249,7 @@ impl Compression {
                 }
                 // Held data that waited out the delay, or a flush, must reach the client now.
                 let held = std::mem::take(body);
-                self.start_stream(sink);
+                self.start_stream(sink)?;
                 self.write_stream(&held, Push::Hold, now_ms, sink)?;
                 let push = if end {
                     Push::Finish
@@ -302,14 +314,16 @@ impl Compression {
         }
     }
 
-    /// Switches to streaming: the encoded headers are set now, as the length is unknown.
-    fn start_stream(&mut self, sink: &mut Sink) {
+    /// Switches to streaming: the encoded headers are set now, as the length is unknown. A
+    /// stream compressor that cannot be made (out of memory) fails the body before any of it
+    /// went out.
+    fn start_stream(&mut self, sink: &mut Sink) -> Result<(), Error> {
+        let level = stream_level(self.coding, sink.settings.stream_level);
+        let encoder = StreamEncoder::new(self.coding, level).map_err(Error::Stream)?;
         self.mode = Mode::Stream;
         self.set_encoded_edits(LengthEdit::Remove, sink);
-        self.phase = Phase::Streaming {
-            encoder: StreamEncoder::new(self.coding, sink.settings.stream_level),
-            held_since_ms: None,
-        };
+        self.phase = Phase::Streaming { encoder, held_since_ms: None };
+        Ok(())
     }
 
     fn write_stream(&mut self, input: &[u8], push: Push, now_ms: u64, sink: &mut Sink) -> Result<(), Error> {
@@ -347,7 +361,7 @@ impl Compression {
             *sink.out = body;
             return true;
         }
-        let level = settings.level.for_length(body.len());
+        let level = settings.level.for_body(self.coding, body.len());
         let mut job = WholeBody { coding: self.coding, level, body, compressed: None };
         if self.offload && length >= settings.offload_min_length {
             self.phase = Phase::Offloaded(Some(job));

@@ -28,11 +28,18 @@ pub(super) struct Decoding {
 }
 
 impl Decoding {
+    /// Whether a node's answer in `coding` is decoded here: gzip and deflate, which nodes send
+    /// (geth, erigon); an answer in another goes out as it came.
+    pub fn undoes(coding: Coding) -> bool {
+        matches!(coding, Coding::Gzip | Coding::Deflate)
+    }
+
     /// A body in `coding` (HTTP's `deflate` is the zlib format) that may decode to `max` bytes.
     pub fn new(coding: Coding, max: u64) -> Self {
         let decoder = match coding {
             Coding::Gzip => Decoder::Gzip(GzDecoder::new(Vec::new())),
             Coding::Deflate => Decoder::Deflate(ZlibDecoder::new(Vec::new())),
+            Coding::Zstd | Coding::Br => unreachable!("only codings that Decoding::undoes are decoded"),
         };
         Decoding { decoder, coding, decoded: 0, max }
     }

@@ -383,7 +383,7 @@ impl Exchange {
     /// keeping it in the cache. Real nodes (geth, erigon) compress when asked, and an answer that
     /// comes encoded would have to be decoded first.
     pub fn node_identity(&self) -> bool {
-        self.request.cached || self.compression.may_encode() || self.transcoding.may_transcode(&self.settings)
+        self.request.cached || self.compression.may_encode(&self.settings) || self.transcoding.may_transcode(&self.settings)
     }
 
     /// The node's answer came encoded (see [`crate::metrics::Counter::UpstreamEncoded`]).
@@ -414,7 +414,7 @@ impl Exchange {
         } else if name.eq_ignore_ascii_case(b"content-encoding") {
             if !value.is_empty() && !value.eq_ignore_ascii_case(b"identity") {
                 // a second coding (another field line) is one the core does not undo
-                facts.coding = if facts.encoded { None } else { Coding::from_token(value) };
+                facts.coding = if facts.encoded { None } else { Coding::from_token(value).filter(|&c| Decoding::undoes(c)) };
                 facts.encoded = true;
             }
         } else if name.eq_ignore_ascii_case(b"cache-control") {
@@ -459,7 +459,7 @@ impl Exchange {
             Some(_) if plan == BodyPlan::Pass => {
                 self.response.encoded = true;
                 self.response.content_length = self.declared_length;
-                self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
+                self.compression.response_head(&self.settings, &self.response, status, self.request.head, &mut self.edits);
                 let mut sink =
                     Sink { settings: &self.settings, response: &self.response, edits: &mut self.edits, out: &mut self.out };
                 self.compression.plan(&mut sink)
@@ -489,7 +489,7 @@ impl Exchange {
 
     /// The plan for the response as its facts now say.
     fn plan(&mut self, status: u16) -> BodyPlan {
-        self.compression.response_head(&self.response, status, self.request.head, &mut self.edits);
+        self.compression.response_head(&self.settings, &self.response, status, self.request.head, &mut self.edits);
         let holds = !self.headers_at_head
             && self.transcoding.response_head(
                 status,

@@ -120,18 +120,20 @@ fn the_node_is_asked_for_identity_wherever_rpcedge_may_have_work_on_the_answer()
     assert!(identity(plain.clone(), "gzip, br", "*/*", None));
     assert!(identity(plain.clone(), "deflate;q=0.5", "*/*", None));
     // one that takes none of rpcedge's codings gets the node's answer as the node makes it
-    assert!(!identity(plain.clone(), "br", "*/*", None));
+    assert!(!identity(plain.clone(), "compress", "*/*", None));
+    assert!(identity(plain.clone(), "br", "*/*", None), "br is one of them");
+    assert!(!identity(settings(r#"{"encodings": ["gzip"]}"#), "br, zstd", "*/*", None), "unless it is not offered");
     assert!(!identity(plain.clone(), "identity", "*/*", None));
     // SSZ from the node's JSON: the JSON must come plain
     let transcoding = settings(r#"{"transcode": true}"#);
-    assert!(identity(transcoding, "br", "application/octet-stream", None));
+    assert!(identity(transcoding, "compress", "application/octet-stream", None));
     // a JSON client whose node may be asked for SSZ: that SSZ must come plain too
     let upstream_ssz = settings(r#"{"transcode_upstream_ssz": true}"#);
-    assert!(identity(upstream_ssz, "br", "application/json", None));
+    assert!(identity(upstream_ssz, "compress", "application/json", None));
     // the cache keeps plain answers only, for clients of every coding
     let cache = settings(r#"{"cache": {"cluster": "rpcedge_cached"}}"#);
-    assert!(identity(cache.clone(), "br", "*/*", Some("mainnet")));
-    assert!(!identity(cache, "br", "*/*", None), "a route without a namespace bypasses the cache");
+    assert!(identity(cache.clone(), "compress", "*/*", Some("mainnet")));
+    assert!(!identity(cache, "compress", "*/*", None), "a route without a namespace bypasses the cache");
 }
 
 #[test]
