@@ -17,11 +17,12 @@ CARGO := cargo
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module and binaryen to
 # optimize that module, libclang for RocksDB's bindings (the cache daemon), and Docker's engine,
 # Compose and debootstrap for the reference stack (docker/), debhelper for `make deb`, Redis (in
-# cluster mode, for the fleet tier's tests) and openssl (their TLS certificates).
+# cluster mode, for the fleet tier's tests), openssl (their TLS certificates) and Chromium (a real
+# browser's fetch() through the proxies, tests/test_browser.py).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
 	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap \
-	debhelper dpkg-dev redis-server redis-tools openssl
+	debhelper dpkg-dev redis-server redis-tools openssl chromium
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
