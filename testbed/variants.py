@@ -53,6 +53,10 @@ BROTLI = """            brotli on;
             brotli_min_length 1024;"""
 
 
+# What Chromium sends.
+BROWSER = "gzip, deflate, br, zstd"
+
+
 def rpcedge_nginx(level=None):
     """rpcedge on, at a fixed level or (None) with every setting at its default."""
     return "            rpcedge on;" + ("" if level is None else f"\n            rpcedge_level {level};")
@@ -64,17 +68,19 @@ def rpcedge_plugin(level=None):
     return "{}" if level is None else '{"level": %d}' % level
 
 
-def envoy_compressor(gzip_settings=""):
-    """An http_filters entry for Envoy's compressor filter with the gzip library; its defaults
-    otherwise (min_content_length 30, application/json among its content types)."""
+def envoy_compressor(library_settings="", library="gzip"):
+    """An http_filters entry for Envoy's compressor filter with one of its libraries (gzip, zstd,
+    brotli); their defaults otherwise (min_content_length 30, application/json among its content
+    types)."""
+    kind = {"gzip": "gzip.compressor.v3.Gzip", "zstd": "zstd.compressor.v3.Zstd", "brotli": "brotli.compressor.v3.Brotli"}
     return f"""          - name: envoy.filters.http.compressor
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor
               compressor_library:
-                name: gzip
+                name: {library}
                 typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip
-{gzip_settings}"""
+                  "@type": type.googleapis.com/envoy.extensions.compression.{kind[library]}
+{library_settings}"""
 
 
 # Envoy's gzip at zlib's level 6 with a 32 KiB window (its defaults: level 6, window_bits 12).
@@ -118,6 +124,21 @@ VARIANTS = [
             rpcedge=True),
     Variant("envoy-rpcedge-native-default", "envoy", "Envoy + rpcedge native (defaults)",
             envoy_plugin=rpcedge_plugin(), rpcedge=True, envoy_adapter="native"),
+    # A browser's Accept-Encoding (Chromium's) against the gzip-only clients above: rpcedge by
+    # its defaults sends zstd; and br for a client that takes only br, beside Envoy's zstd and
+    # brotli compressors (their defaults) and nginx's brotli module (above).
+    Variant("nginx-rpcedge-browser", "nginx", "nginx + rpcedge, browser (zstd)", nginx_compression=rpcedge_nginx(),
+            rpcedge=True, accept_encoding=BROWSER),
+    Variant("nginx-rpcedge-br", "nginx", "nginx + rpcedge, br", nginx_compression=rpcedge_nginx(), rpcedge=True,
+            accept_encoding="br"),
+    Variant("envoy-rpcedge-native-browser", "envoy", "Envoy + rpcedge native, browser (zstd)",
+            envoy_plugin=rpcedge_plugin(), rpcedge=True, envoy_adapter="native", accept_encoding=BROWSER),
+    Variant("envoy-rpcedge-native-br", "envoy", "Envoy + rpcedge native, br", envoy_plugin=rpcedge_plugin(),
+            rpcedge=True, envoy_adapter="native", accept_encoding="br"),
+    Variant("envoy-zstd", "envoy", "Envoy compressor zstd (defaults)", envoy_filter=envoy_compressor(library="zstd"),
+            accept_encoding="zstd"),
+    Variant("envoy-brotli", "envoy", "Envoy compressor brotli (defaults)",
+            envoy_filter=envoy_compressor(library="brotli"), accept_encoding="br"),
 ]
 
 

@@ -10,7 +10,8 @@
 -- A response counts as broken when its status is not 200, when it carries no X-Replay-Recording
 -- naming a request of the list, when an identity body does not have the recorded length, when a
 -- gzip body lacks the gzip magic or its trailer (ISIZE) disagrees with the recorded length, when a
--- br body is empty, or when it has any other Content-Encoding. A cache hit (X-Rpcedge-Cache: HIT)
+-- zstd body lacks zstd's magic or its frame states another length, when a br body is empty, or
+-- when it has any other Content-Encoding. A cache hit (X-Rpcedge-Cache: HIT)
 -- counts as `cached`; one without a recording (the node's head was not kept) must have the length
 -- (or gzip trailer) of one of the list's answers. done() prints one RESULT line of JSON for
 -- loadtest/bench.py; wrk's own summary is printed above it.
@@ -20,7 +21,8 @@ expected = {}  -- recording -> length of its answer
 lengths = {}  -- length of an answer of the list -> true
 next_request = 0
 -- counters, globals so that done() can read each thread's with thread:get()
-answered, bad_status, unknown, bad_length, bad_gzip, bad_br, bad_coding, encoded, cached, body_bytes = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+answered, bad_status, unknown, bad_length, bad_gzip, bad_zstd, bad_br, bad_coding, encoded, cached, body_bytes =
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 
 local threads = {}
 
@@ -55,6 +57,19 @@ end
 local function gzip_isize(body)
   local a, b, c, d = body:byte(-4, -1)
   return a + b * 256 + c * 65536 + d * 16777216
+end
+
+-- The content size a zstd frame's header states (RFC 8878 3.1.1.1), nil when it states none
+-- (a streamed frame).
+local function zstd_size(body)
+  local descriptor = body:byte(5)
+  local size_flag, single = math.floor(descriptor / 64), math.floor(descriptor / 32) % 2
+  local at = 6 + (single == 1 and 0 or 1) + ({0, 1, 2, 4})[descriptor % 4 + 1]
+  local bytes = ({single == 1 and 1 or 0, 2, 4, 8})[size_flag + 1]
+  if bytes == 0 or #body < at + bytes - 1 then return nil end
+  local size = 0
+  for i = at + bytes - 1, at, -1 do size = size * 256 + body:byte(i) end
+  return bytes == 2 and size + 256 or size
 end
 
 -- Whether a decoded length (or a gzip trailer's, modulo 2^32) is the recorded answer's; for a
@@ -95,6 +110,10 @@ function response(status, headers, body)
     if #body < 18 or body:sub(1, 2) ~= "\31\139" or not fits(gzip_isize(body), length) then
       bad_gzip = bad_gzip + 1
     end
+  elseif coding == "zstd" then
+    encoded = encoded + 1
+    local size = #body >= 6 and body:sub(1, 4) == "\40\181\47\253" and zstd_size(body)
+    if size == false or (size and not fits(size, length)) then bad_zstd = bad_zstd + 1 end
   elseif coding == "br" then
     encoded = encoded + 1
     if #body == 0 then bad_br = bad_br + 1 end
@@ -105,7 +124,7 @@ end
 
 function done(summary, latency, requests)
   local totals = {}
-  for _, name in ipairs({"answered", "bad_status", "unknown", "bad_length", "bad_gzip", "bad_br", "bad_coding", "encoded", "cached", "body_bytes"}) do
+  for _, name in ipairs({"answered", "bad_status", "unknown", "bad_length", "bad_gzip", "bad_zstd", "bad_br", "bad_coding", "encoded", "cached", "body_bytes"}) do
     local sum = 0
     for _, thread in ipairs(threads) do sum = sum + thread:get(name) end
     table.insert(totals, string.format('"%s":%.0f', name, sum))
