@@ -10,8 +10,9 @@ use super::{write_through, Push, StreamError};
 
 /// Brotli's qualities.
 pub(super) const LEVELS: std::ops::RangeInclusive<u32> = 0..=11;
-/// The window of a stream, whose length is not known: 4 MiB.
-const STREAM_LGWIN: u32 = 22;
+/// The window of a stream, whose length is not known: 512 KiB, near zstd's at level 1 and twice
+/// zlib's, so that many streams at once hold about what gzip's and zstd's do.
+const STREAM_LGWIN: u32 = 19;
 /// What the encoder writes out at a time.
 const BUFFER: usize = 4096;
 
