@@ -108,9 +108,10 @@ test-rust: build
 	$(CARGO) test --release --locked
 	$(CARGO) test --release --locked -p rpcedge-envoy-filter
 
+# The slowest tests are listed at the end: where CI's time goes.
 test-e2e: build $(GETH) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic
-	cd tests && ../$(VENV)/bin/python -m pytest -q
+	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25
 
 test: test-rust test-e2e test-fuzz
 
