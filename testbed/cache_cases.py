@@ -201,15 +201,17 @@ def node_upstream(replay_port):
 
 
 def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, hot=False,
-                 extra="", settings=None, transcode=False):
+                 extra="", settings=None, transcode=False, encodings=None):
     """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
     in the server. As in the example config, each network has its location and its namespace
     (the network's name), and Beacon-API reads theirs (`beacon`); `namespace` instead puts every
     request of the server in that one.
-    `settings` are the cache's, named as in the plugin JSON."""
+    `settings` are the cache's, named as in the plugin JSON; `encodings`, the codings made."""
     cache = "on" if cache else "off"
     if transcode:
         extra += "\n        rpcedge_transcode on;"
+    if encodings:
+        extra += f"\n        rpcedge_encodings {' '.join(encodings)};"
     for name, value in (settings or {}).items():
         value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
         extra += "\n        " + NGINX_CACHE_SETTINGS[name].format(value)
@@ -260,13 +262,15 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
 
 
 def envoy_plugin(cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, cluster="rpcedge_cached", hot=False,
-                 settings=None, transcode=False):
+                 settings=None, transcode=False, encodings=None):
     """The plugin configuration: compression (and with `transcode`, SSZ for clients that ask,
-    within the example listener's buffer limit), and the cache unless `cache` is false, with
-    `settings` in its section."""
+    within the example listener's buffer limit; with `encodings`, those codings), and the cache
+    unless `cache` is false, with `settings` in its section."""
     plugin = COMPRESSION_PLUGIN_CONFIG
     if transcode:
         plugin = plugin[:-1] + ', "transcode": true, "buffer_limit": 68157440}'
+    if encodings:
+        plugin = plugin[:-1] + f', "encodings": {json.dumps(encodings)}}}'
     if not cache:
         return plugin
     settings = {"cluster": cluster, "timeout_ms": timeout_ms, **(settings or {})}

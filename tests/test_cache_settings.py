@@ -122,6 +122,25 @@ def test_an_answer_over_max_entry_goes_to_the_client_and_is_not_stored(proxy, st
     hit_soon(at, block)
 
 
+def test_a_hit_goes_out_in_a_coding_the_location_makes(proxy, stack):
+    """A browser's miss goes zstd and its hits gzip, spliced from the store; where the operator's
+    encodings leave gzip out, hits go plain, never in a coding the location does not make."""
+    block = case("block_by_hash")
+    browser = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate, br, zstd"}
+
+    def ask(port, id_):
+        return wire.request(port, block.path, "POST", browser, block.body(id_), accept_encoding=None)
+
+    default, without_gzip = proxy({}), proxy({}, encodings=["zstd", "br"])
+    miss = ask(default.port, 1)
+    assert status(miss) == "MISS" and miss.header("content-encoding") == "zstd"
+    wait_for(lambda: status(ask(default.port, 2)) == "HIT")
+    for port, coding in ((default.port, "gzip"), (without_gzip.port, None)):
+        hit = ask(port, 3)
+        assert status(hit) == "HIT" and hit.header("content-encoding") == coding, port
+        assert json.loads(hit.decoded()) == dict(json.loads(miss.decoded()), id=3)
+
+
 def test_a_bypass_says_its_reason_only_where_the_operator_asks(proxy, stack):
     moving, unlisted = case("at_tag"), case("not_in_the_table")
     quiet, telling = proxy({}), proxy({"status_reason": True})

@@ -377,6 +377,11 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_max_batch = conf->max_batch;
         config.cache_lock_timeout_ms = conf->lock_timeout;
 
+        /* a hit goes out in a coding the location makes */
+        if (ngx_http_rpcedge_conf_encodings(cf, &config) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
         conf->settings = ngx_http_rpcedge_settings(cf, &config);
         if (conf->settings == NULL) {
             return NGX_CONF_ERROR;

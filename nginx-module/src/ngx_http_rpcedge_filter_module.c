@@ -51,7 +51,6 @@ typedef struct {
     ngx_flag_t                 transcode_upstream_ssz;
     ngx_int_t                  beacon_network;
     ngx_array_t               *types;
-    ngx_array_t               *encodings;
     rpcedge_settings_t        *settings;
 } ngx_http_rpcedge_conf_t;
 
@@ -177,10 +176,6 @@ static ngx_int_t ngx_http_rpcedge_ratio_variable(ngx_http_request_t *r,
 
 static char *ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static ngx_int_t ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
-    const rpcedge_str_t **strs, size_t *len);
 static ngx_int_t ngx_http_rpcedge_add_variables(ngx_conf_t *cf);
 static void *ngx_http_rpcedge_create_conf(ngx_conf_t *cf);
 static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
@@ -188,15 +183,8 @@ static char *ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent,
 static ngx_int_t ngx_http_rpcedge_filter_init(ngx_conf_t *cf);
 
 
-/* a list whose every value the core checks */
-typedef struct {
-    int32_t  (*check)(const uint8_t *value, size_t len, rpcedge_error_t *err);
-} ngx_http_rpcedge_list_check_t;
-
 static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_type_check =
-    { rpcedge_check_type };
-static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_encoding_check =
-    { rpcedge_check_encoding };
+    { rpcedge_check_type, 0 };
 
 /* a value the core parses into rpcedge_config_t's form */
 typedef struct {
@@ -323,12 +311,6 @@ static ngx_command_t  ngx_http_rpcedge_filter_commands[] = {
       offsetof(ngx_http_rpcedge_conf_t, types),
       &ngx_http_rpcedge_type_check },
 
-    { ngx_string("rpcedge_encodings"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_http_rpcedge_list_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_rpcedge_conf_t, encodings),
-      &ngx_http_rpcedge_encoding_check },
 
       ngx_null_command
 };
@@ -1884,85 +1866,6 @@ ngx_http_rpcedge_parsed_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-static char *
-ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    char  *p = conf;
-
-    ngx_str_t                      *value, *item;
-    ngx_uint_t                      i;
-    ngx_array_t                   **list;
-    rpcedge_error_t                 err;
-    ngx_http_rpcedge_list_check_t  *check;
-
-    list = (ngx_array_t **) (p + cmd->offset);
-
-    if (*list != NGX_CONF_UNSET_PTR) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-    check = cmd->post;
-
-    *list = ngx_array_create(cf->pool, cf->args->nelts - 1, sizeof(ngx_str_t));
-    if (*list == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    for (i = 1; i < cf->args->nelts; i++) {
-
-        if (check->check(value[i].data, value[i].len, &err) != 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid value \"%V\" in \"%V\": %s",
-                               &value[i], &cmd->name, err.message);
-            return NGX_CONF_ERROR;
-        }
-
-        item = ngx_array_push(*list);
-        if (item == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        *item = value[i];
-    }
-
-    return NGX_CONF_OK;
-}
-
-
-/* a list directive's values as the C ABI takes them; none set: none given */
-
-static ngx_int_t
-ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
-    const rpcedge_str_t **strs, size_t *len)
-{
-    ngx_str_t      *item;
-    ngx_uint_t      i;
-    rpcedge_str_t  *out;
-
-    if (list == NULL) {
-        return NGX_OK;
-    }
-
-    out = ngx_palloc(cf->pool, list->nelts * sizeof(rpcedge_str_t));
-    if (out == NULL) {
-        return NGX_ERROR;
-    }
-
-    item = list->elts;
-
-    for (i = 0; i < list->nelts; i++) {
-        out[i].data = item[i].data;
-        out[i].len = item[i].len;
-    }
-
-    *strs = out;
-    *len = list->nelts;
-
-    return NGX_OK;
-}
-
-
 static ngx_int_t
 ngx_http_rpcedge_add_variables(ngx_conf_t *cf)
 {
@@ -1999,7 +1902,6 @@ ngx_http_rpcedge_create_conf(ngx_conf_t *cf)
     conf->transcode_upstream_ssz = NGX_CONF_UNSET;
     conf->beacon_network = NGX_CONF_UNSET;
     conf->types = NGX_CONF_UNSET_PTR;
-    conf->encodings = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -2042,7 +1944,6 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->beacon_network, prev->beacon_network,
                          config.beacon_network);
     ngx_conf_merge_ptr_value(conf->types, prev->types, NULL);
-    ngx_conf_merge_ptr_value(conf->encodings, prev->encodings, NULL);
 
     config.min_length = ngx_http_rpcedge_conf_min_length(cf);
     config.max_buffer = conf->max_buffer;
@@ -2060,9 +1961,7 @@ ngx_http_rpcedge_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     if (ngx_http_rpcedge_strs(cf, conf->types, &config.types,
                               &config.types_len)
         != NGX_OK
-        || ngx_http_rpcedge_strs(cf, conf->encodings, &config.encodings,
-                                 &config.encodings_len)
-           != NGX_OK)
+        || ngx_http_rpcedge_conf_encodings(cf, &config) != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }

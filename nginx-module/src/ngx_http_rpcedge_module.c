@@ -20,6 +20,8 @@
 typedef struct {
     /* compression's threshold, which a cache hit follows too */
     size_t                     min_length;
+    /* the codings made, which a cache hit is sent in too */
+    ngx_array_t               *encodings;
 } ngx_http_rpcedge_loc_conf_t;
 
 
@@ -30,6 +32,7 @@ typedef struct {
 
 
 static void ngx_http_rpcedge_settings_cleanup(void *data);
+static ngx_uint_t ngx_http_rpcedge_listed(ngx_array_t *list, ngx_str_t *value);
 static void *ngx_http_rpcedge_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
@@ -37,6 +40,9 @@ static char *ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent,
 
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_min_length_check =
     { ngx_http_rpcedge_check, "min_length", NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
+static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_encoding_check =
+    { rpcedge_check_encoding, 1 };
 
 
 static ngx_command_t  ngx_http_rpcedge_commands[] = {
@@ -47,6 +53,13 @@ static ngx_command_t  ngx_http_rpcedge_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_loc_conf_t, min_length),
       &ngx_http_rpcedge_min_length_check },
+
+    { ngx_string("rpcedge_encodings"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_rpcedge_list_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_loc_conf_t, encodings),
+      &ngx_http_rpcedge_encoding_check },
 
     { ngx_string("rpcedge_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -109,6 +122,124 @@ ngx_http_rpcedge_conf_min_length(ngx_conf_t *cf)
     lcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_rpcedge_module);
 
     return lcf->min_length;
+}
+
+
+char *
+ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t                      *value, *item;
+    ngx_uint_t                      i;
+    ngx_array_t                   **list;
+    rpcedge_error_t                 err;
+    ngx_http_rpcedge_list_check_t  *check;
+
+    list = (ngx_array_t **) (p + cmd->offset);
+
+    if (*list != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    check = cmd->post;
+
+    *list = ngx_array_create(cf->pool, cf->args->nelts - 1, sizeof(ngx_str_t));
+    if (*list == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (check->check(value[i].data, value[i].len, &err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\" in \"%V\": %s",
+                               &value[i], &cmd->name, err.message);
+            return NGX_CONF_ERROR;
+        }
+
+        if (check->unique && ngx_http_rpcedge_listed(*list, &value[i])) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"%V\" is listed twice in \"%V\"",
+                               &value[i], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        item = ngx_array_push(*list);
+        if (item == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *item = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* a list directive's values as the C ABI takes them; none set: none given */
+
+ngx_int_t
+ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
+    const rpcedge_str_t **strs, size_t *len)
+{
+    ngx_str_t      *item;
+    ngx_uint_t      i;
+    rpcedge_str_t  *out;
+
+    if (list == NULL) {
+        return NGX_OK;
+    }
+
+    out = ngx_palloc(cf->pool, list->nelts * sizeof(rpcedge_str_t));
+    if (out == NULL) {
+        return NGX_ERROR;
+    }
+
+    item = list->elts;
+
+    for (i = 0; i < list->nelts; i++) {
+        out[i].data = item[i].data;
+        out[i].len = item[i].len;
+    }
+
+    *strs = out;
+    *len = list->nelts;
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_rpcedge_listed(ngx_array_t *list, ngx_str_t *value)
+{
+    ngx_str_t   *item;
+    ngx_uint_t   i;
+
+    item = list->elts;
+
+    for (i = 0; i < list->nelts; i++) {
+        if (item[i].len == value->len
+            && ngx_strncasecmp(item[i].data, value->data, value->len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+ngx_int_t
+ngx_http_rpcedge_conf_encodings(ngx_conf_t *cf, rpcedge_config_t *config)
+{
+    ngx_http_rpcedge_loc_conf_t  *lcf;
+
+    lcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_rpcedge_module);
+
+    return ngx_http_rpcedge_strs(cf, lcf->encodings, &config->encodings,
+                                 &config->encodings_len);
 }
 
 
@@ -362,6 +493,7 @@ ngx_http_rpcedge_create_loc_conf(ngx_conf_t *cf)
     }
 
     lcf->min_length = NGX_CONF_UNSET_SIZE;
+    lcf->encodings = NGX_CONF_UNSET_PTR;
 
     return lcf;
 }
@@ -377,6 +509,7 @@ ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_size_value(conf->min_length, prev->min_length,
                               rpcedge_config_default().min_length);
+    ngx_conf_merge_ptr_value(conf->encodings, prev->encodings, NULL);
 
     return NGX_CONF_OK;
 }

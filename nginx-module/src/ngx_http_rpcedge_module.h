@@ -31,6 +31,22 @@ typedef struct {
 extern ngx_module_t  ngx_http_rpcedge_module;
 
 
+/* a list directive whose every value the core checks, each at most once
+ * where unique */
+typedef struct {
+    int32_t                  (*check)(const uint8_t *value, size_t len,
+                                      rpcedge_error_t *err);
+    ngx_uint_t                 unique;
+} ngx_http_rpcedge_list_check_t;
+
+/* the set handler of a list directive (post: ngx_http_rpcedge_list_check_t) */
+char *ngx_http_rpcedge_list_slot(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* a list directive's values as the C ABI takes them; none set: none given */
+ngx_int_t ngx_http_rpcedge_strs(ngx_conf_t *cf, ngx_array_t *list,
+    const rpcedge_str_t **strs, size_t *len);
+
 /* the post handler of ngx_http_rpcedge_check_t */
 char *ngx_http_rpcedge_check(ngx_conf_t *cf, void *post, void *data);
 
@@ -64,6 +80,10 @@ size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
 /* rpcedge_min_length where cf is, merged: ngx_http_rpcedge_module merges
  * before the modules that read it (see config) */
 size_t ngx_http_rpcedge_conf_min_length(ngx_conf_t *cf);
+
+/* rpcedge_encodings where cf is, merged (as rpcedge_min_length), into config */
+ngx_int_t ngx_http_rpcedge_conf_encodings(ngx_conf_t *cf,
+    rpcedge_config_t *config);
 
 /* r is being answered from the cache, which costs no compression */
 ngx_int_t ngx_http_rpcedge_answer_from_cache(ngx_http_request_t *r);

@@ -343,9 +343,10 @@ pub fn check_field(name: &str, value: u64) -> Result<(), ConfigError> {
     }
 }
 
-/// Parses one coding of `encodings`: `zstd`, `br`, `gzip` or `deflate`.
+/// Parses one coding of `encodings`: `zstd`, `br`, `gzip` or `deflate` (not `x-gzip`, which a
+/// client may send but an operator has no reason to write).
 pub fn parse_encoding(token: &str) -> Result<Coding, ConfigError> {
-    Coding::from_token(token.as_bytes()).ok_or_else(|| {
+    Coding::ALL.into_iter().find(|coding| token.eq_ignore_ascii_case(coding.token())).ok_or_else(|| {
         ConfigError::new("encodings", format!("\"{token}\" is not one of zstd, br, gzip, deflate"))
     })
 }
@@ -714,6 +715,7 @@ mod tests {
             (&br#"{"encodings": []}"#[..], "must list at least one of zstd, br, gzip, deflate"),
             (br#"{"encodings": ["gzip", "gzip"]}"#, "lists gzip twice"),
             (br#"{"encodings": ["lz4"]}"#, r#""lz4" is not one of zstd, br, gzip, deflate"#),
+            (br#"{"encodings": ["x-gzip"]}"#, r#""x-gzip" is not one of zstd, br, gzip, deflate"#),
             (br#"{"encodings": "gzip"}"#, "invalid type"),
         ] {
             let err = Config::from_json(json).unwrap_err();

@@ -89,17 +89,24 @@ impl AcceptEncoding {
     ///
     /// No field at all means the client did not ask: send identity, as every browser-era proxy
     /// does. A coding not listed takes the weight of `*`. The client's weights decide; among
-    /// equal ones the server's order does. Identity wins only when it is weighed (itself or by
-    /// `*`) above every offered coding.
+    /// equal ones a coding the client named wins over one that only `*` covers, then the
+    /// server's order does, but that a coding only `*` covers is gzip where it can be: a client
+    /// that names none (an old or generic one sends a bare `*`) gets the one every client
+    /// decodes. Identity wins only when it is weighed (itself or by `*`) above every offered
+    /// coding.
     pub fn choose(&self, offered: &[Coding]) -> Option<Coding> {
         if !self.present {
             return None;
         }
-        let weight = |coding: Coding| self.codings[coding.index()].or(self.any).unwrap_or(0);
-        let (coding, best) = offered
+        // (weight, named by the client, gzip) orders the candidates; the server's order breaks ties
+        let rank = |coding: Coding| match self.codings[coding.index()] {
+            Some(weight) => (weight, true, false),
+            None => (self.any.unwrap_or(0), false, coding == Coding::Gzip),
+        };
+        let (coding, (best, _, _)) = offered
             .iter()
-            .map(|&coding| (coding, weight(coding)))
-            .fold(None, |acc: Option<(Coding, Weight)>, c| match acc {
+            .map(|&coding| (coding, rank(coding)))
+            .fold(None, |acc: Option<(Coding, (Weight, bool, bool))>, c| match acc {
                 Some(acc) if acc.1 >= c.1 => Some(acc),
                 _ => Some(c),
             })?;
@@ -326,7 +333,12 @@ mod tests {
             ("zstd;q=0, *", Some(Gzip)),
             ("zstd;q=0, gzip;q=0, *", Some(Br)),
             ("zstd;q=0.5, gzip", Some(Gzip)),
-            ("*", Some(Zstd)),
+            // a client that names no coding gets gzip, which every client decodes
+            ("*", Some(Gzip)),
+            ("*;q=0.5", Some(Gzip)),
+            ("br;q=0.5, *", Some(Gzip)),
+            ("br, *", Some(Br)),
+            ("gzip;q=0, *", Some(Zstd)),
             ("*;q=0.5, br;q=0.6", Some(Br)),
             ("identity;q=0", None),
             ("identity;q=0, br", Some(Br)),

@@ -315,8 +315,8 @@ impl Compression {
     }
 
     /// Switches to streaming: the encoded headers are set now, as the length is unknown. A
-    /// stream compressor that cannot be made (out of memory) fails the body before any of it
-    /// went out.
+    /// stream compressor that cannot be made (libzstd refusing its parameters) fails the body
+    /// before any of it went out.
     fn start_stream(&mut self, sink: &mut Sink) -> Result<(), Error> {
         let level = stream_level(self.coding, sink.settings.stream_level);
         let encoder = StreamEncoder::new(self.coding, level).map_err(Error::Stream)?;
