@@ -48,6 +48,12 @@ fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
         Some(Coding::Deflate) => {
             flate2::read::ZlibDecoder::new(body).read_to_end(&mut out).expect("valid zlib");
         }
+        Some(Coding::Zstd) => {
+            zstd::stream::read::Decoder::new(body).unwrap().read_to_end(&mut out).expect("valid zstd");
+        }
+        Some(Coding::Br) => {
+            brotli::Decompressor::new(body, 4096).read_to_end(&mut out).expect("valid brotli");
+        }
     }
     out
 }
