@@ -52,15 +52,6 @@ pub fn stream_level(coding: Coding, deflate_level: u32) -> u32 {
     }
 }
 
-/// The levels `coding` has.
-pub fn levels(coding: Coding) -> std::ops::RangeInclusive<u32> {
-    match coding {
-        Coding::Gzip | Coding::Deflate => 1..=12,
-        Coding::Zstd => zstd::LEVELS,
-        Coding::Br => brotli::LEVELS,
-    }
-}
-
 /// Compresses `input` whole. Returns `None` when the result would not be smaller than the input,
 /// so the caller sends the original.
 pub fn compress_whole(coding: Coding, level: u32, input: &[u8]) -> Option<Vec<u8>> {
@@ -207,6 +198,15 @@ mod tests {
         let mut out = Vec::new();
         flate2::read::ZlibDecoder::new(data).read_to_end(&mut out).expect("valid zlib");
         out
+    }
+
+    /// The levels `coding` has.
+    fn levels(coding: Coding) -> std::ops::RangeInclusive<u32> {
+        match coding {
+            Coding::Gzip | Coding::Deflate => 1..=12,
+            Coding::Zstd => super::zstd::LEVELS,
+            Coding::Br => super::brotli::LEVELS,
+        }
     }
 
     pub(crate) fn decode(coding: Coding, data: &[u8]) -> Vec<u8> {
