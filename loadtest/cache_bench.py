@@ -3,7 +3,7 @@ binding in both its forms), the cacheable calls of the corpus's method mix answe
 misses, beside the same proxy serving the same bytes without rpcedge (nginx and OpenResty: a
 static file, gzip_static for these gzip clients; Envoy: a direct_response, its rpcedge filter
 removed). req/s and the proxy's CPU per request, the median of `--runs` runs per cell.
-Then big answers (blocks by hash of 100 KiB and more) as hits to gzip and to identity clients,
+Then big answers (blocks by hash of 100 KiB and more) as hits to gzip, zstd, br and identity clients,
 beside the same bytes without rpcedge, through nginx and the native Envoy module: the CPU of the
 proxy and of the daemon per hit. Last, the load test's whole method mix with the cache warm
 through nginx, beside bare nginx without compression (`warm`).
@@ -141,8 +141,8 @@ def direct_response_config(upstream_port, listen_port, admin_port, hits, name=st
         f"                  body: {{inline_bytes: \"{base64.b64encode(hit.body).decode()}\"}}\n"
         f"                response_headers_to_add:\n"
         f"                - header: {{key: content-type, value: application/json}}\n"
-        + (f"                - header: {{key: content-encoding, value: gzip}}\n"
-           if hit.header("content-encoding") == "gzip" else "")
+        + (f"                - header: {{key: content-encoding, value: {hit.header('content-encoding')}}}\n"
+           if hit.header("content-encoding") else "")
         for i, hit in enumerate(hits))
     anchor = "              routes:\n"
     assert text.count(anchor) == 1
@@ -152,7 +152,7 @@ def direct_response_config(upstream_port, listen_port, admin_port, hits, name=st
     return text.replace(anchor, anchor + "            max_direct_response_body_size_bytes: 4194304\n")
 
 
-def direct_response(stack, prefix, hits, list_, name, args):
+def direct_response(stack, prefix, hits, list_, name, args, coding="gzip"):
     """The runs of Envoy without rpcedge answering `hits`' bytes from direct_responses."""
     port, admin = free_port(), free_port()
     text = direct_response_config(stack.replay.port, port, admin, hits, name)
@@ -161,7 +161,7 @@ def direct_response(stack, prefix, hits, list_, name, args):
     process = start_envoy(workdir, text, "envoy-direct", concurrency=1, argv_prefix=prefix)
     try:
         process.wait_for_port(port)
-        return measure([process.proc.pid], port, list_, "-", args.seconds, args.runs)
+        return measure([process.proc.pid], port, list_, "-", args.seconds, args.runs, coding)
     finally:
         process.stop()
 
@@ -230,23 +230,37 @@ BARE = ("static file (gzip_static)", "direct_response")
 
 
 def static_location():
+    """Static files without rpcedge: /static/ as gzip_static serves them, and /static-zstd/ and
+    /static-br/ holding a hit's own bytes, sent with its Content-Encoding."""
+    coded = "".join(f"location /static-{coding}/ {{ root {WORK}; default_type application/json; "
+                    f"add_header Content-Encoding {coding}; rpcedge off; rpcedge_cache off; }} "
+                    for coding in ("zstd", "br"))
     return (f"location /static/ {{ root {WORK}; gzip_static on; default_type application/json; "
-            "rpcedge off; rpcedge_cache off; }")
+            "rpcedge off; rpcedge_cache off; } " + coded)
 
 
 def big(stack, prefix, args, results):
-    """Big answers as hits, to gzip and to identity clients, from the daemon and the hot tier,
-    beside the same bytes without rpcedge: the CPU of the proxy and of the daemon per request."""
+    """Big answers as hits, to gzip, zstd, br and identity clients, from the daemon and the hot
+    tier, beside the same bytes without rpcedge: the CPU of the proxy and of the daemon per
+    request."""
     calls = cc.find_all(big_answer, limit=BIG_CALLS)
     sizes = ", ".join(f"{len(c.answer(1)) // 1024} KiB" for c in calls)
     print(f"big answers: {len(calls)} blocks by hash ({sizes}), {args.runs} x {args.seconds} s per cell", flush=True)
     rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
     hit_list = write_list(WORK / "big.tsv", rows)
     name = "big-{}".format
-    static = write_list(WORK / "big-static.tsv", [("GET", f"/static/{name(i)}", r[2], "-") for i, r in enumerate(rows)])
-    files = WORK / "static"
-    files.mkdir(exist_ok=True)
-    codings = ("gzip", "identity")
+    codings = ("gzip", "zstd", "br", "identity")
+
+    def static_list(coding, hits=None):
+        """The list of the same bytes as files: each where it is served as the hit came (a hit
+        goes plain where its entry keeps no form for the client's coding)."""
+        came = [hit.header("content-encoding") for hit in hits] if hits else [None] * len(rows)
+        where = ["static" if c in (None, "gzip") else f"static-{c}" for c in came]
+        return write_list(WORK / f"big-static-{coding}.tsv",
+                          [("GET", f"/{w}/{name(i)}", r[2], "-") for i, (w, r) in enumerate(zip(where, rows))])
+
+    for where in ("static", "static-zstd", "static-br"):
+        (WORK / where).mkdir(exist_ok=True)
     for host in ("nginx", "envoy-native"):
         stack.fresh_daemon()
         daemon = [stack.daemon.process.proc.pid]
@@ -257,14 +271,21 @@ def big(stack, prefix, args, results):
             hits = {coding: [post(proxy.port, c, coding) for c in calls] for coding in codings}
             for coding in codings:
                 assert all(h.decoded() == c.answer(1) for h, c in zip(hits[coding], calls))
+                came = [h.header("content-encoding") or "identity" for h in hits[coding]]
+                assert set(came) <= {coding, "identity"}, came
+                print(f"{host}: hits to a {coding} client came as {', '.join(came)}", flush=True)
                 runs = measure(proxy.pids + daemon, proxy.port, hit_list, "HIT", args.seconds, args.runs, coding)
                 results.append(row(host, f"big hit, {coding}", runs))
             if host == "nginx":
-                for i, (hit, call) in enumerate(zip(hits["gzip"], calls)):
-                    (files / name(i)).write_bytes(call.answer(1))
-                    (files / f"{name(i)}.gz").write_bytes(hit.body)
+                for i, call in enumerate(calls):
+                    (WORK / "static" / name(i)).write_bytes(call.answer(1))
+                    (WORK / "static" / f"{name(i)}.gz").write_bytes(hits["gzip"][i].body)
+                    for coding in ("zstd", "br"):
+                        if hits[coding][i].header("content-encoding") == coding:
+                            (WORK / f"static-{coding}" / name(i)).write_bytes(hits[coding][i].body)
                 for coding in codings:
-                    runs = measure(proxy.pids + daemon, proxy.port, static, "-", args.seconds, args.runs, coding)
+                    runs = measure(proxy.pids + daemon, proxy.port, static_list(coding, hits[coding]), "-",
+                                   args.seconds, args.runs, coding)
                     results.append(row(host, f"big static file, {coding}", runs))
         finally:
             proxy.stop()
@@ -277,7 +298,7 @@ def big(stack, prefix, args, results):
             proxy.stop()
         if host == "envoy-native":
             for coding in codings:
-                runs = direct_response(stack, prefix, hits[coding], static, name, args)
+                runs = direct_response(stack, prefix, hits[coding], static_list("direct"), name, args, coding)
                 results.append(row(host, f"big direct_response, {coding}", runs))
     print_rows([r for r in results if r["case"].startswith("big")])
     for host in ("nginx", "envoy-native"):

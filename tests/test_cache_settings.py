@@ -123,21 +123,25 @@ def test_an_answer_over_max_entry_goes_to_the_client_and_is_not_stored(proxy, st
 
 
 def test_a_hit_goes_out_in_a_coding_the_location_makes(proxy, stack):
-    """A browser's miss goes zstd and its hits gzip, spliced from the store; where the operator's
-    encodings leave gzip out, hits go plain, never in a coding the location does not make."""
+    """A browser's miss goes zstd; its hits go in the best coding the location makes (zstd, br or
+    gzip), spliced from the forms the store keeps; where the location makes none that a hit
+    splices, hits go plain, never in a coding the location does not make."""
     block = case("block_by_hash")
     browser = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate, br, zstd"}
 
     def ask(port, id_):
         return wire.request(port, block.path, "POST", browser, block.body(id_), accept_encoding=None)
 
-    default, without_gzip = proxy({}), proxy({}, encodings=["zstd", "br"])
+    default = proxy({})
     miss = ask(default.port, 1)
     assert status(miss) == "MISS" and miss.header("content-encoding") == "zstd"
     wait_for(lambda: status(ask(default.port, 2)) == "HIT")
-    for port, coding in ((default.port, "gzip"), (without_gzip.port, None)):
-        hit = ask(port, 3)
-        assert status(hit) == "HIT" and hit.header("content-encoding") == coding, port
+    locations = ((default, "zstd"), (proxy({}, encodings=["br", "gzip"]), "br"),
+                 (proxy({}, encodings=["gzip"]), "gzip"), (proxy({}, encodings=["deflate"]), None))
+    for location, coding in locations:
+        hit = ask(location.port, 3)
+        assert status(hit) == "HIT" and hit.header("content-encoding") == coding, (location.port, coding)
+        assert int(hit.header("content-length")) == len(hit.body)
         assert json.loads(hit.decoded()) == dict(json.loads(miss.decoded()), id=3)
 
 

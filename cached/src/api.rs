@@ -258,7 +258,7 @@ const PLACE_TIMEOUT: Duration = Duration::from_secs(2);
 async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option<u64> {
     let key = cache::receipt_key(namespace, hash);
     if let Ok(Lookup::Hit(stored, _)) = state.store.read(&key.0, now_s()) {
-        let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", false, u64::MAX));
+        let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", &[], u64::MAX));
         if let Some(number) = receipt.ok().and_then(|receipt| cache::receipt_block(&receipt.body, hash)) {
             return Some(number);
         }
@@ -399,7 +399,7 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         ("hits_total".into(), "Lookups answered from the store", "counter", load(&counters.hits)),
         ("misses_total".into(), "Lookups of absent keys", "counter", load(&counters.misses)),
         ("expired_total".into(), "Lookups of expired entries", "counter", load(&counters.expired)),
-        ("bad_entries_total".into(), "Stored values that failed their checksum (deleted)", "counter", load(&counters.bad_entries)),
+        ("bad_entries_total".into(), "Stored values that failed their checksum, or that this version cannot read (deleted)", "counter", load(&counters.bad_entries)),
         ("stores_total".into(), "Entries stored", "counter", load(&counters.stores)),
         ("stored_bytes_total".into(), "Bytes of entries stored", "counter", load(&counters.stored_bytes)),
         ("deletes_total".into(), "Deletes", "counter", load(&counters.deletes)),

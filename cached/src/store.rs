@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::statistics::Ticker;
+use rpcedge_core::cache::Entry;
 use rocksdb::{
     BlockBasedOptions, ColumnFamilyDescriptor, ErrorKind, DBCompactionStyle, DBCompressionType, FifoCompactOptions,
     FlushOptions, Options, WriteOptions, DB,
@@ -119,7 +120,10 @@ impl Store {
                 Err(error) if error.kind() == ErrorKind::Corruption => None,
                 Err(error) => return Err(error.to_string()),
             };
-            let Some((expires_s, entry)) = record.as_deref().and_then(open_record) else {
+            // an intact record whose entry this version cannot read (one of an older format, kept
+            // before an upgrade) goes as a damaged one does: the node's answer replaces it
+            let opened = record.as_deref().and_then(open_record).filter(|(_, entry)| Entry::decode(entry).is_ok());
+            let Some((expires_s, entry)) = opened else {
                 self.db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
                 self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
                 return Ok(Lookup::Bad);
@@ -267,5 +271,25 @@ mod tests {
         }
         assert_eq!(open_record(&record[..record.len() - 1]), None);
         assert_eq!(open_record(&record[..5]), None);
+    }
+
+    /// An upgrade leaves entries of the older format on disk: each reads as bad, once, and is
+    /// gone, so that the node's answer takes its place (a hit of it would be an error at every
+    /// proxy, and nothing would ever replace it).
+    #[test]
+    fn an_entry_this_version_cannot_read_is_bad_and_deleted() {
+        let dir = std::env::temp_dir().join(format!("rpcedge-store-test-{}", std::process::id()));
+        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let store = Store::open(&dir, &options).unwrap();
+        let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
+        let mut older = entry.clone();
+        older[0] = 2;
+        store.put(b"now", &entry, None, 0).unwrap();
+        store.put(b"older", &older, None, 0).unwrap();
+        assert!(matches!(store.get(b"now", 0), Ok(Lookup::Hit(..))));
+        assert!(matches!(store.get(b"older", 0), Ok(Lookup::Bad)));
+        assert!(matches!(store.get(b"older", 0), Ok(Lookup::Absent)), "deleted");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

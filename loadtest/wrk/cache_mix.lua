@@ -11,7 +11,8 @@
 --
 -- A response counts as broken when its status is not 200, its cache status is not the one
 -- expected (ERROR, the daemon too slow under the load, is counted apart: the node answered), or
--- its body does not have the expected length (gzip: magic and ISIZE). done() prints one RESULT
+-- its body does not have the expected length (gzip: magic and ISIZE; zstd: magic and the frame's
+-- content size; br, which states none: not empty). done() prints one RESULT
 -- line of JSON.
 
 requests = {}
@@ -54,10 +55,9 @@ function request()
   return requests[next_request]
 end
 
-local function gzip_isize(body)
-  local a, b, c, d = body:byte(-4, -1)
-  return a + b * 256 + c * 65536 + d * 16777216
-end
+-- gzip's and zstd's stated lengths, from beside this script
+local sizes = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "sizes.lua")
+local gzip_isize, zstd_size = sizes.gzip_isize, sizes.zstd_size
 
 function response(status, headers, body)
   answered = answered + 1
@@ -82,6 +82,15 @@ function response(status, headers, body)
     encoded = encoded + 1
     if #body < 18 or body:sub(1, 2) ~= "\31\139" then bad_body = bad_body + 1 return end
     length = gzip_isize(body)
+  elseif coding == "zstd" then
+    encoded = encoded + 1
+    length = #body >= 6 and body:sub(1, 4) == "\40\181\47\253" and zstd_size(body)
+    if not length then bad_body = bad_body + 1 return end
+  elseif coding == "br" then
+    -- brotli states no length: a body at all
+    encoded = encoded + 1
+    if #body == 0 then bad_body = bad_body + 1 end
+    return
   elseif coding == nil then
     length = #body
   else

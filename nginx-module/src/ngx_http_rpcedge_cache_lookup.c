@@ -486,7 +486,7 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
     u_char            *v, *p;
     size_t             i;
     uint16_t           status;
-    ngx_int_t          rc, gzip;
+    ngx_int_t          rc, coded;
     ngx_buf_t         *b;
     ngx_chain_t        out;
     rpcedge_str_t      body, name, value;
@@ -499,7 +499,7 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    gzip = rpcedge_cache_hit(ctx->cache, &status, &body);
+    coded = rpcedge_cache_hit(ctx->cache, &status, &body);
 
     r->headers_out.status = status;
 
@@ -535,7 +535,7 @@ ngx_http_rpcedge_cache_send_hit(ngx_http_request_t *r,
             continue;
         }
 
-        if (gzip && name.len == sizeof("content-encoding") - 1
+        if (coded && name.len == sizeof("content-encoding") - 1
             && ngx_strncmp(name.data, "content-encoding", name.len) == 0)
         {
             r->headers_out.content_encoding = h;

@@ -8,6 +8,7 @@ use std::fmt;
 use crate::negotiate::Coding;
 
 pub(crate) mod blocks;
+pub(crate) mod spliced;
 mod brotli;
 mod deflate;
 mod zstd;

@@ -9,7 +9,7 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::CacheSettings;
+use crate::cache::{hit_codings, CacheSettings};
 use crate::negotiate::Coding;
 use crate::transcode::BeaconNetwork;
 
@@ -477,7 +477,7 @@ impl Config {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
         check_encodings(&self.encodings)?;
-        let cache = CacheSettings { gzip_hits: self.encodings.contains(&Coding::Gzip), ..cache.settings()? };
+        let cache = CacheSettings { hit_codings: hit_codings(&self.encodings), ..cache.settings()? };
         let mut types = Vec::with_capacity(self.types.len());
         for pattern in &self.types {
             check_type(pattern)?;
@@ -733,7 +733,7 @@ mod tests {
             lookup_timeout_ms: 50,
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
-            gzip_hits: true,
+            hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
         };
         assert_eq!(
             Settings::default().cache_settings(),
@@ -753,11 +753,11 @@ mod tests {
             lookup_timeout_ms: 30,
             lock_timeout_ms: 0,
             store_timeout_ms: 20_000,
-            gzip_hits: true,
+            hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
         };
         assert_eq!(s.cache_settings(), &expected);
-        let s = Config::from_json(br#"{"encodings": ["zstd", "br"]}"#).unwrap();
-        assert!(!s.cache_settings().gzip_hits, "hits go gzip only where gzip is offered");
+        let s = Config::from_json(br#"{"encodings": ["deflate", "br", "zstd"]}"#).unwrap();
+        assert_eq!(s.cache_settings().hit_codings, [Coding::Br, Coding::Zstd], "the offered ones a hit splices, in order");
         for (json, message) in [
             (
                 &br#"{"cache": {"max_request": 16777217}}"#[..],

@@ -114,6 +114,18 @@ impl AcceptEncoding {
         let identity = self.identity.or(self.any).unwrap_or(0);
         (best > 0 && best >= identity).then_some(coding)
     }
+
+    /// The codings of `offered` the client takes, in the order `choose` would pick them one after
+    /// another (the client's best first), up to the first that identity would win over.
+    pub fn rank(&self, offered: &[Coding]) -> Vec<Coding> {
+        let mut left = offered.to_vec();
+        let mut ranked = Vec::with_capacity(left.len());
+        while let Some(coding) = self.choose(&left) {
+            left.retain(|&other| other != coding);
+            ranked.push(coding);
+        }
+        ranked
+    }
 }
 
 /// What a response body is sent as.

@@ -1,12 +1,13 @@
 //! Every recorded request through the cache's decisions, and every answer it keeps back out as a
-//! hit: the hit decodes to the recorded answer with the client's own id, gzip or plain.
+//! hit: the hit decodes to the recorded answer with the client's own id, in each coding a hit
+//! splices (gzip, zstd, br) and plain.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 
 use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry, Head};
+use rpcedge_core::negotiate::Coding;
 use rpcedge_corpus::json::{self, Json};
 
 
@@ -71,11 +72,14 @@ fn every_kept_answer_comes_back_whole_around_another_id() {
         let stored = Entry::decode(&sent).unwrap().compact().unwrap();
         let entry = Entry::decode(&stored).unwrap();
         let expected = [capture.envelope.prefix("\"other-42\""), capture.tail.clone()].concat();
-        let gzip = entry.respond("\"other-42\"", true, 0).unwrap();
-        let decoded = if gzip.gzip { gunzip(&gzip.body) } else { gzip.body.clone() };
-        assert_eq!(decoded, expected, "{origin}");
-        assert!(gzip.body.len() <= expected.len(), "{origin}: a hit larger than its plain form");
-        assert_eq!(entry.respond("\"other-42\"", false, 0).unwrap().body, expected, "{origin}");
+        for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
+            let hit = entry.respond("\"other-42\"", &[coding], 0).unwrap();
+            assert!(hit.coding.is_none_or(|made| made == coding), "{origin}: {coding:?} asked, {:?} made", hit.coding);
+            *outcomes.entry(format!("hit {}", hit.coding.map_or("plain", Coding::token))).or_default() += 1;
+            assert_eq!(common::decode(hit.coding, &hit.body), expected, "{origin} {coding:?}");
+            assert!(hit.body.len() <= expected.len(), "{origin}: a hit larger than its plain form");
+        }
+        assert_eq!(entry.respond("\"other-42\"", &[], 0).unwrap().body, expected, "{origin}");
         // With the recorded id, the node's own bytes (when its result is the last member).
         let own = [capture.envelope.prefix(&request.id), capture.tail.clone()].concat();
         same_envelope += usize::from(&own == response);
@@ -83,10 +87,4 @@ fn every_kept_answer_comes_back_whole_around_another_id() {
     eprintln!("{outcomes:?}; {same_envelope} hits byte-identical to the recorded answer");
     assert!(outcomes.get("kept").copied().unwrap_or(0) > least * 3 / 10, "{outcomes:?}");
     assert!(same_envelope * 100 >= outcomes["kept"] * 98, "{same_envelope} of {outcomes:?}");
-}
-
-fn gunzip(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
-    out
 }

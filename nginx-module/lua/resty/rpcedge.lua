@@ -54,7 +54,8 @@
 --     -- node serves (never the client's Host or path; default: $server_name)
 --     if c:key() then                          -- nil: the cache does not take this request
 --         local entry = my_store:get(c:key())
---         local hit, gzip = c:hit(entry, 1024) -- the client's own id spliced in; gzip if it takes it
+--         local hit, coding = c:hit(entry, 1024) -- the client's own id spliced in; coded
+--                                                 -- ("gzip", "zstd", "br") if it takes one
 --         -- send hit with c:hit_headers() (Content-Type, Content-Encoding, Vary, the node's)
 --     end
 --     -- after the node answered (res from ngx.location.capture):

@@ -13,7 +13,7 @@
  * The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
  * configure (with its envelope), whichever host stored it.
  */
-#define RPCEDGE_CACHE_MAX_ANSWER 67117110
+#define RPCEDGE_CACHE_MAX_ANSWER 67117118
 
 /**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
@@ -387,9 +387,9 @@ int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers, size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
 
 /**
- * The hit's reply: its `status` and `body`; returns 1 when the body is gzip (`Content-Encoding:
- * gzip`), 0 when plain (or there is no hit: `status` 0). Send it with its exact length and the
- * headers `rpcedge_cache_hit_header` gives.
+ * The hit's reply: its `status` and `body`; returns the body's coding (1 gzip,
+ * 3 zstd, 4 br; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
+ * Send it with its exact length and the headers `rpcedge_cache_hit_header` gives.
  *
  * # Safety
  * `cache` is NULL or live; `status` and `body` are NULL or writable.

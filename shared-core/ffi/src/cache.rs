@@ -81,7 +81,7 @@ struct OwnKept {
 
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
 /// configure (with its envelope), whichever host stored it.
-pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_110;
+pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_118;
 
 const _: () = assert!(RPCEDGE_CACHE_MAX_ANSWER == entry_bound(MAX_ENTRY));
 
@@ -286,9 +286,9 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
     })
 }
 
-/// The hit's reply: its `status` and `body`; returns 1 when the body is gzip (`Content-Encoding:
-/// gzip`), 0 when plain (or there is no hit: `status` 0). Send it with its exact length and the
-/// headers `rpcedge_cache_hit_header` gives.
+/// The hit's reply: its `status` and `body`; returns the body's coding (1 gzip,
+/// 3 zstd, 4 br; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
+/// Send it with its exact length and the headers `rpcedge_cache_hit_header` gives.
 ///
 /// # Safety
 /// `cache` is NULL or live; `status` and `body` are NULL or writable.
@@ -300,7 +300,7 @@ pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, status: *
         let Some(hit) = cache.as_ref().and_then(|c| c.hit.as_ref()) else { return 0 };
         put(status, HitResponse::STATUS);
         put(body, RpcedgeStr::of(&hit.body));
-        hit.gzip.into()
+        hit.coding.map_or(0, |coding| coding as i32)
     })
 }
 

@@ -5,7 +5,9 @@
 //! SSZ for a JSON client, the client gets the JSON of the SSZ that came, or that SSZ as it came.
 #![no_main]
 
-use std::io::Read;
+#[path = "../../tests/common/decode.rs"]
+mod decoded;
+
 use std::sync::Arc;
 
 use arbitrary::Arbitrary;
@@ -37,26 +39,6 @@ struct Case<'a> {
 
 const TYPES: [&[u8]; 4] = [b"application/json", b"text/plain; charset=utf-8", b"image/png", b""];
 const NAMES: [&[u8]; 6] = [b"etag", b"vary", b"cache-control", b"content-encoding", b"content-range", b"x-other"];
-
-fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match coding {
-        None => out.extend_from_slice(body),
-        Some(Coding::Gzip) => {
-            flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
-        }
-        Some(Coding::Deflate) => {
-            flate2::read::ZlibDecoder::new(body).read_to_end(&mut out).expect("valid zlib");
-        }
-        Some(Coding::Zstd) => {
-            zstd::stream::read::Decoder::new(body).unwrap().read_to_end(&mut out).expect("valid zstd");
-        }
-        Some(Coding::Br) => {
-            brotli::Decompressor::new(body, 4096).read_to_end(&mut out).expect("valid brotli");
-        }
-    }
-    out
-}
 
 fuzz_target!(|case: Case| {
     let max_buffer = u64::from(case.max_buffer);
@@ -147,7 +129,7 @@ fuzz_target!(|case: Case| {
             if let LengthEdit::Set(n) = edits.content_length {
                 assert_eq!(n, wire.len() as u64, "exact Content-Length");
             }
-            let body = if decoding { decode(Some(node_coding(&case.extra)), case.body) } else { case.body.to_vec() };
+            let body = if decoding { decoded::decode(Some(node_coding(&case.extra)), case.body) } else { case.body.to_vec() };
             let expected = match edits.content_type {
                 Some(_) if asked => {
                     jsonrpc_from_ssz(&body, Schema::RawBytes, WitnessForm::Lossless, b"1", b"2.0").expect("rendered")
@@ -155,7 +137,7 @@ fuzz_target!(|case: Case| {
                 Some(_) => jsonrpc_to_ssz(&body, Schema::RawBytes, WitnessForm::Lossless).expect("transcoded").ssz,
                 None => body,
             };
-            assert_eq!(decode(edits.content_encoding, &wire), expected);
+            assert_eq!(decoded::decode(edits.content_encoding, &wire), expected);
         }
         Err(_) => assert!(decoding || declared != Some(case.body.len() as u64), "failed on a truthful body"),
     }

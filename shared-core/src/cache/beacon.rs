@@ -156,13 +156,14 @@ impl Read {
         Ok((capture, Head { headers, vary }))
     }
 
-    /// The hit from `entry`, in the client's form: the SSZ as stored (spliced into gzip where the
-    /// client takes it), or its JSON rendered from it (compressed here).
-    pub fn hit(&self, entry: &Entry, gzip: bool, min_length: u64) -> Option<HitResponse> {
+    /// The hit from `entry`, in the client's form: the SSZ as stored (spliced into the first of
+    /// `codings`, the client's best first, that the entry keeps a form for), or its JSON rendered
+    /// from it (compressed here, in the first of them).
+    pub fn hit(&self, entry: &Entry, codings: &[Coding], min_length: u64) -> Option<HitResponse> {
         let kept = |name: &str| entry.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v);
-        let (body, gzip, content_type) = if self.ssz {
-            let hit = entry.respond("", gzip, min_length).ok()?;
-            (hit.body, hit.gzip, SSZ)
+        let (body, coding, content_type) = if self.ssz {
+            let hit = entry.respond("", codings, min_length).ok()?;
+            (hit.body, hit.coding, SSZ)
         } else {
             let fork = match kept(CONSENSUS_VERSION_HEADER) {
                 Some(name) => Some(Fork::from_name(name.as_bytes())?),
@@ -174,16 +175,15 @@ impl Read {
                 finalized: kept(FINALIZED_HEADER).map(|value| value == "true"),
             };
             let json = beacon_from_ssz(&entry.plain().ok()?, self.object, envelope).ok()?;
-            let compressed = (gzip && json.len() as u64 >= min_length)
-                .then(|| compress_whole(Coding::Gzip, auto_level(Coding::Gzip, json.len()), &json))
-                .flatten();
+            let coding = codings.first().copied().filter(|_| json.len() as u64 >= min_length);
+            let compressed = coding.and_then(|coding| compress_whole(coding, auto_level(coding, json.len()), &json));
             match compressed {
-                Some(compressed) => (compressed, true, JSON),
-                None => (json, false, JSON),
+                Some(compressed) => (compressed, coding, JSON),
+                None => (json, None, JSON),
             }
         };
-        let headers = hit_headers(entry, content_type, gzip, &["Accept", "Accept-Encoding"]);
-        Some(HitResponse { body, gzip, headers })
+        let headers = hit_headers(entry, content_type, coding, &["Accept", "Accept-Encoding"]);
+        Some(HitResponse { body, coding, headers })
     }
 }
 

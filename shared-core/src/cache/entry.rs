@@ -6,10 +6,12 @@
 //! but for the id. A gzip hit is then spliced, with no compression: a gzip header, the envelope's
 //! prefix with the client's id in stored (uncompressed) non-final DEFLATE blocks, the kept stream
 //! (whose last block is final), and a trailer whose CRC-32 is combined from the parts' and whose
-//! size is their sum. A client without gzip pays an inflate of the tail on each hit; a proxy's
-//! hot tier keeps a long one plain for such clients ([`Entry::plain_form`]). An entry also keeps
-//! what of the node's head a hit sends again, and the request header values the answer varies
-//! on ([`Head`]).
+//! size is their sum. The store keeps the tail in zstd and brotli forms too, when all the forms
+//! together are no longer than the tail, which a zstd or br hit splices the same way
+//! (`compress::spliced`). A client that takes none of them pays an inflate of the tail on each
+//! hit; a proxy's hot tier keeps a long one plain for such clients ([`Entry::plain_form`]). An
+//! entry also keeps what of the node's head a hit sends again, and the request header values the
+//! answer varies on ([`Head`]).
 
 use std::fmt;
 
@@ -19,9 +21,11 @@ use flate2::{Decompress, FlushDecompress, Status};
 use super::head::{Head, MAX_HEAD};
 use crate::compress::blocks::{continuable, EMPTY_FINAL_BLOCK};
 use crate::compress::deflate_raw;
+use crate::compress::spliced::{self, br_form, zstd_form};
+use crate::negotiate::Coding;
 
-/// 2: with the node's head.
-const VERSION: u8 = 2;
+/// 2: with the node's head; 3: with zstd and brotli forms.
+const VERSION: u8 = 3;
 const PLAIN: u8 = 0;
 const DEFLATED: u8 = 1;
 /// Deflated, the stream continuable (`compress::blocks`): a batch's hit splices several.
@@ -30,9 +34,9 @@ const CONTINUABLE: u8 = 2;
 /// each hit more than the copy (a 600 KiB block: over 1 ms against 15 us); the tier holds 2 to 4
 /// times the stream's bytes for it.
 pub const PLAIN_HOT_MIN: u64 = 64 * 1024;
-/// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts and of the
-/// kept head.
-const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4;
+/// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts, of the
+/// kept head and of the tail's zstd and brotli forms.
+const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4 + 4 + 4;
 /// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
 const MAX_ENVELOPE_PART: usize = 1024;
 /// The standard envelope: JSON-RPC 2.0 as geth writes it.
@@ -43,6 +47,21 @@ const STANDARD_AFTER_ID: &[u8] = br#","result":"#;
 const MAX_TAIL: u64 = 256 * 1024 * 1024;
 /// The level a tail is compressed at once, for every later hit: libdeflate's highest.
 const STORE_LEVEL: u32 = 12;
+/// zstd's level for the form a store keeps beside the DEFLATE one (loadtest/results/level.md):
+/// on the corpus's answers 1-7 % fewer bytes than level 1 from 16 KiB up, in 2-6 ms per 100-500
+/// KiB; 15 saves 1-10 % more for 3-12 times the time, 19 up to 20 % for 50-100 times.
+const STORE_ZSTD_LEVEL: u32 = 9;
+
+/// brotli's quality for the form a store keeps, by the tail's length (loadtest/results/level.md):
+/// 4 below 256 KiB (5 and up take 3-25 ms on a 2-37 KiB body, for 1-6 % fewer bytes); 5 from
+/// 256 KiB, where it takes about twice 4's time and saves 4-19 %.
+fn store_br_quality(length: usize) -> u32 {
+    if length < 256 * 1024 {
+        4
+    } else {
+        5
+    }
+}
 
 /// The longest entry, as a host sends it and as the store keeps it, for an answer of at most
 /// `max_entry` bytes: the entry's own head, the kept head at its longest, and the answer but for
@@ -86,6 +105,12 @@ impl Envelope {
     }
 }
 
+/// Of the operator's `encodings`, in its order, those a hit is spliced in from the forms an entry
+/// keeps: all but deflate.
+pub fn hit_codings(encodings: &[Coding]) -> Vec<Coding> {
+    encodings.iter().copied().filter(|&coding| coding != Coding::Deflate).collect()
+}
+
 /// An entry as stored: the envelope, and its tail plain or as a raw DEFLATE stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry<'a> {
@@ -98,6 +123,9 @@ pub struct Entry<'a> {
     after_id: &'a [u8],
     /// The kept head as stored.
     head: &'a [u8],
+    /// The tail's zstd and brotli forms (`compress::spliced`), empty when not kept.
+    zstd: &'a [u8],
+    br: &'a [u8],
     /// The node's headers a hit sends again.
     pub headers: Vec<(&'a str, &'a str)>,
     /// The request headers the answer varies on, and the values it is for.
@@ -121,8 +149,8 @@ impl std::error::Error for BadEntry {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     pub body: Vec<u8>,
-    /// The body is gzip (`Content-Encoding: gzip`); otherwise the plain envelope.
-    pub gzip: bool,
+    /// The body's Content-Encoding; `None`: the plain envelope.
+    pub coding: Option<Coding>,
 }
 
 /// Encodes an answer as a host sends it to the store: its tail plain. The daemon compresses it
@@ -135,13 +163,15 @@ pub fn encode(envelope: &Envelope, head: &Head, tail: &[u8]) -> Vec<u8> {
         &standard
     };
     let head = encode_head(head);
-    write(PLAIN, crc32fast::hash(tail), tail.len() as u64, [&envelope.before_id, &envelope.after_id, &head[..]], tail)
+    let parts = [&envelope.before_id[..], &envelope.after_id, &head, &[], &[]];
+    write(PLAIN, crc32fast::hash(tail), tail.len() as u64, parts, tail)
 }
 
-/// `parts`: the envelope's two parts and the kept head.
-fn write(form: u8, crc: u32, len: u64, parts: [&[u8]; 3], data: &[u8]) -> Vec<u8> {
-    let [before_id, after_id, head] = parts;
-    let mut out = Vec::with_capacity(HEAD + before_id.len() + after_id.len() + head.len() + data.len());
+/// `parts`: the envelope's two parts, the kept head, and the tail's zstd and brotli forms.
+fn write(form: u8, crc: u32, len: u64, parts: [&[u8]; 5], data: &[u8]) -> Vec<u8> {
+    let [before_id, after_id, head, zstd, br] = parts;
+    let parts_len: usize = parts.iter().map(|part| part.len()).sum();
+    let mut out = Vec::with_capacity(HEAD + parts_len + data.len());
     out.push(VERSION);
     out.push(form);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -149,9 +179,11 @@ fn write(form: u8, crc: u32, len: u64, parts: [&[u8]; 3], data: &[u8]) -> Vec<u8
     out.extend_from_slice(&(before_id.len() as u16).to_le_bytes());
     out.extend_from_slice(&(after_id.len() as u16).to_le_bytes());
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
-    out.extend_from_slice(before_id);
-    out.extend_from_slice(after_id);
-    out.extend_from_slice(head);
+    out.extend_from_slice(&(zstd.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(br.len() as u32).to_le_bytes());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
     out.extend_from_slice(data);
     out
 }
@@ -240,16 +272,23 @@ impl<'a> Entry<'a> {
         let len = u64::from_le_bytes(stored[6..14].try_into().expect("8 bytes"));
         let before = usize::from(u16::from_le_bytes(stored[14..16].try_into().expect("2 bytes")));
         let after = usize::from(u16::from_le_bytes(stored[16..18].try_into().expect("2 bytes")));
-        let head = u32::from_le_bytes(stored[18..22].try_into().expect("4 bytes")) as usize;
+        let u32_at = |at: usize| u32::from_le_bytes(stored[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let (head, zstd, br) = (u32_at(18), u32_at(22), u32_at(26));
         if len > MAX_TAIL {
             return Err(BadEntry("longer than any entry"));
         }
-        if (stored.len() - HEAD).checked_sub(before + after).and_then(|rest| rest.checked_sub(head)).is_none() {
-            return Err(BadEntry("shorter than its envelope"));
+        let mut rest = &stored[HEAD..];
+        let mut part = |n: usize| {
+            let (part, after) = rest.split_at_checked(n).ok_or(BadEntry("shorter than its parts"))?;
+            rest = after;
+            Ok(part)
+        };
+        let (before_id, after_id, head) = (part(before)?, part(after)?, part(head)?);
+        let (zstd, br) = (part(zstd)?, part(br)?);
+        let data = rest;
+        if !(zstd.is_empty() || spliced::zstd_form_is_sound(zstd)) || !(br.is_empty() || spliced::br_form_is_sound(br)) {
+            return Err(BadEntry("its zstd or brotli form is broken"));
         }
-        let (before_id, rest) = stored[HEAD..].split_at(before);
-        let (after_id, rest) = rest.split_at(after);
-        let (head, data) = rest.split_at(head);
         if !deflated && data.len() as u64 != len {
             return Err(BadEntry("length differs from its head"));
         }
@@ -257,7 +296,7 @@ impl<'a> Entry<'a> {
             return Err(BadEntry("its stream does not end as a continuable one"));
         }
         let (headers, vary) = decode_head(head)?;
-        Ok(Entry { deflated, continuable, crc, len, before_id, after_id, head, headers, vary, data })
+        Ok(Entry { deflated, continuable, crc, len, before_id, after_id, head, zstd, br, headers, vary, data })
     }
 
     /// Whether the tail is whole: checked against its CRC-32 (inflated first if it came deflated).
@@ -267,24 +306,47 @@ impl<'a> Entry<'a> {
 
     /// The entry as the store keeps it, checked against its CRC-32: its tail deflated once at
     /// `STORE_LEVEL` when that is smaller, for every later hit, and made continuable (checked by
-    /// inflating it again), so that a batch's hit splices it. A tail that arrives deflated
-    /// already is kept as it came.
+    /// inflating it again), so that a batch's hit splices it; then its zstd and brotli forms, each
+    /// checked by decoding a splice of it, as long as the forms together are no longer than the
+    /// tail (an entry as stored is never longer than as a host sends it). Forms that arrive made
+    /// already are kept as they came, once checked.
     pub fn compact(&self) -> Result<Vec<u8>, BadEntry> {
         let mut tail = Vec::new();
         self.tail_into(&mut tail)?;
-        let parts = [self.before_id, self.after_id, self.head];
-        if self.deflated {
-            let form = if self.continuable { CONTINUABLE } else { DEFLATED };
-            return Ok(write(form, self.crc, self.len, parts, self.data));
-        }
-        let (form, data) = match deflate_raw(STORE_LEVEL, &tail) {
-            Some(stream) => match continuable(&stream).filter(|open| inflates_to(open, &tail)) {
+        let (form, data) = match (self.deflated, deflate_raw(STORE_LEVEL, &tail)) {
+            (true, _) => (if self.continuable { CONTINUABLE } else { DEFLATED }, self.data.to_vec()),
+            (false, Some(stream)) => match continuable(&stream).filter(|open| inflates_to(open, &tail)) {
                 Some(open) => (CONTINUABLE, open),
                 None => (DEFLATED, stream),
             },
-            None => (PLAIN, tail),
+            (false, None) => (PLAIN, tail.clone()),
         };
-        Ok(write(form, self.crc, self.len, parts, &data))
+        let mut room = if form == PLAIN { 0 } else { tail.len().saturating_sub(data.len()) };
+        // a splice behind the standard prefix must decode to it and the tail
+        let prefix = Envelope::default().prefix("1");
+        let whole = [prefix.as_slice(), &tail].concat();
+        let mut kept = |made: &[u8], make: &dyn Fn() -> Option<Vec<u8>>, decodes: &dyn Fn(&[u8]) -> bool| {
+            let form = if made.is_empty() { make() } else { Some(made.to_vec()) };
+            match form.filter(|form| form.len() <= room && decodes(form)) {
+                Some(form) => {
+                    room -= form.len();
+                    Ok(form)
+                }
+                None if made.is_empty() => Ok(Vec::new()),
+                None => Err(BadEntry("its zstd or brotli form does not decode to its tail, or has no room")),
+            }
+        };
+        let zstd = kept(
+            self.zstd,
+            &|| if form == PLAIN { None } else { zstd_form(STORE_ZSTD_LEVEL, &tail) },
+            &|form| spliced::zstd_decodes_to(&spliced::zstd_splice(form, &prefix, self.len), &whole),
+        )?;
+        let br = kept(
+            self.br,
+            &|| if form == PLAIN { None } else { br_form(store_br_quality(tail.len()), &tail) },
+            &|form| spliced::br_decodes_to(&spliced::br_splice(form, &prefix), &whole),
+        )?;
+        Ok(write(form, self.crc, self.len, [self.before_id, self.after_id, self.head, &zstd, &br], &data))
     }
 
     /// The entry with its tail plain, for a hot tier that answers clients without gzip: `None`
@@ -294,24 +356,52 @@ impl<'a> Entry<'a> {
             return None;
         }
         let tail = self.plain().ok()?;
-        Some(write(PLAIN, self.crc, self.len, [self.before_id, self.after_id, self.head], &tail))
+        Some(write(PLAIN, self.crc, self.len, [self.before_id, self.after_id, self.head, &[], &[]], &tail))
     }
 
-    /// The hit for a client whose request carried `id` (its raw JSON text). Gzip when the client
-    /// takes it, the entry is deflated, the envelope is at least `min_length` and the splice is
-    /// smaller than the plain envelope; otherwise the plain envelope.
-    pub fn respond(&self, id: &str, gzip: bool, min_length: u64) -> Result<Hit, BadEntry> {
+    /// The hit for a client whose request carried `id` (its raw JSON text) and that takes
+    /// `codings`, best first: in the first of them the entry keeps a form for, when the envelope
+    /// is at least `min_length` and the splice is smaller than the plain envelope; otherwise the
+    /// plain envelope.
+    pub fn respond(&self, id: &str, codings: &[Coding], min_length: u64) -> Result<Hit, BadEntry> {
         let prefix = [self.before_id, id.as_bytes(), self.after_id].concat();
         let plain_len = prefix.len() as u64 + self.len;
-        if gzip && self.deflated && plain_len >= min_length {
-            let spliced = self.splice(&prefix);
-            if (spliced.len() as u64) < plain_len {
-                return Ok(Hit { body: spliced, gzip: true });
+        if plain_len >= min_length {
+            let spliced = codings.iter().find_map(|&coding| Some((coding, self.splice_in(coding, &prefix)?)));
+            if let Some((coding, body)) = spliced.filter(|(_, body)| (body.len() as u64) < plain_len) {
+                return Ok(Hit { body, coding: Some(coding) });
             }
         }
         let mut body = prefix;
         self.tail_into(&mut body)?;
-        Ok(Hit { body, gzip: false })
+        Ok(Hit { body, coding: None })
+    }
+
+    /// Whether a hit to a client that takes `codings` is plain whatever its length: the entry
+    /// keeps a form for none of them (its tail is inflated for each such hit).
+    pub fn answers_plain(&self, codings: &[Coding]) -> bool {
+        !codings.iter().any(|&coding| self.keeps(coding))
+    }
+
+    /// Whether this entry keeps a form a hit in `coding` is spliced from.
+    fn keeps(&self, coding: Coding) -> bool {
+        match coding {
+            Coding::Gzip => self.deflated,
+            Coding::Zstd => !self.zstd.is_empty(),
+            Coding::Br => !self.br.is_empty(),
+            Coding::Deflate => false,
+        }
+    }
+
+    /// `prefix` then the tail in `coding`, spliced from the form this entry keeps for it.
+    fn splice_in(&self, coding: Coding, prefix: &[u8]) -> Option<Vec<u8>> {
+        match coding {
+            _ if !self.keeps(coding) => None,
+            Coding::Gzip => Some(self.splice(prefix)),
+            Coding::Zstd => Some(spliced::zstd_splice(self.zstd, prefix, self.len)),
+            Coding::Br => Some(spliced::br_splice(self.br, prefix)),
+            Coding::Deflate => None,
+        }
     }
 
     /// The plain tail, checked against its CRC-32.

@@ -148,7 +148,7 @@ impl Taken {
         &self,
         stored: &[u8],
         request_headers: &[(Vec<u8>, Vec<u8>)],
-        gzip: bool,
+        codings: &[Coding],
         min_length: u64,
     ) -> Result<HitResponse, NoHit> {
         let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
@@ -156,8 +156,8 @@ impl Taken {
             return Err(NoHit::OtherVariant);
         }
         match self {
-            Taken::Call(request) => call_hit(request, &entry, gzip, min_length),
-            Taken::Read(read) => read.hit(&entry, gzip, min_length).ok_or(NoHit::Bad),
+            Taken::Call(request) => call_hit(request, &entry, codings, min_length),
+            Taken::Read(read) => read.hit(&entry, codings, min_length).ok_or(NoHit::Bad),
             Taken::Batch(_) => Err(NoHit::Bad),
         }
     }
@@ -171,7 +171,8 @@ pub struct CacheExchange {
     /// The request's headers, while it may be looked up: an entry is for the values of the
     /// headers its answer varies on.
     request_headers: Vec<(Vec<u8>, Vec<u8>)>,
-    gzip: bool,
+    /// The codings a hit may go out in for this client, its best first.
+    codings: Vec<Coding>,
     status: Status,
     capture: bool,
     /// What of the node's head the entry keeps, or why the answer is not kept at all.
@@ -218,8 +219,8 @@ impl CacheExchange {
         headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
-        let coding = field(headers, "accept-encoding").and_then(|value| AcceptEncoding::parse(&value).choose(hit_codings(settings)));
-        let gzip = coding == Some(Coding::Gzip);
+        let accept_encoding = field(headers, "accept-encoding").map(|value| AcceptEncoding::parse(&value));
+        let codings = accept_encoding.map(|accept| accept.rank(&settings.hit_codings)).unwrap_or_default();
         let mut accept = Accept::default();
         named(headers, "accept").for_each(|value| accept.add(value));
         let credentials = ["authorization", "cookie"].iter().any(|name| named(headers, name).next().is_some());
@@ -254,7 +255,7 @@ impl CacheExchange {
             request,
             namespace: namespace.unwrap_or_default().to_string(),
             request_headers,
-            gzip,
+            codings,
             status,
             capture: false,
             head: Ok(Head::default()),
@@ -345,12 +346,12 @@ impl CacheExchange {
             _ => Lock::None,
         };
         match answer.status {
-            200 => match request.hit(answer.body, &self.request_headers, self.gzip, min_length) {
+            200 => match request.hit(answer.body, &self.request_headers, &self.codings, min_length) {
                 // the answer another request got from the node, which may not be stored: not kept hot
                 Ok(hit) if waited => {
                     self.status = Status::Coalesced;
                     let call = matches!(request, Taken::Call(_));
-                    Some(if call && self.gzip { gzipped(hit, min_length) } else { hit })
+                    Some(if call { compressed(hit, &self.codings, min_length) } else { hit })
                 }
                 Ok(hit) => {
                     self.status = Status::Hit;
@@ -397,10 +398,13 @@ impl CacheExchange {
     /// has its answer.
     fn batch_hit(&mut self, min_length: u64) -> Option<HitResponse> {
         let Ok(Taken::Batch(batch)) = &mut self.request else { return None };
-        match batch.answer(&self.request_headers, self.gzip, min_length) {
+        // a batch's hit is spliced (or compressed) in gzip only
+        let gzip = self.codings.contains(&Coding::Gzip);
+        match batch.answer(&self.request_headers, gzip, min_length) {
             Ok(Some(hit)) => {
                 self.status = Status::Hit;
-                Some(HitResponse { body: hit.body, gzip: hit.gzip, headers: hit.headers })
+                let coding = hit.gzip.then_some(Coding::Gzip);
+                Some(HitResponse { body: hit.body, coding, headers: hit.headers })
             }
             Ok(None) => None,
             Err(Failed) => {
@@ -415,7 +419,8 @@ impl CacheExchange {
     /// go first: one call's hit is made from it here (the entry copied once, into the hit), a
     /// batch's entries are copied out.
     ///
-    /// A client without gzip takes a long tail kept plain for it; the first to find only the
+    /// A client that the entry answers plain (it keeps a form for none of the client's codings)
+    /// takes a long tail kept plain for it; the first to find only the
     /// entry as the daemon sent it keeps that plain form beside it (one inflate, which its own
     /// hit needs anyway), so that the next ones copy it.
     pub fn find_hot(&mut self, hot: &mut HotTier, now_s: u64, min_length: u64) -> bool {
@@ -426,8 +431,10 @@ impl CacheExchange {
         };
         let Some(key) = request.key() else { return false };
         let plain_at = plain_key(key);
+        let answers_plain = |stored: &[u8]| Entry::decode(stored).is_ok_and(|entry| entry.answers_plain(&self.codings));
+        let Some(plain_client) = hot.find(key, now_s).map(answers_plain) else { return false };
         let mut plain = None;
-        if !self.gzip && hot.find(&plain_at, now_s).is_none() {
+        if plain_client && hot.find(&plain_at, now_s).is_none() {
             if let Some((shared, expires_s)) = hot.find_until(key, now_s) {
                 plain = Entry::decode(shared).ok().and_then(|entry| entry.plain_form());
                 if let Some(plain) = &plain {
@@ -437,10 +444,10 @@ impl CacheExchange {
         }
         let entry = match &plain {
             Some(plain) => Some(plain.as_slice()),
-            None if self.gzip => hot.find(key, now_s),
-            None => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
+            None if plain_client => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
+            None => hot.find(key, now_s),
         };
-        self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, self.gzip, min_length).ok());
+        self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, &self.codings, min_length).ok());
         self.hot_hit.is_some()
     }
 
@@ -461,11 +468,12 @@ impl CacheExchange {
             Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
             Ok(request) => {
                 if let (Some(key), Some(ttl_s)) = (request.key(), self.hot_ttl_s.take()) {
-                    // a client without gzip gets a long tail copied from the tier, not inflated
-                    let plain = if self.gzip { None } else { Entry::decode(entry).ok().and_then(|e| e.plain_form()) };
-                    match plain {
-                        Some(plain) => hot.keep(&plain_key(key), &plain, now_s, ttl_s),
-                        None => hot.keep(key, entry, now_s, ttl_s),
+                    hot.keep(key, entry, now_s, ttl_s);
+                    // a client the entry answers plain gets a long tail copied from the tier, not
+                    // inflated: beside the entry, which tells the next clients whether they are such
+                    let decoded = Entry::decode(entry).ok().filter(|e| e.answers_plain(&self.codings));
+                    if let Some(plain) = decoded.and_then(|e| e.plain_form()) {
+                        hot.keep(&plain_key(key), &plain, now_s, ttl_s);
                     }
                 }
             }
@@ -667,42 +675,34 @@ impl CacheExchange {
     }
 }
 
-/// A JSON-RPC call's answer for a gzip client that waited for another request's: the daemon hands
-/// the waiters the holder's entry compacted (its tail deflated once, spliced here) when they were
-/// waiting as the store came, but as it came to one that began waiting later, while it was
-/// compacted for the store. Such a plain answer is compressed here, as any answer of the node's
-/// of that size would be: never sent plain to a client that takes gzip.
-fn gzipped(hit: HitResponse, min_length: u64) -> HitResponse {
-    if hit.gzip || (hit.body.len() as u64) < min_length {
+/// A JSON-RPC call's answer for a client that takes `codings` (best first) and waited for another
+/// request's: the daemon hands the waiters the holder's entry compacted (its forms made once,
+/// spliced here) when they were waiting as the store came, but as it came to one that began
+/// waiting later, while it was compacted for the store. Such a plain answer is compressed here,
+/// in the client's best coding, as any answer of the node's of that size would be: never sent
+/// plain to a client that takes a coding.
+fn compressed(hit: HitResponse, codings: &[Coding], min_length: u64) -> HitResponse {
+    let Some(&coding) = codings.first() else { return hit };
+    if hit.coding.is_some() || (hit.body.len() as u64) < min_length {
         return hit;
     }
-    let Some(body) = compress_whole(Coding::Gzip, auto_level(Coding::Gzip, hit.body.len()), &hit.body) else { return hit };
+    let Some(body) = compress_whole(coding, auto_level(coding, hit.body.len()), &hit.body) else { return hit };
     let mut headers = hit.headers;
     // after the type, as `hit_headers` puts it
-    headers.insert(1, ("content-encoding".into(), "gzip".into()));
-    HitResponse { body, gzip: true, headers }
-}
-
-/// The codings a hit is sent in, spliced from what the store keeps without compressing on the
-/// hit: gzip, where the operator offers it; a client that takes none of them gets the hit as it is.
-fn hit_codings(settings: &CacheSettings) -> &'static [Coding] {
-    if settings.gzip_hits {
-        &[Coding::Gzip]
-    } else {
-        &[]
-    }
+    headers.insert(1, ("content-encoding".into(), coding.token().into()));
+    HitResponse { body, coding: Some(coding), headers }
 }
 
 /// Where the hot tier keeps a key's entry with its long tail plain (`Entry::plain_form`), beside
 /// the entry itself, which every client can take.
-fn plain_key(key: &Key) -> Key {
+pub(super) fn plain_key(key: &Key) -> Key {
     Key(Sha256::new().chain_update(key.0).chain_update(b"plain").finalize().into())
 }
 
 /// A JSON-RPC call's hit: the entry around the client's id.
-fn call_hit(request: &Request, entry: &Entry, gzip: bool, min_length: u64) -> Result<HitResponse, NoHit> {
-    let hit = entry.respond(&request.id, gzip, min_length).map_err(|_| NoHit::Bad)?;
+fn call_hit(request: &Request, entry: &Entry, codings: &[Coding], min_length: u64) -> Result<HitResponse, NoHit> {
+    let hit = entry.respond(&request.id, codings, min_length).map_err(|_| NoHit::Bad)?;
     let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
-    let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.gzip, &["Accept-Encoding"]);
-    Ok(HitResponse { body: hit.body, gzip: hit.gzip, headers })
+    let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.coding, &["Accept-Encoding"]);
+    Ok(HitResponse { body: hit.body, coding: hit.coding, headers })
 }

@@ -2,14 +2,16 @@
 //! from a stored entry.
 
 use super::Entry;
+use crate::negotiate::Coding;
 
 /// A hit to send instead of asking the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HitResponse {
     pub body: Vec<u8>,
-    pub gzip: bool,
+    /// The body's Content-Encoding; `None`: plain.
+    pub coding: Option<Coding>,
     /// Its headers, besides `Content-Length` (the body's length) and the status header, names in
-    /// lower case: `content-type`, `content-encoding` when gzip, `vary` (what the node's answer
+    /// lower case: `content-type`, `content-encoding` when coded, `vary` (what the node's answer
     /// varies on, and Accept-Encoding), then the node's end-to-end headers as it sent them.
     pub headers: Vec<(String, String)>,
 }
@@ -21,10 +23,10 @@ impl HitResponse {
 
 /// A hit's headers: its type and encoding, what it varies on (what the entry's answer varied on,
 /// then `varies`), and the node's headers that the entry kept.
-pub(super) fn hit_headers(entry: &Entry, content_type: &str, gzip: bool, varies: &[&str]) -> Vec<(String, String)> {
+pub(super) fn hit_headers(entry: &Entry, content_type: &str, coding: Option<Coding>, varies: &[&str]) -> Vec<(String, String)> {
     let mut headers = vec![("content-type".to_string(), content_type.to_string())];
-    if gzip {
-        headers.push(("content-encoding".into(), "gzip".into()));
+    if let Some(coding) = coding {
+        headers.push(("content-encoding".into(), coding.token().into()));
     }
     let varies = entry.vary.iter().map(|(name, _)| *name).chain(varies.iter().copied());
     headers.push(("vary".into(), varies.collect::<Vec<_>>().join(", ")));

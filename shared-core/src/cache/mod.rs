@@ -23,7 +23,10 @@ use call::{Call, Unread};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use entry::{encode, entry_bound, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
+use crate::config::Config;
+use crate::negotiate::Coding;
+
+pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
 pub use head::Head;
@@ -50,9 +53,10 @@ pub struct CacheSettings {
     pub lock_timeout_ms: u64,
     /// How long a store (or a release) may take; the daemon compacts an entry before it answers.
     pub store_timeout_ms: u64,
-    /// Whether a hit may go out gzip, spliced from what the store keeps with no compression on
-    /// the hit: where the operator's `encodings` list gzip.
-    pub gzip_hits: bool,
+    /// The codings a hit may go out in, spliced from what the store keeps with no compression on
+    /// the hit, in the operator's order: those of its `encodings` that a store keeps a form for
+    /// (gzip, zstd, br).
+    pub hit_codings: Vec<Coding>,
 }
 
 impl Default for CacheSettings {
@@ -68,7 +72,7 @@ impl Default for CacheSettings {
             // as nginx's proxy_cache_lock_timeout
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
-            gzip_hits: true,
+            hit_codings: hit_codings(&Config::DEFAULT_ENCODINGS),
         }
     }
 }

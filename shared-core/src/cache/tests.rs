@@ -300,8 +300,23 @@ fn a_hit_keeps_the_nodes_envelope_around_the_new_id() {
         let request = lookup("n", request("eth_getTransactionReceipt", &tx).as_bytes(), &s).unwrap();
         let capture = request.capture(answer.as_bytes(), &s).unwrap();
         let stored = as_kept(&capture.envelope, &capture.tail);
-        let body = Entry::decode(&stored).unwrap().respond("\"c\"", false, 0).unwrap().body;
+        let body = Entry::decode(&stored).unwrap().respond("\"c\"", &[], 0).unwrap().body;
         assert_eq!(String::from_utf8(body).unwrap(), hit, "{answer}");
+    }
+}
+
+/// A hit's body decoded from its coding.
+fn decoded(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
+    match coding {
+        None => body.to_vec(),
+        Some(Coding::Gzip) => gunzip(body),
+        Some(Coding::Zstd) => zstd::stream::decode_all(body).expect("valid zstd"),
+        Some(Coding::Br) => {
+            let mut out = Vec::new();
+            brotli::Decompressor::new(body, 4096).read_to_end(&mut out).expect("valid br");
+            out
+        }
+        Some(Coding::Deflate) => unreachable!("no deflate hits"),
     }
 }
 
@@ -336,13 +351,18 @@ fn a_hit_is_spliced_around_the_clients_id() {
     let result = br#"{"hash":"0xabc","transactions":["0x1","0x2","0x1","0x2","0x1","0x2","0x1","0x2"]}"#.repeat(40);
     let stored = as_kept(&Envelope::default(), &tail(&result));
     let entry = Entry::decode(&stored).unwrap();
-    let hit = entry.respond("\"client-9\"", true, 0).unwrap();
-    assert!(hit.gzip && hit.body.len() < result.len() / 4);
+    let hit = entry.respond("\"client-9\"", &[Coding::Gzip], 0).unwrap();
+    assert!(hit.coding == Some(Coding::Gzip) && hit.body.len() < result.len() / 4);
     assert_eq!(gunzip(&hit.body), envelope("\"client-9\"", &result));
-    let plain = entry.respond("\"client-9\"", false, 0).unwrap();
-    assert_eq!((plain.gzip, plain.body), (false, envelope("\"client-9\"", &result)));
+    let plain = entry.respond("\"client-9\"", &[], 0).unwrap();
+    assert_eq!((plain.coding, plain.body), (None, envelope("\"client-9\"", &result)));
+    for coding in [Coding::Zstd, Coding::Br] {
+        let hit = entry.respond("\"client-9\"", &[coding, Coding::Gzip], 0).unwrap();
+        assert!(hit.coding == Some(coding) && hit.body.len() < result.len() / 4, "{coding:?}");
+        assert_eq!(decoded(hit.coding, &hit.body), envelope("\"client-9\"", &result), "{coding:?}");
+    }
     // below min_length: plain
-    assert!(!entry.respond("1", true, 1 << 20).unwrap().gzip);
+    assert!(entry.respond("1", &[Coding::Gzip], 1 << 20).unwrap().coding.is_none());
 }
 
 #[test]
@@ -350,9 +370,11 @@ fn an_id_longer_than_a_stored_block_is_split_across_blocks() {
     let id = format!("\"{}\"", "i".repeat(150_000));
     let result = b"[1,2,3]".repeat(100_000);
     let stored = as_kept(&Envelope::default(), &tail(&result));
-    let hit = Entry::decode(&stored).unwrap().respond(&id, true, 0).unwrap();
-    assert!(hit.gzip);
-    assert_eq!(gunzip(&hit.body), envelope(&id, &result));
+    for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
+        let hit = Entry::decode(&stored).unwrap().respond(&id, &[coding], 0).unwrap();
+        assert_eq!(hit.coding, Some(coding));
+        assert_eq!(decoded(hit.coding, &hit.body), envelope(&id, &result), "{coding:?}");
+    }
 }
 
 #[test]
@@ -360,8 +382,8 @@ fn an_incompressible_tail_is_kept_plain_and_sent_plain() {
     let result: Vec<u8> = (0..100u32).flat_map(|i| Sha256::digest(i.to_le_bytes())).collect();
     let stored = as_kept(&Envelope::default(), &result);
     assert_eq!(stored[1], 0, "kept plain");
-    let hit = Entry::decode(&stored).unwrap().respond("1", true, 0).unwrap();
-    assert!(!hit.gzip);
+    let hit = Entry::decode(&stored).unwrap().respond("1", &[Coding::Gzip], 0).unwrap();
+    assert!(hit.coding.is_none());
     assert_eq!(hit.body, [Envelope::default().prefix("1"), result].concat());
 }
 
@@ -377,7 +399,7 @@ fn a_damaged_entry_is_refused() {
     let inside = flipped.len() - 3;
     flipped[inside] ^= 0x40;
     let damaged = Entry::decode(&flipped).unwrap();
-    assert!(damaged.respond("1", false, 0).is_err(), "the plain form is checked against its CRC");
+    assert!(damaged.respond("1", &[], 0).is_err(), "the plain form is checked against its CRC");
     let plain = as_kept(&Envelope::default(), b"\x00\x01\x02}");
     let mut short = plain.clone();
     short.pop();
@@ -410,11 +432,13 @@ proptest! {
         let stored = as_kept(&Envelope::default(), &tail(&result));
         let entry = Entry::decode(&stored).unwrap();
         let expected = envelope(&id, &result);
-        let hit = entry.respond(&id, true, 0).unwrap();
-        let decoded = if hit.gzip { gunzip(&hit.body) } else { hit.body.clone() };
-        prop_assert_eq!(&decoded, &expected);
-        prop_assert!(hit.body.len() <= expected.len());
-        prop_assert_eq!(entry.respond(&id, false, 0).unwrap().body, expected);
+        for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
+            let hit = entry.respond(&id, &[coding], 0).unwrap();
+            prop_assert!(hit.coding.is_none_or(|made| made == coding));
+            prop_assert_eq!(&decoded(hit.coding, &hit.body), &expected);
+            prop_assert!(hit.body.len() <= expected.len());
+        }
+        prop_assert_eq!(entry.respond(&id, &[], 0).unwrap().body, expected);
     }
 }
 
@@ -444,11 +468,11 @@ fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let hit = second.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored }, 0).unwrap();
     assert_eq!(second.status(), Status::Hit);
     assert_eq!(String::from_utf8(hit.body.clone()).unwrap(), answer.replace("\"id\":7", "\"id\":\"second\""));
-    assert!(!hit.gzip && !hit.headers.iter().any(|(name, _)| name == "content-encoding"));
+    assert!(hit.coding.is_none() && !hit.headers.iter().any(|(name, _)| name == "content-encoding"));
 }
 
 #[test]
-fn a_hit_goes_gzip_to_a_browser_that_takes_more_and_plain_where_gzip_is_not_offered() {
+fn a_hit_goes_in_the_browsers_best_coding_the_location_offers_and_plain_where_it_offers_none() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let result = format!(r#"{{"hash":"{HASH}","number":"0x1","extra":"{}"}}"#, "ab".repeat(2000));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
@@ -458,16 +482,21 @@ fn a_hit_goes_gzip_to_a_browser_that_takes_more_and_plain_where_gzip_is_not_offe
     assert!(first.response_head(200, Some(answer.len() as u64), NONE));
     let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
     let browser = [("accept-encoding", "gzip, deflate, br, zstd")];
-    let no_gzip = CacheSettings { gzip_hits: false, ..settings() };
-    for (settings, gzip) in [(settings(), true), (no_gzip, false)] {
+    let offering = |codings: &[Coding]| CacheSettings { hit_codings: codings.to_vec(), ..settings() };
+    let cases = [
+        (settings(), Some(Coding::Zstd)),
+        (offering(&[Coding::Br, Coding::Gzip]), Some(Coding::Br)),
+        (offering(&[Coding::Gzip]), Some(Coding::Gzip)),
+        (offering(&[]), None),
+    ];
+    for (settings, coding) in cases {
         let mut later = CacheExchange::new(Some("h/mainnet"), b"POST", b"/", Some(asked.as_bytes()), &browser, &settings);
         later.next_lookup();
         let hit = later.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored }, 0).unwrap();
-        assert_eq!(hit.gzip, gzip);
+        assert_eq!(hit.coding, coding);
         let encoding = hit.headers.iter().find(|(name, _)| name == "content-encoding").map(|(_, v)| v.as_str());
-        assert_eq!(encoding, gzip.then_some("gzip"));
-        let body = if gzip { gunzip(&hit.body) } else { hit.body };
-        assert_eq!(body, answer.as_bytes());
+        assert_eq!(encoding, coding.map(Coding::token));
+        assert_eq!(decoded(coding, &hit.body), answer.as_bytes());
     }
 }
 
@@ -900,13 +929,13 @@ fn a_batch_whose_every_call_is_stored_is_answered_whole_in_one_lookup() {
     );
     assert!(String::from_utf8_lossy(&hit.body).contains(r#""id":"a\u0062""#), "the client's own spelling");
     assert_eq!(hit.headers[0], ("content-type".into(), "application/json".into()));
-    assert!(!hit.gzip);
+    assert!(hit.coding.is_none());
 
     // gzip where the client takes it, compressed once
     let mut gzip = self::exchange(Some("n"), Some(batch.as_bytes()), true, false);
     gzip.next_lookup().unwrap();
     let hit = gzip.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0).unwrap();
-    assert!(hit.gzip && hit.headers.contains(&("content-encoding".into(), "gzip".into())));
+    assert!(hit.coding == Some(Coding::Gzip) && hit.headers.contains(&("content-encoding".into(), "gzip".into())));
     assert_eq!(serde_json::from_slice::<Value>(&gunzip(&hit.body)).unwrap(), answers);
 }
 
@@ -937,7 +966,7 @@ fn a_gzip_batch_hit_is_spliced_from_the_entries_streams() {
         exchange.next_lookup().unwrap();
         let hit = exchange.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &found }, 0);
         let hit = hit.unwrap();
-        assert_eq!(hit.gzip, gzip);
+        assert_eq!(hit.coding, gzip.then_some(Coding::Gzip));
         assert_eq!(if gzip { gunzip(&hit.body) } else { hit.body.clone() }, expected.as_bytes());
         if gzip {
             let envelope = br#"[{"jsonrpc":"2.0","id":7,"result":"#;
@@ -1148,7 +1177,7 @@ fn a_gzip_waiter_gets_the_holders_answer_gzip_whether_it_landed_compacted_or_as_
         let landing = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &entry };
         let hit = waiter.answered(&landing, 1024).expect("the holder's answer");
         assert_eq!(waiter.status(), Status::Coalesced);
-        assert!(hit.gzip, "{landed}");
+        assert_eq!(hit.coding, Some(Coding::Gzip), "{landed}");
         assert_eq!(hit.headers[1], ("content-encoding".to_string(), "gzip".to_string()), "{landed}");
         assert_eq!(gunzip(&hit.body), answer(&result).as_bytes(), "{landed}");
     }
@@ -1159,7 +1188,7 @@ fn a_gzip_waiter_gets_the_holders_answer_gzip_whether_it_landed_compacted_or_as_
     plain.next_lookup();
     let landing = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &sent.body };
     let hit = plain.answered(&landing, 1024).unwrap();
-    assert!(!hit.gzip && hit.body == answer(&result).as_bytes());
+    assert!(hit.coding.is_none() && hit.body == answer(&result).as_bytes());
 }
 
 #[test]
@@ -1183,7 +1212,7 @@ fn a_miss_of_a_key_in_flight_waits_for_the_holders_answer_around_its_own_id() {
     let hit = hit.expect("the holder's answer");
     assert_eq!(shared.status(), Status::Coalesced);
     assert_eq!(shared.status_value(true), "COALESCED");
-    let body = if hit.gzip { gunzip(&hit.body) } else { hit.body };
+    let body = decoded(hit.coding, &hit.body);
     assert!(String::from_utf8(body).unwrap().contains(r#""id":"mine""#));
     // another request's answer, maybe not stored: not kept in the hot tier
     let mut region = vec![0; HOT_MIN_REGION];
@@ -1297,7 +1326,7 @@ fn a_beacon_entry_serves_json_and_ssz() {
         let answer = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
         let response = hit.answered(&answer, 256).expect("a hit");
         let header = |name: &str| response.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-        assert_eq!(response.gzip, gzip, "{accept}");
+        assert_eq!(response.coding, gzip.then_some(Coding::Gzip), "{accept}");
         assert_eq!(header("vary"), Some("Accept, Accept-Encoding"), "the node's Vary: Accept is answered here");
         let body = if gzip { gunzip(&response.body) } else { response.body.clone() };
         if accept.contains("octet-stream") {
@@ -1336,8 +1365,9 @@ fn a_beacon_entry_serves_json_and_ssz() {
 
 /// A daemon's hit of a long tail is kept plain in the hot tier for a client without gzip (its
 /// next hits copy it rather than inflate it) under a key of its own, beside the entry as the
-/// daemon sent it, which answers any client; a short one is kept once, as sent. A client without
-/// gzip that finds only the entry as sent keeps the plain form beside it.
+/// daemon sent it, which answers any client and says which clients it answers plain; a short one
+/// is kept once, as sent. A client without gzip that finds only the entry as sent keeps the plain
+/// form beside it.
 #[test]
 fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
     let item = r#"{"hash":"0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6","gas":"0x5208"}"#;
@@ -1358,7 +1388,7 @@ fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
             let mut again = exchange(Some("n"), Some(asked.as_bytes()), gzip, false);
             again.find_hot(&mut HotTier::open(region).unwrap(), 101, 0).then(|| again.hot_answer(0).unwrap()).map(
                 |response| {
-                    assert_eq!(response.gzip, gzip, "gzip: {gzip}");
+                    assert_eq!(response.coding, gzip.then_some(Coding::Gzip), "gzip: {gzip}");
                     let body = if gzip { gunzip(&response.body) } else { response.body };
                     assert_eq!(body, envelope("7", result.as_bytes()));
                 },
@@ -1367,7 +1397,7 @@ fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
         let mut region = vec![0; 4 << 20];
         keep(&mut region, false);
         assert!(answer(&mut region, false).is_some());
-        assert_eq!(answer(&mut region, true).is_some(), !long, "a plain form is for clients without gzip only");
+        assert!(answer(&mut region, true).is_some(), "the entry beside it answers gzip");
         keep(&mut region, true);
         assert!(answer(&mut region, true).is_some() && answer(&mut region, false).is_some());
 
@@ -1380,4 +1410,33 @@ fn the_hot_tier_keeps_a_long_tail_plain_for_clients_without_gzip() {
         assert!(answer(&mut region, false).is_some() && answer(&mut region, true).is_some());
         assert_eq!(region, after, "which the next ones take");
     }
+}
+
+/// A client whose codings the entry keeps no form for (a long tail of hashes: its DEFLATE form
+/// leaves no room for a zstd one) is answered plain, and from the hot tier's plain form once one
+/// is there, as a client without gzip is: not by inflating the tail on every hit.
+#[test]
+fn a_client_the_entry_answers_plain_takes_the_hot_tiers_plain_form() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let hashes: Vec<String> = (0..2000u32).map(|i| format!("\"0x{}\"", faster_hex::hex_string(&Sha256::digest(i.to_le_bytes())))).collect();
+    let result = format!("[{}]", hashes.join(","));
+    let sent = encode(&Envelope::default(), &Head::default(), format!("{result}}}").as_bytes());
+    let stored = Entry::decode(&sent).unwrap().compact().unwrap();
+    let entry = Entry::decode(&stored).unwrap();
+    assert!(!entry.answers_plain(&[Coding::Gzip]) && entry.answers_plain(&[Coding::Zstd]), "kept: DEFLATE only");
+    let zstd_only = [("accept-encoding", "zstd")];
+    let exchange = || CacheExchange::new(Some("n"), b"POST", b"/", Some(asked.as_bytes()), &zstd_only, &settings());
+    let mut region = vec![0; 4 << 20];
+    let mut first = exchange();
+    first.next_lookup();
+    let answer = DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored };
+    assert!(first.answered(&answer, 0).is_some_and(|hit| hit.coding.is_none()));
+    first.keep_hot(&mut HotTier::open(&mut region).unwrap(), &stored, 100);
+    let plain = entry.plain_form().unwrap();
+    let mut hot = HotTier::open(&mut region).unwrap();
+    assert_eq!(hot.find(&flow::plain_key(&first.key().copied().unwrap()), 101), Some(plain.as_slice()), "kept plain");
+    let mut again = exchange();
+    assert!(again.find_hot(&mut hot, 101, 0));
+    let hit = again.hot_answer(0).unwrap();
+    assert_eq!((hit.coding, hit.body), (None, envelope("7", result.as_bytes())));
 }

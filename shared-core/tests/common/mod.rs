@@ -3,11 +3,13 @@
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 pub mod corpus;
+mod decode;
 
-use std::io::Read;
+pub use decode::decode;
+
 use std::sync::Arc;
 
-use rpcedge_core::{BodyPlan, Coding, Exchange, HeaderEdits, LengthEdit, Mode, Node, Settings, TranscodeOutcome};
+use rpcedge_core::{BodyPlan, Exchange, HeaderEdits, LengthEdit, Mode, Node, Settings, TranscodeOutcome};
 
 /// One upstream body chunk and when it arrived.
 #[derive(Clone, Debug)]
@@ -40,26 +42,6 @@ impl Wire {
     pub fn decoded(&self) -> Vec<u8> {
         decode(self.edits.content_encoding, &self.body)
     }
-}
-
-pub fn decode(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match coding {
-        None => out.extend_from_slice(body),
-        Some(Coding::Gzip) => {
-            flate2::read::GzDecoder::new(body).read_to_end(&mut out).expect("valid gzip");
-        }
-        Some(Coding::Deflate) => {
-            flate2::read::ZlibDecoder::new(body).read_to_end(&mut out).expect("valid zlib");
-        }
-        Some(Coding::Zstd) => {
-            zstd::stream::read::Decoder::new(body).unwrap().read_to_end(&mut out).expect("valid zstd");
-        }
-        Some(Coding::Br) => {
-            brotli::Decompressor::new(body, 4096).read_to_end(&mut out).expect("valid brotli");
-        }
-    }
-    out
 }
 
 pub struct Exchange1<'a> {

@@ -26,6 +26,9 @@ local header_array, anchor = abi.header_array, abi.anchor
 local daemon_call_of, daemon_call = daemon.daemon_call_of, daemon.daemon_call
 local send_behind = daemon.send_behind
 
+-- rpcedge_cache_hit's answer: the hit's Content-Encoding by the core's number for it
+local HIT_CODINGS = { [1] = "gzip", [3] = "zstd", [4] = "br" }
+
 local _M = {}
 
 
@@ -122,19 +125,20 @@ end
 
 
 -- An entry from storage (nil: none) as the answer to this request: the body to send and whether
--- it is gzip, or nil when the node must answer (no entry, or a bad one).
+-- its Content-Encoding ("gzip", "zstd", "br"; nil: plain), or nil when the node must answer (no
+-- entry, or a bad one).
 function Cache:hit(entry, min_length)
     if lib.rpcedge_cache_found(self.handle, entry, entry and #entry or 0, min_length or 1024) == 0 then
         return nil
     end
     count(lib.rpcedge_count_cache(self.handle, counts))
     local body = ffi_new("rpcedge_str_t")
-    local gzip = lib.rpcedge_cache_hit(self.handle, nil, body) == 1
-    return lua_string(body), gzip
+    local coding = HIT_CODINGS[lib.rpcedge_cache_hit(self.handle, nil, body)]
+    return lua_string(body), coding
 end
 
 
--- The hit's headers, as a list of { name, value }: Content-Type, Content-Encoding when gzip,
+-- The hit's headers, as a list of { name, value }: Content-Type, Content-Encoding when coded,
 -- Vary, then the node's that the entry kept. Send them all with the hit, and its length.
 function Cache:hit_headers()
     local headers, name, value = {}, ffi_new("rpcedge_str_t"), ffi_new("rpcedge_str_t")
@@ -165,8 +169,8 @@ end
 -- The node's whole plain body: what to keep, or nil. `entry` goes into storage under the key;
 -- `ttl` (seconds) and `requires_final` (a block number, or a transaction hash whose block must be
 -- final) are nil when they do not apply. The
--- entry's result is deflated here, once (rpcedge-cached does it when it is the storage), so
--- that every gzip hit is a splice.
+-- entry's result is compressed here, once, in each form a hit splices (rpcedge-cached does it
+-- when it is the storage), so that no hit compresses.
 function Cache:store(body)
     if not self:key() then
         -- a batch: its answers are stored by the daemon's hosts
