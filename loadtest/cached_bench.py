@@ -39,7 +39,8 @@ def deflated_entry(result):
     data = compressor.compress(tail) + compressor.flush()
     before, after = b'{"jsonrpc":"2.0","id":', b',"result":'
     head = struct.pack("<HH", 0, 0)  # no headers kept, none varied on
-    return (struct.pack("<BBIQHHI", 2, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head))
+    # format 3, deflated, no zstd or brotli form
+    return (struct.pack("<BBIQHHIII", 3, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head), 0, 0)
             + before + after + head + data)
 
 

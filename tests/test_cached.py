@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from testbed import cache_cases as cc
 from testbed.harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached, start_replay
@@ -30,19 +31,25 @@ NO_HEAD = struct.pack("<HH", 0, 0)
 
 def entry(tail, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
     """An answer as a host sends it (rpcedge_core::cache::encode): its tail `<result>}` plain."""
-    head = struct.pack("<BBIQHHI", 2, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD))
+    # format 3, plain, without zstd and brotli forms (the daemon makes them)
+    head = struct.pack("<BBIQHHIII", 3, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD), 0, 0)
     return head + before + after + NO_HEAD + tail
 
 
 def stored_tail(stored):
-    """The tail of an entry as the daemon returns it, checked against its CRC-32."""
-    version, form, crc, length, before, after, head = struct.unpack("<BBIQHHI", stored[:22])
-    assert version == 2 and form in (0, 1, 2)
-    data = stored[22 + before + after + head:]
+    """The tail of an entry as the daemon returns it, checked against its CRC-32 (its zstd form,
+    where kept, decoded too: a frame of the kept window descriptor and blocks)."""
+    version, form, crc, length, before, after, head, zstd, br = struct.unpack("<BBIQHHIII", stored[:30])
+    assert version == 3 and form in (0, 1, 2)
+    zstd_at = 30 + before + after + head
+    zstd_form, data = stored[zstd_at:zstd_at + zstd], stored[zstd_at + zstd + br:]
     # 1: deflated; 2: deflated, ending in a sync flush and an empty final block
     tail = zlib.decompress(data, -15) if form in (1, 2) else data
     assert form != 2 or data.endswith(b"\x00\x00\xff\xff\x03\x00")
     assert len(tail) == length and zlib.crc32(tail) == crc
+    if zstd_form:
+        frame = b"\x28\xb5\x2f\xfd\x00" + zstd_form
+        assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) == tail
     return form, tail
 
 
