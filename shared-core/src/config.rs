@@ -29,7 +29,7 @@ pub struct Config {
     /// zlib level for streaming compression.
     pub stream_level: u32,
     /// The codings made, in the server's order of preference: among those a client weighs
-    /// alike, the first listed wins ([`Config::DEFAULT_ENCODINGS`]).
+    /// alike, the first listed wins ([`Coding::DEFAULT_ORDER`]).
     pub encodings: Vec<Coding>,
     /// A chunked body that pauses this long stops being buffered and streams.
     pub stream_delay_ms: u64,
@@ -246,7 +246,7 @@ impl Default for Config {
             max_buffer: MIB,
             level: Level::Auto,
             stream_level: 1,
-            encodings: Config::DEFAULT_ENCODINGS.to_vec(),
+            encodings: Coding::DEFAULT_ORDER.to_vec(),
             stream_delay_ms: 100,
             types: ["application/json", "application/json-rpc", "application/javascript", "text/*"]
                 .map(String::from)
@@ -399,12 +399,6 @@ fn is_token(s: &str) -> bool {
 }
 
 impl Config {
-    /// By measurement on the corpus (`benches/level.rs`, docs/compression.md "Encodings"): zstd
-    /// first, which makes the fewest bytes for the least CPU; gzip next, as br (the Rust port of
-    /// Google's encoder) makes 1-3 % fewer bytes for 1.5-2x gzip's CPU, so br goes to a client
-    /// that prefers it or takes no gzip; deflate last, for a client that takes nothing else.
-    pub const DEFAULT_ENCODINGS: [Coding; 4] = [Coding::Zstd, Coding::Gzip, Coding::Br, Coding::Deflate];
-
     /// Parses and validates a JSON object (the Envoy plugin configuration); an empty input means
     /// all defaults.
     pub fn from_json(json: &[u8]) -> Result<Settings, ConfigError> {

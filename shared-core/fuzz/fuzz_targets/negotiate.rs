@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rpcedge_core::{Accept, AcceptEncoding, Config, MediaType};
+use rpcedge_core::{Accept, AcceptEncoding, Coding, MediaType};
 
 fuzz_target!(|lines: Vec<&[u8]>| {
     let mut each = AcceptEncoding::default();
@@ -14,7 +14,7 @@ fuzz_target!(|lines: Vec<&[u8]>| {
         each.add(line);
         each_media.add(line);
     }
-    let order = Config::DEFAULT_ENCODINGS;
+    let order = Coding::DEFAULT_ORDER;
     let mut reversed = order;
     reversed.reverse();
     if lines.is_empty() {

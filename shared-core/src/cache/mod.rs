@@ -23,7 +23,6 @@ use call::{Call, Unread};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::Config;
 use crate::negotiate::Coding;
 
 pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
@@ -72,7 +71,7 @@ impl Default for CacheSettings {
             // as nginx's proxy_cache_lock_timeout
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
-            hit_codings: hit_codings(&Config::DEFAULT_ENCODINGS),
+            hit_codings: hit_codings(&Coding::DEFAULT_ORDER),
         }
     }
 }
