@@ -30,9 +30,9 @@ const PLAIN: u8 = 0;
 const DEFLATED: u8 = 1;
 /// Deflated, the stream continuable (`compress::blocks`): a batch's hit splices several.
 const CONTINUABLE: u8 = 2;
-/// The shortest tail a hot tier keeps plain for clients without gzip: inflating it would cost
-/// each hit more than the copy (a 600 KiB block: over 1 ms against 15 us); the tier holds 2 to 4
-/// times the stream's bytes for it.
+/// The shortest tail a hot tier keeps plain for the clients an entry answers plain (it keeps a
+/// form for none of their codings): inflating it would cost each hit more than the copy (a 600 KiB
+/// block: over 1 ms against 15 us); the tier holds 2 to 4 times the stream's bytes for it.
 pub const PLAIN_HOT_MIN: u64 = 64 * 1024;
 /// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts, of the
 /// kept head and of the tail's zstd and brotli forms.
@@ -308,48 +308,51 @@ impl<'a> Entry<'a> {
     /// `STORE_LEVEL` when that is smaller, for every later hit, and made continuable (checked by
     /// inflating it again), so that a batch's hit splices it; then its zstd and brotli forms, each
     /// checked by decoding a splice of it, as long as the forms together are no longer than the
-    /// tail (an entry as stored is never longer than as a host sends it). Forms that arrive made
-    /// already are kept as they came, once checked.
+    /// tail (an entry as stored is never longer than as a host sends it). A tail that arrives
+    /// deflated is kept as it came; zstd and brotli forms are the store's own: an entry that
+    /// arrives with either is refused (no host sends them, and checking a stranger's form would
+    /// decode whatever it claims).
     pub fn compact(&self) -> Result<Vec<u8>, BadEntry> {
+        if !self.zstd.is_empty() || !self.br.is_empty() {
+            return Err(BadEntry("it arrives with a zstd or brotli form, which only the store makes"));
+        }
         let mut tail = Vec::new();
         self.tail_into(&mut tail)?;
-        let (form, data) = match (self.deflated, deflate_raw(STORE_LEVEL, &tail)) {
-            (true, _) => (if self.continuable { CONTINUABLE } else { DEFLATED }, self.data.to_vec()),
-            (false, Some(stream)) => match continuable(&stream).filter(|open| inflates_to(open, &tail)) {
-                Some(open) => (CONTINUABLE, open),
-                None => (DEFLATED, stream),
-            },
-            (false, None) => (PLAIN, tail.clone()),
+        let (form, data) = if self.deflated {
+            (if self.continuable { CONTINUABLE } else { DEFLATED }, self.data.to_vec())
+        } else {
+            match deflate_raw(STORE_LEVEL, &tail) {
+                Some(stream) => match continuable(&stream).filter(|open| inflates_to(open, &tail)) {
+                    Some(open) => (CONTINUABLE, open),
+                    None => (DEFLATED, stream),
+                },
+                None => (PLAIN, tail.clone()),
+            }
         };
-        let mut room = if form == PLAIN { 0 } else { tail.len().saturating_sub(data.len()) };
+        if form == PLAIN {
+            // a tail that does not deflate smaller keeps no other form either
+            return Ok(write(form, self.crc, self.len, [self.before_id, self.after_id, self.head, &[], &[]], &data));
+        }
+        let mut room = tail.len().saturating_sub(data.len());
         // a splice behind the standard prefix must decode to it and the tail
         let prefix = Envelope::default().prefix("1");
         let whole = [prefix.as_slice(), &tail].concat();
-        let mut kept = |made: &[u8], make: &dyn Fn() -> Option<Vec<u8>>, decodes: &dyn Fn(&[u8]) -> bool| {
-            let form = if made.is_empty() { make() } else { Some(made.to_vec()) };
-            match form.filter(|form| form.len() <= room && decodes(form)) {
-                Some(form) => {
-                    room -= form.len();
-                    Ok(form)
-                }
-                None if made.is_empty() => Ok(Vec::new()),
-                None => Err(BadEntry("its zstd or brotli form does not decode to its tail, or has no room")),
-            }
+        let mut kept = |form: Option<Vec<u8>>, decodes: &dyn Fn(&[u8]) -> bool| {
+            let form = form.filter(|form| form.len() <= room && decodes(form)).unwrap_or_default();
+            room -= form.len();
+            form
         };
-        let zstd = kept(
-            self.zstd,
-            &|| if form == PLAIN { None } else { zstd_form(STORE_ZSTD_LEVEL, &tail) },
-            &|form| spliced::zstd_decodes_to(&spliced::zstd_splice(form, &prefix, self.len), &whole),
-        )?;
-        let br = kept(
-            self.br,
-            &|| if form == PLAIN { None } else { br_form(store_br_quality(tail.len()), &tail) },
-            &|form| spliced::br_decodes_to(&spliced::br_splice(form, &prefix), &whole),
-        )?;
+        let zstd = kept(zstd_form(STORE_ZSTD_LEVEL, &tail), &|form| {
+            spliced::zstd_decodes_to(&spliced::zstd_splice(form, &prefix, self.len), &whole)
+        });
+        let br = kept(br_form(store_br_quality(tail.len()), &tail), &|form| {
+            spliced::br_decodes_to(&spliced::br_splice(form, &prefix), &whole)
+        });
         Ok(write(form, self.crc, self.len, [self.before_id, self.after_id, self.head, &zstd, &br], &data))
     }
 
-    /// The entry with its tail plain, for a hot tier that answers clients without gzip: `None`
+    /// The entry with its tail plain, for a hot tier that answers the clients the entry answers
+    /// plain ([`Entry::answers_plain`]): `None`
     /// for a plain one, or one shorter than [`PLAIN_HOT_MIN`].
     pub fn plain_form(&self) -> Option<Vec<u8>> {
         if !self.deflated || self.len < PLAIN_HOT_MIN {
@@ -360,15 +363,15 @@ impl<'a> Entry<'a> {
     }
 
     /// The hit for a client whose request carried `id` (its raw JSON text) and that takes
-    /// `codings`, best first: in the first of them the entry keeps a form for, when the envelope
-    /// is at least `min_length` and the splice is smaller than the plain envelope; otherwise the
-    /// plain envelope.
+    /// `codings`, best first: in the first of them that the entry keeps a form for and whose splice
+    /// is smaller than the plain envelope, when that is at least `min_length`; otherwise the plain
+    /// envelope.
     pub fn respond(&self, id: &str, codings: &[Coding], min_length: u64) -> Result<Hit, BadEntry> {
         let prefix = [self.before_id, id.as_bytes(), self.after_id].concat();
         let plain_len = prefix.len() as u64 + self.len;
         if plain_len >= min_length {
-            let spliced = codings.iter().find_map(|&coding| Some((coding, self.splice_in(coding, &prefix)?)));
-            if let Some((coding, body)) = spliced.filter(|(_, body)| (body.len() as u64) < plain_len) {
+            let mut spliced = codings.iter().filter_map(|&coding| Some((coding, self.splice_in(coding, &prefix)?)));
+            if let Some((coding, body)) = spliced.find(|(_, body)| (body.len() as u64) < plain_len) {
                 return Ok(Hit { body, coding: Some(coding) });
             }
         }

@@ -174,6 +174,9 @@ pub struct CacheExchange {
     /// The codings a hit may go out in for this client, its best first.
     codings: Vec<Coding>,
     status: Status,
+    /// The store's entry for this request did not read (damaged, or of an older format): the
+    /// node's answer is kept in its place, else it would fail every request until it expired.
+    bad_entry: bool,
     capture: bool,
     /// What of the node's head the entry keeps, or why the answer is not kept at all.
     head: Result<Head, Refusal>,
@@ -257,6 +260,7 @@ impl CacheExchange {
             request_headers,
             codings,
             status,
+            bad_entry: false,
             capture: false,
             head: Ok(Head::default()),
             answered: Answered::default(),
@@ -366,6 +370,7 @@ impl CacheExchange {
                 }
                 Err(NoHit::Bad) => {
                     self.status = Status::Error;
+                    self.bad_entry = true;
                     None
                 }
             },
@@ -511,7 +516,7 @@ impl CacheExchange {
         if self.request.is_ok() && too_large && !self.merge {
             self.status = Status::Bypass;
         }
-        let answered = matches!(self.status, Status::Miss | Status::Expired);
+        let answered = matches!(self.status, Status::Miss | Status::Expired) || self.bad_entry;
         self.capture = self.request.is_ok() && status == 200 && !encoded && !too_large && answered;
         if self.capture {
             self.head = Head::of(headers, &self.request_headers);
@@ -578,7 +583,7 @@ impl CacheExchange {
 
     /// For a host that keeps entries itself rather than in the daemon: what to keep of the node's
     /// whole plain body (one call's or read's), its entry compacted as the daemon would (its
-    /// result deflated once, at the highest level); `None`: nothing to keep.
+    /// result compressed once into each form a hit splices); `None`: nothing to keep.
     pub fn keep(&mut self, body: &[u8]) -> Option<Result<Kept, Refusal>> {
         match self.kept(body).into_iter().next()? {
             Ok(kept) => {

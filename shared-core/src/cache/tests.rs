@@ -409,11 +409,22 @@ fn a_damaged_entry_is_refused() {
     assert!(Entry::decode(&sent).unwrap().compact().is_err(), "the store checks what a host sends");
     let kept = as_kept(&Envelope::default(), &tail(&b"[1,2,3]".repeat(100)));
     assert_eq!(kept[1], 2, "deflated, continuable");
-    assert_eq!(Entry::decode(&kept).unwrap().compact().unwrap(), kept, "a deflated tail is kept as it came");
-    let mut broken = kept.clone();
+    let sent_deflated = without_forms(&kept);
+    assert_eq!(Entry::decode(&sent_deflated).unwrap().compact().unwrap(), kept, "a deflated tail is kept as it came");
+    assert!(Entry::decode(&kept).unwrap().compact().is_err(), "zstd and brotli forms are the store's own");
+    let mut broken = sent_deflated.clone();
     let inside = broken.len() - 3;
     broken[inside] ^= 0x40;
     assert!(Entry::decode(&broken).unwrap().compact().is_err(), "and checked");
+}
+
+/// `entry` (format 3) without its zstd and brotli forms: as a host that deflates sends it.
+fn without_forms(entry: &[u8]) -> Vec<u8> {
+    let u16_at = |at: usize| usize::from(u16::from_le_bytes(entry[at..at + 2].try_into().unwrap()));
+    let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap()) as usize;
+    let forms_at = 30 + u16_at(14) + u16_at(16) + u32_at(18);
+    let forms = u32_at(22) + u32_at(26);
+    [&entry[..22], &[0; 8], &entry[30..forms_at], &entry[forms_at + forms..]].concat()
 }
 
 proptest! {
@@ -531,6 +542,31 @@ fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     assert!(!late.find_hot(&mut hot, 105, 0), "the daemon said 5 s were left");
     let mut elsewhere = exchange(Some("other"), Some(asked.as_bytes()), false, false);
     assert!(!elsewhere.find_hot(&mut hot, 101, 0), "another namespace");
+}
+
+/// An entry that does not read (damaged, or kept by an older version) is an error for the request
+/// that found it, and the node's answer to that request takes its place: without it the entry
+/// (one with no expiry, in a store the host keeps itself) would fail every request for its key.
+#[test]
+fn the_nodes_answer_replaces_an_entry_that_does_not_read() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"hash":"{HASH}","number":"0x1"}}}}"#);
+    let mut older = daemon_keeps(&{
+        let mut first = exchange(Some("n"), Some(asked.as_bytes()), true, false);
+        first.next_lookup();
+        first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+        assert!(first.response_head(200, Some(answer.len() as u64), NONE));
+        first.stores(answer.as_bytes()).remove(0).unwrap()
+    });
+    older[0] = 2;
+    let mut found = exchange(Some("n"), Some(asked.as_bytes()), true, false);
+    found.next_lookup();
+    assert_eq!(found.found(Some(&older), 0), None);
+    assert_eq!(found.status(), Status::Error);
+    assert!(found.response_head(200, Some(answer.len() as u64), NONE), "the node's answer is kept");
+    let kept = found.keep(answer.as_bytes()).unwrap().unwrap();
+    let hit = Entry::decode(&kept.entry).unwrap().respond("7", &[], 0).unwrap();
+    assert_eq!(hit.body, answer.as_bytes());
 }
 
 #[test]

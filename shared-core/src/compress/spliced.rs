@@ -44,16 +44,18 @@ pub fn zstd_form(level: u32, tail: &[u8]) -> Option<Vec<u8>> {
     // magic, a descriptor with nothing but a window descriptor after it, the window descriptor
     let header = ZSTD_MAGIC.len() + 2;
     let form = (frame.get(..5)? == [ZSTD_MAGIC.as_slice(), &[0]].concat()).then(|| frame[header - 1..].to_vec())?;
-    (form.len() < tail.len() && zstd_form_is_sound(&form)).then_some(form)
+    (form.len() < tail.len()).then_some(form)
 }
 
-/// Whether `form` is a window descriptor of at most 8 MiB and whole blocks, the last one last.
+/// Whether `form` is a window descriptor of at most 8 MiB and whole blocks no longer than the
+/// window allows, the last one last.
 pub fn zstd_form_is_sound(form: &[u8]) -> bool {
     let Some((&window, mut blocks)) = form.split_first() else { return false };
     // the exponent, above 1 KiB; a mantissa would only add eighths below the next power
     if u32::from(window >> 3) + 10 > MAX_WINDOW_LOG || window & 0b111 != 0 {
         return false;
     }
+    let block_max = block_max(window);
     while let Some(header) = blocks.get(..3) {
         let header = u32::from_le_bytes([header[0], header[1], header[2], 0]);
         let (last, kind, size) = (header & 1 == 1, (header >> 1) & 0b11, (header >> 3) as usize);
@@ -62,7 +64,7 @@ pub fn zstd_form_is_sound(form: &[u8]) -> bool {
             1 => 1,
             _ => return false,
         };
-        if size > ZSTD_MAX_BLOCK || blocks.len() - 3 < stored {
+        if size > block_max || blocks.len() - 3 < stored {
             return false;
         }
         blocks = &blocks[3 + stored..];
@@ -76,7 +78,7 @@ pub fn zstd_form_is_sound(form: &[u8]) -> bool {
 /// A zstd frame of `prefix` then the `tail_len` bytes that `form` (sound) holds.
 pub fn zstd_splice(form: &[u8], prefix: &[u8], tail_len: u64) -> Vec<u8> {
     let (window, blocks) = (form[0], &form[1..]);
-    let block_max = ZSTD_MAX_BLOCK.min(1 << (10 + (window >> 3)));
+    let block_max = block_max(window);
     let mut out = Vec::with_capacity(14 + prefix.len() + prefix.len() / block_max * 3 + 3 + blocks.len());
     out.extend_from_slice(&ZSTD_MAGIC);
     out.extend_from_slice(&[ZSTD_DESCRIPTOR_SIZED, window]);
@@ -90,12 +92,18 @@ pub fn zstd_splice(form: &[u8], prefix: &[u8], tail_len: u64) -> Vec<u8> {
     out
 }
 
+/// A zstd block's longest content in a frame of this window descriptor (RFC 8878 3.1.1.2.4).
+fn block_max(window: u8) -> usize {
+    ZSTD_MAX_BLOCK.min(1 << (10 + (window >> 3)))
+}
+
 /// The brotli form of `tail`: its window log, then the bare catable stream; `None` when not
-/// smaller.
+/// smaller. Quality 2 at the least: qualities 0 and 1 widen the window past the one the form
+/// names.
 pub fn br_form(quality: u32, tail: &[u8]) -> Option<Vec<u8>> {
     let lgwin = window_log(tail.len()).max(16);
     let params = BrotliEncoderParams {
-        quality: quality.min(11) as i32,
+        quality: quality.clamp(2, 11) as i32,
         lgwin: lgwin as i32,
         catable: true,
         bare_stream: true,
@@ -105,7 +113,7 @@ pub fn br_form(quality: u32, tail: &[u8]) -> Option<Vec<u8>> {
     let mut writer = brotli::CompressorWriter::with_params(vec![lgwin as u8], 4096, &params);
     writer.write_all(tail).ok()?;
     let form = writer.into_inner();
-    (form.len() < tail.len() && br_form_is_sound(&form)).then_some(form)
+    (form.len() < tail.len()).then_some(form)
 }
 
 /// Whether `form` names a window brotli has and holds a stream.
@@ -165,9 +173,9 @@ impl Bits {
     }
 }
 
-/// Whether a spliced zstd body decodes to exactly `expected`.
+/// Whether a spliced zstd body decodes to exactly `expected` (decoding no more than that).
 pub fn zstd_decodes_to(body: &[u8], expected: &[u8]) -> bool {
-    ::zstd::stream::decode_all(body).is_ok_and(|decoded| decoded == expected)
+    ::zstd::bulk::decompress(body, expected.len()).is_ok_and(|decoded| decoded == expected)
 }
 
 /// Whether a spliced brotli body decodes to exactly `expected`.
@@ -229,6 +237,10 @@ mod tests {
         assert!(!zstd_form_is_sound(&form[..form.len() - 1]));
         assert!(!zstd_form_is_sound(&[form.as_slice(), &[0]].concat()));
         assert!(!zstd_form_is_sound(&[&[24 << 3], &form[1..]].concat()), "a 16 MiB window");
+        // one last RLE block of 2,000 bytes: within a 128 KiB window, not within 1 KiB
+        let rle = ((2000u32 << 3) | (1 << 1) | 1).to_le_bytes();
+        assert!(zstd_form_is_sound(&[7 << 3, rle[0], rle[1], rle[2], b'x']));
+        assert!(!zstd_form_is_sound(&[0, rle[0], rle[1], rle[2], b'x']), "blocks longer than a 1 KiB window allows");
         assert!(!zstd_form_is_sound(&[]));
         assert!(!br_form_is_sound(&[25, 1]) && !br_form_is_sound(&[22]));
     }
