@@ -61,7 +61,9 @@ def stage():
     shutil.copytree(SAMPLE_CORPUS, CONTEXT / "corpus")
     load = CONTEXT / "load"
     load.mkdir()
-    shutil.copyfile(REPO / "loadtest/wrk/replay.lua", load / "replay.lua")
+    # the wrk script and the length readers it loads from beside itself
+    for script in ("replay.lua", "sizes.lua"):
+        shutil.copyfile(REPO / "loadtest/wrk" / script, load / script)
     shutil.copyfile(DOCKER / "run-load", load / "run-load")
     for script in ("cached-start", "envoy-start", "fleet-start"):
         shutil.copyfile(DOCKER / script, CONTEXT / "bin" / script)
