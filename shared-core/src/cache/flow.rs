@@ -152,12 +152,23 @@ impl Taken {
         min_length: u64,
     ) -> Result<HitResponse, NoHit> {
         let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
+        self.hit_from(&entry, request_headers, codings, min_length)
+    }
+
+    /// The hit for such a request from an entry read already.
+    fn hit_from(
+        &self,
+        entry: &Entry,
+        request_headers: &[(Vec<u8>, Vec<u8>)],
+        codings: &[Coding],
+        min_length: u64,
+    ) -> Result<HitResponse, NoHit> {
         if !Head::is_for(&entry.vary, request_headers) {
             return Err(NoHit::OtherVariant);
         }
         match self {
-            Taken::Call(request) => call_hit(request, &entry, codings, min_length),
-            Taken::Read(read) => read.hit(&entry, codings, min_length).ok_or(NoHit::Bad),
+            Taken::Call(request) => call_hit(request, entry, codings, min_length),
+            Taken::Read(read) => read.hit(entry, codings, min_length).ok_or(NoHit::Bad),
             Taken::Batch(_) => Err(NoHit::Bad),
         }
     }
@@ -436,10 +447,14 @@ impl CacheExchange {
         };
         let Some(key) = request.key() else { return false };
         let plain_at = plain_key(key);
-        let answers_plain = |stored: &[u8]| Entry::decode(stored).is_ok_and(|entry| entry.answers_plain(&self.codings));
-        let Some(plain_client) = hot.find(key, now_s).map(answers_plain) else { return false };
+        let Some(Ok(entry)) = hot.find(key, now_s).map(Entry::decode) else { return false };
+        if !entry.answers_plain(&self.codings) {
+            // the usual case: the hit is spliced from the entry read here, once
+            self.hot_hit = request.hit_from(&entry, &self.request_headers, &self.codings, min_length).ok();
+            return self.hot_hit.is_some();
+        }
         let mut plain = None;
-        if plain_client && hot.find(&plain_at, now_s).is_none() {
+        if hot.find(&plain_at, now_s).is_none() {
             if let Some((shared, expires_s)) = hot.find_until(key, now_s) {
                 plain = Entry::decode(shared).ok().and_then(|entry| entry.plain_form());
                 if let Some(plain) = &plain {
@@ -449,8 +464,7 @@ impl CacheExchange {
         }
         let entry = match &plain {
             Some(plain) => Some(plain.as_slice()),
-            None if plain_client => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
-            None => hot.find(key, now_s),
+            None => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
         };
         self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, &self.codings, min_length).ok());
         self.hot_hit.is_some()
