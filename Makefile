@@ -36,7 +36,7 @@ export RPCEDGE_GETH := $(abspath $(GETH))
 
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := negotiate exchange c_abi transcode cache_lookup cache_entry
+FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode cache_lookup cache_entry
 
 .PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz asan run docker deb bench clean
 

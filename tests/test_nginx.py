@@ -748,7 +748,7 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_level 0;", '"rpcedge_level" directive must be between 1 and 12, got 0'),
     ("rpcedge_types json;", 'invalid value "json" in "rpcedge_types"'),
     ("rpcedge_encodings zstd lz4;",
-     'invalid value "lz4" in "rpcedge_encodings": "lz4" is not one of zstd, br, gzip, deflate'),
+     'invalid value "lz4" in "rpcedge_encodings": "lz4" is not one of dcz, zstd, br, gzip, deflate'),
     ("rpcedge_encodings br gzip BR;", '"BR" is listed twice in "rpcedge_encodings"'),
     ("rpcedge_encodings gzip; rpcedge_encodings br;", '"rpcedge_encodings" directive is duplicate'),
     ("rpcedge_min_length 2m; rpcedge_max_buffer 1m;", '"rpcedge_min_length" must not exceed max_buffer'),

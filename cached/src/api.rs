@@ -29,7 +29,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use rpcedge_core::cache::protocol::{self, Looked};
-use rpcedge_core::cache::{self, Entry, Final};
+use rpcedge_core::cache::{self, Entry, Final, MinLengths};
 
 use crate::finality::Chain;
 use crate::fleet::{Hold, Outcome};
@@ -258,7 +258,7 @@ const PLACE_TIMEOUT: Duration = Duration::from_secs(2);
 async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option<u64> {
     let key = cache::receipt_key(namespace, hash);
     if let Ok(Lookup::Hit(stored, _)) = state.store.read(&key.0, now_s()) {
-        let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", &[], u64::MAX));
+        let receipt = Entry::decode(&stored).and_then(|entry| entry.respond("1", &[], MinLengths::same(u64::MAX)));
         if let Some(number) = receipt.ok().and_then(|receipt| cache::receipt_block(&receipt.body, hash)) {
             return Some(number);
         }

@@ -880,6 +880,18 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         }
     }
 
+    /* a field line of its own, as gzip_vary may have taken Accept-Encoding */
+
+    if (edits->vary_dictionary) {
+        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
+                                         (u_char *) "Available-Dictionary",
+                                         sizeof("Available-Dictionary") - 1)
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
+    }
+
     for (i = 0; i < edits->set_len; i++) {
         if (ngx_http_rpcedge_set_header(r, &edits->set[i]) != NGX_OK) {
             return NGX_ERROR;

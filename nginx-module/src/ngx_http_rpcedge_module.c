@@ -18,8 +18,9 @@
 
 
 typedef struct {
-    /* compression's threshold, which a cache hit follows too */
+    /* compression's thresholds, which a cache hit follows too */
     size_t                     min_length;
+    size_t                     dictionary_min_length;
     /* the codings made, which a cache hit is sent in too */
     ngx_array_t               *encodings;
 } ngx_http_rpcedge_loc_conf_t;
@@ -41,6 +42,10 @@ static char *ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static ngx_http_rpcedge_check_t  ngx_http_rpcedge_min_length_check =
     { ngx_http_rpcedge_check, "min_length", NGX_HTTP_RPCEDGE_SIZE_SLOT };
 
+static ngx_http_rpcedge_check_t  ngx_http_rpcedge_dictionary_min_length_check =
+    { ngx_http_rpcedge_check, "dictionary_min_length",
+      NGX_HTTP_RPCEDGE_SIZE_SLOT };
+
 static ngx_http_rpcedge_list_check_t  ngx_http_rpcedge_encoding_check =
     { rpcedge_check_encoding, 1 };
 
@@ -53,6 +58,13 @@ static ngx_command_t  ngx_http_rpcedge_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_loc_conf_t, min_length),
       &ngx_http_rpcedge_min_length_check },
+
+    { ngx_string("rpcedge_dictionary_min_length"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_loc_conf_t, dictionary_min_length),
+      &ngx_http_rpcedge_dictionary_min_length_check },
 
     { ngx_string("rpcedge_encodings"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -237,6 +249,8 @@ ngx_http_rpcedge_conf_encodings(ngx_conf_t *cf, rpcedge_config_t *config)
     ngx_http_rpcedge_loc_conf_t  *lcf;
 
     lcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_rpcedge_module);
+
+    config->dictionary_min_length = lcf->dictionary_min_length;
 
     return ngx_http_rpcedge_strs(cf, lcf->encodings, &config->encodings,
                                  &config->encodings_len);
@@ -493,6 +507,7 @@ ngx_http_rpcedge_create_loc_conf(ngx_conf_t *cf)
     }
 
     lcf->min_length = NGX_CONF_UNSET_SIZE;
+    lcf->dictionary_min_length = NGX_CONF_UNSET_SIZE;
     lcf->encodings = NGX_CONF_UNSET_PTR;
 
     return lcf;
@@ -509,6 +524,9 @@ ngx_http_rpcedge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_size_value(conf->min_length, prev->min_length,
                               rpcedge_config_default().min_length);
+    ngx_conf_merge_size_value(conf->dictionary_min_length,
+                              prev->dictionary_min_length,
+                              rpcedge_config_default().dictionary_min_length);
     ngx_conf_merge_ptr_value(conf->encodings, prev->encodings, NULL);
 
     return NGX_CONF_OK;

@@ -81,7 +81,8 @@ size_t ngx_http_rpcedge_min_length(ngx_http_request_t *r);
  * before the modules that read it (see config) */
 size_t ngx_http_rpcedge_conf_min_length(ngx_conf_t *cf);
 
-/* rpcedge_encodings where cf is, merged (as rpcedge_min_length), into config */
+/* rpcedge_encodings and rpcedge_dictionary_min_length where cf is, merged (as
+ * rpcedge_min_length), into config */
 ngx_int_t ngx_http_rpcedge_conf_encodings(ngx_conf_t *cf,
     rpcedge_config_t *config);
 

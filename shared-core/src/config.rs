@@ -21,6 +21,8 @@ const MIB: u64 = 1024 * 1024;
 pub struct Config {
     /// Bodies shorter than this go out as they are.
     pub min_length: u64,
+    /// The same for `dcz`, which makes small answers smaller than other codings do.
+    pub dictionary_min_length: u64,
     /// The most a response is buffered for one-shot compression before it streams.
     pub max_buffer: u64,
     /// One-shot compression: `auto` (by the body's size) or a fixed libdeflate level (gzip and
@@ -243,6 +245,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             min_length: 1024,
+            // below this, dcz's 40-byte header leaves little or nothing to save (docs/compression.md)
+            dictionary_min_length: DICTIONARY_MIN_LENGTH,
             max_buffer: MIB,
             level: Level::Auto,
             stream_level: 1,
@@ -277,8 +281,9 @@ pub struct Field {
 }
 
 /// The numeric fields, in declaration order, with their bounds; then the cache's.
-pub const FIELDS: [Field; 17] = [
+pub const FIELDS: [Field; 18] = [
     Field { name: "min_length", range: 0..=64 * MIB },
+    Field { name: "dictionary_min_length", range: 0..=64 * MIB },
     Field { name: "max_buffer", range: 0..=256 * MIB },
     Field { name: "level", range: 1..=12 },
     Field { name: "stream_level", range: 1..=9 },
@@ -297,6 +302,9 @@ pub const FIELDS: [Field; 17] = [
     Field { name: "cache_max_batch", range: 0..=crate::cache::protocol::MAX_LOOKUP_KEYS as u64 },
     Field { name: "cache_lock_timeout_ms", range: 0..=crate::cache::protocol::MAX_LOCK_MS },
 ];
+
+/// `dictionary_min_length`'s default.
+pub const DICTIONARY_MIN_LENGTH: u64 = 64;
 
 /// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
 pub const MAX_ENTRY: u64 = 64 * MIB;
@@ -343,18 +351,18 @@ pub fn check_field(name: &str, value: u64) -> Result<(), ConfigError> {
     }
 }
 
-/// Parses one coding of `encodings`: `zstd`, `br`, `gzip` or `deflate` (not `x-gzip`, which a
+/// Parses one coding of `encodings`: `dcz`, `zstd`, `br`, `gzip` or `deflate` (not `x-gzip`, which a
 /// client may send but an operator has no reason to write).
 pub fn parse_encoding(token: &str) -> Result<Coding, ConfigError> {
     Coding::ALL.into_iter().find(|coding| token.eq_ignore_ascii_case(coding.token())).ok_or_else(|| {
-        ConfigError::new("encodings", format!("\"{token}\" is not one of zstd, br, gzip, deflate"))
+        ConfigError::new("encodings", format!("\"{token}\" is not one of dcz, zstd, br, gzip, deflate"))
     })
 }
 
 /// At least one coding, each once.
 pub fn check_encodings(encodings: &[Coding]) -> Result<(), ConfigError> {
     if encodings.is_empty() {
-        return Err(ConfigError::new("encodings", "must list at least one of zstd, br, gzip, deflate".into()));
+        return Err(ConfigError::new("encodings", "must list at least one of dcz, zstd, br, gzip, deflate".into()));
     }
     if let Some((_, coding)) = encodings.iter().enumerate().find(|(at, c)| encodings[..*at].contains(c)) {
         return Err(ConfigError::new("encodings", format!("lists {} twice", coding.token())));
@@ -447,6 +455,7 @@ impl Config {
         }
         let values = [
             ("min_length", self.min_length),
+            ("dictionary_min_length", self.dictionary_min_length),
             ("max_buffer", self.max_buffer),
             ("stream_level", u64::from(self.stream_level)),
             ("stream_delay_ms", self.stream_delay_ms),
@@ -471,7 +480,11 @@ impl Config {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
         check_encodings(&self.encodings)?;
-        let cache = CacheSettings { hit_codings: hit_codings(&self.encodings), ..cache.settings()? };
+        let cache = CacheSettings {
+            hit_codings: hit_codings(&self.encodings),
+            dictionary_min_length: self.dictionary_min_length,
+            ..cache.settings()?
+        };
         let mut types = Vec::with_capacity(self.types.len());
         for pattern in &self.types {
             check_type(pattern)?;
@@ -594,6 +607,11 @@ impl Settings {
         self.transcode_hold_max.min(self.transcode_max)
     }
 
+    /// The least length a body is compressed from in `coding`.
+    pub fn min_length_for(&self, coding: Coding) -> u64 {
+        if coding == Coding::Dcz { self.dictionary_min_length } else { self.min_length }
+    }
+
     /// Whether a Content-Type value names a media type to compress.
     pub fn compresses_type(&self, content_type: &[u8]) -> bool {
         let media = crate::negotiate::media_type(content_type);
@@ -706,10 +724,10 @@ mod tests {
         assert_eq!(s.encodings, [Gzip, Br]);
         assert!(serde_json::to_string(&*s).unwrap().contains(r#""encodings":["gzip","br"]"#));
         for (json, message) in [
-            (&br#"{"encodings": []}"#[..], "must list at least one of zstd, br, gzip, deflate"),
+            (&br#"{"encodings": []}"#[..], "must list at least one of dcz, zstd, br, gzip, deflate"),
             (br#"{"encodings": ["gzip", "gzip"]}"#, "lists gzip twice"),
-            (br#"{"encodings": ["lz4"]}"#, r#""lz4" is not one of zstd, br, gzip, deflate"#),
-            (br#"{"encodings": ["x-gzip"]}"#, r#""x-gzip" is not one of zstd, br, gzip, deflate"#),
+            (br#"{"encodings": ["lz4"]}"#, r#""lz4" is not one of dcz, zstd, br, gzip, deflate"#),
+            (br#"{"encodings": ["x-gzip"]}"#, r#""x-gzip" is not one of dcz, zstd, br, gzip, deflate"#),
             (br#"{"encodings": "gzip"}"#, "invalid type"),
         ] {
             let err = Config::from_json(json).unwrap_err();
@@ -728,6 +746,7 @@ mod tests {
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
             hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
+            dictionary_min_length: DICTIONARY_MIN_LENGTH,
         };
         assert_eq!(
             Settings::default().cache_settings(),
@@ -748,6 +767,7 @@ mod tests {
             lock_timeout_ms: 0,
             store_timeout_ms: 20_000,
             hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
+            dictionary_min_length: DICTIONARY_MIN_LENGTH,
         };
         assert_eq!(s.cache_settings(), &expected);
         let s = Config::from_json(br#"{"encodings": ["deflate", "br", "zstd"]}"#).unwrap();

@@ -17,16 +17,16 @@ pub enum HeaderOp<'a> {
 
 impl HeaderEdits {
     /// The edits in the order a host applies them: Vary's values come out as the node's, then
-    /// `Accept`, then `Accept-Encoding`, the two added as one field line.
+    /// `Accept`, then `Accept-Encoding`, then `Available-Dictionary`, added as one field line.
     pub fn operations(&self) -> Vec<HeaderOp<'_>> {
         let mut ops = Vec::new();
         if let Some(content_type) = self.content_type {
             ops.push(HeaderOp::Set("content-type", Cow::Borrowed(content_type.as_bytes())));
         }
-        match (self.add_vary_accept, self.add_vary) {
-            (true, true) => ops.push(HeaderOp::Append("vary", "Accept, Accept-Encoding")),
-            (true, false) => ops.push(HeaderOp::Append("vary", "Accept")),
-            _ => {}
+        // with Accept, Vary goes first (the body's type changed); otherwise after the framing
+        let vary = self.vary().map(|vary| HeaderOp::Append("vary", vary));
+        if self.add_vary_accept {
+            ops.extend(vary.clone());
         }
         for (name, value) in &self.set {
             ops.push(HeaderOp::Set(name, Cow::Borrowed(value)));
@@ -41,8 +41,8 @@ impl HeaderEdits {
             LengthEdit::Set(length) => ops.push(HeaderOp::Set("content-length", Cow::Owned(length.to_string().into()))),
             LengthEdit::Remove => ops.push(HeaderOp::Remove("content-length")),
         }
-        if self.add_vary && !self.add_vary_accept {
-            ops.push(HeaderOp::Append("vary", "Accept-Encoding"));
+        if !self.add_vary_accept {
+            ops.extend(vary);
         }
         match &self.etag {
             EtagEdit::Keep => {}
@@ -53,6 +53,20 @@ impl HeaderEdits {
             ops.push(HeaderOp::Remove("accept-ranges"));
         }
         ops
+    }
+
+    /// What the edits add to Vary, as one field line.
+    pub fn vary(&self) -> Option<&'static str> {
+        Some(match (self.add_vary_accept, self.add_vary, self.vary_dictionary) {
+            (true, true, true) => "Accept, Accept-Encoding, Available-Dictionary",
+            (true, true, false) => "Accept, Accept-Encoding",
+            (true, false, true) => "Accept, Available-Dictionary",
+            (true, false, false) => "Accept",
+            (false, true, true) => "Accept-Encoding, Available-Dictionary",
+            (false, true, false) => "Accept-Encoding",
+            (false, false, true) => "Available-Dictionary",
+            (false, false, false) => return None,
+        })
     }
 }
 
@@ -69,6 +83,7 @@ mod tests {
             content_type: Some("application/octet-stream"),
             add_vary: true,
             add_vary_accept: true,
+            vary_dictionary: false,
             set: vec![("X-Rpcedge-Jsonrpc-Id", b"1".to_vec())],
             etag: EtagEdit::Remove,
             remove_accept_ranges: true,

@@ -4,6 +4,7 @@
 pub mod compress;
 pub mod cache;
 pub mod config;
+pub mod dictionary;
 pub mod edits;
 pub mod exchange;
 pub mod metrics;

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry, Head};
+use rpcedge_core::cache::{encode, lookup, rule, CacheSettings, Entry, Head, MinLengths};
 use rpcedge_core::negotiate::Coding;
 use rpcedge_corpus::json::{self, Json};
 
@@ -73,13 +73,13 @@ fn every_kept_answer_comes_back_whole_around_another_id() {
         let entry = Entry::decode(&stored).unwrap();
         let expected = [capture.envelope.prefix("\"other-42\""), capture.tail.clone()].concat();
         for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
-            let hit = entry.respond("\"other-42\"", &[coding], 0).unwrap();
+            let hit = entry.respond("\"other-42\"", &[coding], MinLengths::NONE).unwrap();
             assert!(hit.coding.is_none_or(|made| made == coding), "{origin}: {coding:?} asked, {:?} made", hit.coding);
             *outcomes.entry(format!("hit {}", hit.coding.map_or("plain", Coding::token))).or_default() += 1;
             assert_eq!(common::decode(hit.coding, &hit.body), expected, "{origin} {coding:?}");
             assert!(hit.body.len() <= expected.len(), "{origin}: a hit larger than its plain form");
         }
-        assert_eq!(entry.respond("\"other-42\"", &[], 0).unwrap().body, expected, "{origin}");
+        assert_eq!(entry.respond("\"other-42\"", &[], MinLengths::NONE).unwrap().body, expected, "{origin}");
         // With the recorded id, the node's own bytes (when its result is the last member).
         let own = [capture.envelope.prefix(&request.id), capture.tail.clone()].concat();
         same_envelope += usize::from(&own == response);

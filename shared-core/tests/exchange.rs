@@ -5,6 +5,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{chunked, run, Chunk, Exchange1};
+use rpcedge_core::dictionary::DICTIONARY;
+use sha2::{Digest, Sha256};
 use rpcedge_core::{BodyPlan, Coding, Config, Error, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Level, Mode, Settings};
 
 fn settings() -> Arc<Settings> {
@@ -149,6 +151,7 @@ fn decode_prefix(coding: Coding, data: &[u8]) -> Vec<u8> {
         Coding::Deflate => Box::new(flate2::read::ZlibDecoder::new(data)),
         Coding::Zstd => Box::new(zstd::stream::read::Decoder::new(data).unwrap()),
         Coding::Br => Box::new(brotli::Decompressor::new(data, 4096)),
+        Coding::Dcz => Box::new(zstd::stream::read::Decoder::with_dictionary(&data[40..], DICTIONARY).unwrap()),
     };
     let (mut out, mut buf) = (Vec::new(), [0; 4096]);
     while let Ok(n @ 1..) = reader.read(&mut buf) {
@@ -572,6 +575,11 @@ fn encode(coding: Coding, body: &[u8]) -> Vec<u8> {
             encoder.write_all(body).unwrap();
             encoder.into_inner()
         }
+        Coding::Dcz => {
+            let frame = zstd::bulk::Compressor::with_dictionary(3, DICTIONARY).unwrap().compress(body).unwrap();
+            let magic = [0x5e, 0x2a, 0x4d, 0x18, 0x20, 0x00, 0x00, 0x00];
+            [&magic[..], &Sha256::digest(DICTIONARY), &frame].concat()
+        }
     }
 }
 
@@ -618,10 +626,10 @@ fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
 }
 
 #[test]
-fn an_answer_the_node_sent_in_zstd_or_br_goes_out_as_it_came() {
+fn an_answer_the_node_sent_in_zstd_br_or_dcz_goes_out_as_it_came() {
     // rpcedge decodes what nodes send regardless (gzip, deflate); another coding it leaves whole
     let body = json_body(60_000);
-    for coding in [Coding::Zstd, Coding::Br] {
+    for coding in [Coding::Zstd, Coding::Br, Coding::Dcz] {
         let mut spec = encoded_regardless(&body, coding, true);
         spec.request_headers = vec![("Accept-Encoding", "gzip, deflate, br, zstd")];
         let wire = run(&settings(), &spec).unwrap();
@@ -646,4 +654,73 @@ fn an_encoded_answer_that_decodes_past_the_bound_or_breaks_off_fails_the_exchang
     let mut spec = encoded_regardless(&body, Coding::Gzip, false);
     spec.chunks = vec![Chunk { data: body.clone(), flush: false, at_ms: 0 }];
     assert!(matches!(run(&settings(), &spec).unwrap_err(), Error::Decode(_)));
+}
+
+/// A small answer as a node sends it: a receipt, 690 bytes.
+const RECEIPT: &[u8] = br#"{"jsonrpc":"2.0","id":1,"result":{"blockHash":"0x2c5c3b7a19a0d4f4a5c2e4b1f6b2e0a1d2c3b4a5968778695a4b3c2d1e0f9a8b","blockNumber":"0x13a5c71","contractAddress":null,"cumulativeGasUsed":"0x1b8a2f","effectiveGasPrice":"0x4a817c800","from":"0x95222290dd7278aa3ddd389cc1e1d165cc4bafe5","gasUsed":"0x5208","logs":[],"logsBloom":"0x00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000","status":"0x1","to":"0x388c818ca8b9251b393131c08a736a67ccb19297","transactionHash":"0x5e1f4b7c2a9d8e3f6a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f","transactionIndex":"0x7a","type":"0x2"}}"#;
+
+/// A location that makes dcz, as the operator lists it.
+fn with_dcz() -> Arc<Settings> {
+    let encodings = [&[Coding::Dcz][..], &Coding::DEFAULT_ORDER].concat();
+    Arc::new(Config { encodings, ..Config::default() }.validate().unwrap())
+}
+
+#[test]
+fn a_client_with_the_dictionary_gets_dcz_small_answers_included() {
+    use Coding::*;
+    let ours = rpcedge_core::dictionary::available_dictionary();
+    let other = format!(":{}:", "A".repeat(43) + "=");
+    let chromium = "gzip, deflate, br, zstd, dcb, dcz";
+    let small = RECEIPT;
+    let zstd_alone = {
+        let mut spec = Exchange1::json(small, true);
+        spec.request_headers = vec![("Accept-Encoding", chromium)];
+        let settings = Config { min_length: 0, ..Config::default() };
+        run(&Arc::new(settings.validate().unwrap()), &spec).unwrap().body.len()
+    };
+    let cases: [(&[(&str, &str)], &[u8], Mode, Option<Coding>); 9] = [
+        (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours)], small, Mode::Oneshot, Some(Dcz)),
+        (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours)], &json_body(60_000), Mode::Oneshot, Some(Dcz)),
+        // below dictionary_min_length
+        (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours)], br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#, Mode::Small, None),
+        // another dictionary, none, or a list of two: what the client gets without one
+        (&[("Accept-Encoding", chromium), ("Available-Dictionary", &other)], small, Mode::Small, None),
+        (&[("Accept-Encoding", chromium)], &json_body(60_000), Mode::Oneshot, Some(Zstd)),
+        (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours), ("Available-Dictionary", &ours)], small, Mode::Small, None),
+        // the client must name dcz: `*` does not cover it, nor does a weight of 0
+        (&[("Accept-Encoding", "*"), ("Available-Dictionary", &ours)], &json_body(60_000), Mode::Oneshot, Some(Gzip)),
+        (&[("Accept-Encoding", "zstd, dcz;q=0"), ("Available-Dictionary", &ours)], &json_body(60_000), Mode::Oneshot, Some(Zstd)),
+        (&[("Accept-Encoding", "dcz;q=0.5, zstd"), ("Available-Dictionary", &ours)], &json_body(60_000), Mode::Oneshot, Some(Zstd)),
+    ];
+    for (i, (headers, body, mode, coding)) in cases.into_iter().enumerate() {
+        let mut spec = Exchange1::json(body, true);
+        spec.request_headers = headers.to_vec();
+        let wire = run(&with_dcz(), &spec).unwrap();
+        assert_eq!((wire.mode, wire.edits.content_encoding), (mode, coding), "case {i}");
+        assert_eq!(wire.content_length, Some(wire.body.len() as u64), "case {i}");
+        assert_eq!(wire.decoded(), body, "case {i}");
+        // whether dcz goes out depends on Available-Dictionary, for every answer that may be encoded
+        assert_eq!(wire.edits.vary(), Some("Accept-Encoding, Available-Dictionary"), "case {i}");
+    }
+    let mut spec = Exchange1::json(small, true);
+    spec.request_headers = vec![("Accept-Encoding", chromium), ("Available-Dictionary", &ours)];
+    let dcz = run(&with_dcz(), &spec).unwrap().body.len();
+    assert!(dcz * 10 < zstd_alone * 9, "the dictionary makes a small answer smaller: {dcz} against zstd's {zstd_alone}");
+    // a location that does not make dcz (by default) does not vary on the dictionary
+    let wire = run(&settings(), &spec).unwrap();
+    assert_eq!((wire.mode, wire.edits.vary()), (Mode::Small, Some("Accept-Encoding")));
+}
+
+#[test]
+fn a_dcz_stream_passes_each_flush_on() {
+    let ours = rpcedge_core::dictionary::available_dictionary();
+    let body = json_body((1 << 20) + 50_000);
+    let mut spec = Exchange1::json(&body, false);
+    spec.request_headers = vec![("Accept-Encoding", "dcz, zstd"), ("Available-Dictionary", &ours)];
+    spec.chunks = chunked(&body, &[3_000, 500_000], 1);
+    spec.chunks[0].flush = true;
+    let wire = run(&with_dcz(), &spec).unwrap();
+    assert_eq!((wire.mode, wire.edits.content_encoding, wire.content_length), (Mode::Stream, Some(Coding::Dcz), None));
+    assert_eq!(decode_prefix(Coding::Dcz, &wire.body[..wire.sends[0].1]), &body[..3_000]);
+    assert_eq!(wire.decoded(), body);
 }

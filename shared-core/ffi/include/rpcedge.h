@@ -198,6 +198,10 @@ typedef struct {
    * Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
    */
   uint8_t remove_content_encoding;
+  /**
+   * Append `Vary: Available-Dictionary` (the location makes dcz).
+   */
+  uint8_t vary_dictionary;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;
@@ -260,6 +264,10 @@ typedef struct {
  */
 typedef struct {
   uint64_t min_length;
+  /**
+   * `min_length` for dcz.
+   */
+  uint64_t dictionary_min_length;
   uint64_t max_buffer;
   /**
    * 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
@@ -388,7 +396,7 @@ int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rp
 
 /**
  * The hit's reply: its `status` and `body`; returns the body's coding (1 gzip,
- * 3 zstd, 4 br; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
+ * 3 zstd, 4 br, 5 dcz; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
  * Send it with its exact length and the headers `rpcedge_cache_hit_header` gives.
  *
  * # Safety

@@ -57,6 +57,8 @@ pub struct RpcedgeHeaderEdits {
     pub add_vary_accept: u8,
     /// Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
     pub remove_content_encoding: u8,
+    /// Append `Vary: Available-Dictionary` (the location makes dcz).
+    pub vary_dictionary: u8,
     pub content_length: u64,
     pub etag: *const u8,
     pub etag_len: usize,
@@ -78,6 +80,7 @@ impl RpcedgeHeaderEdits {
         remove_accept_ranges: 0,
         add_vary_accept: 0,
         remove_content_encoding: 0,
+        vary_dictionary: 0,
         content_length: 0,
         etag: ptr::null(),
         etag_len: 0,
@@ -308,6 +311,7 @@ fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEd
         etag_len: etag.len(),
         add_vary_accept: edits.add_vary_accept.into(),
         remove_content_encoding: edits.remove_content_encoding.into(),
+        vary_dictionary: edits.vary_dictionary.into(),
         content_type: edits.content_type.map_or(ptr::null(), str::as_ptr),
         content_type_len: edits.content_type.map_or(0, str::len),
         set: if set.is_empty() { ptr::null() } else { set.as_ptr() },

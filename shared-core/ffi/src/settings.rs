@@ -21,6 +21,8 @@ pub struct RpcedgeSettings(pub(crate) Arc<Settings>, pub(crate) Arc<Node>);
 #[repr(C)]
 pub struct RpcedgeConfig {
     pub min_length: u64,
+    /// `min_length` for dcz.
+    pub dictionary_min_length: u64,
     pub max_buffer: u64,
     /// 0: `auto` (by the body's size); else a libdeflate level, 1 to 12.
     pub level: u32,
@@ -178,6 +180,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
         };
         Config {
             min_length: c.min_length,
+            dictionary_min_length: c.dictionary_min_length,
             max_buffer: c.max_buffer,
             level: Level::from_raw(c.level),
             stream_level: c.stream_level,
@@ -226,6 +229,7 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
     let (d, cache) = (Config::default(), CacheConfig::default());
     RpcedgeConfig {
         min_length: d.min_length,
+        dictionary_min_length: d.dictionary_min_length,
         max_buffer: d.max_buffer,
         level: d.level.to_raw(),
         stream_level: d.stream_level,

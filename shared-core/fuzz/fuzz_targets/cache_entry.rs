@@ -10,7 +10,7 @@ mod decoded;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rpcedge_core::cache::{encode, Entry, Envelope, Head};
+use rpcedge_core::cache::{encode, Entry, Envelope, Head, MinLengths};
 use rpcedge_core::Coding;
 
 #[derive(Arbitrary, Debug)]
@@ -29,14 +29,14 @@ struct Case<'a> {
     min_length: u16,
 }
 
-const HIT_CODINGS: [Coding; 3] = [Coding::Gzip, Coding::Zstd, Coding::Br];
+const HIT_CODINGS: [Coding; 4] = [Coding::Gzip, Coding::Zstd, Coding::Br, Coding::Dcz];
 
 /// Every hit `stored` makes, which must not panic; the hits' bodies when it reads as an entry.
 fn hits(stored: &[u8], id: &str, min_length: u64) -> Option<Vec<(Option<Coding>, Vec<u8>)>> {
     let entry = Entry::decode(stored).ok()?;
     let _ = entry.plain_form();
     let _ = entry.compact();
-    let made = HIT_CODINGS.iter().map(|&coding| entry.respond(id, &[coding], min_length));
+    let made = HIT_CODINGS.iter().map(|&coding| entry.respond(id, &[coding], MinLengths::same(min_length)));
     made.map(|hit| hit.ok().map(|hit| (hit.coding, hit.body))).collect()
 }
 
@@ -48,7 +48,7 @@ fuzz_target!(|case: Case| {
             let tail = part.repeat(1 + usize::from(repeat));
             let sent = encode(&Envelope::default(), &Head::default(), &tail);
             let kept = Entry::decode(&sent).and_then(|entry| entry.compact()).expect("the store keeps what a host sends");
-            let plain = Entry::decode(&kept).unwrap().respond(case.id, &[], 0).expect("a kept entry answers plain");
+            let plain = Entry::decode(&kept).unwrap().respond(case.id, &[], MinLengths::NONE).expect("a kept entry answers plain");
             assert_eq!(plain.body, [Envelope::default().prefix(case.id), tail].concat());
             for (coding, body) in hits(&kept, case.id, 0).expect("a kept entry reads") {
                 assert_eq!(decoded::decode(coding, &body), plain.body, "{coding:?}");

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::call::Call;
-use super::entry::GzipSplice;
+use super::entry::{GzipSplice, MinLengths};
 use super::head::Head;
 use super::hot::HotTier;
 use super::{
@@ -217,7 +217,7 @@ impl Batch {
         if spliced.is_none() {
             for (member, found) in members.iter_mut().zip(&found) {
                 if let Some((entry, id)) = found {
-                    member.answer = Some(entry.respond(id, &[], 0).map_err(|_| Failed)?.body);
+                    member.answer = Some(entry.respond(id, &[], MinLengths::NONE).map_err(|_| Failed)?.body);
                 }
             }
             if members.iter().any(|member| member.answer.is_none()) {

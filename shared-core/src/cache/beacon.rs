@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::head::{named, Head};
 use super::hit::hit_headers;
-use super::{Bypass, Capture, Entry, Envelope, Final, HitResponse, Key, Refusal};
+use super::{Bypass, Capture, Entry, Envelope, Final, HitResponse, Key, MinLengths, Refusal};
 use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::{media_type, Accept, Coding, MediaType};
 use crate::transcode::{
@@ -159,10 +159,10 @@ impl Read {
     /// The hit from `entry`, in the client's form: the SSZ as stored (spliced into the first of
     /// `codings`, the client's best first, that the entry keeps a form for), or its JSON rendered
     /// from it (compressed here, in the first of them).
-    pub fn hit(&self, entry: &Entry, codings: &[Coding], min_length: u64) -> Option<HitResponse> {
+    pub fn hit(&self, entry: &Entry, codings: &[Coding], min: MinLengths) -> Option<HitResponse> {
         let kept = |name: &str| entry.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| *v);
         let (body, coding, content_type) = if self.ssz {
-            let hit = entry.respond("", codings, min_length).ok()?;
+            let hit = entry.respond("", codings, min).ok()?;
             (hit.body, hit.coding, SSZ)
         } else {
             let fork = match kept(CONSENSUS_VERSION_HEADER) {
@@ -175,7 +175,7 @@ impl Read {
                 finalized: kept(FINALIZED_HEADER).map(|value| value == "true"),
             };
             let json = beacon_from_ssz(&entry.plain().ok()?, self.object, envelope).ok()?;
-            let coding = codings.first().copied().filter(|_| json.len() as u64 >= min_length);
+            let coding = codings.first().copied().filter(|&coding| json.len() as u64 >= min.of(coding));
             let compressed = coding.and_then(|coding| compress_whole(coding, auto_level(coding, json.len()), &json));
             match compressed {
                 Some(compressed) => (compressed, coding, JSON),

@@ -20,7 +20,7 @@ use flate2::{Decompress, FlushDecompress, Status};
 
 use super::head::{Head, MAX_HEAD};
 use crate::compress::blocks::{continuable, EMPTY_FINAL_BLOCK};
-use crate::compress::deflate_raw;
+use crate::compress::{auto_level, compress_whole, deflate_raw};
 use crate::compress::spliced::{self, br_form, zstd_form};
 use crate::negotiate::Coding;
 
@@ -105,11 +105,38 @@ impl Envelope {
     }
 }
 
-/// Of the operator's `encodings`, in its order, those a hit is spliced in from the forms an entry
-/// keeps: all but deflate.
+/// Of the operator's `encodings`, in its order, those a hit goes out in: all but deflate, spliced
+/// from the forms an entry keeps (dcz, for the small answers it is for, compressed on the hit).
 pub fn hit_codings(encodings: &[Coding]) -> Vec<Coding> {
     encodings.iter().copied().filter(|&coding| coding != Coding::Deflate).collect()
 }
+
+/// The least plain lengths a hit goes out compressed from: `min_length`, and for dcz
+/// `dictionary_min_length`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinLengths {
+    pub plain: u64,
+    pub dcz: u64,
+}
+
+impl MinLengths {
+    /// Every hit compressed where that makes it smaller.
+    pub const NONE: MinLengths = MinLengths { plain: 0, dcz: 0 };
+
+    /// One least length for every coding.
+    pub fn same(length: u64) -> MinLengths {
+        MinLengths { plain: length, dcz: length }
+    }
+
+    pub fn of(self, coding: Coding) -> u64 {
+        if coding == Coding::Dcz { self.dcz } else { self.plain }
+    }
+}
+
+/// The longest answer a dcz hit is made for. A dcz hit is compressed on the hit (dictionary
+/// offsets move with the prefix, so no kept form splices); dcz is for small answers, and past this
+/// the next coding's splice is nearly as small and costs no compression.
+pub const DCZ_HIT_MAX: u64 = 64 * 1024;
 
 /// An entry as stored: the envelope, and its tail plain or as a raw DEFLATE stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,15 +390,22 @@ impl<'a> Entry<'a> {
     }
 
     /// The hit for a client whose request carried `id` (its raw JSON text) and that takes
-    /// `codings`, best first: in the first of them that the entry keeps a form for and whose splice
-    /// is smaller than the plain envelope, when that is at least `min_length`; otherwise the plain
-    /// envelope.
-    pub fn respond(&self, id: &str, codings: &[Coding], min_length: u64) -> Result<Hit, BadEntry> {
+    /// `codings`, best first: in the first of them that makes it smaller than the plain envelope,
+    /// when that is at least its least length: spliced from a form the entry keeps, or for dcz
+    /// (up to [`DCZ_HIT_MAX`]) compressed; otherwise the plain envelope.
+    pub fn respond(&self, id: &str, codings: &[Coding], min: MinLengths) -> Result<Hit, BadEntry> {
         let prefix = [self.before_id, id.as_bytes(), self.after_id].concat();
         let plain_len = prefix.len() as u64 + self.len;
-        if plain_len >= min_length {
-            let mut spliced = codings.iter().filter_map(|&coding| Some((coding, self.splice_in(coding, &prefix)?)));
-            if let Some((coding, body)) = spliced.find(|(_, body)| (body.len() as u64) < plain_len) {
+        for &coding in codings.iter().filter(|&&coding| plain_len >= min.of(coding)) {
+            let body = match coding {
+                Coding::Dcz if plain_len <= DCZ_HIT_MAX => {
+                    let mut plain = prefix.clone();
+                    self.tail_into(&mut plain)?;
+                    compress_whole(coding, auto_level(coding, plain.len()), &plain)
+                }
+                _ => self.splice_in(coding, &prefix).filter(|body| (body.len() as u64) < plain_len),
+            };
+            if let Some(body) = body {
                 return Ok(Hit { body, coding: Some(coding) });
             }
         }
@@ -392,7 +426,7 @@ impl<'a> Entry<'a> {
             Coding::Gzip => self.deflated,
             Coding::Zstd => !self.zstd.is_empty(),
             Coding::Br => !self.br.is_empty(),
-            Coding::Deflate => false,
+            Coding::Deflate | Coding::Dcz => false,
         }
     }
 
@@ -403,7 +437,7 @@ impl<'a> Entry<'a> {
             Coding::Gzip => Some(self.splice(prefix)),
             Coding::Zstd => Some(spliced::zstd_splice(self.zstd, prefix, self.len)),
             Coding::Br => Some(spliced::br_splice(self.br, prefix)),
-            Coding::Deflate => None,
+            Coding::Deflate | Coding::Dcz => None,
         }
     }
 

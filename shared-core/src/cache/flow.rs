@@ -9,7 +9,7 @@ use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
 use super::hit::{hit_headers, HitResponse};
 use super::hot::{HotTier, MAX_AGE_S};
-use super::{lookup, protocol, Bypass, CacheSettings, Capture, Entry, Final, Key, Refusal, Request};
+use super::{lookup, protocol, Bypass, CacheSettings, Capture, Entry, Final, Key, MinLengths, Refusal, Request};
 use crate::compress::{auto_level, compress_whole};
 use crate::negotiate::{Accept, AcceptEncoding, Coding, MediaType};
 use crate::transcode::jsonrpc_request;
@@ -149,28 +149,38 @@ impl Taken {
         stored: &[u8],
         request_headers: &[(Vec<u8>, Vec<u8>)],
         codings: &[Coding],
-        min_length: u64,
+        min: MinLengths,
+        dictionary: bool,
     ) -> Result<HitResponse, NoHit> {
         let entry = Entry::decode(stored).map_err(|_| NoHit::Bad)?;
-        self.hit_from(&entry, request_headers, codings, min_length)
+        self.hit_from(&entry, request_headers, codings, min, dictionary)
     }
 
-    /// The hit for such a request from an entry read already.
+    /// The hit for such a request from an entry read already; `dictionary`: the location makes
+    /// dcz.
     fn hit_from(
         &self,
         entry: &Entry,
         request_headers: &[(Vec<u8>, Vec<u8>)],
         codings: &[Coding],
-        min_length: u64,
+        min: MinLengths,
+        dictionary: bool,
     ) -> Result<HitResponse, NoHit> {
         if !Head::is_for(&entry.vary, request_headers) {
             return Err(NoHit::OtherVariant);
         }
-        match self {
-            Taken::Call(request) => call_hit(request, entry, codings, min_length),
-            Taken::Read(read) => read.hit(entry, codings, min_length).ok_or(NoHit::Bad),
+        let mut hit = match self {
+            Taken::Call(request) => call_hit(request, entry, codings, min),
+            Taken::Read(read) => read.hit(entry, codings, min).ok_or(NoHit::Bad),
             Taken::Batch(_) => Err(NoHit::Bad),
+        }?;
+        // as the node's answer would: whether dcz goes out depends on the client's dictionary
+        if dictionary {
+            if let Some((_, vary)) = hit.headers.iter_mut().find(|(name, _)| name == "vary") {
+                vary.push_str(", Available-Dictionary");
+            }
         }
+        Ok(hit)
     }
 }
 
@@ -184,6 +194,10 @@ pub struct CacheExchange {
     request_headers: Vec<(Vec<u8>, Vec<u8>)>,
     /// The codings a hit may go out in for this client, its best first.
     codings: Vec<Coding>,
+    /// `dictionary_min_length`: the least length of a dcz hit.
+    dcz_min_length: u64,
+    /// The location makes dcz hits.
+    dictionary: bool,
     status: Status,
     /// The store's entry for this request did not read (damaged, or of an older format): the
     /// node's answer is kept in its place, else it would fail every request until it expired.
@@ -233,7 +247,11 @@ impl CacheExchange {
         headers: &[(N, V)],
         settings: &CacheSettings,
     ) -> CacheExchange {
-        let accept_encoding = field(headers, "accept-encoding").map(|value| AcceptEncoding::parse(&value));
+        let accept_encoding = field(headers, "accept-encoding").map(|value| {
+            let mut accept = AcceptEncoding::parse(&value);
+            named(headers, "available-dictionary").for_each(|value| accept.available_dictionary(value));
+            accept
+        });
         let codings = accept_encoding.map(|accept| accept.rank(&settings.hit_codings)).unwrap_or_default();
         let mut accept = Accept::default();
         named(headers, "accept").for_each(|value| accept.add(value));
@@ -270,6 +288,8 @@ impl CacheExchange {
             namespace: namespace.unwrap_or_default().to_string(),
             request_headers,
             codings,
+            dcz_min_length: settings.dictionary_min_length,
+            dictionary: settings.hit_codings.contains(&Coding::Dcz),
             status,
             bad_entry: false,
             capture: false,
@@ -345,6 +365,7 @@ impl CacheExchange {
     /// The daemon answered the lookup: the hit to send, or `None` to make the next lookup, if
     /// any, then ask the node.
     pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
+        let min = self.min_lengths(min_length);
         let request = match self.request.as_mut().ok()? {
             Taken::Batch(batch) => {
                 if batch.answered(answer.status, answer.body).is_err() {
@@ -361,12 +382,12 @@ impl CacheExchange {
             _ => Lock::None,
         };
         match answer.status {
-            200 => match request.hit(answer.body, &self.request_headers, &self.codings, min_length) {
+            200 => match request.hit(answer.body, &self.request_headers, &self.codings, min, self.dictionary) {
                 // the answer another request got from the node, which may not be stored: not kept hot
                 Ok(hit) if waited => {
                     self.status = Status::Coalesced;
                     let call = matches!(request, Taken::Call(_));
-                    Some(if call { compressed(hit, &self.codings, min_length) } else { hit })
+                    Some(if call { compressed(hit, &self.codings, min) } else { hit })
                 }
                 Ok(hit) => {
                     self.status = Status::Hit;
@@ -440,6 +461,7 @@ impl CacheExchange {
     /// entry as the daemon sent it keeps that plain form beside it (one inflate, which its own
     /// hit needs anyway), so that the next ones copy it.
     pub fn find_hot(&mut self, hot: &mut HotTier, now_s: u64, min_length: u64) -> bool {
+        let min = self.min_lengths(min_length);
         let request = match &mut self.request {
             Ok(Taken::Batch(batch)) => return batch.find_hot(hot, now_s),
             Ok(request) => request,
@@ -450,7 +472,7 @@ impl CacheExchange {
         let Some(Ok(entry)) = hot.find(key, now_s).map(Entry::decode) else { return false };
         if !entry.answers_plain(&self.codings) {
             // the usual case: the hit is spliced from the entry read here, once
-            self.hot_hit = request.hit_from(&entry, &self.request_headers, &self.codings, min_length).ok();
+            self.hot_hit = request.hit_from(&entry, &self.request_headers, &self.codings, min, self.dictionary).ok();
             return self.hot_hit.is_some();
         }
         let mut plain = None;
@@ -466,8 +488,13 @@ impl CacheExchange {
             Some(plain) => Some(plain.as_slice()),
             None => hot.find(&plain_at, now_s).or_else(|| hot.find(key, now_s)),
         };
-        self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, &self.codings, min_length).ok());
+        self.hot_hit = entry.and_then(|entry| request.hit(entry, &self.request_headers, &self.codings, min, self.dictionary).ok());
         self.hot_hit.is_some()
+    }
+
+    /// The least lengths of this client's hits, `min_length` the host's.
+    fn min_lengths(&self, min_length: u64) -> MinLengths {
+        MinLengths { plain: min_length, dcz: self.dcz_min_length }
     }
 
     /// The hit for what `find_hot` found, or `None` to ask the daemon after all.
@@ -700,9 +727,9 @@ impl CacheExchange {
 /// waiting later, while it was compacted for the store. Such a plain answer is compressed here,
 /// in the client's best coding, as any answer of the node's of that size would be: never sent
 /// plain to a client that takes a coding.
-fn compressed(hit: HitResponse, codings: &[Coding], min_length: u64) -> HitResponse {
+fn compressed(hit: HitResponse, codings: &[Coding], min: MinLengths) -> HitResponse {
     let Some(&coding) = codings.first() else { return hit };
-    if hit.coding.is_some() || (hit.body.len() as u64) < min_length {
+    if hit.coding.is_some() || (hit.body.len() as u64) < min.of(coding) {
         return hit;
     }
     let Some(body) = compress_whole(coding, auto_level(coding, hit.body.len()), &hit.body) else { return hit };
@@ -719,8 +746,8 @@ pub(super) fn plain_key(key: &Key) -> Key {
 }
 
 /// A JSON-RPC call's hit: the entry around the client's id.
-fn call_hit(request: &Request, entry: &Entry, codings: &[Coding], min_length: u64) -> Result<HitResponse, NoHit> {
-    let hit = entry.respond(&request.id, codings, min_length).map_err(|_| NoHit::Bad)?;
+fn call_hit(request: &Request, entry: &Entry, codings: &[Coding], min: MinLengths) -> Result<HitResponse, NoHit> {
+    let hit = entry.respond(&request.id, codings, min).map_err(|_| NoHit::Bad)?;
     let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
     let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.coding, &["Accept-Encoding"]);
     Ok(HitResponse { body: hit.body, coding: hit.coding, headers })

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::negotiate::Coding;
 
-pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, PLAIN_HOT_MIN};
+pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, MinLengths, DCZ_HIT_MAX, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
 pub use head::Head;
@@ -56,6 +56,8 @@ pub struct CacheSettings {
     /// the hit, in the operator's order: those of its `encodings` that a store keeps a form for
     /// (gzip, zstd, br).
     pub hit_codings: Vec<Coding>,
+    /// `dictionary_min_length`: the least length of a dcz hit.
+    pub dictionary_min_length: u64,
 }
 
 impl Default for CacheSettings {
@@ -72,6 +74,7 @@ impl Default for CacheSettings {
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
             hit_codings: hit_codings(&Coding::DEFAULT_ORDER),
+            dictionary_min_length: crate::config::DICTIONARY_MIN_LENGTH,
         }
     }
 }

@@ -300,24 +300,14 @@ fn a_hit_keeps_the_nodes_envelope_around_the_new_id() {
         let request = lookup("n", request("eth_getTransactionReceipt", &tx).as_bytes(), &s).unwrap();
         let capture = request.capture(answer.as_bytes(), &s).unwrap();
         let stored = as_kept(&capture.envelope, &capture.tail);
-        let body = Entry::decode(&stored).unwrap().respond("\"c\"", &[], 0).unwrap().body;
+        let body = Entry::decode(&stored).unwrap().respond("\"c\"", &[], MinLengths::NONE).unwrap().body;
         assert_eq!(String::from_utf8(body).unwrap(), hit, "{answer}");
     }
 }
 
 /// A hit's body decoded from its coding.
 fn decoded(coding: Option<Coding>, body: &[u8]) -> Vec<u8> {
-    match coding {
-        None => body.to_vec(),
-        Some(Coding::Gzip) => gunzip(body),
-        Some(Coding::Zstd) => zstd::stream::decode_all(body).expect("valid zstd"),
-        Some(Coding::Br) => {
-            let mut out = Vec::new();
-            brotli::Decompressor::new(body, 4096).read_to_end(&mut out).expect("valid br");
-            out
-        }
-        Some(Coding::Deflate) => unreachable!("no deflate hits"),
-    }
+    coding.map_or_else(|| body.to_vec(), |coding| crate::compress::tests::decode(coding, body))
 }
 
 fn gunzip(body: &[u8]) -> Vec<u8> {
@@ -351,18 +341,18 @@ fn a_hit_is_spliced_around_the_clients_id() {
     let result = br#"{"hash":"0xabc","transactions":["0x1","0x2","0x1","0x2","0x1","0x2","0x1","0x2"]}"#.repeat(40);
     let stored = as_kept(&Envelope::default(), &tail(&result));
     let entry = Entry::decode(&stored).unwrap();
-    let hit = entry.respond("\"client-9\"", &[Coding::Gzip], 0).unwrap();
+    let hit = entry.respond("\"client-9\"", &[Coding::Gzip], MinLengths::NONE).unwrap();
     assert!(hit.coding == Some(Coding::Gzip) && hit.body.len() < result.len() / 4);
     assert_eq!(gunzip(&hit.body), envelope("\"client-9\"", &result));
-    let plain = entry.respond("\"client-9\"", &[], 0).unwrap();
+    let plain = entry.respond("\"client-9\"", &[], MinLengths::NONE).unwrap();
     assert_eq!((plain.coding, plain.body), (None, envelope("\"client-9\"", &result)));
     for coding in [Coding::Zstd, Coding::Br] {
-        let hit = entry.respond("\"client-9\"", &[coding, Coding::Gzip], 0).unwrap();
+        let hit = entry.respond("\"client-9\"", &[coding, Coding::Gzip], MinLengths::NONE).unwrap();
         assert!(hit.coding == Some(coding) && hit.body.len() < result.len() / 4, "{coding:?}");
         assert_eq!(decoded(hit.coding, &hit.body), envelope("\"client-9\"", &result), "{coding:?}");
     }
     // below min_length: plain
-    assert!(entry.respond("1", &[Coding::Gzip], 1 << 20).unwrap().coding.is_none());
+    assert!(entry.respond("1", &[Coding::Gzip], MinLengths::same(1 << 20)).unwrap().coding.is_none());
 }
 
 #[test]
@@ -371,7 +361,7 @@ fn an_id_longer_than_a_stored_block_is_split_across_blocks() {
     let result = b"[1,2,3]".repeat(100_000);
     let stored = as_kept(&Envelope::default(), &tail(&result));
     for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
-        let hit = Entry::decode(&stored).unwrap().respond(&id, &[coding], 0).unwrap();
+        let hit = Entry::decode(&stored).unwrap().respond(&id, &[coding], MinLengths::NONE).unwrap();
         assert_eq!(hit.coding, Some(coding));
         assert_eq!(decoded(hit.coding, &hit.body), envelope(&id, &result), "{coding:?}");
     }
@@ -382,7 +372,7 @@ fn an_incompressible_tail_is_kept_plain_and_sent_plain() {
     let result: Vec<u8> = (0..100u32).flat_map(|i| Sha256::digest(i.to_le_bytes())).collect();
     let stored = as_kept(&Envelope::default(), &result);
     assert_eq!(stored[1], 0, "kept plain");
-    let hit = Entry::decode(&stored).unwrap().respond("1", &[Coding::Gzip], 0).unwrap();
+    let hit = Entry::decode(&stored).unwrap().respond("1", &[Coding::Gzip], MinLengths::NONE).unwrap();
     assert!(hit.coding.is_none());
     assert_eq!(hit.body, [Envelope::default().prefix("1"), result].concat());
 }
@@ -399,7 +389,7 @@ fn a_damaged_entry_is_refused() {
     let inside = flipped.len() - 3;
     flipped[inside] ^= 0x40;
     let damaged = Entry::decode(&flipped).unwrap();
-    assert!(damaged.respond("1", &[], 0).is_err(), "the plain form is checked against its CRC");
+    assert!(damaged.respond("1", &[], MinLengths::NONE).is_err(), "the plain form is checked against its CRC");
     let plain = as_kept(&Envelope::default(), b"\x00\x01\x02}");
     let mut short = plain.clone();
     short.pop();
@@ -444,12 +434,12 @@ proptest! {
         let entry = Entry::decode(&stored).unwrap();
         let expected = envelope(&id, &result);
         for coding in [Coding::Gzip, Coding::Zstd, Coding::Br] {
-            let hit = entry.respond(&id, &[coding], 0).unwrap();
+            let hit = entry.respond(&id, &[coding], MinLengths::NONE).unwrap();
             prop_assert!(hit.coding.is_none_or(|made| made == coding));
             prop_assert_eq!(&decoded(hit.coding, &hit.body), &expected);
             prop_assert!(hit.body.len() <= expected.len());
         }
-        prop_assert_eq!(entry.respond(&id, &[], 0).unwrap().body, expected);
+        prop_assert_eq!(entry.respond(&id, &[], MinLengths::NONE).unwrap().body, expected);
     }
 }
 
@@ -512,6 +502,42 @@ fn a_hit_goes_in_the_browsers_best_coding_the_location_offers_and_plain_where_it
 }
 
 #[test]
+fn a_client_with_the_dictionary_gets_a_small_hit_in_dcz_made_on_the_hit() {
+    let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
+    let result = format!(r#"{{"hash":"{HASH}","number":"0x13a5c71","gasUsed":"0x1b8a2f","transactions":[]}}"#);
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
+    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
+    first.next_lookup();
+    first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
+    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
+    let ours = crate::dictionary::available_dictionary();
+    let chromium = "gzip, deflate, br, zstd, dcb, dcz";
+    let later = asked.replace("\"id\":7", "\"id\":\"later\"");
+    let expected = answer.replace("\"id\":7", "\"id\":\"later\"");
+    let with_dcz = || CacheSettings { hit_codings: hit_codings(&[Coding::Dcz, Coding::Zstd, Coding::Gzip]), ..settings() };
+    let cases = [
+        (vec![("accept-encoding", chromium), ("available-dictionary", ours.as_str())], with_dcz(), 0, Some(Coding::Dcz)),
+        // a small answer goes plain to a client without the dictionary, as to one with another
+        (vec![("accept-encoding", chromium)], with_dcz(), 1024, None),
+        (vec![("accept-encoding", chromium), ("available-dictionary", ":AAAA:")], with_dcz(), 1024, None),
+        // and where the location does not make dcz
+        (vec![("accept-encoding", chromium), ("available-dictionary", ours.as_str())], settings(), 1024, None),
+    ];
+    for (i, (headers, settings, min_length, coding)) in cases.into_iter().enumerate() {
+        let mut hit = CacheExchange::new(Some("h/mainnet"), b"POST", b"/", Some(later.as_bytes()), &headers, &settings);
+        hit.next_lookup();
+        let hit = hit.answered(&DaemonAnswer { status: 200, miss: None, ttl: None, lock: None, body: &stored }, min_length).unwrap();
+        assert_eq!(hit.coding, coding, "case {i}");
+        let header = |wanted: &str| hit.headers.iter().find(|(name, _)| name == wanted).map(|(_, v)| v.as_str());
+        assert_eq!(header("content-encoding"), coding.map(Coding::token), "case {i}");
+        let vary = if settings.hit_codings.contains(&Coding::Dcz) { "Accept-Encoding, Available-Dictionary" } else { "Accept-Encoding" };
+        assert_eq!(header("vary"), Some(vary), "case {i}");
+        assert_eq!(decoded(coding, &hit.body), expected.as_bytes(), "case {i}");
+    }
+}
+
+#[test]
 fn a_daemon_hit_kept_in_the_hot_tier_answers_later_requests_for_its_ttl() {
     let asked = request("eth_chainId", "[]");
     let mut first = exchange(Some("n"), Some(asked.as_bytes()), false, false);
@@ -565,7 +591,7 @@ fn the_nodes_answer_replaces_an_entry_that_does_not_read() {
     assert_eq!(found.status(), Status::Error);
     assert!(found.response_head(200, Some(answer.len() as u64), NONE), "the node's answer is kept");
     let kept = found.keep(answer.as_bytes()).unwrap().unwrap();
-    let hit = Entry::decode(&kept.entry).unwrap().respond("7", &[], 0).unwrap();
+    let hit = Entry::decode(&kept.entry).unwrap().respond("7", &[], MinLengths::NONE).unwrap();
     assert_eq!(hit.body, answer.as_bytes());
 }
 

@@ -83,6 +83,11 @@ impl Compression {
         self.accept.add(value);
     }
 
+    /// An Available-Dictionary value of the request.
+    pub fn available_dictionary(&mut self, value: &[u8]) {
+        self.accept.available_dictionary(value);
+    }
+
     /// Whether the client takes a coding the stage makes, so that a body of a type to compress
     /// may be encoded here.
     pub fn may_encode(&self, settings: &Settings) -> bool {
@@ -102,6 +107,11 @@ impl Compression {
         let transformable =
             !facts.encoded && !facts.no_transform && !facts.content_range && !matches!(status, 100..=199 | 204 | 206);
         edits.add_vary = facts.compressible_type && transformable && !facts.varies_already;
+        // whether dcz goes out depends on the client's dictionary, wherever it may
+        edits.vary_dictionary = facts.compressible_type
+            && transformable
+            && !facts.varies_on_dictionary
+            && settings.encodings.contains(&Coding::Dcz);
         let coding = self.accept.choose(&settings.encodings);
         if let Some(coding) = coding {
             self.coding = coding;
@@ -117,6 +127,9 @@ impl Compression {
         let compressible_type = sink.settings.compresses_type(content_type);
         self.compressible = self.compressible_as_type && compressible_type;
         sink.edits.add_vary |= compressible_type && !sink.response.varies_already;
+        sink.edits.vary_dictionary |= compressible_type
+            && !sink.response.varies_on_dictionary
+            && sink.settings.encodings.contains(&Coding::Dcz);
     }
 
     pub fn mode(&self) -> Mode {
@@ -147,7 +160,7 @@ impl Compression {
                 self.mode = Mode::Untouched;
                 BodyPlan::Pass
             }
-            Some(length) if length < settings.min_length => {
+            Some(length) if length < settings.min_length_for(self.coding) => {
                 self.mode = Mode::Small;
                 BodyPlan::Pass
             }
@@ -237,7 +250,7 @@ impl Compression {
                 if flush && held > 0 {
                     flushed_at_ms.get_or_insert(now_ms);
                 }
-                let flushed = flush && held as u64 >= settings.min_length;
+                let flushed = flush && held as u64 >= settings.min_length_for(self.coding);
                 let waited = |since: u64| now_ms.saturating_sub(since) >= settings.stream_delay_ms;
                 let paused = !body.is_empty() && (waited(*last_arrival_ms) || flushed_at_ms.is_some_and(waited));
                 if !(overflow || flushed || paused) {
@@ -355,7 +368,7 @@ impl Compression {
         self.phase = Phase::Done;
         let settings = sink.settings;
         let length = body.len() as u64;
-        if !self.compressible || length < settings.min_length {
+        if !self.compressible || length < settings.min_length_for(self.coding) {
             self.mode = if self.compressible { Mode::Small } else { Mode::Untouched };
             sink.edits.content_length = LengthEdit::Set(length);
             *sink.out = body;

@@ -39,7 +39,7 @@ impl Decoding {
         let decoder = match coding {
             Coding::Gzip => Decoder::Gzip(GzDecoder::new(Vec::new())),
             Coding::Deflate => Decoder::Deflate(ZlibDecoder::new(Vec::new())),
-            Coding::Zstd | Coding::Br => unreachable!("only codings that Decoding::undoes are decoded"),
+            Coding::Zstd | Coding::Br | Coding::Dcz => unreachable!("only codings that Decoding::undoes are decoded"),
         };
         Decoding { decoder, coding, decoded: 0, max }
     }

@@ -130,6 +130,9 @@ pub struct HeaderEdits {
     pub add_vary: bool,
     /// Append `Vary: Accept`: the body's encoding (JSON or SSZ) follows the client's Accept.
     pub add_vary_accept: bool,
+    /// Append `Vary: Available-Dictionary`: the location makes dcz, which goes to a client by
+    /// the dictionary it has (RFC 9842 §6.2).
+    pub vary_dictionary: bool,
     /// Set these headers (replacing any of the same name).
     pub set: Vec<(&'static str, Vec<u8>)>,
     /// A compressed body's ETag is always weak or absent.
@@ -236,6 +239,8 @@ struct ResponseFacts {
     content_range: bool,
     etag: Option<Vec<u8>>,
     varies_already: bool,
+    /// The node's Vary names Available-Dictionary (or is `*`).
+    varies_on_dictionary: bool,
     /// `application/json`: a body the transcoders read.
     json: bool,
     /// `Eth-Consensus-Version`.
@@ -331,10 +336,12 @@ impl Exchange {
         self.transcoding.request_path(path);
     }
 
-    /// Any request header; Accept-Encoding and Accept matter.
+    /// Any request header; Accept-Encoding, Available-Dictionary and Accept matter.
     pub fn request_header(&mut self, name: &[u8], value: &[u8]) {
         if name.eq_ignore_ascii_case(b"accept-encoding") {
             self.compression.accept_encoding(value);
+        } else if name.eq_ignore_ascii_case(b"available-dictionary") {
+            self.compression.available_dictionary(value);
         } else if name.eq_ignore_ascii_case(b"accept") {
             self.transcoding.accept(value);
         }
@@ -431,6 +438,7 @@ impl Exchange {
             facts.finalized = parse_flag(value);
         } else if name.eq_ignore_ascii_case(b"vary") {
             facts.varies_already |= list_has(value, b"accept-encoding") || list_has(value, b"*");
+            facts.varies_on_dictionary |= list_has(value, b"available-dictionary") || list_has(value, b"*");
         }
     }
 

@@ -48,6 +48,7 @@ typedef struct {
   uint8_t remove_accept_ranges;
   uint8_t add_vary_accept;
   uint8_t remove_content_encoding;
+  uint8_t vary_dictionary;
   uint64_t content_length;
   const uint8_t *etag;
   size_t etag_len;

@@ -27,7 +27,7 @@ local daemon_call_of, daemon_call = daemon.daemon_call_of, daemon.daemon_call
 local send_behind = daemon.send_behind
 
 -- rpcedge_cache_hit's answer: the hit's Content-Encoding by the core's number for it
-local HIT_CODINGS = { [1] = "gzip", [3] = "zstd", [4] = "br" }
+local HIT_CODINGS = { [1] = "gzip", [3] = "zstd", [4] = "br", [5] = "dcz" }
 
 local _M = {}
 
