@@ -4,16 +4,23 @@ The proxies are judged by the bytes on the wire, so this reads the connection to
 instead of trusting a client library to hide framing, resets or timing.
 """
 
+import base64
+import functools
 import gzip
+import hashlib
 import socket
 import time
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import brotli
 import zstandard
 
 LOOPBACK = "127.0.0.1"
+# rpcedge's dcz dictionary (RFC 9842), as a browser keeps it once the proxy served it
+DICTIONARY_PATH = Path(__file__).resolve().parent.parent / "shared-core" / "dictionary" / "jsonrpc.dict"
+DCZ_MAGIC = bytes([0x5E, 0x2A, 0x4D, 0x18, 0x20, 0x00, 0x00, 0x00])
 
 
 @dataclass
@@ -71,8 +78,31 @@ def decode(coding, body):
                 return out
     if coding == "br":
         return brotli.decompress(body)
+    if coding == "dcz":
+        header, frame = body[:40], body[40:]
+        assert header == DCZ_MAGIC + hashlib.sha256(dictionary()).digest(), "dcz: the header names the dictionary"
+        decoder = undcz()
+        out = decoder.decompress(frame)
+        assert decoder.eof and not decoder.unused_data, "dcz: one whole frame"
+        return out
     assert coding is None, f"unexpected Content-Encoding {coding}"
     return body
+
+
+@functools.cache
+def dictionary():
+    return DICTIONARY_PATH.read_bytes()
+
+
+def available_dictionary():
+    """The Available-Dictionary a client that has the dictionary sends: its SHA-256, as a
+    structured-field byte sequence."""
+    return ":" + base64.b64encode(hashlib.sha256(dictionary()).digest()).decode() + ":"
+
+
+def undcz():
+    """A decoder of a dcz body's frame, against the dictionary."""
+    return zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dictionary())).decompressobj()
 
 
 def decode_prefix(coding, body):
@@ -83,6 +113,8 @@ def decode_prefix(coding, body):
         return zstandard.ZstdDecompressor().decompressobj().decompress(body) if body else b""
     if coding == "br":
         return brotli.Decompressor().process(body)
+    if coding == "dcz":
+        return undcz().decompress(body[40:]) if len(body) > 40 else b""
     assert coding is None, f"unexpected Content-Encoding {coding}"
     return body
 

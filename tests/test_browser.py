@@ -2,7 +2,8 @@
 RPC paths, over http://localhost, a secure context) whose fetch() calls are JSON-RPC, single and
 batched, small and large. The page reports what each answer came with (its Content-Encoding, as
 fetch() shows a same-origin response's headers) and its decoded text; each must equal the node's
-answer, asked directly. Through nginx and both Envoy adapters."""
+answer, asked directly. Through nginx and both Envoy adapters; and where the page first fetches
+the proxy's dcz dictionary (RFC 9842), every answer comes as dcz, small ones included."""
 
 import html
 import json
@@ -13,7 +14,7 @@ import subprocess
 import pytest
 
 from testbed import replay_corpus as rc
-from testbed.envoy_harness import ENVOY_HOSTS, EXAMPLE, run_envoy
+from testbed.envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, EXAMPLE, run_envoy
 from testbed.harness import CORPUS, LOOPBACK, free_port
 from testbed.nginx_harness import start_nginx
 
@@ -29,7 +30,20 @@ PAGE = """<!doctype html>
 <pre id="out">pending</pre>
 <script>
 const calls = CALLS;
+const dictionary = DICTIONARY;
 (async () => {
+  if (dictionary) {
+    // the proxy's dictionary, which the browser keeps for the paths its Use-As-Dictionary names,
+    // a moment after it arrived: the first call is made until it comes back in dcz
+    await (await fetch(dictionary)).arrayBuffer();
+    const first = calls[0];
+    for (let tries = 0; tries < 40; tries++) {
+      const response = await fetch(first.path, {method: "POST", headers: {"Content-Type": "application/json"}, body: first.body});
+      await response.arrayBuffer();
+      if (response.headers.get("content-encoding") === "dcz") break;
+      await new Promise(resolve => setTimeout(resolve, 250));
+    }
+  }
   const results = [];
   for (const call of calls) {
     try {
@@ -58,6 +72,12 @@ NGINX = """
             rpcedge_encodings br gzip;
             proxy_pass http://{LOOPBACK}:{replay_port}/;
         }}
+        location = /dcz/dapp.html {{ root {root}; }}
+        location = /dcz/dictionary {{ rpcedge_dictionary "/dcz/*"; }}
+        location /dcz/ {{
+            rpcedge_encodings dcz zstd gzip br deflate;
+            proxy_pass http://{LOOPBACK}:{replay_port}/;
+        }}
     }}
 """
 
@@ -75,10 +95,12 @@ def calls(prefix=""):
     return made
 
 
-def write_page(directory, prefix=""):
+def write_page(directory, prefix="", dictionary=None):
+    """The dapp page, which first fetches `dictionary` (a path) where one is given."""
     page = [{"name": name, "path": path, "body": body} for name, path, body in calls(prefix)]
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "dapp.html").write_text(PAGE.replace("CALLS", json.dumps(page)))
+    text = PAGE.replace("CALLS", json.dumps(page)).replace("DICTIONARY", json.dumps(dictionary))
+    (directory / "dapp.html").write_text(text)
 
 
 def browse(url, tmp_path):
@@ -101,9 +123,10 @@ def check(report, replay, prefix, coding):
         assert "error" not in result and result["status"] == 200, result
         _, _, node = replay.request("POST", path.removeprefix(prefix), body=body.encode())
         assert json.loads(result["text"]) == json.loads(node), f"{name}: the decoded answer is the node's"
-        if len(node) < 1024:
+        if len(node) < 1024 and coding != "dcz":
             assert result["encoding"] is None, f"{name}: a small answer goes as it is"
         else:
+            # with the dictionary, small answers too
             assert result["encoding"] == coding, f"{name}: {result['encoding']}"
 
 
@@ -112,6 +135,7 @@ def nginx(replay, tmp_path_factory):
     root = tmp_path_factory.mktemp("dapp")
     write_page(root)
     write_page(root / "br", "/br")
+    write_page(root / "dcz", "/dcz", dictionary="/dcz/dictionary")
     port = free_port()
     server = start_nginx(tmp_path_factory.mktemp("browser-nginx"),
                          NGINX.format(LOOPBACK=LOOPBACK, port=port, root=root, replay_port=replay.port), [port])
@@ -119,15 +143,17 @@ def nginx(replay, tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.parametrize("prefix, coding", [("", "zstd"), ("/br", "br")])
-def test_chromium_gets_zstd_or_br_through_nginx_and_decodes_the_nodes_answers(nginx, replay, tmp_path, prefix, coding):
+@pytest.mark.parametrize("prefix, coding", [("", "zstd"), ("/br", "br"), ("/dcz", "dcz")])
+def test_chromium_gets_zstd_br_or_dcz_through_nginx_and_decodes_the_nodes_answers(nginx, replay, tmp_path, prefix,
+                                                                                  coding):
     report = browse(f"http://localhost:{nginx}{prefix}/dapp.html", tmp_path)
     check(report, replay, prefix, coding)
 
 
+@pytest.mark.parametrize("dictionary", [False, True], ids=["zstd", "dcz"])
 @pytest.mark.parametrize("adapter", ENVOY_HOSTS.values())
-def test_chromium_gets_zstd_through_envoy_and_decodes_the_nodes_answers(replay, tmp_path, adapter):
-    write_page(tmp_path / "page")
+def test_chromium_gets_zstd_or_dcz_through_envoy_and_decodes_the_nodes_answers(replay, tmp_path, adapter, dictionary):
+    write_page(tmp_path / "page", dictionary="/rpcedge/dictionary" if dictionary else None)
     route = '              - match: {path: "/mainnet"}\n'
     page = (f'              - match: {{path: "/dapp.html"}}\n'
             f'                direct_response: {{status: 200, body: {{filename: {tmp_path / "page" / "dapp.html"}}}}}\n'
@@ -135,9 +161,14 @@ def test_chromium_gets_zstd_through_envoy_and_decodes_the_nodes_answers(replay, 
     text = EXAMPLE.read_text()
     assert text.count(route) == 1
     (tmp_path / "envoy").mkdir()
-    envoy = run_envoy(tmp_path / "envoy", replay.port, text=text.replace(route, page + route), adapter=adapter)
+    plugin_config = COMPRESSION_PLUGIN_CONFIG
+    if dictionary:
+        dcz = {"encodings": ["dcz", "zstd", "gzip", "br", "deflate"], "dictionary": {"match": "/*"}}
+        plugin_config = plugin_config[:-1] + ", " + json.dumps(dcz)[1:]
+    envoy = run_envoy(tmp_path / "envoy", replay.port, plugin_config=plugin_config,
+                      text=text.replace(route, page + route), adapter=adapter)
     try:
         report = browse(f"http://localhost:{envoy.port}/dapp.html", tmp_path)
     finally:
         envoy.process.stop()
-    check(report, replay, "", "zstd")
+    check(report, replay, "", "dcz" if dictionary else "zstd")

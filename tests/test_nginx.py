@@ -760,6 +760,11 @@ def test_client_aborts_leave_nginx_serving(nginx, replay):
     ("rpcedge_beacon_network goerli;",
      '"rpcedge_beacon_network" directive must be off or one of mainnet, sepolia, hoodi, holesky, got "goerli"'),
     ("rpcedge_beacon_network hoodi; rpcedge_beacon_network hoodi;", '"rpcedge_beacon_network" directive is duplicate'),
+    ("rpcedge_dictionary_min_length 65m;", '"rpcedge_dictionary_min_length" directive must be between 0 and 67108864'),
+    ('location = /d { rpcedge_dictionary "/a\\"b"; }',
+     'in "rpcedge_dictionary": match must be a path pattern of printable characters without quotes'),
+    ('location = /d { rpcedge_dictionary *; }', 'invalid value "*" in "rpcedge_dictionary"'),
+    ('location = /d { rpcedge_dictionary; rpcedge_dictionary; }', '"rpcedge_dictionary" directive is duplicate'),
 ])
 def test_bad_values_fail_nginx_t_naming_the_directive(tmp_path, directive, message):
     conf = tmp_path / "nginx.conf"

@@ -23,11 +23,11 @@ EXAMPLE_SETTINGS = """settings([[{"level": "auto", "transcode": true,
             "cache": {"cluster": "127.0.0.1:18090"}}]])"""
 
 
-def openresty_conf(prefix, node_port, port, settings=None, cached_port=None):
+def openresty_conf(prefix, node_port, port, settings=None, cached_port=None, extra_locations=""):
     """The shipped OpenResty example in front of the node on `node_port`, listening on `port`
-    (with the settings JSON `settings` in place of its own), its cache on the daemon at
-    `cached_port` (none: a port where no daemon listens, so that lookups fail open at once),
-    written under `prefix`: its path."""
+    (with the settings JSON `settings` in place of its own, and `extra_locations` before its
+    first), its cache on the daemon at `cached_port` (none: a port where no daemon listens, so
+    that lookups fail open at once), written under `prefix`: its path."""
     text = (REPO / "configs" / "openresty" / "nginx.conf").read_text()
     assert EXAMPLE_SETTINGS in text
     cached = f"127.0.0.1:{cached_port or free_port()}"
@@ -38,6 +38,7 @@ def openresty_conf(prefix, node_port, port, settings=None, cached_port=None):
         "/opt/rpcedge/": f"{REPO}/",
         "127.0.0.1:18545": f"127.0.0.1:{node_port}",
         "127.0.0.1:18082": f"127.0.0.1:{port}",
+        "        location /__node/ {": extra_locations + "        location /__node/ {",
     }.items():
         assert old in text, old
         text = text.replace(old, new)
@@ -51,10 +52,10 @@ def openresty_conf(prefix, node_port, port, settings=None, cached_port=None):
     return conf
 
 
-def start_openresty(prefix, node_port, settings=None, cached_port=None):
+def start_openresty(prefix, node_port, settings=None, cached_port=None, extra_locations=""):
     """OpenResty on `openresty_conf`: its port and process."""
     port = free_port()
-    conf = openresty_conf(prefix, node_port, port, settings, cached_port)
+    conf = openresty_conf(prefix, node_port, port, settings, cached_port, extra_locations)
     code, output = check_conf(conf, prefix)
     assert code == 0, output
     process = Process("openresty", [NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],

@@ -3,6 +3,11 @@ through the `zstandard` package) over the answers of the shared corpus, so that 
 answer compresses against JSON-RPC's own vocabulary (member names, hex prefixes, the shapes of
 blocks, receipts and logs) rather than against nothing.
 
+dcz takes the dictionary as raw content (a browser primes zstd with the resource's bytes), so what
+is written is the trained dictionary's content without its zstd header (magic, id and entropy
+tables, whose size libzstd's ZDICT_getDictHeaderSize gives): bytes that every decoder reads the
+same way, raw or auto-detecting.
+
 One recording in eight (by a hash of its path) is held out of training; the command prints what
 each candidate size makes of the held-out answers under 1 KiB, as a fraction of their plain bytes,
 the 40-byte dcz header included, beside zstd without a dictionary. The dictionary's size is the
@@ -14,6 +19,7 @@ The same corpus always gives the same dictionary: fixed COVER parameters, one th
 """
 
 import argparse
+import ctypes
 import hashlib
 import sys
 from pathlib import Path
@@ -46,10 +52,19 @@ def answers(corpus):
 
 
 def train(samples, size):
-    return zstandard.train_dictionary(size, samples, k=1024, d=8, steps=0, threads=1, level=LEVEL)
+    """A dictionary of `size` bytes trained on `samples`: its raw content, without the zstd header."""
+    trained = zstandard.train_dictionary(size, samples, k=1024, d=8, steps=0, threads=1, level=LEVEL).as_bytes()
+    libzstd = ctypes.CDLL("libzstd.so.1")
+    libzstd.ZDICT_getDictHeaderSize.restype = ctypes.c_size_t
+    header = libzstd.ZDICT_getDictHeaderSize(trained, len(trained))
+    if header >= len(trained):  # an error code
+        sys.exit("libzstd could not read the trained dictionary's header")
+    return trained[header:]
 
 
 def fraction(small, dictionary):
+    if dictionary:
+        dictionary = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     compressor = zstandard.ZstdCompressor(level=LEVEL, dict_data=dictionary, write_content_size=True,
                                           write_checksum=False, write_dict_id=False)
     header = HEADER if dictionary else 0
@@ -80,8 +95,8 @@ def main():
         print(f"| {size // 1024} KiB | {fraction(small, dictionary):.3f} |")
         if size == args.size:
             chosen = dictionary
-    args.out.write_bytes(chosen.as_bytes())
-    print(f"wrote {args.out} ({len(chosen.as_bytes())} bytes, sha256 {hashlib.sha256(chosen.as_bytes()).hexdigest()})")
+    args.out.write_bytes(chosen)
+    print(f"wrote {args.out} ({len(chosen)} bytes, sha256 {hashlib.sha256(chosen).hexdigest()})")
 
 
 if __name__ == "__main__":

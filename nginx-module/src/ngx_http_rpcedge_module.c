@@ -23,6 +23,8 @@ typedef struct {
     size_t                     dictionary_min_length;
     /* the codings made, which a cache hit is sent in too */
     ngx_array_t               *encodings;
+    /* rpcedge_dictionary's, in its own location only (not merged) */
+    rpcedge_dictionary_t      *dictionary;
 } ngx_http_rpcedge_loc_conf_t;
 
 
@@ -72,6 +74,13 @@ static ngx_command_t  ngx_http_rpcedge_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_rpcedge_loc_conf_t, encodings),
       &ngx_http_rpcedge_encoding_check },
+
+    { ngx_string("rpcedge_dictionary"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_rpcedge_dictionary,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_rpcedge_loc_conf_t, dictionary),
+      NULL },
 
     { ngx_string("rpcedge_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -123,6 +132,17 @@ ngx_http_rpcedge_min_length(ngx_http_request_t *r)
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_module);
 
     return lcf->min_length;
+}
+
+
+const rpcedge_dictionary_t *
+ngx_http_rpcedge_dictionary_of(ngx_http_request_t *r)
+{
+    ngx_http_rpcedge_loc_conf_t  *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_module);
+
+    return lcf->dictionary;
 }
 
 
@@ -509,6 +529,7 @@ ngx_http_rpcedge_create_loc_conf(ngx_conf_t *cf)
     lcf->min_length = NGX_CONF_UNSET_SIZE;
     lcf->dictionary_min_length = NGX_CONF_UNSET_SIZE;
     lcf->encodings = NGX_CONF_UNSET_PTR;
+    lcf->dictionary = NULL;
 
     return lcf;
 }

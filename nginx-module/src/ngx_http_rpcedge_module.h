@@ -94,6 +94,16 @@ ngx_uint_t ngx_http_rpcedge_cache_answering(ngx_http_request_t *r);
 ngx_uint_t ngx_http_rpcedge_cache_keeps(ngx_http_request_t *r);
 
 
+/* ngx_http_rpcedge_dictionary.c: the location that serves the dcz dictionary */
+
+char *ngx_http_rpcedge_dictionary(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* the dictionary of r's location (rpcedge_dictionary) */
+const rpcedge_dictionary_t *ngx_http_rpcedge_dictionary_of(
+    ngx_http_request_t *r);
+
+
 /* ngx_http_rpcedge_status.c: the counters zone and its page */
 
 ngx_int_t ngx_http_rpcedge_status_init(ngx_conf_t *cf);

@@ -10,6 +10,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{hit_codings, CacheSettings};
+use crate::dictionary::DictionaryConfig;
 use crate::negotiate::Coding;
 use crate::transcode::BeaconNetwork;
 
@@ -67,6 +68,11 @@ pub struct Config {
     /// filter writes at once ([`Settings::check_buffer_limit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buffer_limit: Option<u64>,
+    /// Serve rpcedge's dcz dictionary ([`crate::dictionary`]), for a host configured in JSON
+    /// (Envoy, the Lua binding); absent: not served. nginx serves it where `rpcedge_dictionary`
+    /// is. A location makes dcz where `encodings` lists it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dictionary: Option<DictionaryConfig>,
     /// The response cache, for a host configured in JSON (Envoy); absent: off. nginx has its
     /// own directives, checked against the same `FIELDS`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -269,6 +275,7 @@ impl Default for Config {
             transcode_upstream_ssz: false,
             beacon_network: None,
             buffer_limit: None,
+            dictionary: None,
             cache: None,
         }
     }
@@ -480,6 +487,9 @@ impl Config {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
         check_encodings(&self.encodings)?;
+        if let Some(dictionary) = &self.dictionary {
+            dictionary.check().map_err(|message| ConfigError::new("dictionary", message))?;
+        }
         let cache = CacheSettings {
             hit_codings: hit_codings(&self.encodings),
             dictionary_min_length: self.dictionary_min_length,

@@ -1,9 +1,11 @@
 //! rpcedge's compression dictionary for `dcz` (RFC 9842, Compression Dictionary Transport): what
-//! it is, its hash, and whether a request's `Available-Dictionary` names it.
+//! it is, its hash, whether a request's `Available-Dictionary` names it, and the reply that
+//! serves it.
 //!
-//! The dictionary is zstd's, trained on the corpus's JSON-RPC answers (`tools/dictionary.py`
-//! regenerates it; docs/compression.md, "Dictionary", says why 32 KiB). It is built in, so that
-//! every host compresses against the same bytes; the proxy serves the same file at a path the
+//! The dictionary is raw content, as dcz takes it: what zstd's trainer picked from the corpus's
+//! JSON-RPC answers, without the trainer's header (`tools/dictionary.py` regenerates it;
+//! docs/compression.md, "Dictionary", says why 32 KiB). It is built in, so that every host
+//! compresses against the same bytes; the proxy serves the same file at a path the
 //! operator sets, with `Use-As-Dictionary` naming the RPC paths, and a client that has it says so
 //! with its SHA-256.
 
@@ -43,6 +45,100 @@ pub fn is_named_by(value: &[u8]) -> bool {
     matches!(SF_BINARY.decode_slice(encoded, &mut decoded), Ok(32) if decoded[..32] == hash()[..])
 }
 
+/// Where the proxy serves the dictionary, and which URLs a client uses it for.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DictionaryConfig {
+    /// The path it is served at (Envoy; nginx serves it in the location of `rpcedge_dictionary`).
+    #[serde(default = "DictionaryConfig::default_path")]
+    pub path: String,
+    /// `Use-As-Dictionary`'s `match`: a URL pattern (the URL Pattern standard's, as a path) of
+    /// the RPC paths that the client sends `Available-Dictionary` to, on the dictionary's origin.
+    #[serde(rename = "match", default = "DictionaryConfig::default_pattern")]
+    pub pattern: String,
+}
+
+impl DictionaryConfig {
+    fn default_path() -> String {
+        "/rpcedge/dictionary".into()
+    }
+
+    fn default_pattern() -> String {
+        "/*".into()
+    }
+
+    /// The path and the pattern are absolute paths, and the pattern fits in a structured-field
+    /// string (printable ASCII, no quote or backslash); the message says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.path.starts_with('/') || self.path.bytes().any(|b| !b.is_ascii_graphic() || b == b'?' || b == b'#') {
+            return Err(format!("path must be an absolute path without a query, got {:?}", self.path));
+        }
+        check_pattern(&self.pattern)
+    }
+
+    /// Whether a request's `:path` (with or without its query) is the dictionary's.
+    pub fn serves(&self, path: &[u8]) -> bool {
+        path.split(|&b| b == b'?').next() == Some(self.path.as_bytes())
+    }
+}
+
+impl Default for DictionaryConfig {
+    fn default() -> Self {
+        DictionaryConfig { path: Self::default_path(), pattern: Self::default_pattern() }
+    }
+}
+
+/// A `match` pattern is an absolute path that fits in a structured-field string.
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    let fits = pattern.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    if pattern.starts_with('/') && fits {
+        Ok(())
+    } else {
+        Err(format!("match must be a path pattern of printable characters without quotes, got {pattern:?}"))
+    }
+}
+
+/// How long a client may use the dictionary before it asks again (a day): it changes only with
+/// a build, and a client that kept an old one gets what it would without one, until then.
+const MAX_AGE_S: u32 = 86_400;
+
+/// The reply that serves the dictionary, for a `match` pattern ([`check_pattern`]).
+pub struct Served {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: &'static [u8],
+}
+
+/// The reply to a request for the dictionary: 200 with the dictionary to GET and HEAD (HEAD's body
+/// is the host's to drop), 304 to a revalidation that names its tag, 405 to anything else.
+pub fn serve(method: &[u8], if_none_match: Option<&[u8]>, pattern: &str) -> Served {
+    let etag = format!("\"{}\"", hex(&hash()[..8]));
+    if !(method.eq_ignore_ascii_case(b"GET") || method.eq_ignore_ascii_case(b"HEAD")) {
+        return Served { status: 405, headers: vec![("allow", "GET, HEAD".into())], body: b"" };
+    }
+    let mut headers = vec![
+        ("etag", etag.clone()),
+        ("cache-control", format!("public, max-age={MAX_AGE_S}")),
+        ("use-as-dictionary", format!("match=\"{pattern}\"")),
+    ];
+    let revalidated = if_none_match
+        .is_some_and(|tags| tags.split(|&b| b == b',').any(|tag| matches!(tag.trim_ascii(), b"*") || strip_weak(tag.trim_ascii()) == etag.as_bytes()));
+    if revalidated {
+        return Served { status: 304, headers, body: b"" };
+    }
+    headers.insert(0, ("content-type", "application/octet-stream".into()));
+    Served { status: 200, headers, body: DICTIONARY }
+}
+
+/// A tag compared weakly (RFC 9110 §13.1.2: If-None-Match uses the weak comparison).
+fn strip_weak(tag: &[u8]) -> &[u8] {
+    tag.strip_prefix(b"W/").unwrap_or(tag)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The `Available-Dictionary` value of a client that has this dictionary.
 pub fn available_dictionary() -> String {
     format!(":{}:", SF_BINARY.encode(hash()))
@@ -53,10 +149,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_dictionary_is_served_with_its_pattern_and_revalidated_by_its_tag() {
+        let served = serve(b"GET", None, "/eth/*");
+        assert_eq!((served.status, served.body), (200, DICTIONARY));
+        let header = |served: &Served, name: &str| served.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        assert_eq!(header(&served, "use-as-dictionary").as_deref(), Some(r#"match="/eth/*""#));
+        assert_eq!(header(&served, "content-type").as_deref(), Some("application/octet-stream"));
+        assert_eq!(header(&served, "cache-control").as_deref(), Some("public, max-age=86400"));
+        let etag = header(&served, "etag").unwrap();
+        for tags in [etag.clone(), format!("W/{etag}"), format!(r#""x", {etag}"#), "*".into()] {
+            let again = serve(b"GET", Some(tags.as_bytes()), "/eth/*");
+            assert_eq!((again.status, again.body.len(), header(&again, "etag")), (304, 0, Some(etag.clone())), "{tags}");
+        }
+        assert_eq!(serve(b"HEAD", Some(b"\"other\""), "/*").status, 200);
+        assert_eq!(serve(b"POST", None, "/*").status, 405);
+    }
+
+    #[test]
+    fn a_dictionary_config_names_an_absolute_path_and_a_pattern_that_fits_a_header() {
+        let config = DictionaryConfig::default();
+        assert_eq!(config.check(), Ok(()));
+        assert!(config.serves(b"/rpcedge/dictionary") && config.serves(b"/rpcedge/dictionary?v=2"));
+        assert!(!config.serves(b"/rpcedge/dictionary/x") && !config.serves(b"/rpcedge"));
+        for (path, pattern) in [("rpcedge", "/*"), ("/a?b", "/*"), ("/a b", "/*"), ("/d", "*"), ("/d", "/\"x"), ("/d", "/\\"), ("/d", "/é")] {
+            let config = DictionaryConfig { path: path.into(), pattern: pattern.into() };
+            assert!(config.check().is_err(), "{path} {pattern}");
+        }
+    }
+
+    #[test]
     fn the_hash_is_the_sha256_of_the_bytes_served() {
-        assert_eq!(DICTIONARY.len(), 32 * 1024);
-        // a zstd dictionary, not raw content: its magic, then its id and entropy tables
-        assert_eq!(DICTIONARY[..4], [0x37, 0xa4, 0x30, 0xec]);
+        assert!((30 * 1024..=32 * 1024).contains(&DICTIONARY.len()));
+        // raw content, which a decoder that reads a zstd dictionary's magic would read otherwise
+        assert_ne!(DICTIONARY[..4], [0x37, 0xa4, 0x30, 0xec]);
         assert_eq!(hash()[..], Sha256::digest(DICTIONARY)[..]);
     }
 

@@ -17,7 +17,7 @@ use crate::cache::{HitResponse, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
-use crate::{Node, Settings};
+use crate::{dictionary, Node, Settings};
 
 /// What the host does with the request's headers.
 #[derive(Debug)]
@@ -61,25 +61,45 @@ pub struct RequestBody {
     pub step: RequestStep,
 }
 
-/// A reply the proxy sends itself (a cache hit): its status, headers and body.
+/// A reply the proxy sends itself (a cache hit, or the dcz dictionary): its status, headers and
+/// body.
 #[derive(Debug)]
-pub struct Reply {
-    hit: HitResponse,
-    /// The status header's value, where it is on.
-    status: Option<&'static str>,
+pub struct Reply(Replying);
+
+#[derive(Debug)]
+enum Replying {
+    Hit {
+        hit: HitResponse,
+        /// The status header's value, where it is on.
+        status: Option<&'static str>,
+    },
+    Dictionary {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: &'static [u8],
+    },
 }
 
 impl Reply {
     pub fn status(&self) -> u16 {
-        HitResponse::STATUS
+        match &self.0 {
+            Replying::Hit { .. } => HitResponse::STATUS,
+            Replying::Dictionary { status, .. } => *status,
+        }
     }
 
     pub fn headers(&self) -> Vec<(&str, &str)> {
-        cache::hit_headers(&self.hit, self.status)
+        match &self.0 {
+            Replying::Hit { hit, status } => cache::hit_headers(hit, *status),
+            Replying::Dictionary { headers, .. } => headers.iter().map(|(name, value)| (*name, value.as_str())).collect(),
+        }
     }
 
     pub fn body(&self) -> &[u8] {
-        &self.hit.body
+        match &self.0 {
+            Replying::Hit { hit, .. } => &hit.body,
+            Replying::Dictionary { body, .. } => body,
+        }
     }
 }
 
@@ -170,6 +190,10 @@ impl ProxyExchange {
         hot: Option<&dyn HotRegion>,
         now_ms: impl FnOnce() -> u64,
     ) -> RequestHead {
+        if let Some(reply) = self.dictionary(headers) {
+            self.done = true;
+            return RequestHead { upstream_accept: None, node_identity: false, step: RequestStep::Reply(reply) };
+        }
         for (name, value) in headers {
             match name.as_ref() {
                 b":method" => self.exchange.request_method(value.as_ref()),
@@ -199,6 +223,17 @@ impl ProxyExchange {
             node_identity: self.exchange.node_identity(),
             step: self.step(after, true),
         }
+    }
+
+    /// The reply that serves the dcz dictionary, where the request is for it.
+    fn dictionary<N: AsRef<[u8]>, V: AsRef<[u8]>>(&self, headers: &[(N, V)]) -> Option<Reply> {
+        let config = self.settings.dictionary.as_ref()?;
+        let header = |wanted: &[u8]| headers.iter().find(|(name, _)| name.as_ref() == wanted).map(|(_, v)| v.as_ref());
+        if !config.serves(header(b":path")?) {
+            return None;
+        }
+        let served = dictionary::serve(header(b":method").unwrap_or_default(), header(b"if-none-match"), &config.pattern);
+        Some(Reply(Replying::Dictionary { status: served.status, headers: served.headers, body: served.body }))
     }
 
     /// Whether the request body is the core's business (to transcode it, or for the cache): else
@@ -291,7 +326,7 @@ impl ProxyExchange {
         let status = self.cache.as_ref().map_or(CacheStatus::Hit, ProxyCacheRequest::status);
         self.counters.extend(metrics::cache_hit(status, hot).map(|c| (c, 1)));
         self.done = true;
-        Reply { hit, status: self.status_header().then_some(status.as_str()) }
+        Reply(Replying::Hit { hit, status: self.status_header().then_some(status.as_str()) })
     }
 
     /// The response's headers (`:status` included). The host applies the edits and, if told to,

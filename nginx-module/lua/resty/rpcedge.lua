@@ -74,20 +74,27 @@
 --     lua_shared_dict rpcedge_counters 64k;
 --     location = /rpcedge_status { content_by_lua_block { require("resty.rpcedge").status() } }
 --
+-- The dcz dictionary (RFC 9842), for settings whose "encodings" list "dcz", served as nginx's
+-- rpcedge_dictionary serves it, with the RPC paths a client uses it for:
+--
+--     location = /rpcedge/dictionary { content_by_lua_block { require("resty.rpcedge").dictionary("/*") } }
+--
 -- The shared library is found by ffi.load: set RPCEDGE_LIB (env directive) to its path, or put
 -- librpcedge.so where the dynamic linker looks.
 --
 -- The binding's modules, each requiring only those named before it: resty.rpcedge.abi (the
 -- core through LuaJIT's FFI, the counters), resty.rpcedge.daemon (settings and their cache
 -- daemon, the calls to it), resty.rpcedge.cache (the response cache of a request),
--- resty.rpcedge.exchange (the subrequest form) and resty.rpcedge.filter (the proxy_pass form);
--- this module gathers their public functions.
+-- resty.rpcedge.exchange (the subrequest form), resty.rpcedge.filter (the proxy_pass form) and
+-- resty.rpcedge.dictionary (the dcz dictionary's location); this module gathers their public
+-- functions.
 
 local abi = require "resty.rpcedge.abi"
 local daemon = require "resty.rpcedge.daemon"
 local cache = require "resty.rpcedge.cache"
 local exchange = require "resty.rpcedge.exchange"
 local filter = require "resty.rpcedge.filter"
+local dictionary = require "resty.rpcedge.dictionary"
 
 local _M = { version = "0.5.0" }
 
@@ -101,5 +108,6 @@ _M.access = filter.access
 _M.header_filter = filter.header_filter
 _M.body_filter = filter.body_filter
 _M.log = filter.log
+_M.dictionary = dictionary.serve
 
 return _M

@@ -90,6 +90,11 @@
 typedef struct rpcedge_cache_t rpcedge_cache_t;
 
 /**
+ * A location's dictionary replies, each made once for its `match` pattern.
+ */
+typedef struct rpcedge_dictionary_t rpcedge_dictionary_t;
+
+/**
  * Opaque per-request exchange, with the header list its last edits point to.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
@@ -169,6 +174,27 @@ typedef struct {
 } rpcedge_kept_entry_t;
 
 /**
+ * Where a configuration error is written: the field's name and a message, NUL-terminated and
+ * cut to fit.
+ */
+typedef struct {
+  char field[32];
+  char message[224];
+} rpcedge_error_t;
+
+/**
+ * The reply to send: its status, headers and body (empty for a 304 or 405, and to HEAD, whose
+ * body the host drops), valid as long as the dictionary handle.
+ */
+typedef struct {
+  uint16_t status;
+  const rpcedge_header_t *headers;
+  size_t headers_len;
+  const uint8_t *body;
+  size_t body_len;
+} rpcedge_dictionary_reply_t;
+
+/**
  * Header changes to apply before the headers go out. Pointers are valid until the next call on
  * the exchange.
  */
@@ -241,15 +267,6 @@ typedef struct {
   uint32_t flags;
   rpcedge_header_edits_t edits;
 } rpcedge_output_t;
-
-/**
- * Where a configuration error is written: the field's name and a message, NUL-terminated and
- * cut to fit.
- */
-typedef struct {
-  char field[32];
-  char message[224];
-} rpcedge_error_t;
 
 /**
  * One count: add `amount` to the counter at `index` (below `rpcedge_counters()`).
@@ -572,6 +589,31 @@ int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *cal
 rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 /**
+ * Makes the replies for a `match` pattern (a path pattern that fits in a header); NULL with
+ * `err` filled in when the pattern does not.
+ *
+ * # Safety
+ * `pattern` points to `len` readable bytes; `err` is NULL or writable.
+ */
+rpcedge_dictionary_t *rpcedge_dictionary_new(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
+
+/**
+ * The reply to a request for the dictionary with this method and If-None-Match (NULL: none);
+ * 0 when filled in, -1 when `dictionary` is NULL.
+ *
+ * # Safety
+ * `dictionary` came from `rpcedge_dictionary_new`; the byte strings are readable; `out` is
+ * writable.
+ */
+int32_t rpcedge_dictionary_reply(const rpcedge_dictionary_t *dictionary, const uint8_t *method, size_t method_len, const uint8_t *if_none_match, size_t if_none_match_len, rpcedge_dictionary_reply_t *out);
+
+/**
+ * # Safety
+ * `dictionary` came from `rpcedge_dictionary_new` and is freed once.
+ */
+void rpcedge_dictionary_free(rpcedge_dictionary_t *dictionary);
+
+/**
  * A new exchange; NULL when `settings` is NULL (or on allocation failure).
  *
  * # Safety
@@ -877,7 +919,7 @@ int32_t rpcedge_check_field(const char *field, uint64_t value, rpcedge_error_t *
 int32_t rpcedge_check_type(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
 
 /**
- * Checks one coding of `encodings` (`zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
+ * Checks one coding of `encodings` (`dcz`, `zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
  * `err` filled in.
  *
  * # Safety

@@ -12,6 +12,7 @@ use std::slice;
 use rpcedge_core::config::ConfigError;
 
 mod cache;
+mod dictionary;
 mod exchange;
 mod metrics;
 mod settings;
@@ -19,6 +20,7 @@ mod settings;
 mod tests;
 
 pub use cache::*;
+pub use dictionary::*;
 pub use exchange::*;
 pub use settings::*;
 

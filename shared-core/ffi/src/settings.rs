@@ -84,7 +84,7 @@ pub unsafe extern "C" fn rpcedge_check_type(pattern: *const u8, len: usize, err:
     result.map_or_else(|e| { write_error(err, &e); -1 }, |()| 0)
 }
 
-/// Checks one coding of `encodings` (`zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
+/// Checks one coding of `encodings` (`dcz`, `zstd`, `br`, `gzip` or `deflate`); 0 when valid, -1 with
 /// `err` filled in.
 ///
 /// # Safety
@@ -194,6 +194,7 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             transcode_upstream_ssz: c.transcode_upstream_ssz != 0,
             beacon_network: BeaconNetwork::from_raw(c.beacon_network),
             buffer_limit: None,
+            dictionary: None,
             types,
             cache: None,
         }

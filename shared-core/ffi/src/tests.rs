@@ -689,3 +689,26 @@ fn a_json_cache_section_is_read_back_for_a_host_that_finds_its_daemon_there() {
         assert_eq!(rpcedge_settings_cache(ptr::null(), ptr::null_mut()), 0);
     }
 }
+
+#[test]
+fn a_dictionary_location_answers_with_the_cores_reply_and_refuses_a_bad_pattern() {
+    unsafe {
+        let mut err = garbage::<RpcedgeError>();
+        let bad = b"/\"quoted\"";
+        assert!(rpcedge_dictionary_new(bad.as_ptr(), bad.len(), &mut err).is_null());
+        assert_eq!(CStr::from_ptr(err.field.as_ptr()).to_str().unwrap(), "rpcedge_dictionary");
+        let pattern = b"/rpc/*";
+        let dictionary = rpcedge_dictionary_new(pattern.as_ptr(), pattern.len(), &mut err);
+        assert!(!dictionary.is_null());
+        let mut reply = garbage::<RpcedgeDictionaryReply>();
+        for (method, status, body) in [(&b"GET"[..], 200, rpcedge_core::dictionary::DICTIONARY.len()), (b"HEAD", 200, rpcedge_core::dictionary::DICTIONARY.len()), (b"POST", 405, 0)] {
+            assert_eq!(rpcedge_dictionary_reply(dictionary, method.as_ptr(), method.len(), ptr::null(), 0, &mut reply), 0);
+            assert_eq!((reply.status, reply.body_len), (status, body));
+        }
+        let header = &*reply.headers;
+        let allow = (bytes(header.name, header.name_len), bytes(header.value, header.value_len));
+        assert_eq!((reply.headers_len, allow), (1, (&b"allow"[..], &b"GET, HEAD"[..])));
+        assert_eq!(rpcedge_dictionary_reply(ptr::null(), ptr::null(), 0, ptr::null(), 0, &mut reply), -1);
+        rpcedge_dictionary_free(dictionary);
+    }
+}

@@ -1,6 +1,6 @@
-//! `dcz` (RFC 9842 §4): zstd against rpcedge's dictionary ([`crate::dictionary`]), behind a
-//! header of 8 magic bytes and the dictionary's SHA-256, which lets a client check that it
-//! decodes with the dictionary the body was made with.
+//! `dcz` (RFC 9842 §4): zstd against rpcedge's dictionary ([`crate::dictionary`]) as raw content,
+//! behind a header of 8 magic bytes and the dictionary's SHA-256, which lets a client check that
+//! it decodes with the dictionary the body was made with.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;

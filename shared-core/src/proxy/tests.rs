@@ -298,3 +298,24 @@ fn a_miss_waits_for_the_holders_answer_and_a_holder_without_one_releases_its_key
     assert!(reply.headers().contains(&("x-rpcedge-cache", "COALESCED")));
     assert_eq!(counted(&mut waiter), [(Counter::CacheResponses(CacheStatus::Coalesced), 1)]);
 }
+
+#[test]
+fn the_dictionarys_path_is_answered_here_and_every_other_goes_on() {
+    let serving = settings(r#"{"encodings": ["dcz", "zstd"], "dictionary": {"path": "/d", "match": "/rpc/*"}}"#);
+    let ask = |settings: &Arc<Settings>, method: &str, path: &str, if_none_match: Option<&str>| {
+        let mut headers = vec![(":method", method.to_string()), (":path", path.to_string())];
+        headers.extend(if_none_match.map(|tag| ("if-none-match", tag.to_string())));
+        let mut exchange = ProxyExchange::new(Arc::clone(settings), Arc::default());
+        exchange.on_request_headers(&headers, true, || None::<&str>, None, || 0).step
+    };
+    let RequestStep::Reply(reply) = ask(&serving, "GET", "/d?v=1", None) else { panic!("not answered") };
+    assert_eq!((reply.status(), reply.body()), (200, crate::dictionary::DICTIONARY));
+    let headers = reply.headers();
+    assert!(headers.contains(&("use-as-dictionary", r#"match="/rpc/*""#)), "{headers:?}");
+    let etag = headers.iter().find(|(name, _)| *name == "etag").unwrap().1.to_string();
+    let RequestStep::Reply(again) = ask(&serving, "GET", "/d", Some(&etag)) else { panic!("not answered") };
+    assert_eq!((again.status(), again.body()), (304, &b""[..]));
+    for (settings, path) in [(&serving, "/rpc/mainnet"), (&serving, "/d/x"), (&settings("{}"), "/d")] {
+        assert!(matches!(ask(settings, "GET", path, None), RequestStep::Continue), "{path}");
+    }
+}

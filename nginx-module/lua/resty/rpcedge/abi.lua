@@ -165,6 +165,22 @@ size_t rpcedge_count_exchange(const rpcedge_exchange_t *exchange, uint8_t ended,
 size_t rpcedge_count_cache(const rpcedge_cache_t *cache, rpcedge_count_t *counts);
 size_t rpcedge_count_refusal(rpcedge_cache_t *cache, rpcedge_count_t *counts);
 size_t rpcedge_count_store(uint16_t status, rpcedge_count_t *counts);
+
+typedef struct rpcedge_dictionary_t rpcedge_dictionary_t;
+
+typedef struct {
+  uint16_t status;
+  const rpcedge_header_t *headers;
+  size_t headers_len;
+  const uint8_t *body;
+  size_t body_len;
+} rpcedge_dictionary_reply_t;
+
+rpcedge_dictionary_t *rpcedge_dictionary_new(const uint8_t *pattern, size_t len, rpcedge_error_t *err);
+int32_t rpcedge_dictionary_reply(const rpcedge_dictionary_t *dictionary, const uint8_t *method, size_t method_len,
+                                 const uint8_t *if_none_match, size_t if_none_match_len,
+                                 rpcedge_dictionary_reply_t *out);
+void rpcedge_dictionary_free(rpcedge_dictionary_t *dictionary);
 ]]
 
 local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
