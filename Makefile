@@ -174,6 +174,7 @@ bench: build
 	$(VENV)/bin/python loadtest/batch_bench.py
 	$(VENV)/bin/python loadtest/transcode_bench.py
 	$(VENV)/bin/python loadtest/witness_bench.py
+	$(VENV)/bin/python loadtest/dictionary_bench.py
 
 clean:
 	$(CARGO) clean
