@@ -85,10 +85,15 @@ def test_the_dictionary_is_served_with_its_pattern_and_revalidated(host):
     assert served.header("use-as-dictionary") == f'match="{PATTERN}"'
     assert served.header("cache-control") == "public, max-age=86400"
     assert served.header("content-type") == "application/octet-stream"
+    assert served.header("access-control-allow-origin") == "*", "a dapp on another origin may read it"
     etag = served.header("etag")
     again = wire.request(host, DICTIONARY_PATH, headers={"If-None-Match": etag})
     assert (again.status, again.body, again.header("etag")) == (304, b"", etag)
-    assert wire.request(host, DICTIONARY_PATH, method="POST", body=b"{}").status == 405
+    assert again.header("use-as-dictionary") == f'match="{PATTERN}"', "a revalidation keeps the dictionary's headers"
+    head = wire.request(host, DICTIONARY_PATH, method="HEAD")
+    assert (head.status, head.body, head.header("content-length")) == (200, b"", str(len(wire.dictionary())))
+    refused = wire.request(host, DICTIONARY_PATH, method="POST", body=b"{}")
+    assert (refused.status, refused.header("allow")) == (405, "GET, HEAD")
 
 
 @pytest.mark.parametrize("path", [SMALL, MEDIUM])
@@ -99,9 +104,9 @@ def test_a_client_with_the_dictionary_gets_dcz_with_an_exact_length(host, replay
     assert [v.strip() for v in r.header("vary").split(",")] == ["Accept-Encoding", "Available-Dictionary"]
     assert r.decoded() == node(replay, path)
     if path == SMALL:
-        zstd_alone = call(host, path, "zstd")
-        assert zstd_alone.header("content-encoding") is None, "below min_length, without the dictionary"
-        assert len(r.body) < len(zstd_alone.body) * 0.6, "the dictionary makes a small answer far smaller"
+        plain = call(host, path, "zstd")
+        assert plain.header("content-encoding") is None, "below min_length, without the dictionary"
+        assert len(r.body) < len(plain.body) * 0.6, "the dictionary makes a small answer far smaller than it is"
 
 
 @pytest.mark.parametrize("dictionary", [None, ":" + "A" * 43 + "=:"])
@@ -110,3 +115,5 @@ def test_a_client_without_the_dictionary_gets_what_it_would_without_one(host, re
     assert small.header("content-encoding") is None and small.body == node(replay, SMALL)
     medium = call(host, MEDIUM, CHROMIUM, dictionary)
     assert medium.header("content-encoding") == "zstd" and medium.decoded() == node(replay, MEDIUM)
+    # the answer would have been another with the dictionary: caches must know
+    assert "Available-Dictionary" in [v.strip() for v in medium.header("vary").split(",")]

@@ -65,7 +65,7 @@ ngx_http_rpcedge_dictionary_handler(ngx_http_request_t *r)
             && ngx_strncmp(header->name, "content-type", header->name_len)
                == 0)
         {
-            /* static in the core */
+            /* the core's, for the life of the configuration */
             r->headers_out.content_type.data = (u_char *) header->value;
             r->headers_out.content_type.len = header->value_len;
             r->headers_out.content_type_len = header->value_len;
@@ -76,6 +76,14 @@ ngx_http_rpcedge_dictionary_handler(ngx_http_request_t *r)
                                        header);
         if (h == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* nginx's filters read the tag here (If-Match, weakening) */
+
+        if (header->name_len == sizeof("etag") - 1
+            && ngx_strncmp(header->name, "etag", header->name_len) == 0)
+        {
+            r->headers_out.etag = h;
         }
     }
 

@@ -68,9 +68,9 @@ pub struct Config {
     /// filter writes at once ([`Settings::check_buffer_limit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buffer_limit: Option<u64>,
-    /// Serve rpcedge's dcz dictionary ([`crate::dictionary`]), for a host configured in JSON
-    /// (Envoy, the Lua binding); absent: not served. nginx serves it where `rpcedge_dictionary`
-    /// is. A location makes dcz where `encodings` lists it.
+    /// Serve rpcedge's dcz dictionary ([`crate::dictionary`]) at this path: Envoy; absent: not
+    /// served. nginx and the Lua binding serve it from a location of their own
+    /// (`rpcedge_dictionary`, `rpcedge.dictionary`). A location makes dcz where `encodings` lists it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dictionary: Option<DictionaryConfig>,
     /// The response cache, for a host configured in JSON (Envoy); absent: off. nginx has its
@@ -483,6 +483,10 @@ impl Config {
                 ),
             ));
         }
+        if self.dictionary_min_length > self.max_buffer {
+            let message = format!("must not exceed max_buffer ({} > {})", self.dictionary_min_length, self.max_buffer);
+            return Err(ConfigError::new("dictionary_min_length", message));
+        }
         if self.types.is_empty() {
             return Err(ConfigError::new("types", "must list at least one media type".into()));
         }
@@ -668,6 +672,10 @@ mod tests {
         let err =
             Config { min_length: 4096, max_buffer: 1024, ..Config::default() }.validate().unwrap_err();
         assert_eq!(err.field, "min_length");
+        let err = Config { dictionary_min_length: 4096, max_buffer: 1024, min_length: 0, ..Config::default() }
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "dictionary_min_length");
     }
 
     #[test]

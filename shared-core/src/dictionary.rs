@@ -88,13 +88,14 @@ impl Default for DictionaryConfig {
     }
 }
 
-/// A `match` pattern is an absolute path that fits in a structured-field string.
+/// A `match` pattern is an absolute path that fits in a structured-field string, without the
+/// regexp groups that RFC 9842 §2.1.1 forbids (a client would ignore the dictionary).
 pub fn check_pattern(pattern: &str) -> Result<(), String> {
-    let fits = pattern.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    let fits = pattern.bytes().all(|b| (0x20..0x7f).contains(&b) && !b"\"\\(".contains(&b));
     if pattern.starts_with('/') && fits {
         Ok(())
     } else {
-        Err(format!("match must be a path pattern of printable characters without quotes, got {pattern:?}"))
+        Err(format!("match must be a path pattern of printable characters without quotes or groups, got {pattern:?}"))
     }
 }
 
@@ -110,9 +111,12 @@ pub struct Served {
 }
 
 /// The reply to a request for the dictionary: 200 with the dictionary to GET and HEAD (HEAD's body
-/// is the host's to drop), 304 to a revalidation that names its tag, 405 to anything else.
+/// is the host's to drop), 304 to a revalidation that names its tag, 405 to anything else. Any
+/// origin may read it (a dapp's page is seldom on its RPC endpoint's origin, and a browser keeps
+/// only a dictionary it may read): its bytes are public and fetched without credentials. The tag
+/// covers the pattern too, so that a new `match` reaches the client that revalidates.
 pub fn serve(method: &[u8], if_none_match: Option<&[u8]>, pattern: &str) -> Served {
-    let etag = format!("\"{}\"", hex(&hash()[..8]));
+    let etag = format!("\"{}\"", hex(&Sha256::new().chain_update(hash()).chain_update(pattern).finalize()[..8]));
     if !(method.eq_ignore_ascii_case(b"GET") || method.eq_ignore_ascii_case(b"HEAD")) {
         return Served { status: 405, headers: vec![("allow", "GET, HEAD".into())], body: b"" };
     }
@@ -120,6 +124,7 @@ pub fn serve(method: &[u8], if_none_match: Option<&[u8]>, pattern: &str) -> Serv
         ("etag", etag.clone()),
         ("cache-control", format!("public, max-age={MAX_AGE_S}")),
         ("use-as-dictionary", format!("match=\"{pattern}\"")),
+        ("access-control-allow-origin", "*".into()),
     ];
     let revalidated = if_none_match
         .is_some_and(|tags| tags.split(|&b| b == b',').any(|tag| matches!(tag.trim_ascii(), b"*") || strip_weak(tag.trim_ascii()) == etag.as_bytes()));
@@ -156,12 +161,14 @@ mod tests {
         assert_eq!(header(&served, "use-as-dictionary").as_deref(), Some(r#"match="/eth/*""#));
         assert_eq!(header(&served, "content-type").as_deref(), Some("application/octet-stream"));
         assert_eq!(header(&served, "cache-control").as_deref(), Some("public, max-age=86400"));
+        assert_eq!(header(&served, "access-control-allow-origin").as_deref(), Some("*"));
         let etag = header(&served, "etag").unwrap();
         for tags in [etag.clone(), format!("W/{etag}"), format!(r#""x", {etag}"#), "*".into()] {
             let again = serve(b"GET", Some(tags.as_bytes()), "/eth/*");
             assert_eq!((again.status, again.body.len(), header(&again, "etag")), (304, 0, Some(etag.clone())), "{tags}");
         }
         assert_eq!(serve(b"HEAD", Some(b"\"other\""), "/*").status, 200);
+        assert_ne!(header(&serve(b"GET", None, "/*"), "etag"), Some(etag), "another pattern, another tag");
         assert_eq!(serve(b"POST", None, "/*").status, 405);
     }
 
@@ -171,7 +178,7 @@ mod tests {
         assert_eq!(config.check(), Ok(()));
         assert!(config.serves(b"/rpcedge/dictionary") && config.serves(b"/rpcedge/dictionary?v=2"));
         assert!(!config.serves(b"/rpcedge/dictionary/x") && !config.serves(b"/rpcedge"));
-        for (path, pattern) in [("rpcedge", "/*"), ("/a?b", "/*"), ("/a b", "/*"), ("/d", "*"), ("/d", "/\"x"), ("/d", "/\\"), ("/d", "/é")] {
+        for (path, pattern) in [("rpcedge", "/*"), ("/a?b", "/*"), ("/a b", "/*"), ("/d", "*"), ("/d", "/\"x"), ("/d", "/\\"), ("/d", "/é"), ("/d", "/(a|b)")] {
             let config = DictionaryConfig { path: path.into(), pattern: pattern.into() };
             assert!(config.check().is_err(), "{path} {pattern}");
         }
