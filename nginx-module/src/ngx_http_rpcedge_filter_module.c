@@ -847,7 +847,10 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
         r->headers_out.charset.len = 0;
     }
 
-    /* Vary: what the core adds, in one field line */
+    /*
+     * Vary: what the core adds, in one field line; Available-Dictionary in
+     * a line of its own, below
+     */
 
     vary_encoding = edits->add_vary;
 

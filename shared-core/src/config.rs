@@ -9,7 +9,7 @@ use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{hit_codings, CacheSettings};
+use crate::cache::{hit_codings, CacheSettings, MinLengths};
 use crate::dictionary::DictionaryConfig;
 use crate::negotiate::Coding;
 use crate::transcode::BeaconNetwork;
@@ -623,7 +623,7 @@ impl Settings {
 
     /// The least length a body is compressed from in `coding`.
     pub fn min_length_for(&self, coding: Coding) -> u64 {
-        if coding == Coding::Dcz { self.dictionary_min_length } else { self.min_length }
+        MinLengths { plain: self.min_length, dcz: self.dictionary_min_length }.of(coding)
     }
 
     /// Whether a Content-Type value names a media type to compress.

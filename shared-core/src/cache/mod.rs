@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::negotiate::Coding;
 
-pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, MinLengths, DCZ_HIT_MAX, PLAIN_HOT_MIN};
+pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, MinLengths, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
 pub use head::Head;
