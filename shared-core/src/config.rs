@@ -251,8 +251,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             min_length: 1024,
-            // below this, dcz's 40-byte header leaves little or nothing to save (docs/compression.md)
-            dictionary_min_length: DICTIONARY_MIN_LENGTH,
+            dictionary_min_length: crate::dictionary::MIN_LENGTH,
             max_buffer: MIB,
             level: Level::Auto,
             stream_level: 1,
@@ -309,9 +308,6 @@ pub const FIELDS: [Field; 18] = [
     Field { name: "cache_max_batch", range: 0..=crate::cache::protocol::MAX_LOOKUP_KEYS as u64 },
     Field { name: "cache_lock_timeout_ms", range: 0..=crate::cache::protocol::MAX_LOCK_MS },
 ];
-
-/// `dictionary_min_length`'s default.
-pub const DICTIONARY_MIN_LENGTH: u64 = 64;
 
 /// The largest `max_entry`: a hit of it is 64 MiB of JSON, put together in one piece.
 pub const MAX_ENTRY: u64 = 64 * MIB;
@@ -764,7 +760,7 @@ mod tests {
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
             hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
-            dictionary_min_length: DICTIONARY_MIN_LENGTH,
+            dictionary_min_length: crate::dictionary::MIN_LENGTH,
         };
         assert_eq!(
             Settings::default().cache_settings(),
@@ -785,7 +781,7 @@ mod tests {
             lock_timeout_ms: 0,
             store_timeout_ms: 20_000,
             hit_codings: vec![Coding::Zstd, Coding::Gzip, Coding::Br],
-            dictionary_min_length: DICTIONARY_MIN_LENGTH,
+            dictionary_min_length: crate::dictionary::MIN_LENGTH,
         };
         assert_eq!(s.cache_settings(), &expected);
         let s = Config::from_json(br#"{"encodings": ["deflate", "br", "zstd"]}"#).unwrap();

@@ -45,6 +45,10 @@ pub fn is_named_by(value: &[u8]) -> bool {
     matches!(SF_BINARY.decode_slice(encoded, &mut decoded), Ok(32) if decoded[..32] == hash()[..])
 }
 
+/// `dictionary_min_length`'s default: below it, dcz's 40-byte header leaves little or nothing to
+/// save (docs/compression.md, "Dictionary").
+pub const MIN_LENGTH: u64 = 64;
+
 /// Where the proxy serves the dictionary, and which URLs a client uses it for.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

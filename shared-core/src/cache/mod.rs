@@ -74,7 +74,7 @@ impl Default for CacheSettings {
             lock_timeout_ms: 5000,
             store_timeout_ms: 5000,
             hit_codings: hit_codings(&Coding::DEFAULT_ORDER),
-            dictionary_min_length: crate::config::DICTIONARY_MIN_LENGTH,
+            dictionary_min_length: crate::dictionary::MIN_LENGTH,
         }
     }
 }
