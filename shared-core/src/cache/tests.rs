@@ -448,6 +448,15 @@ fn daemon_keeps(call: &DaemonRequest) -> Vec<u8> {
     Entry::decode(&call.body).unwrap().compact().unwrap()
 }
 
+/// The entry the daemon keeps for `asked` after a miss the node answered with `answer`.
+fn stored_after_a_miss(asked: &str, answer: &str) -> Vec<u8> {
+    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
+    first.next_lookup();
+    first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
+    daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap())
+}
+
 #[test]
 fn a_miss_is_stored_and_the_next_request_is_a_hit_with_its_own_id() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
@@ -477,11 +486,7 @@ fn a_hit_goes_in_the_browsers_best_coding_the_location_offers_and_plain_where_it
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let result = format!(r#"{{"hash":"{HASH}","number":"0x1","extra":"{}"}}"#, "ab".repeat(2000));
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
-    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
-    first.next_lookup();
-    first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
-    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
-    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
+    let stored = stored_after_a_miss(&asked, &answer);
     let browser = [("accept-encoding", "gzip, deflate, br, zstd")];
     let offering = |codings: &[Coding]| CacheSettings { hit_codings: codings.to_vec(), ..settings() };
     let cases = [
@@ -506,11 +511,7 @@ fn a_client_with_the_dictionary_gets_a_small_hit_in_dcz_made_on_the_hit() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let result = format!(r#"{{"hash":"{HASH}","number":"0x13a5c71","gasUsed":"0x1b8a2f","transactions":[]}}"#);
     let answer = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
-    let mut first = exchange(Some("h/mainnet"), Some(asked.as_bytes()), true, false);
-    first.next_lookup();
-    first.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
-    assert!(first.response_head(200, Some(answer.len() as u64), NONE));
-    let stored = daemon_keeps(&first.stores(answer.as_bytes()).remove(0).unwrap());
+    let stored = stored_after_a_miss(&asked, &answer);
     let ours = crate::dictionary::available_dictionary();
     let chromium = "gzip, deflate, br, zstd, dcb, dcz";
     let later = asked.replace("\"id\":7", "\"id\":\"later\"");
