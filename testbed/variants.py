@@ -112,6 +112,8 @@ VARIANTS = [
     Variant("nginx-brotli4", "nginx", "nginx brotli 4", nginx_compression=BROTLI,
             nginx_modules=("ngx_http_brotli_filter_module.so",), accept_encoding="gzip, br"),
     Variant("nginx-rpcedge1", "nginx", "nginx + rpcedge 1", nginx_compression=rpcedge_nginx(1), rpcedge=True),
+    Variant("nginx-rpcedge3", "nginx", "nginx + rpcedge 3", nginx_compression=rpcedge_nginx(3), rpcedge=True),
+    Variant("nginx-rpcedge5", "nginx", "nginx + rpcedge 5", nginx_compression=rpcedge_nginx(5), rpcedge=True),
     Variant("nginx-rpcedge6", "nginx", "nginx + rpcedge 6", nginx_compression=rpcedge_nginx(6), rpcedge=True),
     Variant("nginx-rpcedge-default", "nginx", "nginx + rpcedge (defaults: level auto)",
             nginx_compression=rpcedge_nginx(), rpcedge=True),
@@ -124,6 +126,13 @@ VARIANTS = [
             rpcedge=True),
     Variant("envoy-rpcedge-native-default", "envoy", "Envoy + rpcedge native (defaults)",
             envoy_plugin=rpcedge_plugin(), rpcedge=True, envoy_adapter="native"),
+    # Fixed levels beside `auto`, for the level it takes by size (loadtest/results/level.md).
+    Variant("envoy-rpcedge-native1", "envoy", "Envoy + rpcedge native 1", envoy_plugin=rpcedge_plugin(1),
+            rpcedge=True, envoy_adapter="native"),
+    Variant("envoy-rpcedge-native3", "envoy", "Envoy + rpcedge native 3", envoy_plugin=rpcedge_plugin(3),
+            rpcedge=True, envoy_adapter="native"),
+    Variant("envoy-rpcedge-native5", "envoy", "Envoy + rpcedge native 5", envoy_plugin=rpcedge_plugin(5),
+            rpcedge=True, envoy_adapter="native"),
     # A browser's Accept-Encoding (Chromium's) against the gzip-only clients above: rpcedge by
     # its defaults sends zstd; and br for a client that takes only br, beside Envoy's zstd and
     # brotli compressors (their defaults) and nginx's brotli module (above).
