@@ -34,11 +34,16 @@ GETH := build/bin/geth
 GO := $(firstword $(wildcard /usr/local/go/bin/go) go)
 export RPCEDGE_GETH := $(abspath $(GETH))
 
+# Toxiproxy, pinned, from the Go module proxy (as the machine's Go is set up), for the fault matrix
+# (testbed/faults.py): its server alone, into build/bin.
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY := build/bin/toxiproxy-server
+
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode cache_lookup cache_entry
 
-.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz faults asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
@@ -47,6 +52,7 @@ help:
 	@echo "make bench  install what is needed, run the benchmarks"
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
 	@echo "make deb    Debian packages of the nginx module and the cache daemon, into build/deb/"
+	@echo "make faults the fault matrix: each host under load while a part misbehaves (RELIABILITY.md)"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -95,6 +101,12 @@ $(GETH): | $(STAMPS)/apt
 
 geth: $(GETH)
 
+$(TOXIPROXY): | $(STAMPS)/apt
+	@mkdir -p $(@D)/toxiproxy
+	GOBIN=$(abspath $(@D))/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv $(@D)/toxiproxy/server $@
+	rmdir $(@D)/toxiproxy
+
 # Real JS clients for the real-node tests (ethers v6, viem; tests/clients/package.json) from the
 # machine's npm registry; Node.js and npm from Debian where the machine has no npm of its own.
 $(STAMPS)/clients: tests/clients/package.json | $(STAMPS)/apt
@@ -109,11 +121,17 @@ test-rust: build
 	$(CARGO) test --release --locked -p rpcedge-envoy-filter
 
 # The slowest tests are listed at the end: where CI's time goes.
-test-e2e: build $(GETH) $(STAMPS)/clients
+test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic
 	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25
 
 test: test-rust test-e2e test-fuzz
+
+# The whole fault matrix (tests/test_faults.py runs its short form): RELIABILITY.md's table, into
+# loadtest/results/faults.md; FAULT_SECONDS of load per cell.
+FAULT_SECONDS ?= 15
+faults: build $(TOXIPROXY)
+	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
 
 # cargo fuzz needs nightly Rust (the machine's rustup has it; installed if not).
 $(STAMPS)/fuzz: $(STAMPS)/rust

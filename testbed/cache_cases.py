@@ -10,7 +10,8 @@ from pathlib import Path
 
 from testbed import replay_corpus as rc
 from testbed.counters import scrape
-from testbed.envoy_harness import COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, without_route_namespaces
+from testbed.envoy_harness import (COMPRESSION_PLUGIN_CONFIG, ENVOY_HOSTS, run_envoy, with_route_timeouts,
+                                   without_route_namespaces)
 from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached, start_replay
 from testbed.nginx_harness import free_port, start_nginx
 from testbed.stack import BEACON, NETWORKS
@@ -151,6 +152,31 @@ def logs_by_range(request, response):
     ends = [(_log_filter(request, response) or {}).get(end) for end in ("fromBlock", "toBlock")]
     numbers = all(isinstance(end, str) and end.startswith("0x") for end in ends)
     return numbers and int(ends[0], 16) < int(ends[1], 16)
+
+
+# the proxies' max_buffer in the tests: a longer answer streams
+MAX_BUFFER = 1 << 20
+TRACE_METHODS = ("debug_traceBlockByNumber", "debug_traceBlockByHash", "debug_traceTransaction", "trace_block",
+                 "trace_replayBlockTransactions", "trace_replayTransaction")
+
+
+def streamed_traces(limit=3, corpus=CORPUS):
+    """Recorded traces whose answers are over max_buffer (and under 8 MiB, to keep rounds of
+    them short), each with its network."""
+    found = []
+    for relative in rc.corpus_files(corpus):
+        if Path(relative).parts[0] not in TRACE_METHODS or not rc.network_of(relative):
+            continue
+        if (Path(corpus) / relative).stat().st_size > 8 << 20:
+            continue
+        for request, response in rc.read_pairs(Path(corpus) / relative):
+            if isinstance(request, dict) and isinstance(response, dict) and MAX_BUFFER < size(response) < 8 << 20:
+                found.append(Case(rc.network_of(relative), request["method"], request, response))
+                break
+        if len(found) == limit:
+            break
+    assert found, "the corpus has traces over max_buffer"
+    return found
 
 
 def batch_case(corpus=CORPUS):
@@ -372,8 +398,12 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     """nginx (`workers` workers), OpenResty ("openresty": the Lua binding; "openresty-proxied": its
     proxy_pass form) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
     CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
-    stack's node."""
+    stack's node; `node_timeout_s`, how long the node may take to answer (the hosts' defaults
+    otherwise)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    node_timeout_s = options.pop("node_timeout_s", None)
+    if node_timeout_s and not host.startswith("envoy"):
+        options["extra"] = options.get("extra", "") + f"\n        proxy_read_timeout {node_timeout_s}s;"
     if host == "nginx":
         port = free_port()
         (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
@@ -390,6 +420,8 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
                      pids=[nginx.process.proc.pid, *nginx.worker_pids()])
     # the example's routes name each network's namespace; `namespace` puts every request in one
     text = without_route_namespaces() if options.get("namespace") else None
+    if node_timeout_s:
+        text = with_route_timeouts(node_timeout_s, text)
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,
                       argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host])
     return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid])

@@ -96,6 +96,13 @@ def without_route_namespaces(text=None):
     return "".join(lines)
 
 
+def with_route_timeouts(seconds, text=None):
+    """The example config (or `text`) with every route's timeout `seconds`."""
+    text = EXAMPLE.read_text() if text is None else text
+    assert "timeout: 120s," in text, "the Envoy example's routes no longer time out at 120 s"
+    return text.replace("timeout: 120s,", f"timeout: {seconds}s,")
+
+
 def replace_rpcedge_entry(text, entry):
     """The config with its rpcedge http_filters entry replaced by `entry` (YAML already indented
     as an entry of that list; "" removes it)."""

@@ -9,42 +9,16 @@ a 503) fails the rounds after it."""
 import concurrent.futures
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
 from testbed import cache_cases as cc
-from testbed import replay_corpus as rc
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
-from testbed.harness import CORPUS
 
 HOSTS = ["nginx", *ENVOY_HOSTS, "openresty", "openresty-proxied"]
 ROUNDS = 8
-# the proxies' max_buffer: a longer answer streams
-MAX_BUFFER = 1 << 20
 MIN_LENGTH = 1024
-TRACE_METHODS = ("debug_traceBlockByNumber", "debug_traceBlockByHash", "debug_traceTransaction", "trace_block",
-                 "trace_replayBlockTransactions", "trace_replayTransaction")
-
-
-def streamed_traces(limit=3):
-    """Recorded traces whose answers are over max_buffer (and under 8 MiB, to keep the rounds
-    short), each with its network."""
-    found = []
-    for relative in rc.corpus_files(CORPUS):
-        if Path(relative).parts[0] not in TRACE_METHODS or not rc.network_of(relative):
-            continue
-        if (Path(CORPUS) / relative).stat().st_size > 8 << 20:
-            continue
-        for request, response in rc.read_pairs(Path(CORPUS) / relative):
-            if isinstance(request, dict) and isinstance(response, dict) and MAX_BUFFER < cc.size(response) < 8 << 20:
-                found.append(cc.Case(rc.network_of(relative), request["method"], request, response))
-                break
-        if len(found) == limit:
-            break
-    assert found, "the corpus has traces over max_buffer"
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +26,7 @@ def cases():
     # blocks of one network, which a batch may mix
     network = cc.find(cc.block_by_hash).network
     blocks = cc.find_all(cc.block_by_hash)
-    return {"traces": streamed_traces(), "blocks": [b for b in blocks if b.network == network][:ROUNDS]}
+    return {"traces": cc.streamed_traces(), "blocks": [b for b in blocks if b.network == network][:ROUNDS]}
 
 
 @pytest.fixture(scope="module")

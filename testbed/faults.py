@@ -1,0 +1,269 @@
+"""The fault matrix (issue 47): each host under load while one part misbehaves, every answer judged
+against the node's recording.
+
+A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
+cache daemon). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
+connections as fast as they are answered; each answer is judged (`judge`):
+
+    right    the node's answer, whole (decoded equal; a batch, equal as JSON)
+    error    a whole response with a status other than 200: the proxy said it failed
+    cut      the connection ended before the framing said the response was whole
+    timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up
+    wrong    a whole response with status 200 whose body is not the node's answer (or does not
+             decode): a corrupt or truncated body presented as whole. Must be 0 in every cell.
+
+Then the fault is removed, and the time until a round of every kind of request is right again
+is its recovery.
+"""
+
+import json
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from testbed import cache_cases as cc
+from testbed import wire
+
+OUTCOMES = ("right", "error", "cut", "timeout", "wrong")
+LOAD_THREADS = 16
+CLIENT_TIMEOUT = 30
+RECOVERY_LIMIT = 60
+# The upstream timeout the matrix runs the proxies with (nginx's proxy_read_timeout, Envoy's route
+# timeout), so that a node that never answers costs a cell seconds, not the 60 s and 120 s of
+# nginx's default and the Envoy example's.
+NODE_TIMEOUT_S = 5
+# The cache lookup's timeout in the matrix: the example configs' (the tests' own is longer, for
+# their expected cache statuses on a loaded machine; here only the answers are judged).
+LOOKUP_TIMEOUT_MS = 50
+ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
+    attributes), the link taken down (`down`), or a signal to the daemon's process (SIGSTOP: hung
+    until SIGCONT; SIGKILL: dead until started again on its store)."""
+    name: str
+    link: str
+    what: str
+    toxics: tuple = ()
+    down: bool = False
+    signal: int = 0
+    # whether every answer must still be right (a cache fault must never cost an answer)
+    all_right: bool = False
+
+
+FAULTS = [
+    Fault("node-latency", "node", "the node answers 100 ms late (±50 ms)",
+          (("latency", "downstream", 1.0, {"latency": 100, "jitter": 50}),), all_right=True),
+    Fault("node-slicer", "node", "the node's bytes arrive in slices of ~64 B",
+          (("slicer", "downstream", 1.0, {"average_size": 64, "size_variation": 48, "delay": 20}),),
+          all_right=True),
+    Fault("node-bandwidth", "node", "the node sends at 1 MB/s per connection",
+          (("bandwidth", "downstream", 1.0, {"rate": 1000}),), all_right=True),
+    Fault("node-slow-close", "node", "the node's connections close 1 s after it is done",
+          (("slow_close", "downstream", 1.0, {"delay": 1000}),), all_right=True),
+    Fault("node-reset-before-headers", "node", "half the node's connections reset as the request arrives",
+          (("reset_peer", "upstream", 0.5, {"timeout": 0}),)),
+    Fault("node-cut-mid-body", "node", "the node's connections close after 256 KiB",
+          (("limit_data", "downstream", 1.0, {"bytes": 256 * 1024}),)),
+    Fault("node-never-answers", "node", "the node takes requests and never answers",
+          (("timeout", "downstream", 1.0, {"timeout": 0}),)),
+    Fault("node-down", "node", "the node refuses connections", down=True),
+    Fault("daemon-latency", "daemon", "the daemon answers 200 ms late, past the 50 ms lookup timeout",
+          (("latency", "downstream", 1.0, {"latency": 200}),), all_right=True),
+    Fault("daemon-reset", "daemon", "the daemon's connections reset",
+          (("reset_peer", "upstream", 1.0, {"timeout": 0}),), all_right=True),
+    Fault("daemon-cut", "daemon", "the daemon's connections close after 3000 bytes",
+          (("limit_data", "downstream", 1.0, {"bytes": 3000}),), all_right=True),
+    Fault("daemon-hung", "daemon", "the daemon's answers are lost on the wire, its connections left open",
+          (("timeout", "downstream", 1.0, {"timeout": 0}),), all_right=True),
+    Fault("daemon-down", "daemon", "the daemon refuses connections", down=True, all_right=True),
+    Fault("daemon-sigstop", "daemon", "the daemon's process is stopped (SIGSTOP), then continued",
+          signal=signal.SIGSTOP, all_right=True),
+    Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
+          signal=signal.SIGKILL, all_right=True),
+]
+
+# the hosts of the matrix; OpenResty in the Lua binding's capture form
+HOSTS = ("nginx", "envoy", "envoy-native", "openresty")
+
+
+@dataclass
+class Request:
+    path: str
+    body: bytes
+    expected: bytes
+    batch: bool = False
+
+
+def mix_cases():
+    """What the clients ask, by kind: answers the cache keeps (blocks, receipts), ones it passes
+    (a balance at latest, the block number), traces that stream (over max_buffer) and a batch."""
+    blocks = cc.find_all(cc.block_by_hash, limit=8)
+    return {
+        "block": blocks,
+        "receipt": cc.find_all(cc.receipt, limit=8),
+        "latest": cc.find_all(cc.at_tag, limit=4) + cc.find_all(cc.not_in_the_table, limit=2),
+        "trace": cc.streamed_traces(limit=2),
+        "batch": [cc.batch_case()],
+    }
+
+
+def networks(cases):
+    return [case.network for kind in cases.values() for case in kind]
+
+
+def request_of(kind, case, id_):
+    if kind == "batch":
+        return Request(case.path, json.dumps(case.request).encode(), json.dumps(case.response).encode(), batch=True)
+    return Request(case.path, case.body(id_), case.answer(id_))
+
+
+def judge(response, request):
+    """One answer's outcome (see the module's notes)."""
+    if response.status == 0 or not response.complete:
+        return "cut"
+    if response.status != 200:
+        return "error"
+    try:
+        body = response.decoded()
+        return "right" if (json.loads(body) == json.loads(request.expected) if request.batch
+                           else body == request.expected) else "wrong"
+    except Exception:  # noqa: BLE001 - a body that does not decode is a wrong one, whatever the cause
+        return "wrong"
+
+
+def ask(port, request, accept_encoding):
+    try:
+        response = wire.request(port, request.path, "POST", {"Content-Type": "application/json"}, request.body,
+                                accept_encoding=accept_encoding, timeout=CLIENT_TIMEOUT)
+    except TimeoutError:
+        return "timeout", None
+    except (AssertionError, IndexError, ValueError, OSError):  # a head cut short or garbled, a refused connection
+        return "cut", None
+    return judge(response, request), response
+
+
+@dataclass
+class Tally:
+    counts: Counter = field(default_factory=Counter)
+    wrong: list = field(default_factory=list)  # (kind, accept_encoding, status, headers) of each wrong answer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, outcome, kind, accept_encoding, response):
+        with self.lock:
+            self.counts[outcome] += 1
+            if outcome == "wrong" and len(self.wrong) < 10:
+                self.wrong.append((kind, accept_encoding, response and response.status,
+                                   response and response.headers))
+
+
+def load(port, cases, seconds, seed=0, threads=LOAD_THREADS):
+    """The mix through the proxy at `port` from `threads` clients for `seconds`: the tally."""
+    tally, deadline = Tally(), time.monotonic() + seconds
+    kinds = [kind for kind, found in cases.items() for _ in found]
+
+    def client(number):
+        rng = random.Random(seed * 1000 + number)
+        while time.monotonic() < deadline:
+            kind = rng.choice(kinds)
+            case, accept_encoding = rng.choice(cases[kind]), rng.choice(ACCEPT_ENCODINGS)
+            request = request_of(kind, case, rng.randrange(1, 1 << 30))
+            outcome, response = ask(port, request, accept_encoding)
+            tally.add(outcome, kind, accept_encoding, response)
+
+    workers = [threading.Thread(target=client, args=(number,), daemon=True) for number in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(seconds + CLIENT_TIMEOUT + 10)
+    return tally
+
+
+def recovery(port, cases, tally):
+    """Seconds from the fault's end to the first round of one request of each kind in each
+    coding that is all right, or None when none is within RECOVERY_LIMIT; then every case is
+    asked once more in each coding. A wrong answer in either is added to `tally`: what the fault
+    left behind (an answer the cache kept cut) counts as much as what went out during it."""
+    started, recovered = time.monotonic(), None
+    while recovered is None and time.monotonic() - started < RECOVERY_LIMIT:
+        round_started = time.monotonic()
+        outcomes = [after(port, kind, found[0], accept_encoding, tally)
+                    for kind, found in cases.items() for accept_encoding in ACCEPT_ENCODINGS]
+        if all(outcome == "right" for outcome in outcomes):
+            recovered = round_started - started
+        else:
+            time.sleep(0.2)
+    for kind, found in cases.items():
+        for case in found:
+            for accept_encoding in ACCEPT_ENCODINGS:
+                after(port, kind, case, accept_encoding, tally)
+    return recovered
+
+
+def after(port, kind, case, accept_encoding, tally):
+    """One request once the fault is gone; only a wrong answer is tallied."""
+    outcome, response = ask(port, request_of(kind, case, 7), accept_encoding)
+    if outcome == "wrong":
+        tally.add(outcome, f"{kind}, after the fault", accept_encoding, response)
+    return outcome
+
+
+class FaultedStack:
+    """A cache stack (cc.CacheStack) as the proxies see it: its node and daemon each behind a
+    Toxiproxy link, named "node" and "daemon"."""
+
+    def __init__(self, stack, toxiproxy):
+        self.stack, self.toxiproxy = stack, toxiproxy
+        self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
+        self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
+        self.stores = 0
+
+    def empty_cache(self):
+        """A daemon on an empty store in place of the running one, on its port: the node's faults
+        then meet misses (and their herds) as well as answers the cache never keeps."""
+        self.stores += 1
+        port = self.stack.daemon.port
+        self.stack.daemon.process.stop()
+        self.stack.start_daemon(db_name=f"db-{self.stores}", port=port)
+
+    def inject(self, fault):
+        if fault.down:
+            self.toxiproxy.set_enabled(fault.link, False)
+        for kind, stream, toxicity, attributes in fault.toxics:
+            self.toxiproxy.add(fault.link, kind, stream, toxicity, **attributes)
+        if fault.signal:
+            self.stack.daemon.process.proc.send_signal(fault.signal)
+
+    def heal(self, fault):
+        self.toxiproxy.reset()
+        daemon = self.stack.daemon
+        if fault.signal == signal.SIGSTOP:
+            daemon.process.proc.send_signal(signal.SIGCONT)
+        elif fault.signal == signal.SIGKILL:
+            daemon.process.proc.wait()
+            self.stack.start_daemon(port=daemon.port)
+
+
+def start_proxy(host, workdir, stack):
+    """`host` in front of the faulted stack with the matrix's timeouts, the cache on, no hot tier
+    (every lookup reaches the daemon)."""
+    return cc.start_proxy(host, workdir, stack, node_timeout_s=NODE_TIMEOUT_S, timeout_ms=LOOKUP_TIMEOUT_MS)
+
+
+def run_cell(stack, port, fault, cases, seconds, seed=0):
+    """One cell: the tally under the fault (a node's on an empty cache), then the recovery
+    (seconds) once it is gone."""
+    if fault.link == "node":
+        stack.empty_cache()
+    stack.inject(fault)
+    try:
+        tally = load(port, cases, seconds, seed)
+    finally:
+        stack.heal(fault)
+    return tally, recovery(port, cases, tally)

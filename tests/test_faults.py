@@ -1,0 +1,47 @@
+"""The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
+RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
+behind Toxiproxy. No answer may be wrong (a corrupt or cut body presented as whole); where the
+fault is the cache's, every answer must still be right; and once the fault is gone, answers are
+right again."""
+
+import pytest
+
+from testbed import cache_cases as cc
+from testbed import faults
+from testbed.toxiproxy import Toxiproxy
+
+SHORT = ("node-slicer", "node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "daemon-cut",
+         "daemon-sigstop")
+SECONDS = 3
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return faults.mix_cases()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, cases):
+    log_dir = tmp_path_factory.mktemp("faults")
+    stack = cc.CacheStack(log_dir, faults.networks(cases))
+    toxiproxy = Toxiproxy(log_dir)
+    yield faults.FaultedStack(stack, toxiproxy)
+    toxiproxy.stop()
+    stack.stop()
+
+
+@pytest.fixture(scope="module", params=faults.HOSTS)
+def proxy(request, tmp_path_factory, stack):
+    proxy = faults.start_proxy(request.param, tmp_path_factory.mktemp(request.param), stack)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.name in SHORT], ids=lambda f: f.name)
+def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, stack, fault, cases):
+    tally, recovered = faults.run_cell(stack, proxy.port, fault, cases, SECONDS)
+    assert tally.counts["wrong"] == 0, tally.wrong
+    assert sum(tally.counts.values()) > 0
+    if fault.all_right:
+        assert set(tally.counts) == {"right"}, tally.counts
+    assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"
