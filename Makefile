@@ -106,6 +106,7 @@ $(TOXIPROXY): | $(STAMPS)/apt
 	GOBIN=$(abspath $(@D))/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	mv $(@D)/toxiproxy/server $@
 	rmdir $(@D)/toxiproxy
+	$(GO) version -m $@ | grep -q 'toxiproxy/v2[[:space:]]*$(TOXIPROXY_VERSION)[[:space:]]'
 
 # Real JS clients for the real-node tests (ethers v6, viem; tests/clients/package.json) from the
 # machine's npm registry; Node.js and npm from Debian where the machine has no npm of its own.

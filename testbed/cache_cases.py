@@ -465,15 +465,15 @@ class CacheStack:
         self.daemon = None
         self.start_daemon()
 
-    def fresh_daemon(self):
-        """Replaces the daemon with one on an empty store, and the `late` namespace's finality
-        with block 0, so that a test starts from nothing."""
+    def fresh_daemon(self, port=None):
+        """Replaces the daemon with one on an empty store (on `port`, or a free one), and the
+        `late` namespace's finality with block 0, so that a test starts from nothing."""
         if self.daemon:
             self.daemon.process.stop()
         self.daemons_started = getattr(self, "daemons_started", 0) + 1
         assert self.heads.request("PUT", f"/head/{self.LATE}/finalized", b"0")[0] == 200
         assert self.heads.request("PUT", f"/head/{self.BEACON}/finalized", str(self.BEACON_FINAL).encode())[0] == 200
-        self.start_daemon(db_name=f"db-{self.daemons_started}")
+        self.start_daemon(db_name=f"db-{self.daemons_started}", port=port)
         self.wait_for_finality(self.LATE, 0)
         return self.daemon
 

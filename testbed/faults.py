@@ -10,10 +10,13 @@ connections as fast as they are answered; each answer is judged (`judge`):
     cut      the connection ended before the framing said the response was whole
     timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up
     wrong    a whole response with status 200 whose body is not the node's answer (or does not
-             decode): a corrupt or truncated body presented as whole. Must be 0 in every cell.
+             decode), or more bytes than its Content-Length: a corrupt or truncated body
+             presented as whole. Must be 0 in every cell.
+    garbled  bytes that are no HTTP response (a bad status line, a bad chunk size). Must be 0.
 
 Then the fault is removed, and the time until a round of every kind of request is right again
-is its recovery.
+is its recovery; then every case is asked once more in each coding, and each of those answers
+must be right.
 """
 
 import json
@@ -28,13 +31,15 @@ from types import SimpleNamespace
 from testbed import cache_cases as cc
 from testbed import wire
 
-OUTCOMES = ("right", "error", "cut", "timeout", "wrong")
+OUTCOMES = ("right", "error", "cut", "timeout", "wrong", "garbled")
+# outcomes that no cell may have
+NEVER = ("wrong", "garbled")
 LOAD_THREADS = 16
 CLIENT_TIMEOUT = 30
 RECOVERY_LIMIT = 60
 # The upstream timeout the matrix runs the proxies with (nginx's proxy_read_timeout, Envoy's route
-# timeout), so that a node that never answers costs a cell seconds, not the 60 s and 120 s of
-# nginx's default and the Envoy example's.
+# timeout), so that a node that never answers costs a cell seconds, not the examples' 300 s
+# (nginx) and 120 s (Envoy).
 NODE_TIMEOUT_S = 5
 # The cache lookup's timeout in the matrix: the example configs' (the tests' own is longer, for
 # their expected cache statuses on a loaded machine; here only the answers are judged).
@@ -52,7 +57,7 @@ class Fault:
     what: str
     toxics: tuple = ()
     down: bool = False
-    signal: int = 0
+    daemon_signal: int = 0
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
 
@@ -84,9 +89,9 @@ FAULTS = [
           (("timeout", "downstream", 1.0, {"timeout": 0}),), all_right=True),
     Fault("daemon-down", "daemon", "the daemon refuses connections", down=True, all_right=True),
     Fault("daemon-sigstop", "daemon", "the daemon's process is stopped (SIGSTOP), then continued",
-          signal=signal.SIGSTOP, all_right=True),
+          daemon_signal=signal.SIGSTOP, all_right=True),
     Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
-          signal=signal.SIGKILL, all_right=True),
+          daemon_signal=signal.SIGKILL, all_right=True),
 ]
 
 # the hosts of the matrix; OpenResty in the Lua binding's capture form
@@ -126,6 +131,9 @@ def request_of(kind, case, id_):
 
 def judge(response, request):
     """One answer's outcome (see the module's notes)."""
+    length = response.header("content-length")
+    if length is not None and not response.chunked and len(response.raw) > int(length):
+        return "wrong"  # a client stops at Content-Length and takes what it read as whole
     if response.status == 0 or not response.complete:
         return "cut"
     if response.status != 200:
@@ -144,21 +152,25 @@ def ask(port, request, accept_encoding):
                                 accept_encoding=accept_encoding, timeout=CLIENT_TIMEOUT)
     except TimeoutError:
         return "timeout", None
-    except (AssertionError, IndexError, ValueError, OSError):  # a head cut short or garbled, a refused connection
+    except (AssertionError, OSError):  # a head cut short (wire.parse asserts its end), a refused connection
         return "cut", None
+    except (IndexError, ValueError):  # a status line or a chunk size that does not parse
+        return "garbled", None
     return judge(response, request), response
 
 
 @dataclass
 class Tally:
-    counts: Counter = field(default_factory=Counter)
-    wrong: list = field(default_factory=list)  # (kind, accept_encoding, status, headers) of each wrong answer
+    counts: Counter = field(default_factory=Counter)  # under the fault
+    after: Counter = field(default_factory=Counter)  # the last round, once recovered
+    # (kind, accept_encoding, status, headers) of the first answers that must never be
+    wrong: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, outcome, kind, accept_encoding, response):
+    def add(self, outcome, kind, accept_encoding, response, counts=None):
         with self.lock:
-            self.counts[outcome] += 1
-            if outcome == "wrong" and len(self.wrong) < 10:
+            (self.counts if counts is None else counts)[outcome] += 1
+            if outcome in NEVER and len(self.wrong) < 10:
                 self.wrong.append((kind, accept_encoding, response and response.status,
                                    response and response.headers))
 
@@ -168,20 +180,29 @@ def load(port, cases, seconds, seed=0, threads=LOAD_THREADS):
     tally, deadline = Tally(), time.monotonic() + seconds
     kinds = [kind for kind, found in cases.items() for _ in found]
 
+    failures = []
+
     def client(number):
         rng = random.Random(seed * 1000 + number)
-        while time.monotonic() < deadline:
-            kind = rng.choice(kinds)
-            case, accept_encoding = rng.choice(cases[kind]), rng.choice(ACCEPT_ENCODINGS)
-            request = request_of(kind, case, rng.randrange(1, 1 << 30))
-            outcome, response = ask(port, request, accept_encoding)
-            tally.add(outcome, kind, accept_encoding, response)
+        try:
+            while time.monotonic() < deadline:
+                kind = rng.choice(kinds)
+                case, accept_encoding = rng.choice(cases[kind]), rng.choice(ACCEPT_ENCODINGS)
+                request = request_of(kind, case, rng.randrange(1, 1 << 30))
+                outcome, response = ask(port, request, accept_encoding)
+                tally.add(outcome, kind, accept_encoding, response)
+        except Exception as error:  # noqa: BLE001 - the harness's own failure, raised below
+            failures.append(error)
 
     workers = [threading.Thread(target=client, args=(number,), daemon=True) for number in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(seconds + CLIENT_TIMEOUT + 10)
+        worker.join(max(0, deadline - time.monotonic()) + CLIENT_TIMEOUT + 10)
+    if failures:
+        raise RuntimeError(f"a client of the load failed: {failures[0]!r}") from failures[0]
+    if any(worker.is_alive() for worker in workers):
+        raise RuntimeError("a client of the load still waits for its answer")
     return tally
 
 
@@ -202,52 +223,48 @@ def recovery(port, cases, tally):
     for kind, found in cases.items():
         for case in found:
             for accept_encoding in ACCEPT_ENCODINGS:
-                after(port, kind, case, accept_encoding, tally)
+                outcome, response = ask(port, request_of(kind, case, 7), accept_encoding)
+                tally.add(outcome, f"{kind}, after the fault", accept_encoding, response, tally.after)
     return recovered
 
 
 def after(port, kind, case, accept_encoding, tally):
-    """One request once the fault is gone; only a wrong answer is tallied."""
+    """One request of the recovery; only an answer that must never be is tallied."""
     outcome, response = ask(port, request_of(kind, case, 7), accept_encoding)
-    if outcome == "wrong":
+    if outcome in NEVER:
         tally.add(outcome, f"{kind}, after the fault", accept_encoding, response)
     return outcome
 
 
 class FaultedStack:
-    """A cache stack (cc.CacheStack) as the proxies see it: its node and daemon each behind a
-    Toxiproxy link, named "node" and "daemon"."""
+    """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
+    `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones."""
 
     def __init__(self, stack, toxiproxy):
         self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
-        self.stores = 0
-
-    def empty_cache(self):
-        """A daemon on an empty store in place of the running one, on its port: the node's faults
-        then meet misses (and their herds) as well as answers the cache never keeps."""
-        self.stores += 1
-        port = self.stack.daemon.port
-        self.stack.daemon.process.stop()
-        self.stack.start_daemon(db_name=f"db-{self.stores}", port=port)
 
     def inject(self, fault):
         if fault.down:
             self.toxiproxy.set_enabled(fault.link, False)
         for kind, stream, toxicity, attributes in fault.toxics:
             self.toxiproxy.add(fault.link, kind, stream, toxicity, **attributes)
-        if fault.signal:
-            self.stack.daemon.process.proc.send_signal(fault.signal)
+        if fault.daemon_signal:
+            self.stack.daemon.process.proc.send_signal(fault.daemon_signal)
 
     def heal(self, fault):
-        self.toxiproxy.reset()
+        """The daemon continued (or started again on the store it was killed on) first, so that
+        a failing Toxiproxy leaves no daemon stopped."""
         daemon = self.stack.daemon
-        if fault.signal == signal.SIGSTOP:
-            daemon.process.proc.send_signal(signal.SIGCONT)
-        elif fault.signal == signal.SIGKILL:
-            daemon.process.proc.wait()
-            self.stack.start_daemon(port=daemon.port)
+        try:
+            if fault.daemon_signal == signal.SIGSTOP:
+                daemon.process.proc.send_signal(signal.SIGCONT)
+            elif fault.daemon_signal == signal.SIGKILL:
+                daemon.process.proc.wait()
+                self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
+        finally:
+            self.toxiproxy.reset()
 
 
 def start_proxy(host, workdir, stack):
@@ -260,9 +277,11 @@ def run_cell(stack, port, fault, cases, seconds, seed=0):
     """One cell: the tally under the fault (a node's on an empty cache), then the recovery
     (seconds) once it is gone."""
     if fault.link == "node":
-        stack.empty_cache()
-    stack.inject(fault)
+        # an empty cache, on the daemon's port (its link's far end): the node's faults then meet
+        # misses (and their herds) as well as answers the cache never keeps
+        stack.stack.fresh_daemon(port=stack.stack.daemon.port)
     try:
+        stack.inject(fault)
         tally = load(port, cases, seconds, seed)
     finally:
         stack.heal(fault)

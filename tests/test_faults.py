@@ -1,8 +1,8 @@
 """The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
 RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
-behind Toxiproxy. No answer may be wrong (a corrupt or cut body presented as whole); where the
-fault is the cache's, every answer must still be right; and once the fault is gone, answers are
-right again."""
+behind Toxiproxy. No answer may be wrong (a corrupt or cut body presented as whole) or garbled;
+where the fault is the cache's, every answer must still be right; and once the fault is gone,
+every case is answered right again."""
 
 import pytest
 
@@ -24,7 +24,11 @@ def cases():
 def stack(tmp_path_factory, cases):
     log_dir = tmp_path_factory.mktemp("faults")
     stack = cc.CacheStack(log_dir, faults.networks(cases))
-    toxiproxy = Toxiproxy(log_dir)
+    try:
+        toxiproxy = Toxiproxy(log_dir)
+    except BaseException:
+        stack.stop()
+        raise
     yield faults.FaultedStack(stack, toxiproxy)
     toxiproxy.stop()
     stack.stop()
@@ -40,8 +44,9 @@ def proxy(request, tmp_path_factory, stack):
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.name in SHORT], ids=lambda f: f.name)
 def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, stack, fault, cases):
     tally, recovered = faults.run_cell(stack, proxy.port, fault, cases, SECONDS)
-    assert tally.counts["wrong"] == 0, tally.wrong
+    assert not any(tally.counts[outcome] for outcome in faults.NEVER), (tally.counts, tally.wrong)
     assert sum(tally.counts.values()) > 0
     if fault.all_right:
         assert set(tally.counts) == {"right"}, tally.counts
     assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"
+    assert set(tally.after) == {"right"}, (tally.after, tally.wrong)
