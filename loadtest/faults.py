@@ -43,7 +43,8 @@ def shares(cell):
     """A matrix cell: each outcome's share of the answers, and the recovery."""
     counts = cell["counts"]
     total = sum(counts.values()) or 1
-    percent = lambda count: f"{100 * count / total:.{1 if count * 100 < total else 0}f} %"  # noqa: E731
+    # one decimal near the ends, so that 99.8 % does not read as all
+    percent = lambda count: f"{100 * count / total:.{1 if 0 < min(count, total - count) * 100 < total else 0}f} %"  # noqa: E731
     parts = [f"{percent(counts[o])} {o}" for o in faults.OUTCOMES if counts.get(o) and o not in faults.NEVER]
     wrong = never(cell)
     recovered = "none" if cell["recovery_s"] is None else f"{cell['recovery_s']:.1f} s"
