@@ -31,12 +31,15 @@ def never(cell):
     return sum(counts.get(o, 0) for o in faults.NEVER) + sum(n for o, n in after.items() if o != "right")
 
 
+def recovery_text(cell):
+    return "none" if cell["recovery_s"] is None else f"{cell['recovery_s']:.1f} s"
+
+
 def cell_text(cell):
     counts = cell["counts"]
     total = sum(counts.values())
     shares = ", ".join(f"{counts[o]} {o}" for o in faults.OUTCOMES if counts.get(o))
-    recovered = "not within the limit" if cell["recovery_s"] is None else f"{cell['recovery_s']:.1f} s"
-    return total, shares, never(cell), recovered
+    return total, shares, never(cell), recovery_text(cell)
 
 
 def shares(cell):
@@ -47,8 +50,7 @@ def shares(cell):
     percent = lambda count: f"{100 * count / total:.{1 if 0 < min(count, total - count) * 100 < total else 0}f} %"  # noqa: E731
     parts = [f"{percent(counts[o])} {o}" for o in faults.OUTCOMES if counts.get(o) and o not in faults.NEVER]
     wrong = never(cell)
-    recovered = "none" if cell["recovery_s"] is None else f"{cell['recovery_s']:.1f} s"
-    return f"{', '.join(parts)}; {f'**{wrong} wrong**' if wrong else '0 wrong'}; {recovered}"
+    return f"{', '.join(parts)}; {f'**{wrong} wrong**' if wrong else '0 wrong'}; {recovery_text(cell)}"
 
 
 def matrix(cells):
@@ -107,28 +109,25 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
     stack = cc.CacheStack(WORK, faults.networks(cases))
-    toxiproxy = None
     cells = []
     try:
-        toxiproxy = Toxiproxy(WORK)
-        faulted = faults.FaultedStack(stack, toxiproxy)
-        for host in hosts:
-            proxy = faults.start_proxy(host, WORK / host, faulted)
-            try:
-                for seed, fault in enumerate(chosen):
-                    tally, recovered = faults.run_cell(faulted, proxy.port, fault, cases, args.seconds, seed)
-                    cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
-                            "after": dict(tally.after), "recovery_s": recovered,
-                            "wrong_examples": [repr(w) for w in tally.wrong]}
-                    cells.append(cell)
-                    total, shares, wrong, recovery = cell_text(cell)
-                    print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "
-                          f"recovery {recovery}", flush=True)
-            finally:
-                proxy.stop()
+        with Toxiproxy(WORK) as toxiproxy:
+            faulted = faults.FaultedStack(stack, toxiproxy)
+            for host in hosts:
+                proxy = faults.start_proxy(host, WORK / host, faulted)
+                try:
+                    for seed, fault in enumerate(chosen):
+                        tally, recovered = faults.run_cell(faulted, proxy.port, fault, cases, args.seconds, seed)
+                        cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
+                                "after": dict(tally.after), "recovery_s": recovered,
+                                "wrong_examples": [repr(w) for w in tally.wrong]}
+                        cells.append(cell)
+                        total, shares, wrong, recovery = cell_text(cell)
+                        print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "
+                              f"recovery {recovery}", flush=True)
+                finally:
+                    proxy.stop()
     finally:
-        if toxiproxy:
-            toxiproxy.stop()
         stack.stop()
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": args.seconds,
                "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -61,11 +61,9 @@ class Toxiproxy:
         return port
 
     def add(self, link, kind, stream="downstream", toxicity=1.0, **attributes):
-        """Adds a toxic to `link`; returns its name."""
-        name = f"{kind}_{stream}"
-        self._call("POST", f"/proxies/{link}/toxics", {"name": name, "type": kind, "stream": stream,
+        """Adds a toxic of type `kind` to `link`."""
+        self._call("POST", f"/proxies/{link}/toxics", {"name": f"{kind}_{stream}", "type": kind, "stream": stream,
                                                         "toxicity": toxicity, "attributes": attributes})
-        return name
 
     def set_enabled(self, link, enabled):
         """A disabled link refuses connections and cuts the open ones: the far side is down."""

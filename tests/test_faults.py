@@ -25,13 +25,10 @@ def stack(tmp_path_factory, cases):
     log_dir = tmp_path_factory.mktemp("faults")
     stack = cc.CacheStack(log_dir, faults.networks(cases))
     try:
-        toxiproxy = Toxiproxy(log_dir)
-    except BaseException:
+        with Toxiproxy(log_dir) as toxiproxy:
+            yield faults.FaultedStack(stack, toxiproxy)
+    finally:
         stack.stop()
-        raise
-    yield faults.FaultedStack(stack, toxiproxy)
-    toxiproxy.stop()
-    stack.stop()
 
 
 @pytest.fixture(scope="module", params=faults.HOSTS)
