@@ -111,8 +111,7 @@ def main():
     stack = cc.CacheStack(WORK, faults.networks(cases))
     cells = []
     try:
-        with Toxiproxy(WORK) as toxiproxy:
-            faulted = faults.FaultedStack(stack, toxiproxy)
+        with Toxiproxy(WORK) as toxiproxy, faults.FaultedStack(stack, toxiproxy) as faulted:
             for host in hosts:
                 proxy = faults.start_proxy(host, WORK / host, faulted)
                 try:

@@ -2,16 +2,19 @@
 against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
+cache daemon; a lie is told by testbed.lying_node, which the node's link then leads to). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
 connections as fast as they are answered; each answer is judged (`judge`):
 
     right    the node's answer, whole (decoded equal; a batch, equal as JSON)
     error    a whole response with a status other than 200: the proxy said it failed
     cut      the connection ended before the framing said the response was whole
     timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up
+    relayed  a whole 200 whose body is the lying node's own lie (lying_node.relayed), passed on
+             unchanged: what no proxy can know to be false
     wrong    a whole response with status 200 whose body is not the node's answer (or does not
-             decode), or more bytes than its Content-Length: a corrupt or truncated body
-             presented as whole. Must be 0 in every cell.
+             decode, or is in a coding the client did not ask for), or more bytes than its
+             Content-Length: a corrupt or truncated body presented as whole. Must be 0 in every
+             cell.
     garbled  bytes that are no HTTP response (a bad status line, a bad chunk size). Must be 0.
 
 Then the fault is removed, and the time until a round of every kind of request is right again
@@ -30,8 +33,10 @@ from types import SimpleNamespace
 
 from testbed import cache_cases as cc
 from testbed import wire
+from testbed.harness import free_port
+from testbed.lying_node import LyingNode, relayed
 
-OUTCOMES = ("right", "error", "cut", "timeout", "wrong", "garbled")
+OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
 # outcomes that no cell may have
 NEVER = ("wrong", "garbled")
 LOAD_THREADS = 16
@@ -50,14 +55,16 @@ ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
 @dataclass(frozen=True)
 class Fault:
     """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
-    attributes), the link taken down (`down`), or a signal to the daemon's process (SIGSTOP: hung
-    until SIGCONT; SIGKILL: dead until started again on its store)."""
+    attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
+    until SIGCONT; SIGKILL: dead until started again on its store), or the node's `lie` (a name in
+    lying_node.LIES) on LIE_SHARE of its answers."""
     name: str
     link: str
     what: str
     toxics: tuple = ()
     down: bool = False
     daemon_signal: int = 0
+    lie: str = ""
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
 
@@ -92,6 +99,20 @@ FAULTS = [
           daemon_signal=signal.SIGSTOP, all_right=True),
     Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
           daemon_signal=signal.SIGKILL, all_right=True),
+]
+
+LIE_SHARE = 0.3
+FAULTS += [
+    Fault("node-short-length", "node", "the node closes after half the bytes its Content-Length declares",
+          lie="short-length"),
+    Fault("node-long-length", "node", "the node sends a second, smuggled response after the one declared",
+          lie="long-length"),
+    Fault("node-garbage", "node", "the node sends half its answer and bytes that are no JSON, framed exactly",
+          lie="garbage"),
+    Fault("node-error-storm", "node", "the node answers 429 (Retry-After), 503, or a 200 JSON-RPC limit error",
+          lie="error-storm"),
+    Fault("node-unasked-gzip", "node", "the node gzips its answers whatever it was asked",
+          lie="unasked-gzip", all_right=True),
 ]
 
 # the hosts of the matrix; OpenResty in the Lua binding's capture form
@@ -129,8 +150,16 @@ def request_of(kind, case, id_):
     return Request(case.path, case.body(id_), case.answer(id_))
 
 
-def judge(response, request):
-    """One answer's outcome (see the module's notes)."""
+def takes(accept_encoding, coding):
+    """Whether a client that sent `accept_encoding` (None: no field) takes a body in `coding`:
+    one it named (a client that named none reads it as plain bytes, whatever RFC 9110 allows)."""
+    named = [element.split(";")[0].strip().lower() for element in (accept_encoding or "").split(",")]
+    return coding in (None, "identity") or coding.lower() in named
+
+
+def judge(response, request, accept_encoding, lie=""):
+    """One answer's outcome (see the module's notes) for a client that sent `accept_encoding`;
+    `lie` is what the node is lying."""
     length = response.header("content-length")
     if length is not None and not response.chunked and len(response.raw) > int(length):
         return "wrong"  # a client stops at Content-Length and takes what it read as whole
@@ -138,15 +167,21 @@ def judge(response, request):
         return "cut"
     if response.status != 200:
         return "error"
+    if not takes(accept_encoding, response.header("content-encoding")):
+        return "wrong"
     try:
         body = response.decoded()
-        return "right" if (json.loads(body) == json.loads(request.expected) if request.batch
-                           else body == request.expected) else "wrong"
     except Exception:  # noqa: BLE001 - a body that does not decode is a wrong one, whatever the cause
         return "wrong"
+    try:
+        if json.loads(body) == json.loads(request.expected) if request.batch else body == request.expected:
+            return "right"
+    except ValueError:
+        pass  # no JSON: the node's garbage, or wrong
+    return "relayed" if relayed(lie, body, request.body, request.expected, request.batch) else "wrong"
 
 
-def ask(port, request, accept_encoding):
+def ask(port, request, accept_encoding, lie=""):
     try:
         response = wire.request(port, request.path, "POST", {"Content-Type": "application/json"}, request.body,
                                 accept_encoding=accept_encoding, timeout=CLIENT_TIMEOUT)
@@ -156,7 +191,7 @@ def ask(port, request, accept_encoding):
         return "cut", None
     except (IndexError, ValueError):  # a status line or a chunk size that does not parse
         return "garbled", None
-    return judge(response, request), response
+    return judge(response, request, accept_encoding, lie), response
 
 
 @dataclass
@@ -175,8 +210,9 @@ class Tally:
                                    response and response.headers))
 
 
-def load(port, cases, seconds, seed=0, threads=LOAD_THREADS):
-    """The mix through the proxy at `port` from `threads` clients for `seconds`: the tally."""
+def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie=""):
+    """The mix through the proxy at `port` from `threads` clients for `seconds`, while the node
+    tells `lie`: the tally."""
     tally, deadline = Tally(), time.monotonic() + seconds
     kinds = [kind for kind, found in cases.items() for _ in found]
 
@@ -189,7 +225,7 @@ def load(port, cases, seconds, seed=0, threads=LOAD_THREADS):
                 kind = rng.choice(kinds)
                 case, accept_encoding = rng.choice(cases[kind]), rng.choice(ACCEPT_ENCODINGS)
                 request = request_of(kind, case, rng.randrange(1, 1 << 30))
-                outcome, response = ask(port, request, accept_encoding)
+                outcome, response = ask(port, request, accept_encoding, lie)
                 tally.add(outcome, kind, accept_encoding, response)
         except Exception as error:  # noqa: BLE001 - the harness's own failure, raised below
             failures.append(error)
@@ -238,14 +274,25 @@ def after(port, kind, case, accept_encoding, tally):
 
 class FaultedStack:
     """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
-    `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones."""
+    `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; the lying
+    node waits in front of the replay for a lie's cell."""
 
     def __init__(self, stack, toxiproxy):
         self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
+        self.liar = LyingNode(toxiproxy.log_dir, free_port(), stack.replay.port)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.liar.stop()
 
     def inject(self, fault):
+        if fault.lie:
+            self.liar.tell(fault.lie, LIE_SHARE)
+            self.toxiproxy.redirect("node", self.liar.port)
         if fault.down:
             self.toxiproxy.set_enabled(fault.link, False)
         for kind, stream, toxicity, attributes in fault.toxics:
@@ -263,6 +310,8 @@ class FaultedStack:
             elif fault.daemon_signal == signal.SIGKILL:
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
+            if fault.lie:
+                self.liar.tell(None)
         finally:
             self.toxiproxy.reset()
 
@@ -282,7 +331,7 @@ def run_cell(stack, port, fault, cases, seconds, seed=0):
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
     try:
         stack.inject(fault)
-        tally = load(port, cases, seconds, seed)
+        tally = load(port, cases, seconds, seed, lie=fault.lie)
     finally:
         stack.heal(fault)
     return tally, recovery(port, cases, tally)

@@ -65,6 +65,10 @@ class Toxiproxy:
         self._call("POST", f"/proxies/{link}/toxics", {"name": f"{kind}_{stream}", "type": kind, "stream": stream,
                                                         "toxicity": toxicity, "attributes": attributes})
 
+    def redirect(self, link, upstream_port):
+        """`link` leads to loopback `upstream_port` until the next reset."""
+        self._call("POST", f"/proxies/{link}", {"upstream": f"{LOOPBACK}:{upstream_port}"})
+
     def set_enabled(self, link, enabled):
         """A disabled link refuses connections and cuts the open ones: the far side is down."""
         self._call("POST", f"/proxies/{link}", {"enabled": enabled})

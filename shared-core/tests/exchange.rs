@@ -616,13 +616,46 @@ fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
     assert!(wire.edits.remove_content_encoding);
     assert_eq!(wire.edits.etag, EtagEdit::Remove, "the node's tag named its gzip, not this body");
     assert_eq!((wire.body.clone(), wire.edits.content_length), (small.clone(), LengthEdit::Set(600)));
-    // a client that takes none of rpcedge's codings, and nothing else to do: as it came
+    // a client that takes the node's coding and none that rpcedge makes, nothing else to do: as it came
     let mut spec = encoded_regardless(&body, Coding::Gzip, true);
-    spec.request_headers.clear();
-    let wire = run(&settings(), &spec).unwrap();
+    spec.request_headers = vec![("Accept-Encoding", "gzip")];
+    let gzip_only = Arc::new(Config { encodings: vec![Coding::Zstd], ..Config::default() }.validate().unwrap());
+    let wire = run(&gzip_only, &spec).unwrap();
     assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched));
     assert!(!wire.edits.remove_content_encoding);
     assert_eq!(wire.body, encode(Coding::Gzip, &body));
+}
+
+#[test]
+fn an_answer_encoded_regardless_is_decoded_for_a_client_that_does_not_take_its_coding() {
+    // a client that asked for identity, or for nothing, with nothing else to do on the answer:
+    // decoded as it arrives, sent without a length, the whole answer and nothing more
+    let body = json_body(60_000);
+    for headers in [vec![], vec![("Accept-Encoding", "identity")], vec![("Accept-Encoding", "br;q=1, gzip;q=0")]] {
+        for coding in [Coding::Gzip, Coding::Deflate] {
+            for known_length in [true, false] {
+                let mut spec = encoded_regardless(&body, coding, known_length);
+                spec.request_headers = headers.clone();
+                let zstd_only = Arc::new(Config { encodings: vec![Coding::Zstd], ..Config::default() }.validate().unwrap());
+                let wire = run(&zstd_only, &spec).unwrap();
+                let what = format!("{headers:?}, {coding:?}, known length {known_length}");
+                assert_eq!((wire.plan, wire.mode), (BodyPlan::Stream, Mode::Untouched), "{what}");
+                assert!(wire.edits.remove_content_encoding && wire.edits.content_encoding.is_none(), "{what}");
+                assert_eq!(wire.edits.content_length, LengthEdit::Remove, "{what}");
+                assert_eq!(wire.edits.etag, EtagEdit::Remove, "the node's tag named its {coding:?}: {what}");
+                assert_eq!(wire.body, body, "{what}");
+            }
+        }
+    }
+    // cut short, or longer than the node declared: a failure, never a body sent as whole
+    let mut spec = encoded_regardless(&body, Coding::Gzip, true);
+    spec.request_headers.clear();
+    spec.chunks.pop();
+    assert!(matches!(run(&settings(), &spec).unwrap_err(), Error::Decode(_) | Error::LengthMismatch { .. }));
+    let mut spec = encoded_regardless(&body, Coding::Gzip, true);
+    spec.request_headers.clear();
+    spec.chunks.push(Chunk { data: b"more".to_vec(), flush: false, at_ms: 0 });
+    assert!(run(&settings(), &spec).is_err());
 }
 
 #[test]

@@ -94,6 +94,11 @@ impl Compression {
         self.accept.choose(&settings.encodings).is_some()
     }
 
+    /// Whether the client takes a body in `coding`, made here or not.
+    pub fn client_takes(&self, coding: Coding) -> bool {
+        self.accept.choose(&[coding]).is_some()
+    }
+
     /// What the response head allows, once all its headers are in.
     pub fn response_head(
         &mut self,

@@ -454,17 +454,18 @@ impl Exchange {
     /// Decides what happens to the body, once all response headers are in. An answer that came
     /// gzip or deflate regardless is planned as the plain body it decodes to, of a length not
     /// known yet, where the exchange has work on it; where it has none (the plan passes the body
-    /// on), it goes out as it came.
+    /// on), it goes out as it came to a client that takes its coding, and decoded as it arrives
+    /// to one that does not.
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         self.declared_length = self.response.content_length;
-        let coding = self.response.coding.filter(|_| self.decodes(status));
+        let coding = self.response.coding.filter(|&coding| self.decodes(coding, status));
         if coding.is_some() {
             self.response.encoded = false;
             self.response.content_length = None;
         }
         let plan = self.plan(status);
         match coding {
-            Some(_) if plan == BodyPlan::Pass => {
+            Some(coding) if plan == BodyPlan::Pass && self.compression.client_takes(coding) => {
                 self.response.encoded = true;
                 self.response.content_length = self.declared_length;
                 self.compression.response_head(&self.settings, &self.response, status, self.request.head, &mut self.edits);
@@ -479,17 +480,22 @@ impl Exchange {
                 if self.response.etag.is_some() && self.edits.etag == EtagEdit::Keep {
                     self.edits.etag = EtagEdit::Remove;
                 }
+                if plan == BodyPlan::Pass {
+                    // nothing else to do but decode, for a client that does not take the coding
+                    self.edits.content_length = LengthEdit::Remove;
+                    return BodyPlan::Stream;
+                }
                 plan
             }
             None => plan,
         }
     }
 
-    /// Whether an encoded answer is decoded: the node was to answer identity (rpcedge has work
-    /// on it) and the response may be transformed at all.
-    fn decodes(&self, status: u16) -> bool {
+    /// Whether an answer in `coding` is decoded: the node was to answer identity (rpcedge has work
+    /// on it) or the client does not take the coding, and the response may be transformed at all.
+    fn decodes(&self, coding: Coding, status: u16) -> bool {
         let facts = &self.response;
-        self.node_identity()
+        (self.node_identity() || !self.compression.client_takes(coding))
             && !self.request.head
             && !matches!(status, 100..=199 | 204 | 206 | 304)
             && !(facts.no_transform || facts.content_range || facts.bad_length)
@@ -729,7 +735,9 @@ impl Exchange {
     /// longer one is cut at the length by the host's codec, a shorter one was truncated.
     fn check_length(&self, end: bool) -> Result<(), Error> {
         let declared = match self.declared_length {
-            Some(declared) if self.transcoding.holding() || self.compression.transforms() => declared,
+            Some(declared) if self.transcoding.holding() || self.compression.transforms() || self.decoding.is_some() => {
+                declared
+            }
             _ => return Ok(()),
         };
         let received = self.bytes_in;
