@@ -2,14 +2,14 @@
 against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon; a lie is told by testbed.lying_node, which the node's link then leads to). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
+cache daemon; a lie is told by a testbed.liar, which the link then leads to). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
 connections as fast as they are answered; each answer is judged (`judge`):
 
     right    the node's answer, whole (decoded equal; a batch, equal as JSON)
     error    a whole response with a status other than 200: the proxy said it failed
     cut      the connection ended before the framing said the response was whole
     timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up
-    relayed  a whole 200 whose body is the lying node's own lie (lying_node.relayed), passed on
+    relayed  a whole 200 whose body is the node's own lie (liar.relayed), passed on
              unchanged: what no proxy can know to be false
     wrong    a whole response with status 200 whose body is not the node's answer (or does not
              decode, or is in a coding the client did not ask for), or more bytes than its
@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from testbed import cache_cases as cc
 from testbed import wire
 from testbed.harness import free_port
-from testbed.lying_node import LyingNode, relayed
+from testbed.liar import Liar, relayed
 
 OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
 # outcomes that no cell may have
@@ -56,8 +56,8 @@ ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
 class Fault:
     """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
     attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
-    until SIGCONT; SIGKILL: dead until started again on its store), or the node's `lie` (a name in
-    lying_node.LIES) on LIE_SHARE of its answers."""
+    until SIGCONT; SIGKILL: dead until started again on its store), or a `lie` (a name in
+    liar.LIES) on LIE_SHARE of the answers that come over the link."""
     name: str
     link: str
     what: str
@@ -113,6 +113,8 @@ FAULTS += [
           lie="error-storm"),
     Fault("node-unasked-gzip", "node", "the node gzips its answers whatever it was asked",
           lie="unasked-gzip", all_right=True),
+    Fault("daemon-bitflip", "daemon", "one bit of the daemon's answer flipped, anywhere in its body",
+          lie="bitflip", all_right=True),
 ]
 
 # the hosts of the matrix; OpenResty in the Lua binding's capture form
@@ -274,25 +276,27 @@ def after(port, kind, case, accept_encoding, tally):
 
 class FaultedStack:
     """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
-    `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; the lying
-    node waits in front of the replay for a lie's cell."""
+    `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; a liar
+    waits in front of each for a lie's cell."""
 
     def __init__(self, stack, toxiproxy):
         self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
-        self.liar = LyingNode(toxiproxy.log_dir, free_port(), stack.replay.port)
+        self.liars = {"node": Liar("node-liar", toxiproxy.log_dir, free_port(), stack.replay.port),
+                      "daemon": Liar("daemon-liar", toxiproxy.log_dir, free_port(), stack.daemon.port)}
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.liar.stop()
+        for liar in self.liars.values():
+            liar.stop()
 
     def inject(self, fault):
         if fault.lie:
-            self.liar.tell(fault.lie, LIE_SHARE)
-            self.toxiproxy.redirect("node", self.liar.port)
+            self.liars[fault.link].tell(fault.lie, LIE_SHARE)
+            self.toxiproxy.redirect(fault.link, self.liars[fault.link].port)
         if fault.down:
             self.toxiproxy.set_enabled(fault.link, False)
         for kind, stream, toxicity, attributes in fault.toxics:
@@ -311,7 +315,7 @@ class FaultedStack:
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             if fault.lie:
-                self.liar.tell(None)
+                self.liars[fault.link].tell(None)
         finally:
             self.toxiproxy.reset()
 

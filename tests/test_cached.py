@@ -31,17 +31,20 @@ NO_HEAD = struct.pack("<HH", 0, 0)
 
 def entry(tail, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
     """An answer as a host sends it (rpcedge_core::cache::encode): its tail `<result>}` plain."""
-    # format 3, plain, without zstd and brotli forms (the daemon makes them)
-    head = struct.pack("<BBIQHHIII", 3, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD), 0, 0)
-    return head + before + after + NO_HEAD + tail
+    # format 4, plain, without zstd and brotli forms (the daemon makes them), then the CRC-32 of
+    # the whole entry but its own field
+    head = struct.pack("<BBIQHHIII", 4, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD), 0, 0)
+    rest = before + after + NO_HEAD + tail
+    return head + struct.pack("<I", zlib.crc32(head + rest)) + rest
 
 
 def stored_tail(stored):
     """The tail of an entry as the daemon returns it, checked against its CRC-32 (its zstd form,
     where kept, decoded too: a frame of the kept window descriptor and blocks)."""
-    version, form, crc, length, before, after, head, zstd, br = struct.unpack("<BBIQHHIII", stored[:30])
-    assert version == 3 and form in (0, 1, 2)
-    zstd_at = 30 + before + after + head
+    version, form, crc, length, before, after, head, zstd, br, whole = struct.unpack("<BBIQHHIIII", stored[:34])
+    assert version == 4 and form in (0, 1, 2)
+    assert zlib.crc32(stored[:30] + stored[34:]) == whole
+    zstd_at = 34 + before + after + head
     zstd_form, data = stored[zstd_at:zstd_at + zstd], stored[zstd_at + zstd + br:]
     # 1: deflated; 2: deflated, ending in a sync flush and an empty final block
     tail = zlib.decompress(data, -15) if form in (1, 2) else data

@@ -1,6 +1,6 @@
 """The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
 RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
-behind Toxiproxy, or the node lies (testbed/lying_node.py). No answer may be wrong (a corrupt or
+behind Toxiproxy, or one of them lies (testbed/liar.py). No answer may be wrong (a corrupt or
 cut body presented as whole, or in a coding the client did not ask for) or garbled; where the
 fault is the cache's or a harmless lie's, every answer must still be right; and once the fault is
 gone, every case is answered right again."""
@@ -11,8 +11,8 @@ from testbed import cache_cases as cc
 from testbed import faults
 from testbed.toxiproxy import Toxiproxy
 
-SHORT = ("node-slicer", "node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length",
-         "node-garbage", "node-unasked-gzip", "daemon-cut", "daemon-sigstop")
+SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
+         "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-bitflip")
 SECONDS = 3
 
 

@@ -13,7 +13,7 @@
  * The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
  * configure (with its envelope), whichever host stored it.
  */
-#define RPCEDGE_CACHE_MAX_ANSWER 67117118
+#define RPCEDGE_CACHE_MAX_ANSWER 67117122
 
 /**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).

@@ -81,7 +81,7 @@ struct OwnKept {
 
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
 /// configure (with its envelope), whichever host stored it.
-pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_118;
+pub const RPCEDGE_CACHE_MAX_ANSWER: u64 = 67_117_122;
 
 const _: () = assert!(RPCEDGE_CACHE_MAX_ANSWER == entry_bound(MAX_ENTRY));
 

@@ -12,6 +12,11 @@
 //! hit; a proxy's hot tier keeps a long one plain for such clients ([`Entry::plain_form`]). An
 //! entry also keeps what of the node's head a hit sends again, and the request header values the
 //! answer varies on ([`Head`]).
+//!
+//! Every byte of an entry is read as hostile: it comes back over a network from a daemon, a disk
+//! or a fleet's Redis. A CRC-32 of the whole entry, as written, is checked before any of it is
+//! read ([`Entry::decode`]), so that a bit changed anywhere (the envelope, the kept head, a
+//! compressed form the tail's own CRC-32 does not cover) makes it a bad entry, never a hit.
 
 use std::fmt;
 
@@ -24,8 +29,8 @@ use crate::compress::{auto_level, compress_whole, deflate_raw};
 use crate::compress::spliced::{self, br_form, zstd_form};
 use crate::negotiate::Coding;
 
-/// 2: with the node's head; 3: with zstd and brotli forms.
-const VERSION: u8 = 3;
+/// 2: with the node's head; 3: with zstd and brotli forms; 4: with a CRC-32 of the whole entry.
+const VERSION: u8 = 4;
 const PLAIN: u8 = 0;
 const DEFLATED: u8 = 1;
 /// Deflated, the stream continuable (`compress::blocks`): a batch's hit splices several.
@@ -35,8 +40,10 @@ const CONTINUABLE: u8 = 2;
 /// block: over 1 ms against 15 us); the tier holds 2 to 4 times the stream's bytes for it.
 pub const PLAIN_HOT_MIN: u64 = 64 * 1024;
 /// Version, form, CRC-32 and length of the tail, lengths of the envelope's two parts, of the
-/// kept head and of the tail's zstd and brotli forms.
-const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4 + 4 + 4;
+/// kept head and of the tail's zstd and brotli forms, then the entry's own CRC-32 (`SUM_AT`).
+const HEAD: usize = 1 + 1 + 4 + 8 + 2 + 2 + 4 + 4 + 4 + 4;
+/// Where the CRC-32 of the whole entry (every other byte, in order) is.
+const SUM_AT: usize = HEAD - 4;
 /// The longest envelope part kept; a node's envelope with more around the id gets the standard one.
 const MAX_ENVELOPE_PART: usize = 1024;
 /// The standard envelope: JSON-RPC 2.0 as geth writes it.
@@ -208,11 +215,30 @@ fn write(form: u8, crc: u32, len: u64, parts: [&[u8]; 5], data: &[u8]) -> Vec<u8
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
     out.extend_from_slice(&(zstd.len() as u32).to_le_bytes());
     out.extend_from_slice(&(br.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
     for part in parts {
         out.extend_from_slice(part);
     }
     out.extend_from_slice(data);
+    let sum = whole_sum(&out);
+    out[SUM_AT..HEAD].copy_from_slice(&sum.to_le_bytes());
     out
+}
+
+/// `entry`, changed by a test, with its CRC-32 made right again: as a writer that means it would
+/// leave it, for the checks after this one.
+#[cfg(test)]
+pub(super) fn reseal(entry: &mut [u8]) {
+    let sum = whole_sum(entry);
+    entry[SUM_AT..HEAD].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The CRC-32 of an entry of at least `HEAD` bytes but for its own field.
+fn whole_sum(entry: &[u8]) -> u32 {
+    let mut hasher = Hasher::new();
+    hasher.update(&entry[..SUM_AT]);
+    hasher.update(&entry[HEAD..]);
+    hasher.finalize()
 }
 
 /// The kept head: the headers' count, then each name and value; the varied-on headers' count,
@@ -288,6 +314,9 @@ impl<'a> Entry<'a> {
         }
         if stored[0] != VERSION {
             return Err(BadEntry("unknown version"));
+        }
+        if whole_sum(stored).to_le_bytes() != stored[SUM_AT..HEAD] {
+            return Err(BadEntry("changed since it was written (its CRC-32 differs)"));
         }
         let (deflated, continuable) = match stored[1] {
             PLAIN => (false, false),

@@ -385,9 +385,12 @@ fn a_damaged_entry_is_refused() {
     version[0] = 9;
     assert!(Entry::decode(&version).is_err());
     let mut flipped = stored.clone();
-    // in the DEFLATE stream, short of its last byte (whose padding bits nothing reads)
+    // in the DEFLATE stream, short of its last byte (whose padding bits nothing reads), and
+    // resealed: the tail's own CRC-32 is checked as well
     let inside = flipped.len() - 3;
     flipped[inside] ^= 0x40;
+    assert!(Entry::decode(&flipped).is_err(), "the entry's CRC-32 is checked first");
+    entry::reseal(&mut flipped);
     let damaged = Entry::decode(&flipped).unwrap();
     assert!(damaged.respond("1", &[], MinLengths::NONE).is_err(), "the plain form is checked against its CRC");
     let plain = as_kept(&Envelope::default(), b"\x00\x01\x02}");
@@ -396,6 +399,7 @@ fn a_damaged_entry_is_refused() {
     assert!(Entry::decode(&short).is_err());
     let mut sent = encode(&Envelope::default(), &Head::default(), b"[1,2,3]}");
     *sent.last_mut().unwrap() = b']';
+    entry::reseal(&mut sent);
     assert!(Entry::decode(&sent).unwrap().compact().is_err(), "the store checks what a host sends");
     let kept = as_kept(&Envelope::default(), &tail(&b"[1,2,3]".repeat(100)));
     assert_eq!(kept[1], 2, "deflated, continuable");
@@ -405,16 +409,37 @@ fn a_damaged_entry_is_refused() {
     let mut broken = sent_deflated.clone();
     let inside = broken.len() - 3;
     broken[inside] ^= 0x40;
+    entry::reseal(&mut broken);
     assert!(Entry::decode(&broken).unwrap().compact().is_err(), "and checked");
 }
 
-/// `entry` (format 3) without its zstd and brotli forms: as a host that deflates sends it.
+/// `entry` (format 4) without its zstd and brotli forms: as a host that deflates sends it.
 fn without_forms(entry: &[u8]) -> Vec<u8> {
     let u16_at = |at: usize| usize::from(u16::from_le_bytes(entry[at..at + 2].try_into().unwrap()));
     let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap()) as usize;
-    let forms_at = 30 + u16_at(14) + u16_at(16) + u32_at(18);
+    let forms_at = 34 + u16_at(14) + u16_at(16) + u32_at(18);
     let forms = u32_at(22) + u32_at(26);
-    [&entry[..22], &[0; 8], &entry[30..forms_at], &entry[forms_at + forms..]].concat()
+    let mut sent = [&entry[..22], &[0; 8], &entry[30..forms_at], &entry[forms_at + forms..]].concat();
+    entry::reseal(&mut sent);
+    sent
+}
+
+#[test]
+fn a_bit_changed_anywhere_in_an_entry_makes_it_a_bad_one() {
+    // a plain tail with the node's head, and a kept one with its deflated, zstd and brotli forms
+    let head = Head { headers: vec![("content-type".into(), "application/json".into())], vary: vec![] };
+    let sent = encode(&Envelope::default(), &head, br#"{"number":"0x1b4","hash":"0x00"}}"#);
+    let kept = as_kept(&Envelope::default(), &tail(&br#"{"a":"0x0000000000000000000000000000"}"#.repeat(50)));
+    for entry in [sent, kept] {
+        assert!(Entry::decode(&entry).is_ok());
+        for at in 0..entry.len() {
+            for bit in 0..8 {
+                let mut changed = entry.clone();
+                changed[at] ^= 1 << bit;
+                assert!(Entry::decode(&changed).is_err(), "byte {at} of {}, bit {bit}", entry.len());
+            }
+        }
+    }
 }
 
 proptest! {

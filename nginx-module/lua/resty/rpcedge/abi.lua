@@ -193,7 +193,7 @@ local FEED_END = 1
 local FEED_FLUSH = 2
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
-local CACHE_MAX_ANSWER = 67117118
+local CACHE_MAX_ANSWER = 67117122
 
 local _M = {
     lib = lib,

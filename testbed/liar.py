@@ -1,20 +1,24 @@
-"""A node that lies (issue 47's content faults): an HTTP/1.1 server in front of a real one (the
-replay) that passes each request on and, while a lie is set, answers a share of the requests with
-that lie instead of the node's own answer. It runs as its own process, so that its work never
-slows the clients of a load in the harness's process:
+"""A liar (issue 47's content faults): an HTTP/1.1 server in front of a real one (the replay node,
+or the cache daemon) that passes each request on and, while a lie is set, answers a share of the
+requests with that lie instead of the true answer. It runs as its own process, so that its work
+never slows the clients of a load in the harness's process:
 
-    python -m testbed.lying_node --port P --upstream U
+    python -m testbed.liar --port P --upstream U
 
 and is told which lie to tell over its own route, `POST /_lie` with {"lie": name, "share": 0.3}
-({"lie": null} to stop lying); `LyingNode` does both.
+({"lie": null} to stop lying); `Liar` does both.
 
-The lies, each a function of the node's true answer (`LIES`):
+The lies, each a function of the true answer (`LIES`); the node's:
 
     short-length   Content-Length as the whole answer, half the bytes, then the connection closed
     long-length    the whole answer, then a second, smuggled response on the same connection
     garbage        half the answer and some bytes that are no JSON, framed exactly (a 200)
     error-storm    429 with Retry-After, 503, or a 200 with a JSON-RPC "limit exceeded" error
     unasked-gzip   the answer gzipped (Content-Encoding: gzip) whatever the request accepted
+
+and the cache daemon's (or any store's):
+
+    bitflip        one bit of the body flipped, anywhere (the status and headers as they came)
 
 `relayed` says which bodies a client may receive as the node's own lie passed on unchanged: what a
 proxy cannot know to be false (garbage framed exactly, an error the node sent as a 200).
@@ -32,14 +36,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from testbed.harness import LOOPBACK, REPO, Process
 
 # what the garbage lie puts after half of the answer: no JSON ends this way
-GARBAGE = b"\n\xff\xfe<lying node: garbage>"
-SMUGGLED_BODY = b'{"jsonrpc":"2.0","id":1,"result":"0xsmuggled by the lying node"}'
+GARBAGE = b"\n\xff\xfe<liar: garbage>"
+SMUGGLED_BODY = b'{"jsonrpc":"2.0","id":1,"result":"0xsmuggled by the liar"}'
 SMUGGLED = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
             % len(SMUGGLED_BODY)) + SMUGGLED_BODY
-LIMIT_CODE, LIMIT_MESSAGE = -32005, "limit exceeded (lying node)"
-# headers not passed on: the connection's own, and Accept-Encoding (the node answers identity, so
-# that every lie is told of the answer's bytes)
+LIMIT_CODE, LIMIT_MESSAGE = -32005, "limit exceeded (liar)"
+# request headers not passed on: the connection's own, and Accept-Encoding (the node answers
+# identity, so that every lie is told of the answer's bytes)
 NOT_PASSED = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "accept-encoding", "host"}
+# response headers not passed on: the framing, which the liar sets itself
+NOT_RETURNED = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
 def request_id(request_body):
@@ -91,13 +97,27 @@ def unasked_gzip(answer, request_body, rng):
     return head(200, "OK", len(body), ["Content-Encoding: gzip"]) + body, False
 
 
+def bitflip(answer, request_body, rng):
+    """Told of the whole response (`answer` is its status line and headers too): one bit after
+    the head flipped."""
+    at = answer.index(b"\r\n\r\n") + 4
+    if at == len(answer):
+        return answer, False
+    flipped = bytearray(answer)
+    flipped[rng.randrange(at, len(answer))] ^= 1 << rng.randrange(8)
+    return bytes(flipped), False
+
+
 LIES = {
     "short-length": short_length,
     "long-length": long_length,
     "garbage": garbage,
     "error-storm": error_storm,
     "unasked-gzip": unasked_gzip,
+    "bitflip": bitflip,
 }
+# the lies told of the whole true response rather than of its body
+WHOLE = {"bitflip"}
 
 
 def relayed(lie, body, request_body, answer, batch):
@@ -116,7 +136,7 @@ def relayed(lie, body, request_body, answer, batch):
 
 class LyingHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_version = "lying-node"
+    server_version = "liar"
     lie, share, rng = None, 0.0, random.Random(47)
     lock = threading.Lock()
     upstream = None  # set by main
@@ -149,14 +169,14 @@ class LyingHandler(BaseHTTPRequestHandler):
         with self.lock:
             lie = self.lie if self.lie and self.rng.random() < self.share else None
             rng = random.Random(self.rng.random())
+        passed = [f"{name}: {value}" for name, value in headers if name.lower() not in NOT_RETURNED]
+        wire = ("\r\n".join([f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(answer)}", *passed])
+                + "\r\n\r\n").encode() + answer
         if lie is None or status != 200:
-            passed = [f"{name}: {value}" for name, value in headers if name.lower() in ("content-type", "content-encoding")]
-            wire = ("\r\n".join([f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(answer)}", *passed])
-                    + "\r\n\r\n").encode() + answer
             return self.send(wire, False)
-        return self.send(*LIES[lie](answer, body, rng))
+        return self.send(*LIES[lie](wire if lie in WHOLE else answer, body, rng))
 
-    do_GET = do_POST
+    do_GET = do_PUT = do_DELETE = do_POST
 
     def ask_node(self, body):
         headers = {name: value for name, value in self.headers.items() if name.lower() not in NOT_PASSED}
@@ -180,13 +200,13 @@ class LyingHandler(BaseHTTPRequestHandler):
         self.close_connection = close
 
 
-class LyingNode:
-    """The lying node as a child process in front of `upstream_port`."""
+class Liar:
+    """A liar as a child process in front of `upstream_port`."""
 
-    def __init__(self, log_dir, port, upstream_port):
+    def __init__(self, name, log_dir, port, upstream_port):
         self.port = port
-        self.process = Process("lying-node", [sys.executable, "-m", "testbed.lying_node", "--port", port,
-                                              "--upstream", upstream_port], log_dir / "lying-node.log", cwd=REPO)
+        self.process = Process(name, [sys.executable, "-m", "testbed.liar", "--port", port, "--upstream",
+                                      upstream_port], log_dir / f"{name}.log", cwd=REPO)
         self.process.wait_for_port(port)
 
     def tell(self, lie, share=0.3):
