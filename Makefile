@@ -41,9 +41,10 @@ TOXIPROXY := build/bin/toxiproxy-server
 
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode cache_lookup cache_entry
+FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
+	cache_lookup cache_entry
 
-.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz faults asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
@@ -141,7 +142,12 @@ $(STAMPS)/fuzz: $(STAMPS)/rust
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	@touch $@
 
-test-fuzz fuzz: $(STAMPS)/fuzz
+# The transcode targets' seeds: the corpus's answers, each put on its target's path
+# (shared-core/examples/fuzz_seeds.rs), beside what the fuzzers have found.
+fuzz-seeds: $(STAMPS)/rust
+	$(CARGO) run --release --locked -q -p rpcedge-core --example fuzz_seeds -- shared-core/fuzz/corpus
+
+test-fuzz fuzz: $(STAMPS)/fuzz fuzz-seeds
 	cd shared-core && for target in $(FUZZ_TARGETS); do \
 		$(CARGO) +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \

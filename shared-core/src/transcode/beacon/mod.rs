@@ -114,6 +114,11 @@ const FULU_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, types::MAX_BLOB_CO
 const DATA_COLUMN_SIDECARS: Ty = Ty::List(&types::DATA_COLUMN_SIDECAR, 128);
 
 impl BeaconObject {
+    /// Every object, in the order of their routes.
+    pub fn all() -> [BeaconObject; 10] {
+        ROUTES.map(|(_, object)| object)
+    }
+
     /// The object a GET of `path` (with or without its query) answers with. The route may follow
     /// a prefix that the proxy strips (`location /beacon/ { proxy_pass http://node/; }`).
     pub fn from_route(path: &[u8]) -> Option<BeaconObject> {
