@@ -29,6 +29,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 from testbed import cache_cases as cc
@@ -56,14 +57,16 @@ ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
 class Fault:
     """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
     attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
-    until SIGCONT; SIGKILL: dead until started again on its store), or a `lie` (a name in
-    liar.LIES) on LIE_SHARE of the answers that come over the link."""
+    until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
+    its store with the store's files corrupt (`corrupt_store`), or a `lie` (a name in liar.LIES)
+    on LIE_SHARE of the answers that come over the link."""
     name: str
     link: str
     what: str
     toxics: tuple = ()
     down: bool = False
     daemon_signal: int = 0
+    corrupt_store: bool = False
     lie: str = ""
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
@@ -113,6 +116,9 @@ FAULTS += [
           lie="error-storm"),
     Fault("node-unasked-gzip", "node", "the node gzips its answers whatever it was asked",
           lie="unasked-gzip", all_right=True),
+    Fault("daemon-corrupt-store", "daemon",
+          "the daemon started again on its store with the last 512 bytes of each file overwritten",
+          corrupt_store=True, all_right=True),
     Fault("daemon-bitflip", "daemon", "one bit of the daemon's answer flipped, anywhere in its body",
           lie="bitflip", all_right=True),
 ]
@@ -303,6 +309,26 @@ class FaultedStack:
             self.toxiproxy.add(fault.link, kind, stream, toxicity, **attributes)
         if fault.daemon_signal:
             self.stack.daemon.process.proc.send_signal(fault.daemon_signal)
+        if fault.corrupt_store:
+            self.start_on_corrupt_store()
+
+    def start_on_corrupt_store(self):
+        """Stops the daemon (which flushes its memtables), overwrites the end of each of its
+        store's files (where RocksDB reads a table's footer and properties at open), and starts
+        it again on that store: it must set the store aside and start on an empty one."""
+        daemon = self.stack.daemon
+        daemon.process.stop()
+        store = Path(daemon.db)
+        files = [file for file in store.iterdir() if file.suffix in (".sst", ".blob")]
+        if not files:
+            raise RuntimeError(f"{store} has no table or blob file to corrupt")
+        for file in files:
+            data = bytearray(file.read_bytes())
+            data[-512:] = b"\x5a" * min(512, len(data))
+            file.write_bytes(bytes(data))
+        self.stack.start_daemon(db_name=store.name, port=daemon.port)
+        if not list(store.parent.glob(f"{store.name}.corrupt-*")):
+            raise RuntimeError(f"the daemon started on the corrupt {store} without setting it aside")
 
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that

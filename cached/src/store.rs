@@ -10,9 +10,14 @@
 //! is a prefix of the write order across both, never a later write without an earlier one.
 //! Each value carries its expiry and a CRC-32 of the whole record: RocksDB keeps an expired
 //! entry readable until its file drops, and a torn or foreign value must read as a miss.
+//!
+//! A store RocksDB cannot open because its files are corrupt is set aside (renamed, the one set
+//! aside before it removed) and the daemon starts on an empty one: it is a cache, and the proxies
+//! would otherwise go without it until someone deleted it by hand.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::statistics::Ticker;
 use rpcedge_core::cache::Entry;
@@ -79,12 +84,25 @@ impl Store {
         options.enable_statistics();
         options.set_max_background_jobs(2);
         let expiring_share = (settings.max_disk / 16).max(1);
-        let families = [
-            ColumnFamilyDescriptor::new(KEPT, family_options(settings, settings.max_disk - expiring_share, 0)),
-            ColumnFamilyDescriptor::new(EXPIRING, family_options(settings, expiring_share, settings.max_ttl_s)),
-        ];
-        let db = DB::open_cf_descriptors(&options, path, families)
-            .map_err(|e| format!("cannot open the store at {}: {e}", path.display()))?;
+        let families = || {
+            [
+                ColumnFamilyDescriptor::new(KEPT, family_options(settings, settings.max_disk - expiring_share, 0)),
+                ColumnFamilyDescriptor::new(EXPIRING, family_options(settings, expiring_share, settings.max_ttl_s)),
+            ]
+        };
+        let db = match DB::open_cf_descriptors(&options, path, families()) {
+            Err(error) if error.kind() == ErrorKind::Corruption => {
+                let aside = set_aside(path)?;
+                eprintln!(
+                    "rpcedge-cached: the store at {} is corrupt ({error}); set aside as {}, starting on an empty one",
+                    path.display(),
+                    aside.display()
+                );
+                DB::open_cf_descriptors(&options, path, families())
+            }
+            opened => opened,
+        }
+        .map_err(|e| format!("cannot open the store at {}: {e}", path.display()))?;
         for (name, share) in [(KEPT, settings.max_disk - expiring_share), (EXPIRING, expiring_share)] {
             // The C API sets only `max_table_files_size`, which leaves blob files out of the bound.
             let family = db.cf_handle(name).expect("opened with it");
@@ -256,6 +274,22 @@ fn open_record(record: &[u8]) -> Option<(u64, &[u8])> {
     (crc.finalize() == expected).then(|| (u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")), entry))
 }
 
+/// Renames the store at `path` to `<path>.corrupt-<Unix seconds>`, after removing any store set
+/// aside before it, so that a disk that keeps corrupting keeps at most one copy.
+fn set_aside(path: &Path) -> Result<PathBuf, String> {
+    let name = path.file_name().and_then(|name| name.to_str()).ok_or_else(|| format!("{}: no name", path.display()))?;
+    let prefix = format!("{name}.corrupt-");
+    let parent = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let earlier = std::fs::read_dir(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    for earlier in earlier.flatten().filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix)) {
+        std::fs::remove_dir_all(earlier.path()).map_err(|e| format!("{}: {e}", earlier.path().display()))?;
+    }
+    let seconds = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
+    let aside = parent.join(format!("{prefix}{seconds}"));
+    std::fs::rename(path, &aside).map_err(|e| format!("cannot set the corrupt store aside as {}: {e}", aside.display()))?;
+    Ok(aside)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +325,33 @@ mod tests {
         assert!(matches!(store.get(b"older", 0), Ok(Lookup::Absent)), "deleted");
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Files RocksDB cannot open (their ends, where the footer and properties are, overwritten):
+    /// the store is set aside, once, and the daemon starts on an empty one.
+    #[test]
+    fn a_store_whose_files_are_corrupt_is_set_aside_and_an_empty_one_opened() {
+        let parent = std::env::temp_dir().join(format!("rpcedge-corrupt-test-{}", std::process::id()));
+        let dir = parent.join("db");
+        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
+        for round in 0..2 {
+            let store = Store::open(&dir, &options).unwrap();
+            store.put(b"key", &entry, None, 0).unwrap();
+            store.flush().unwrap();
+            drop(store);
+            for file in std::fs::read_dir(&dir).unwrap().flatten().filter(|f| f.path().extension().is_some_and(|e| e == "sst")) {
+                let mut bytes = std::fs::read(file.path()).unwrap();
+                let end = bytes.len();
+                bytes[end - 512..].fill(0x5a);
+                std::fs::write(file.path(), bytes).unwrap();
+            }
+            let store = Store::open(&dir, &options).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(matches!(store.get(b"key", 0), Ok(Lookup::Absent)), "round {round}: an empty store");
+            let aside: Vec<_> = std::fs::read_dir(&parent).unwrap().flatten().map(|e| e.file_name()).collect();
+            assert_eq!(aside.len(), 2, "round {round}: the store and one set aside: {aside:?}");
+            drop(store);
+        }
+        std::fs::remove_dir_all(&parent).unwrap();
     }
 }
