@@ -289,8 +289,12 @@ class FaultedStack:
         self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
-        self.liars = {"node": Liar("node-liar", toxiproxy.log_dir, free_port(), stack.replay.port),
-                      "daemon": Liar("daemon-liar", toxiproxy.log_dir, free_port(), stack.daemon.port)}
+        self.liars = {"node": Liar("node-liar", toxiproxy.log_dir, free_port(), stack.replay.port)}
+        try:
+            self.liars["daemon"] = Liar("daemon-liar", toxiproxy.log_dir, free_port(), stack.daemon.port)
+        except Exception:
+            self.liars["node"].stop()
+            raise
 
     def __enter__(self):
         return self
@@ -319,6 +323,7 @@ class FaultedStack:
         daemon = self.stack.daemon
         daemon.process.stop()
         store = Path(daemon.db)
+        set_aside = set(store.parent.glob(f"{store.name}.corrupt-*"))
         files = [file for file in store.iterdir() if file.suffix in (".sst", ".blob")]
         if not files:
             raise RuntimeError(f"{store} has no table or blob file to corrupt")
@@ -327,12 +332,13 @@ class FaultedStack:
             data[-512:] = b"\x5a" * min(512, len(data))
             file.write_bytes(bytes(data))
         self.stack.start_daemon(db_name=store.name, port=daemon.port)
-        if not list(store.parent.glob(f"{store.name}.corrupt-*")):
+        if set(store.parent.glob(f"{store.name}.corrupt-*")) <= set_aside:
             raise RuntimeError(f"the daemon started on the corrupt {store} without setting it aside")
 
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that
-        a failing Toxiproxy leaves no daemon stopped."""
+        a failing Toxiproxy leaves no daemon stopped. A liar that told no lie fails the cell: it
+        tested nothing."""
         daemon = self.stack.daemon
         try:
             if fault.daemon_signal == signal.SIGSTOP:
@@ -341,7 +347,10 @@ class FaultedStack:
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             if fault.lie:
+                told = self.liars[fault.link].told()
                 self.liars[fault.link].tell(None)
+                if not told:
+                    raise RuntimeError(f"the {fault.link}'s liar told no {fault.lie} lie")
         finally:
             self.toxiproxy.reset()
 

@@ -138,6 +138,7 @@ class LyingHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "liar"
     lie, share, rng = None, 0.0, random.Random(47)
+    told = 0  # lies told since the last one was set
     lock = threading.Lock()
     upstream = None  # set by main
     local = threading.local()
@@ -161,18 +162,23 @@ class LyingHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.body()
         if self.path == "/_lie":
-            told = json.loads(body)
+            if self.command == "GET":
+                told = json.dumps({"told": self.told}).encode()
+                return self.send(head(200, "OK", len(told)) + told, False)
+            lie = json.loads(body)
             with self.lock:
-                LyingHandler.lie, LyingHandler.share = told["lie"], float(told.get("share", 0.3))
+                LyingHandler.lie, LyingHandler.share = lie["lie"], float(lie.get("share", 0.3))
+                LyingHandler.told = 0
             return self.send(head(204, "No Content", 0), False)
         status, reason, headers, answer = self.ask_node(body)
         with self.lock:
-            lie = self.lie if self.lie and self.rng.random() < self.share else None
+            lie = self.lie if self.lie and status == 200 and self.rng.random() < self.share else None
             rng = random.Random(self.rng.random())
+            LyingHandler.told += lie is not None
         passed = [f"{name}: {value}" for name, value in headers if name.lower() not in NOT_RETURNED]
         wire = ("\r\n".join([f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(answer)}", *passed])
                 + "\r\n\r\n").encode() + answer
-        if lie is None or status != 200:
+        if lie is None:
             return self.send(wire, False)
         return self.send(*LIES[lie](wire if lie in WHOLE else answer, body, rng))
 
@@ -216,6 +222,15 @@ class Liar:
         try:
             connection.request("POST", "/_lie", json.dumps({"lie": lie, "share": share}))
             assert connection.getresponse().status == 204
+        finally:
+            connection.close()
+
+    def told(self):
+        """The lies told since the lie was set."""
+        connection = http.client.HTTPConnection(LOOPBACK, self.port, timeout=10)
+        try:
+            connection.request("GET", "/_lie")
+            return json.loads(connection.getresponse().read())["told"]
         finally:
             connection.close()
 

@@ -463,8 +463,9 @@ def test_a_node_that_compresses_when_asked_is_asked_for_identity_and_its_answers
 def test_an_answer_gzipped_regardless_is_decoded_for_a_gzip_client_and_for_one_that_takes_no_coding(stand_in):
     """A node that gzips although asked for identity: a gzip client gets rpcedge's own answer (gzip
     with its exact length, decoded equal), every time (such answers are not kept: the cache holds
-    the node's bytes); a client that takes no coding gets it decoded, never a coding it did not
-    ask for; both are counted as upstream_encoded."""
+    the node's bytes); a client that takes no coding gets it decoded, not a coding it did not ask
+    for (what may not be transformed, a HEAD, a range or no-transform, goes as it came); both are
+    counted as upstream_encoded."""
     node, proxy = stand_in(delays=[0], compresses="always")
     block = case("block_by_hash")
     for id_ in (1, 2):

@@ -274,19 +274,27 @@ fn open_record(record: &[u8]) -> Option<(u64, &[u8])> {
     (crc.finalize() == expected).then(|| (u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")), entry))
 }
 
-/// Renames the store at `path` to `<path>.corrupt-<Unix seconds>`, after removing any store set
-/// aside before it, so that a disk that keeps corrupting keeps at most one copy.
+/// Renames the store at `path` to `<path>.corrupt-<Unix seconds>`, then removes any store set
+/// aside before it (only folders of that name), so that a disk that keeps corrupting keeps at
+/// most one copy, and a failed rename loses none.
 fn set_aside(path: &Path) -> Result<PathBuf, String> {
     let name = path.file_name().and_then(|name| name.to_str()).ok_or_else(|| format!("{}: no name", path.display()))?;
     let prefix = format!("{name}.corrupt-");
     let parent = path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let earlier = std::fs::read_dir(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    for earlier in earlier.flatten().filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix)) {
-        std::fs::remove_dir_all(earlier.path()).map_err(|e| format!("{}: {e}", earlier.path().display()))?;
-    }
     let seconds = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
     let aside = parent.join(format!("{prefix}{seconds}"));
+    if aside.exists() {
+        // set aside in the same second: the newer copy is the one to keep
+        std::fs::remove_dir_all(&aside).map_err(|e| format!("{}: {e}", aside.display()))?;
+    }
     std::fs::rename(path, &aside).map_err(|e| format!("cannot set the corrupt store aside as {}: {e}", aside.display()))?;
+    let earlier = std::fs::read_dir(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    for earlier in earlier.flatten() {
+        let is_earlier = earlier.file_name().to_string_lossy().starts_with(&prefix) && earlier.path() != aside;
+        if is_earlier && earlier.file_type().is_ok_and(|kind| kind.is_dir()) {
+            std::fs::remove_dir_all(earlier.path()).map_err(|e| format!("{}: {e}", earlier.path().display()))?;
+        }
+    }
     Ok(aside)
 }
 

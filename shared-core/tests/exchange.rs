@@ -623,6 +623,7 @@ fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
     let wire = run(&gzip_only, &spec).unwrap();
     assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched));
     assert!(!wire.edits.remove_content_encoding);
+    assert!(wire.edits.add_vary, "a client that takes no gzip gets it decoded");
     assert_eq!(wire.body, encode(Coding::Gzip, &body));
 }
 
@@ -642,6 +643,7 @@ fn an_answer_encoded_regardless_is_decoded_for_a_client_that_does_not_take_its_c
                 assert_eq!((wire.plan, wire.mode), (BodyPlan::Stream, Mode::Untouched), "{what}");
                 assert!(wire.edits.remove_content_encoding && wire.edits.content_encoding.is_none(), "{what}");
                 assert_eq!(wire.edits.content_length, LengthEdit::Remove, "{what}");
+                assert!(wire.edits.add_vary && wire.edits.remove_accept_ranges, "{what}");
                 assert_eq!(wire.edits.etag, EtagEdit::Remove, "the node's tag named its {coding:?}: {what}");
                 assert_eq!(wire.body, body, "{what}");
             }

@@ -1,9 +1,10 @@
 //! The Beacon-API transcoders, one path per input: its first byte picks the object (the light
-//! client updates' route has its own transcoders, `transcode_light_client`), its second
-//! the fork and the path (the `data` member either way, or a whole response either way); the
-//! rest is what a beacon node (or a client) sends. Each path gives an error or output, never a
-//! panic; whatever SSZ gives JSON must give the same SSZ back from that JSON, and whatever JSON
-//! gives SSZ must give it again from the JSON the SSZ gives. Seeds: `make fuzz-seeds`.
+//! client updates' route, whose answers are framed by fork digests, is `transcode_light_client`'s;
+//! here it is read as one update), its second the fork and the path (the `data` member either way,
+//! or a whole response either way); the rest is what a beacon node (or a client) sends. Each path
+//! gives an error or output, never a panic; whatever SSZ gives JSON must give the same SSZ back
+//! from that JSON, and whatever JSON gives SSZ must give it again from the JSON the SSZ gives.
+//! Seeds: `make fuzz-seeds`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -47,7 +48,7 @@ fuzz_target!(|input: &[u8]| {
             let envelope = BeaconEnvelope {
                 fork: (choice & 0x20 == 0).then_some(fork),
                 execution_optimistic: choice & 0x40 != 0,
-                finalized: (choice & 0x80 != 0).then_some(true),
+                finalized: (choice & 0x80 != 0).then_some(choice & 0x40 == 0),
             };
             if let Ok(json) = beacon_from_ssz(input, object, envelope) {
                 assert_eq!(beacon_to_ssz(&json, object, None).expect("our own JSON goes to SSZ").ssz, input);

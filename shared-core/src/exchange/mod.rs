@@ -458,13 +458,15 @@ impl Exchange {
     /// to one that does not.
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         self.declared_length = self.response.content_length;
-        let coding = self.response.coding.filter(|&coding| self.decodes(coding, status));
+        let undone = self.response.coding.filter(|_| self.may_undo(status));
+        let coding = undone.filter(|&coding| self.node_identity() || !self.compression.client_takes(coding));
         if coding.is_some() {
             self.response.encoded = false;
             self.response.content_length = None;
         }
         let plan = self.plan(status);
-        match coding {
+        let plan = match coding {
+            // nothing to do on the body, for a client that takes the coding: as it came
             Some(coding) if plan == BodyPlan::Pass && self.compression.client_takes(coding) => {
                 self.response.encoded = true;
                 self.response.content_length = self.declared_length;
@@ -481,22 +483,29 @@ impl Exchange {
                     self.edits.etag = EtagEdit::Remove;
                 }
                 if plan == BodyPlan::Pass {
-                    // nothing else to do but decode, for a client that does not take the coding
+                    // nothing else to do but decode, for a client that does not take the coding;
+                    // the node's ranges were of its encoded bytes
                     self.edits.content_length = LengthEdit::Remove;
-                    return BodyPlan::Stream;
+                    self.edits.remove_accept_ranges = true;
+                    BodyPlan::Stream
+                } else {
+                    plan
                 }
-                plan
             }
             None => plan,
+        };
+        if undone.is_some() {
+            // whether the node's coding goes out depends on what the client takes
+            self.edits.add_vary = !self.response.varies_already;
         }
+        plan
     }
 
-    /// Whether an answer in `coding` is decoded: the node was to answer identity (rpcedge has work
-    /// on it) or the client does not take the coding, and the response may be transformed at all.
-    fn decodes(&self, coding: Coding, status: u16) -> bool {
+    /// Whether the node's answer in an undoable coding may be decoded at all: not for a HEAD, a
+    /// status without a whole body, `no-transform`, a range, or a length that cannot be read.
+    fn may_undo(&self, status: u16) -> bool {
         let facts = &self.response;
-        (self.node_identity() || !self.compression.client_takes(coding))
-            && !self.request.head
+        !self.request.head
             && !matches!(status, 100..=199 | 204 | 206 | 304)
             && !(facts.no_transform || facts.content_range || facts.bad_length)
     }
