@@ -2,8 +2,9 @@
 against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon; a lie is told by a testbed.liar, which the link then leads to). While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh
-connections as fast as they are answered; each answer is judged (`judge`):
+cache daemon; a lie is told by a testbed.liar, which the link then leads to). While it is on,
+`LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as they are
+answered; each answer is judged (`judge`):
 
     right    the node's answer, whole (decoded equal; a batch, equal as JSON)
     error    a whole response with a status other than 200: the proxy said it failed

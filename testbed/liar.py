@@ -62,8 +62,8 @@ def limit_error(request_body):
                        "error": {"code": LIMIT_CODE, "message": LIMIT_MESSAGE}}, separators=(",", ":")).encode()
 
 
-def head(status, reason, length, headers=()):
-    lines = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json", f"Content-Length: {length}", *headers]
+def head(status, reason, length, headers=(), content_type="application/json"):
+    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}", f"Content-Length: {length}", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -75,8 +75,13 @@ def long_length(answer, request_body, rng):
     return head(200, "OK", len(answer)) + answer + SMUGGLED, False
 
 
+def garbled(answer):
+    """The garbage lie's body: half of `answer`, then bytes that are no JSON."""
+    return answer[:len(answer) // 2] + GARBAGE
+
+
 def garbage(answer, request_body, rng):
-    body = answer[:len(answer) // 2] + GARBAGE
+    body = garbled(answer)
     return head(200, "OK", len(body)) + body, False
 
 
@@ -87,7 +92,7 @@ def error_storm(answer, request_body, rng):
         return head(429, "Too Many Requests", len(body), ["Retry-After: 1"]) + body, False
     if kind == 1:
         body = b"upstream overloaded\n"
-        return head(503, "Service Unavailable", len(body)).replace(b"application/json", b"text/plain") + body, False
+        return head(503, "Service Unavailable", len(body), content_type="text/plain") + body, False
     body = limit_error(request_body)
     return head(200, "OK", len(body)) + body, False
 
@@ -125,7 +130,7 @@ def relayed(lie, body, request_body, answer, batch):
     the garbage lie's body, or the storm's 200 error for this request's id. A batch's answer is
     judged as JSON elsewhere, so its garbage is known by its end alone."""
     if lie == "garbage":
-        return body.endswith(GARBAGE) if batch else body == answer[:len(answer) // 2] + GARBAGE
+        return body.endswith(GARBAGE) if batch else body == garbled(answer)
     if lie == "error-storm":
         try:
             return json.loads(body) == json.loads(limit_error(request_body))

@@ -459,7 +459,8 @@ impl Exchange {
     pub fn response_head(&mut self, status: u16) -> BodyPlan {
         self.declared_length = self.response.content_length;
         let undone = self.response.coding.filter(|_| self.may_undo(status));
-        let coding = undone.filter(|&coding| self.node_identity() || !self.compression.client_takes(coding));
+        let client_takes = undone.is_some_and(|coding| self.compression.client_takes(coding));
+        let coding = undone.filter(|_| self.node_identity() || !client_takes);
         if coding.is_some() {
             self.response.encoded = false;
             self.response.content_length = None;
@@ -467,7 +468,7 @@ impl Exchange {
         let plan = self.plan(status);
         let plan = match coding {
             // nothing to do on the body, for a client that takes the coding: as it came
-            Some(coding) if plan == BodyPlan::Pass && self.compression.client_takes(coding) => {
+            Some(_) if plan == BodyPlan::Pass && client_takes => {
                 self.response.encoded = true;
                 self.response.content_length = self.declared_length;
                 self.compression.response_head(&self.settings, &self.response, status, self.request.head, &mut self.edits);
