@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+# A recipe that fails part-way (a pinned tool whose version check fails) leaves no target behind.
+.DELETE_ON_ERROR:
 
 # The recorded pairs: the full shared corpus beside the repository where it is there, else the
 # sample that ships inside it (corpus-sample/, made by tools/corpus_sample.py).
@@ -98,7 +100,7 @@ build: deps
 $(GETH): | $(STAMPS)/apt
 	@mkdir -p $(@D)
 	GOBIN=$(abspath $(@D)) $(GO) install github.com/ethereum/go-ethereum/cmd/geth@$(GETH_VERSION)
-	$@ version | grep -q '^Version: $(GETH_VERSION:v%=%)'
+	grep -q '^Version: $(GETH_VERSION:v%=%)' <<< "$$($@ version)"
 
 geth: $(GETH)
 
@@ -107,7 +109,7 @@ $(TOXIPROXY): | $(STAMPS)/apt
 	GOBIN=$(abspath $(@D))/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	mv $(@D)/toxiproxy/server $@
 	rmdir $(@D)/toxiproxy
-	$(GO) version -m $@ | grep -q 'toxiproxy/v2[[:space:]]*$(TOXIPROXY_VERSION)[[:space:]]'
+	grep -q 'toxiproxy/v2[[:space:]]*$(TOXIPROXY_VERSION)[[:space:]]' <<< "$$($(GO) version -m $@)"
 
 # Real JS clients for the real-node tests (ethers v6, viem; tests/clients/package.json) from the
 # machine's npm registry; Node.js and npm from Debian where the machine has no npm of its own.
@@ -138,7 +140,7 @@ faults: build $(TOXIPROXY)
 # cargo fuzz needs nightly Rust (the machine's rustup has it; installed if not).
 $(STAMPS)/fuzz: $(STAMPS)/rust
 	@mkdir -p $(@D)
-	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	grep -q '^nightly' <<< "$$(rustup toolchain list)" || rustup toolchain install nightly --profile minimal
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	@touch $@
 
