@@ -485,13 +485,15 @@ class CacheStack:
         finally:
             self.daemon = current
 
-    def start_daemon(self, db_name="db", port=None):
+    def start_daemon(self, db_name="db", port=None, args=()):
+        """A daemon on the store `db_name` (in the log directory, or where an absolute path says),
+        with the stack's arguments and `args`."""
         upstreams = [arg for network in [*self.networks, self.LATE] for arg in
                      ("--finality-upstream",
                       f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
         upstreams += ["--beacon-upstream", f"{self.BEACON}=http://{LOOPBACK}:{self.heads.port}/"]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
-                                   args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args])
+                                   args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args, *args])
         for network in self.networks:
             self.wait_for_finality(network, FINAL)
         self.wait_for_finality(self.BEACON, self.BEACON_FINAL, what="finalized_slot")

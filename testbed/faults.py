@@ -24,7 +24,9 @@ must be right.
 """
 
 import json
+import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -35,7 +37,7 @@ from types import SimpleNamespace
 
 from testbed import cache_cases as cc
 from testbed import wire
-from testbed.harness import free_port
+from testbed.harness import free_port, privileged
 from testbed.liar import Liar, relayed
 
 OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
@@ -59,8 +61,9 @@ class Fault:
     """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
     attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
-    its store with the store's files corrupt (`corrupt_store`), or a `lie` (a name in liar.LIES)
-    on LIE_SHARE of the answers that come over the link."""
+    its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
+    file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
+    of the answers that come over the link."""
     name: str
     link: str
     what: str
@@ -68,6 +71,7 @@ class Fault:
     down: bool = False
     daemon_signal: int = 0
     corrupt_store: bool = False
+    full_disk: bool = False
     lie: str = ""
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
@@ -122,7 +126,18 @@ FAULTS += [
           corrupt_store=True, all_right=True),
     Fault("daemon-bitflip", "daemon", "one bit of the daemon's answer flipped, anywhere in its body",
           lie="bitflip", all_right=True),
+    Fault("daemon-full-disk", "daemon",
+          "the daemon's store on a 64 MiB tmpfs filled to the last byte, then freed",
+          full_disk=True, all_right=True),
 ]
+
+# The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
+# short cell reaches the disk and, once it is freed, it has room for both memtables (what the
+# daemon waits for before it opens its stopped store again).
+FULL_DISK_SIZE = "64m"
+FULL_DISK_DAEMON = ("--flush-interval", "500ms", "--memtable-size", "8MiB")
+# how long the daemon may take to write again once the disk is freed
+FULL_DISK_RESUME_S = 30
 
 # the hosts of the matrix; OpenResty in the Lua binding's capture form
 HOSTS = ("nginx", "envoy", "envoy-native", "openresty")
@@ -316,6 +331,8 @@ class FaultedStack:
             self.stack.daemon.process.proc.send_signal(fault.daemon_signal)
         if fault.corrupt_store:
             self.start_on_corrupt_store()
+        if fault.full_disk:
+            self.start_on_full_disk()
 
     def start_on_corrupt_store(self):
         """Stops the daemon (which flushes its memtables), overwrites the end of each of its
@@ -336,6 +353,50 @@ class FaultedStack:
         if set(store.parent.glob(f"{store.name}.corrupt-*")) <= set_aside:
             raise RuntimeError(f"the daemon started on the corrupt {store} without setting it aside")
 
+    def start_on_full_disk(self):
+        """Moves the daemon onto an empty store on a tmpfs of its own and fills that file system:
+        every flush then fails."""
+        daemon = self.stack.daemon
+        self.regular_store = daemon.db
+        daemon.process.stop()
+        self.full_disk = daemon.db.parent / "full-disk"
+        self.full_disk.mkdir(exist_ok=True)
+        privileged(["mount", "-t", "tmpfs", "-o", f"size={FULL_DISK_SIZE},mode=0700", "rpcedge-full-disk",
+                    str(self.full_disk)])
+        self.stack.start_daemon(db_name=str(self.full_disk / "db"), port=daemon.port,
+                                args=FULL_DISK_DAEMON)
+        with open(self.full_disk / "filler", "wb") as filler:
+            try:
+                while True:
+                    filler.write(bytes(1 << 20))
+                    filler.flush()
+            except OSError as error:
+                if error.errno != 28:
+                    raise
+
+    def end_full_disk(self):
+        """Frees the disk and waits until the daemon writes again (a DELETE is a write; it
+        failed while the disk was full, or the cell tested nothing), then puts the daemon back on
+        its regular store."""
+        daemon = self.stack.daemon
+        try:
+            absent = "/v1/entries/" + "0" * 64
+            if daemon.request("DELETE", absent)[0] != 500:
+                raise RuntimeError("the daemon still wrote with its disk full")
+            (self.full_disk / "filler").unlink()
+            deadline = time.monotonic() + FULL_DISK_RESUME_S
+            while daemon.request("DELETE", absent)[0] >= 300:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the daemon did not write again {FULL_DISK_RESUME_S} s after its disk was freed")
+                time.sleep(0.5)
+        finally:
+            daemon.process.stop()
+            if os.path.ismount(self.full_disk):
+                # RocksDB's own log, beside the daemon's, for what it did about the disk
+                shutil.copy(self.full_disk / "db" / "LOG", self.full_disk.parent / "full-disk-rocksdb.log")
+                privileged(["umount", str(self.full_disk)])
+            self.stack.start_daemon(db_name=self.regular_store.name, port=daemon.port)
+
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that
         a failing Toxiproxy leaves no daemon stopped. A liar that told no lie fails the cell: it
@@ -347,6 +408,8 @@ class FaultedStack:
             elif fault.daemon_signal == signal.SIGKILL:
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
+            elif fault.full_disk:
+                self.end_full_disk()
             if fault.lie:
                 told = self.liars[fault.link].told()
                 self.liars[fault.link].tell(None)

@@ -63,6 +63,12 @@ def _ports_below_the_ephemeral_range():
 _candidate_ports = _ports_below_the_ephemeral_range()
 
 
+def privileged(argv):
+    """Runs `argv` as root (through sudo where the tests are not root, as `make` installs): a
+    mount for a full disk."""
+    subprocess.run(argv if os.geteuid() == 0 else ["sudo", "-n", *argv], check=True, capture_output=True)
+
+
 def free_port():
     """A loopback TCP port that was free a moment ago and that this process has not handed out
     before. A bind to port 0 may return the same port twice in a row (it did, and Envoy's listener

@@ -19,7 +19,8 @@ import pytest
 import zstandard
 
 from testbed import cache_cases as cc
-from testbed.harness import CACHED_BIN, LOOPBACK, Process, free_port, one_request, start_cached, start_replay
+from testbed.harness import (CACHED_BIN, LOOPBACK, Process, free_port, one_request, privileged, start_cached,
+                             start_replay)
 
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
 GETH_AFTER_ID = b',"result":'
@@ -241,6 +242,54 @@ def test_an_entry_with_a_ttl_expires(daemon):
     status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
     assert (status, headers["X-Rpcedge-Miss"]) == (404, "expired")
     assert daemon.stats()["expired_total"] == 1
+
+
+def until(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs of its own, to fill."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    privileged(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "rpcedge-test-disk", str(disk)])
+    yield disk
+    privileged(["umount", "-l", str(disk)])
+
+
+def test_a_full_disk_fails_stores_and_once_freed_the_daemon_stores_again(tmp_path, small_disk):
+    """While its disk is full the daemon refuses stores (a host goes on without the cache) and
+    serves what it has; once the disk has room it stores again, without a restart (RocksDB stops
+    writing on the error and, without the WAL, did not start again by itself)."""
+    cached = start_cached(tmp_path, small_disk / "db", args=["--flush-interval", "200ms", "--memtable-size", "8MiB"])
+    try:
+        assert put(cached, key("before"), entry(b'"0x1"}'))[0] == 204
+        flushes = cached.stats()["flushes_total"]
+        until(lambda: cached.stats()["flushes_total"] > flushes + 1, 10, "the entry never flushed")
+        with open(small_disk / "filler", "wb") as filler:
+            with pytest.raises(OSError, match="No space left"):
+                while True:
+                    filler.write(bytes(1 << 20))
+                    filler.flush()
+        stores = iter(range(1_000_000))
+        until(lambda: put(cached, key(f"full {next(stores)}"), entry(b'"0x2"}'))[0] == 500, 10,
+              "stores never failed on a full disk")
+        assert cached.request("GET", f"/v1/entries/{key('before')}")[0] == 200, "what it had is served"
+
+        (small_disk / "filler").unlink()
+        until(lambda: put(cached, key("after"), entry(b'"0x3"}'))[0] == 204, 10,
+              "the daemon never stored again once its disk had room")
+        status, _, body = cached.request("GET", f"/v1/entries/{key('after')}")
+        assert (status, stored_tail(body)) == (200, (0, b'"0x3"}'))
+        assert cached.request("GET", f"/v1/entries/{key('before')}")[0] == 200, "flushed before: kept"
+        assert cached.stats()["store_reopens_total"] == 1
+        assert "the store was opened again" in cached.process.log.read_text()
+    finally:
+        cached.process.stop()
 
 
 def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, replay):

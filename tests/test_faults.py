@@ -12,7 +12,8 @@ from testbed import faults
 from testbed.toxiproxy import Toxiproxy
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
-         "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip")
+         "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
+         "daemon-full-disk")
 SECONDS = 3
 
 

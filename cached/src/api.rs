@@ -404,6 +404,7 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         ("stored_bytes_total".into(), "Bytes of entries stored", "counter", load(&counters.stored_bytes)),
         ("deletes_total".into(), "Deletes", "counter", load(&counters.deletes)),
         ("flushes_total".into(), "Flushes of the memtables", "counter", load(&counters.flushes)),
+        ("store_reopens_total".into(), "Times the store was opened again after it stopped on an I/O error (a full disk)", "counter", load(&counters.reopens)),
     ];
     let flights = &state.flights.counters;
     out.extend([

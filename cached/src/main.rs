@@ -217,7 +217,14 @@ async fn flush_every(state: Arc<state::State>, every: Duration) {
     loop {
         ticks.tick().await;
         let state = state.clone();
-        match tokio::task::spawn_blocking(move || state.store.flush()).await {
+        let flushed = tokio::task::spawn_blocking(move || {
+            state.store.flush().map_err(|error| match state.store.reopen_when_room() {
+                Ok(true) => format!("{error}; the store was opened again, its memtables lost"),
+                Ok(false) => format!("{error}; the disk has no room to open the store again yet"),
+                Err(reopening) => format!("{error}; opening the store again failed: {reopening}"),
+            })
+        });
+        match flushed.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => eprintln!("rpcedge-cached: flush failed: {error}"),
             Err(error) => eprintln!("rpcedge-cached: flush failed: {error}"),

@@ -14,9 +14,17 @@
 //! A store RocksDB cannot open because its files are corrupt is set aside (renamed, the one set
 //! aside before it removed) and the daemon starts on an empty one: it is a cache, and the proxies
 //! would otherwise go without it until someone deleted it by hand.
+//!
+//! RocksDB stops writing on an I/O error (a full disk among them) and, without the WAL, does not
+//! always start again once the disk has room (seen: a full file system freed, never written to
+//! again). After a failed flush the store is closed and opened again once its file system has
+//! room for both memtables: what they held is lost, as in a crash.
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::statistics::Ticker;
@@ -46,11 +54,17 @@ pub struct StoreOptions {
 }
 
 pub struct Store {
+    path: PathBuf,
+    settings: StoreOptions,
+    /// `None` once a stopped store is closed, until it opens again.
+    open: RwLock<Option<Opened>>,
+    pub counters: Counters,
+}
+
+/// RocksDB's handle, and the options it was opened with (they hold its statistics).
+struct Opened {
     db: DB,
     options: Options,
-    wal: bool,
-    max_ttl_s: u64,
-    pub counters: Counters,
 }
 
 /// What the store saw, for `/metrics` and `/v1/stats`.
@@ -64,6 +78,8 @@ pub struct Counters {
     pub stored_bytes: AtomicU64,
     pub deletes: AtomicU64,
     pub flushes: AtomicU64,
+    /// Times the store was opened again after it stopped on an I/O error.
+    pub reopens: AtomicU64,
 }
 
 pub enum Lookup {
@@ -77,6 +93,167 @@ pub enum Lookup {
 
 impl Store {
     pub fn open(path: &Path, settings: &StoreOptions) -> Result<Store, String> {
+        Ok(Store {
+            path: path.to_owned(),
+            settings: settings.clone(),
+            open: RwLock::new(Some(Opened::new(path, settings)?)),
+            counters: Counters::default(),
+        })
+    }
+
+    /// After a failed flush: closes the store and opens it again if its file system has room for
+    /// both memtables; else leaves it as it is (still read) and returns `false`. If it cannot be
+    /// opened, every lookup and store fails until a later call opens it.
+    pub fn reopen_when_room(&self) -> Result<bool, String> {
+        let room = free_bytes(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        if room < 2 * self.settings.memtable_size as u64 {
+            return Ok(false);
+        }
+        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        // closed first: RocksDB releases its LOCK file only then
+        *open = None;
+        *open = Some(Opened::new(&self.path, &self.settings)?);
+        self.counters.reopens.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// A proxy's lookup, counted as a hit, a miss or an expired entry.
+    pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
+        let lookup = self.read(key, now_s)?;
+        let counter = match lookup {
+            Lookup::Hit(..) => &self.counters.hits,
+            Lookup::Absent => &self.counters.misses,
+            Lookup::Expired => &self.counters.expired,
+            Lookup::Bad => return Ok(lookup),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(lookup)
+    }
+
+    /// The entry under `key`, uncounted unless it is bad (the daemon's own reads: a receipt that
+    /// places a transaction).
+    pub fn read(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
+        self.with(|db| {
+            for name in [KEPT, EXPIRING] {
+                let family = db.cf_handle(name).expect("opened with it");
+                let record = match db.get_pinned_cf(&family, key) {
+                    Ok(Some(record)) => Some(record),
+                    Ok(None) => continue,
+                    // A damaged block or blob file: RocksDB's own checksum caught it.
+                    Err(error) if error.kind() == ErrorKind::Corruption => None,
+                    Err(error) => return Err(error.to_string()),
+                };
+                // an intact record whose entry this version cannot read (one of an older format,
+                // kept before an upgrade) goes as a damaged one does: the node's answer replaces it
+                let opened = record.as_deref().and_then(open_record).filter(|(_, entry)| Entry::decode(entry).is_ok());
+                let Some((expires_s, entry)) = opened else {
+                    db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
+                    self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Lookup::Bad);
+                };
+                if expires_s != 0 && expires_s <= now_s {
+                    return Ok(Lookup::Expired);
+                }
+                let left_s = (expires_s != 0).then(|| expires_s - now_s);
+                return Ok(Lookup::Hit(entry.to_vec(), left_s));
+            }
+            Ok(Lookup::Absent)
+        })
+    }
+
+    /// Stores `entry` (the core's stored form); with a TTL in the `expiring` family.
+    pub fn put(&self, key: &[u8], entry: &[u8], ttl_s: Option<u64>, now_s: u64) -> Result<(), String> {
+        let (name, expires_s) = match ttl_s {
+            None => (KEPT, 0),
+            Some(ttl) => (EXPIRING, now_s + ttl.clamp(1, self.settings.max_ttl_s)),
+        };
+        let record = record(expires_s, entry);
+        self.with(|db| {
+            let family = db.cf_handle(name).expect("opened with it");
+            db.put_cf_opt(&family, key, &record, &self.write_options()).map_err(|e| e.to_string())
+        })?;
+        self.counters.stores.fetch_add(1, Ordering::Relaxed);
+        self.counters.stored_bytes.fetch_add(record.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<(), String> {
+        self.with(|db| {
+            for name in [KEPT, EXPIRING] {
+                let family = db.cf_handle(name).expect("opened with it");
+                db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })?;
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes both memtables out (as one, with `atomic_flush`) and waits for it.
+    pub fn flush(&self) -> Result<(), String> {
+        self.with(|db| {
+            let kept = db.cf_handle(KEPT).expect("opened with it");
+            let expiring = db.cf_handle(EXPIRING).expect("opened with it");
+            let mut flush = FlushOptions::default();
+            flush.set_wait(true);
+            db.flush_cfs_opt(&[&kept, &expiring], &flush).map_err(|e| e.to_string())
+        })?;
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// RocksDB's own figures: (metric name, help, value); none while the store is closed.
+    pub fn figures(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(Opened { db, options }) = open.as_ref() else {
+            return Vec::new();
+        };
+        let property = |name: &str| {
+            [KEPT, EXPIRING]
+                .iter()
+                .filter_map(|family| db.cf_handle(family))
+                .filter_map(|family| db.property_int_value_cf(&family, name).ok().flatten())
+                .sum::<u64>()
+        };
+        let ticker = |ticker| options.get_ticker_count(ticker);
+        vec![
+            ("rocksdb_sst_bytes", "Bytes in SST files", property("rocksdb.live-sst-files-size")),
+            ("rocksdb_blob_bytes", "Bytes in blob files", property("rocksdb.live-blob-file-size")),
+            ("rocksdb_memtable_bytes", "Bytes in memtables", property("rocksdb.cur-size-all-mem-tables")),
+            ("rocksdb_estimated_keys", "Estimated number of keys", property("rocksdb.estimate-num-keys")),
+            ("rocksdb_flush_bytes_total", "Bytes written by flushes", ticker(Ticker::FlushWriteBytes)),
+            ("rocksdb_compaction_read_bytes_total", "Bytes read by compactions", ticker(Ticker::CompactReadBytes)),
+            ("rocksdb_compaction_write_bytes_total", "Bytes written by compactions", ticker(Ticker::CompactWriteBytes)),
+            ("rocksdb_wal_bytes_total", "Bytes written to the WAL", ticker(Ticker::WalFileBytes)),
+            ("rocksdb_blob_write_bytes_total", "Bytes written to blob files", ticker(Ticker::BlobDbBlobFileBytesWritten)),
+        ]
+    }
+
+    /// `use_it` on RocksDB's handle, or an error while the store is closed.
+    fn with<T>(&self, use_it: impl FnOnce(&DB) -> Result<T, String>) -> Result<T, String> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        let opened = open.as_ref().ok_or("the store is closed: it stopped on an I/O error and has not opened again")?;
+        use_it(&opened.db)
+    }
+
+    fn write_options(&self) -> WriteOptions {
+        let mut write = WriteOptions::default();
+        write.disable_wal(!self.settings.wal);
+        write
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // A clean stop keeps everything: memtables are not in any WAL.
+        if let Err(error) = self.flush() {
+            eprintln!("rpcedge-cached: the last flush failed: {error}");
+        }
+    }
+}
+
+impl Opened {
+    fn new(path: &Path, settings: &StoreOptions) -> Result<Opened, String> {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
@@ -110,121 +287,7 @@ impl Store {
             db.set_options_cf(&family, &[("compaction_options_fifo", fifo.as_str())])
                 .map_err(|e| format!("cannot bound the {name} family: {e}"))?;
         }
-        Ok(Store { db, options, wal: settings.wal, max_ttl_s: settings.max_ttl_s, counters: Counters::default() })
-    }
-
-    /// A proxy's lookup, counted as a hit, a miss or an expired entry.
-    pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
-        let lookup = self.read(key, now_s)?;
-        let counter = match lookup {
-            Lookup::Hit(..) => &self.counters.hits,
-            Lookup::Absent => &self.counters.misses,
-            Lookup::Expired => &self.counters.expired,
-            Lookup::Bad => return Ok(lookup),
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        Ok(lookup)
-    }
-
-    /// The entry under `key`, uncounted unless it is bad (the daemon's own reads: a receipt that
-    /// places a transaction).
-    pub fn read(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
-        for name in [KEPT, EXPIRING] {
-            let family = self.db.cf_handle(name).expect("opened with it");
-            let record = match self.db.get_pinned_cf(&family, key) {
-                Ok(Some(record)) => Some(record),
-                Ok(None) => continue,
-                // A damaged block or blob file: RocksDB's own checksum caught it.
-                Err(error) if error.kind() == ErrorKind::Corruption => None,
-                Err(error) => return Err(error.to_string()),
-            };
-            // an intact record whose entry this version cannot read (one of an older format, kept
-            // before an upgrade) goes as a damaged one does: the node's answer replaces it
-            let opened = record.as_deref().and_then(open_record).filter(|(_, entry)| Entry::decode(entry).is_ok());
-            let Some((expires_s, entry)) = opened else {
-                self.db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
-                self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
-                return Ok(Lookup::Bad);
-            };
-            if expires_s != 0 && expires_s <= now_s {
-                return Ok(Lookup::Expired);
-            }
-            let left_s = (expires_s != 0).then(|| expires_s - now_s);
-            return Ok(Lookup::Hit(entry.to_vec(), left_s));
-        }
-        Ok(Lookup::Absent)
-    }
-
-    /// Stores `entry` (the core's stored form); with a TTL in the `expiring` family.
-    pub fn put(&self, key: &[u8], entry: &[u8], ttl_s: Option<u64>, now_s: u64) -> Result<(), String> {
-        let (name, expires_s) = match ttl_s {
-            None => (KEPT, 0),
-            Some(ttl) => (EXPIRING, now_s + ttl.clamp(1, self.max_ttl_s)),
-        };
-        let family = self.db.cf_handle(name).expect("opened with it");
-        let record = record(expires_s, entry);
-        self.db.put_cf_opt(&family, key, &record, &self.write_options()).map_err(|e| e.to_string())?;
-        self.counters.stores.fetch_add(1, Ordering::Relaxed);
-        self.counters.stored_bytes.fetch_add(record.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    pub fn delete(&self, key: &[u8]) -> Result<(), String> {
-        for name in [KEPT, EXPIRING] {
-            let family = self.db.cf_handle(name).expect("opened with it");
-            self.db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
-        }
-        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Writes both memtables out (as one, with `atomic_flush`) and waits for it.
-    pub fn flush(&self) -> Result<(), String> {
-        let kept = self.db.cf_handle(KEPT).expect("opened with it");
-        let expiring = self.db.cf_handle(EXPIRING).expect("opened with it");
-        let mut flush = FlushOptions::default();
-        flush.set_wait(true);
-        self.db.flush_cfs_opt(&[&kept, &expiring], &flush).map_err(|e| e.to_string())?;
-        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// RocksDB's own figures: (metric name, help, value).
-    pub fn figures(&self) -> Vec<(&'static str, &'static str, u64)> {
-        let property = |name: &str| {
-            [KEPT, EXPIRING]
-                .iter()
-                .filter_map(|family| self.db.cf_handle(family))
-                .filter_map(|family| self.db.property_int_value_cf(&family, name).ok().flatten())
-                .sum::<u64>()
-        };
-        let ticker = |ticker| self.options.get_ticker_count(ticker);
-        vec![
-            ("rocksdb_sst_bytes", "Bytes in SST files", property("rocksdb.live-sst-files-size")),
-            ("rocksdb_blob_bytes", "Bytes in blob files", property("rocksdb.live-blob-file-size")),
-            ("rocksdb_memtable_bytes", "Bytes in memtables", property("rocksdb.cur-size-all-mem-tables")),
-            ("rocksdb_estimated_keys", "Estimated number of keys", property("rocksdb.estimate-num-keys")),
-            ("rocksdb_flush_bytes_total", "Bytes written by flushes", ticker(Ticker::FlushWriteBytes)),
-            ("rocksdb_compaction_read_bytes_total", "Bytes read by compactions", ticker(Ticker::CompactReadBytes)),
-            ("rocksdb_compaction_write_bytes_total", "Bytes written by compactions", ticker(Ticker::CompactWriteBytes)),
-            ("rocksdb_wal_bytes_total", "Bytes written to the WAL", ticker(Ticker::WalFileBytes)),
-            ("rocksdb_blob_write_bytes_total", "Bytes written to blob files", ticker(Ticker::BlobDbBlobFileBytesWritten)),
-        ]
-    }
-
-    fn write_options(&self) -> WriteOptions {
-        let mut write = WriteOptions::default();
-        write.disable_wal(!self.wal);
-        write
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        // A clean stop keeps everything: memtables are not in any WAL.
-        if let Err(error) = self.flush() {
-            eprintln!("rpcedge-cached: the last flush failed: {error}");
-        }
+        Ok(Opened { db, options })
     }
 }
 
@@ -272,6 +335,19 @@ fn open_record(record: &[u8]) -> Option<(u64, &[u8])> {
     crc.update(entry);
     let expected = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes"));
     (crc.finalize() == expected).then(|| (u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")), entry))
+}
+
+/// The bytes an unprivileged process may still write on the file system that holds `path`.
+/// (libc is already here, for umask; statvfs is one call.)
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let path = CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: all-zero bytes are a valid statvfs, which the call fills.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs to write to, both alive for the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// Renames the store at `path` to `<path>.corrupt-<Unix seconds>`, then removes any store set
