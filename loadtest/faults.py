@@ -25,10 +25,19 @@ WORK = REPO / "build" / "faults"
 
 
 def never(cell):
-    """The answers no cell may have: wrong or garbled under the fault, anything but right in the
-    round after it."""
-    counts, after = cell["counts"], cell["after"]
-    return sum(counts.get(o, 0) for o in faults.NEVER) + sum(n for o, n in after.items() if o != "right")
+    """The answers no cell may have: wrong or garbled under the fault (to the misbehaving client
+    too), anything but right in the round after it."""
+    counts, after, client = cell["counts"], cell["after"], cell.get("client", {})
+    return (sum(counts.get(o, 0) + client.get(o, 0) for o in faults.NEVER)
+            + sum(n for o, n in after.items() if o != "right"))
+
+
+def client_text(cell):
+    """What the misbehaving client saw, if the cell has one."""
+    client = cell.get("client")
+    if not client:
+        return ""
+    return "; the client: " + ", ".join(f"{client[o]} {o}" for o in faults.CLIENT_OUTCOMES if client.get(o))
 
 
 def recovery_text(cell):
@@ -38,7 +47,7 @@ def recovery_text(cell):
 def cell_text(cell):
     counts = cell["counts"]
     total = sum(counts.values())
-    shares = ", ".join(f"{counts[o]} {o}" for o in faults.OUTCOMES if counts.get(o))
+    shares = ", ".join(f"{counts[o]} {o}" for o in faults.OUTCOMES if counts.get(o)) + client_text(cell)
     return total, shares, never(cell), recovery_text(cell)
 
 
@@ -50,7 +59,8 @@ def shares(cell):
     percent = lambda count: f"{100 * count / total:.{1 if 0 < min(count, total - count) * 100 < total else 0}f} %"  # noqa: E731
     parts = [f"{percent(counts[o])} {o}" for o in faults.OUTCOMES if counts.get(o) and o not in faults.NEVER]
     wrong = never(cell)
-    return f"{', '.join(parts)}; {f'**{wrong} wrong**' if wrong else '0 wrong'}; {recovery_text(cell)}"
+    return (f"{', '.join(parts)}; {f'**{wrong} wrong**' if wrong else '0 wrong'}; {recovery_text(cell)}"
+            + client_text(cell))
 
 
 def matrix(cells):
@@ -118,7 +128,7 @@ def main():
                     for seed, fault in enumerate(chosen):
                         tally, recovered = faults.run_cell(faulted, proxy.port, fault, cases, args.seconds, seed)
                         cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
-                                "after": dict(tally.after), "recovery_s": recovered,
+                                "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
                                 "wrong_examples": [repr(w) for w in tally.wrong]}
                         cells.append(cell)
                         total, shares, wrong, recovery = cell_text(cell)

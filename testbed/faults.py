@@ -2,7 +2,8 @@
 against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon; a lie is told by a testbed.liar, which the link then leads to). While it is on,
+cache daemon; a lie is told by a testbed.liar, which the link then leads to), or one more client
+that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES). While it is on,
 `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as they are
 answered; each answer is judged (`judge`):
 
@@ -35,12 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from testbed import bad_clients
 from testbed import cache_cases as cc
 from testbed import wire
 from testbed.harness import free_port, privileged
 from testbed.liar import Liar, relayed
 
 OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
+# what a misbehaving client (bad_clients) saw: these and
+#   answered  a whole 200 to a request no recording answers (deep JSON): passed on
+#   refused   a whole response with a 4xx or 5xx status: the proxy said no
+#   left      the client left before the end (it read too slowly, or reset mid-body)
+CLIENT_OUTCOMES = ("right", "answered", "refused", "left", "cut", "timeout", "wrong", "garbled")
 # outcomes that no cell may have
 NEVER = ("wrong", "garbled")
 LOAD_THREADS = 16
@@ -63,7 +70,8 @@ class Fault:
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
     file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
-    of the answers that come over the link."""
+    of the answers that come over the link; or a misbehaving `client` (a name in
+    bad_clients.CLIENTS) beside the load's clients."""
     name: str
     link: str
     what: str
@@ -73,6 +81,7 @@ class Fault:
     corrupt_store: bool = False
     full_disk: bool = False
     lie: str = ""
+    client: str = ""
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
 
@@ -131,6 +140,10 @@ FAULTS += [
           full_disk=True, all_right=True),
 ]
 
+# a misbehaving client costs the others nothing
+FAULTS += [Fault(f"client-{name}", "client", what, client=name, all_right=True)
+           for name, (what, _, _) in bad_clients.CLIENTS.items()]
+
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
 # short cell reaches the disk and, once it is freed, it has room for both memtables (what the
 # daemon waits for before it opens its stopped store again).
@@ -168,7 +181,14 @@ def networks(cases):
     return [case.network for kind in cases.values() for case in kind]
 
 
+HUGE_BATCH = 10_000
+
+
 def request_of(kind, case, id_):
+    if kind == "huge-batch":
+        calls = [{**case.request, "id": id_ + n} for n in range(HUGE_BATCH)]
+        answers = [{**case.response, "id": id_ + n} for n in range(HUGE_BATCH)]
+        return Request(case.path, json.dumps(calls).encode(), json.dumps(answers).encode(), batch=True)
     if kind == "batch":
         return Request(case.path, json.dumps(case.request).encode(), json.dumps(case.response).encode(), batch=True)
     return Request(case.path, case.body(id_), case.answer(id_))
@@ -205,6 +225,41 @@ def judge(response, request, accept_encoding, lie=""):
     return "relayed" if relayed(lie, body, request.body, request.expected, request.batch) else "wrong"
 
 
+def judge_client(seen):
+    """What a misbehaving client saw (a bad_clients.Seen): one of CLIENT_OUTCOMES."""
+    response = seen.response
+    if seen.left:
+        return "left"
+    if response.status == 0 or not response.complete:
+        return "cut"
+    if response.status != 200:
+        return "refused"
+    if seen.request is None:
+        return "answered"
+    return judge(response, seen.request, bad_clients.ACCEPT_ENCODING)
+
+
+def misbehave(port, name, cases, rng):
+    """One round of the misbehaving client `name`: its outcomes."""
+    _, kind, client = bad_clients.CLIENTS[name]
+    if kind == "huge-batch":
+        # the mix's smallest answer, so that the batch's answer stays some MB
+        found = [case for k in ("block", "receipt", "latest") for case in cases[k]]
+        case = min(found, key=lambda case: len(case.answer()))
+    else:
+        case = rng.choice(cases[kind])
+    requests = [request_of(kind, case, rng.randrange(1, 1 << 30)) for _ in range(bad_clients.PIPELINED)]
+    try:
+        seen = client(port, requests) if name == "pipelining" else client(port, requests[0])
+    except TimeoutError:
+        return [("timeout", None)]
+    except (AssertionError, OSError):
+        return [("cut", None)]
+    except (IndexError, ValueError):
+        return [("garbled", None)]
+    return [(judge_client(one), one.response) for one in seen]
+
+
 def ask(port, request, accept_encoding, lie=""):
     try:
         response = wire.request(port, request.path, "POST", {"Content-Type": "application/json"}, request.body,
@@ -222,6 +277,7 @@ def ask(port, request, accept_encoding, lie=""):
 class Tally:
     counts: Counter = field(default_factory=Counter)  # under the fault
     after: Counter = field(default_factory=Counter)  # the last round, once recovered
+    client: Counter = field(default_factory=Counter)  # what a misbehaving client saw
     # (kind, accept_encoding, status, headers) of the first answers that must never be
     wrong: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -234,9 +290,9 @@ class Tally:
                                    response and response.headers))
 
 
-def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie=""):
+def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie="", misbehaving=""):
     """The mix through the proxy at `port` from `threads` clients for `seconds`, while the node
-    tells `lie`: the tally."""
+    tells `lie` or one more client misbehaves (`misbehaving`, again and again): the tally."""
     tally, deadline = Tally(), time.monotonic() + seconds
     kinds = [kind for kind, found in cases.items() for _ in found]
 
@@ -254,7 +310,18 @@ def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie=""):
         except Exception as error:  # noqa: BLE001 - the harness's own failure, raised below
             failures.append(error)
 
+    def bad_client():
+        rng = random.Random(seed)
+        try:
+            while time.monotonic() < deadline:
+                for outcome, response in misbehave(port, misbehaving, cases, rng):
+                    tally.add(outcome, misbehaving, bad_clients.ACCEPT_ENCODING, response, tally.client)
+        except Exception as error:  # noqa: BLE001 - as above
+            failures.append(error)
+
     workers = [threading.Thread(target=client, args=(number,), daemon=True) for number in range(threads)]
+    if misbehaving:
+        workers.append(threading.Thread(target=bad_client, daemon=True))
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -434,7 +501,7 @@ def run_cell(stack, port, fault, cases, seconds, seed=0):
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
     try:
         stack.inject(fault)
-        tally = load(port, cases, seconds, seed, lie=fault.lie)
+        tally = load(port, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
     finally:
         stack.heal(fault)
     return tally, recovery(port, cases, tally)

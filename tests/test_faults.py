@@ -1,9 +1,10 @@
 """The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
 RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
-behind Toxiproxy, or one of them lies (testbed/liar.py). No answer may be wrong (a corrupt or
-cut body presented as whole, or in a coding the client did not ask for) or garbled; where the
-fault is the cache's or a harmless lie's, every answer must still be right; and once the fault is
-gone, every case is answered right again."""
+behind Toxiproxy, or one of them lies (testbed/liar.py), or one more client misbehaves
+(testbed/bad_clients.py). No answer may be wrong (a corrupt or cut body presented as whole, or in
+a coding the client did not ask for) or garbled, the misbehaving client's included; where the
+fault is the cache's, a harmless lie's or a client's, every other answer must still be right; and
+once the fault is gone, every case is answered right again."""
 
 import pytest
 
@@ -13,7 +14,7 @@ from testbed.toxiproxy import Toxiproxy
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
-         "daemon-full-disk")
+         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-close-mid-body")
 SECONDS = 3
 
 
@@ -43,8 +44,10 @@ def proxy(request, tmp_path_factory, stack):
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.name in SHORT], ids=lambda f: f.name)
 def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, stack, fault, cases):
     tally, recovered = faults.run_cell(stack, proxy.port, fault, cases, SECONDS)
-    assert not any(tally.counts[outcome] for outcome in faults.NEVER), (tally.counts, tally.wrong)
+    assert not any(tally.counts[outcome] + tally.client[outcome] for outcome in faults.NEVER), \
+        (tally.counts, tally.client, tally.wrong)
     assert sum(tally.counts.values()) > 0
+    assert sum(tally.client.values()) > 0 or not fault.client, "the misbehaving client never finished"
     if fault.all_right:
         assert set(tally.counts) == {"right"}, tally.counts
     assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"
