@@ -24,8 +24,8 @@ is its recovery; then every case is asked once more in each coding, and each of 
 must be right.
 """
 
+import contextlib
 import json
-import os
 import random
 import shutil
 import signal
@@ -39,7 +39,7 @@ from types import SimpleNamespace
 from testbed import bad_clients
 from testbed import cache_cases as cc
 from testbed import wire
-from testbed.harness import free_port, privileged
+from testbed.harness import fill, free_port, small_tmpfs
 from testbed.liar import Liar, relayed
 
 OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
@@ -65,7 +65,7 @@ ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault on `link` ("node" or "daemon"): Toxiproxy toxics, each (type, stream, toxicity,
+    """A fault on `link` ("node", "daemon" or "client"): Toxiproxy toxics, each (type, stream, toxicity,
     attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
@@ -141,14 +141,14 @@ FAULTS += [
 ]
 
 # a misbehaving client costs the others nothing
-FAULTS += [Fault(f"client-{name}", "client", what, client=name, all_right=True)
-           for name, (what, _, _) in bad_clients.CLIENTS.items()]
+FAULTS += [Fault(f"client-{name}", "client", client.what, client=name, all_right=True)
+           for name, client in bad_clients.CLIENTS.items()]
 
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
 # short cell reaches the disk and, once it is freed, it has room for both memtables (what the
 # daemon waits for before it opens its stopped store again).
 FULL_DISK_SIZE = "64m"
-FULL_DISK_DAEMON = ("--flush-interval", "500ms", "--memtable-size", "8MiB")
+FULL_DISK_ARGS = ("--flush-interval", "500ms", "--memtable-size", "8MiB")
 # how long the daemon may take to write again once the disk is freed
 FULL_DISK_RESUME_S = 30
 
@@ -227,50 +227,62 @@ def judge(response, request, accept_encoding, lie=""):
 
 def judge_client(seen):
     """What a misbehaving client saw (a bad_clients.Seen): one of CLIENT_OUTCOMES."""
-    response = seen.response
+    response, accept_encoding = seen.response, bad_clients.ACCEPT_ENCODING
+    if seen.garbled:
+        return "garbled"
+    length = response.header("content-length")
+    if length is not None and not response.chunked and len(response.raw) > int(length):
+        return "wrong"
     if seen.left:
-        return "left"
+        # what it read of its answer's head must still be the answer's
+        ok = response.status == 200 and takes(accept_encoding, response.header("content-encoding"))
+        return "left" if ok else "wrong"
     if response.status == 0 or not response.complete:
         return "cut"
     if response.status != 200:
         return "refused"
-    if seen.request is None:
-        return "answered"
-    return judge(response, seen.request, bad_clients.ACCEPT_ENCODING)
+    if seen.request is not None:
+        return judge(response, seen.request, accept_encoding)
+    try:
+        # no recording answers it: the node's reply, in a coding the client named, as JSON
+        json.loads(response.decoded())
+    except Exception:  # noqa: BLE001 - a body that does not decode is a wrong one, whatever the cause
+        return "wrong"
+    return "answered" if takes(accept_encoding, response.header("content-encoding")) else "wrong"
 
 
 def misbehave(port, name, cases, rng):
-    """One round of the misbehaving client `name`: its outcomes."""
-    _, kind, client = bad_clients.CLIENTS[name]
-    if kind == "huge-batch":
+    """One round of the misbehaving client `name`: (outcome, response) of each answer it read."""
+    client = bad_clients.CLIENTS[name]
+    if client.kind == "huge-batch":
         # the mix's smallest answer, so that the batch's answer stays some MB
-        found = [case for k in ("block", "receipt", "latest") for case in cases[k]]
+        found = [case for kind in ("block", "receipt", "latest") for case in cases[kind]]
         case = min(found, key=lambda case: len(case.answer()))
     else:
-        case = rng.choice(cases[kind])
-    requests = [request_of(kind, case, rng.randrange(1, 1 << 30)) for _ in range(bad_clients.PIPELINED)]
+        case = rng.choice(cases[client.kind])
+    requests = [request_of(client.kind, case, rng.randrange(1, 1 << 30)) for _ in range(client.requests)]
+    seen, outcome = sent(lambda: client.send(port, requests, CLIENT_TIMEOUT))
+    return [(outcome, None)] if outcome else [(judge_client(one), one.response) for one in seen]
+
+
+def sent(send):
+    """(what `send` returned, None), or (None, the outcome of what it raised): a client's
+    exchange with the proxy."""
     try:
-        seen = client(port, requests) if name == "pipelining" else client(port, requests[0])
+        return send(), None
     except TimeoutError:
-        return [("timeout", None)]
-    except (AssertionError, OSError):
-        return [("cut", None)]
-    except (IndexError, ValueError):
-        return [("garbled", None)]
-    return [(judge_client(one), one.response) for one in seen]
+        return None, "timeout"
+    except (AssertionError, OSError):  # a head cut short (wire.parse asserts its end), a refused connection
+        return None, "cut"
+    except (IndexError, ValueError):  # a status line or a chunk size that does not parse
+        return None, "garbled"
 
 
 def ask(port, request, accept_encoding, lie=""):
-    try:
-        response = wire.request(port, request.path, "POST", {"Content-Type": "application/json"}, request.body,
-                                accept_encoding=accept_encoding, timeout=CLIENT_TIMEOUT)
-    except TimeoutError:
-        return "timeout", None
-    except (AssertionError, OSError):  # a head cut short (wire.parse asserts its end), a refused connection
-        return "cut", None
-    except (IndexError, ValueError):  # a status line or a chunk size that does not parse
-        return "garbled", None
-    return judge(response, request, accept_encoding, lie), response
+    response, outcome = sent(lambda: wire.request(port, request.path, "POST", {"Content-Type": "application/json"},
+                                                  request.body, accept_encoding=accept_encoding,
+                                                  timeout=CLIENT_TIMEOUT))
+    return (outcome, None) if outcome else (judge(response, request, accept_encoding, lie), response)
 
 
 @dataclass
@@ -363,6 +375,15 @@ def after(port, kind, case, accept_encoding, tally):
     return outcome
 
 
+@dataclass
+class FullDisk:
+    """The daemon's regular store, and the tmpfs it is moved to for the full disk's cell."""
+    regular_store: Path
+    mount: Path
+    mounted: object = None
+    daemon: object = None
+
+
 class FaultedStack:
     """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
     `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; a liar
@@ -372,6 +393,7 @@ class FaultedStack:
         self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
+        self.full_disk = None
         self.liars = {"node": Liar("node-liar", toxiproxy.log_dir, free_port(), stack.replay.port)}
         try:
             self.liars["daemon"] = Liar("daemon-liar", toxiproxy.log_dir, free_port(), stack.daemon.port)
@@ -424,45 +446,43 @@ class FaultedStack:
         """Moves the daemon onto an empty store on a tmpfs of its own and fills that file system:
         every flush then fails."""
         daemon = self.stack.daemon
-        self.regular_store = daemon.db
+        self.full_disk = FullDisk(daemon.db, daemon.db.parent / "full-disk")
         daemon.process.stop()
-        self.full_disk = daemon.db.parent / "full-disk"
-        self.full_disk.mkdir(exist_ok=True)
-        privileged(["mount", "-t", "tmpfs", "-o", f"size={FULL_DISK_SIZE},mode=0700", "rpcedge-full-disk",
-                    str(self.full_disk)])
-        self.stack.start_daemon(db_name=str(self.full_disk / "db"), port=daemon.port,
-                                args=FULL_DISK_DAEMON)
-        with open(self.full_disk / "filler", "wb") as filler:
-            try:
-                while True:
-                    filler.write(bytes(1 << 20))
-                    filler.flush()
-            except OSError as error:
-                if error.errno != 28:
-                    raise
+        self.full_disk.mounted = small_tmpfs(self.full_disk.mount, FULL_DISK_SIZE)
+        self.full_disk.mounted.__enter__()
+        self.full_disk.daemon = self.stack.start_daemon(db_name=str(self.full_disk.mount / "db"), port=daemon.port,
+                                                        args=FULL_DISK_ARGS)
+        fill(self.full_disk.mount / "filler")
 
     def end_full_disk(self):
         """Frees the disk and waits until the daemon writes again (a DELETE is a write; it
-        failed while the disk was full, or the cell tested nothing), then puts the daemon back on
-        its regular store."""
-        daemon = self.stack.daemon
+        failed while the disk was full, or the cell tested nothing) and says it opened its store
+        again; then puts the daemon back on its regular store."""
+        full_disk, self.full_disk = self.full_disk, None
         try:
-            absent = "/v1/entries/" + "0" * 64
-            if daemon.request("DELETE", absent)[0] != 500:
-                raise RuntimeError("the daemon still wrote with its disk full")
-            (self.full_disk / "filler").unlink()
-            deadline = time.monotonic() + FULL_DISK_RESUME_S
-            while daemon.request("DELETE", absent)[0] >= 300:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the daemon did not write again {FULL_DISK_RESUME_S} s after its disk was freed")
-                time.sleep(0.5)
+            if full_disk.daemon:
+                absent = "/v1/entries/" + "0" * 64
+                if full_disk.daemon.request("DELETE", absent)[0] != 500:
+                    raise RuntimeError("the daemon still wrote with its disk full")
+                (full_disk.mount / "filler").unlink()
+                deadline = time.monotonic() + FULL_DISK_RESUME_S
+                while full_disk.daemon.request("DELETE", absent)[0] >= 300:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the daemon did not write again {FULL_DISK_RESUME_S} s after its disk "
+                                           "was freed")
+                    time.sleep(0.5)
+                if full_disk.daemon.stats()["store_reopens_total"] < 1:
+                    raise RuntimeError("the daemon wrote again without opening its store again")
         finally:
-            daemon.process.stop()
-            if os.path.ismount(self.full_disk):
-                # RocksDB's own log, beside the daemon's, for what it did about the disk
-                shutil.copy(self.full_disk / "db" / "LOG", self.full_disk.parent / "full-disk-rocksdb.log")
-                privileged(["umount", str(self.full_disk)])
-            self.stack.start_daemon(db_name=self.regular_store.name, port=daemon.port)
+            try:
+                self.stack.daemon.process.stop()
+                if full_disk.mounted:
+                    # RocksDB's own log, beside the daemon's, for what it did about the disk
+                    with contextlib.suppress(OSError):
+                        shutil.copy(full_disk.mount / "db" / "LOG", full_disk.mount.parent / "full-disk-rocksdb.log")
+                    full_disk.mounted.__exit__(None, None, None)
+            finally:
+                self.stack.start_daemon(db_name=full_disk.regular_store.name, port=self.stack.daemon.port)
 
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that
@@ -475,7 +495,7 @@ class FaultedStack:
             elif fault.daemon_signal == signal.SIGKILL:
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
-            elif fault.full_disk:
+            elif fault.full_disk and self.full_disk:
                 self.end_full_disk()
             if fault.lie:
                 told = self.liars[fault.link].told()

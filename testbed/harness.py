@@ -10,7 +10,9 @@ Environment:
   RPCEDGE_READY_TIMEOUT seconds to wait for a started process (default: 120)
 """
 
+import contextlib
 import ctypes
+import errno
 import http.client
 import json
 import os
@@ -64,9 +66,35 @@ _candidate_ports = _ports_below_the_ephemeral_range()
 
 
 def privileged(argv):
-    """Runs `argv` as root (through sudo where the tests are not root, as `make` installs): a
-    mount for a full disk."""
-    subprocess.run(argv if os.geteuid() == 0 else ["sudo", "-n", *argv], check=True, capture_output=True)
+    """Runs `argv` as root (through sudo where the tests are not root, as `make` installs)."""
+    done = subprocess.run(argv if os.geteuid() == 0 else ["sudo", "-n", *argv], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """A tmpfs of `size` (as mount's `size=`) at `path`, this process's to write: a disk to fill."""
+    Path(path).mkdir(exist_ok=True)
+    privileged(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700,uid={os.getuid()},gid={os.getgid()}",
+                "rpcedge-small-disk", str(path)])
+    try:
+        yield Path(path)
+    finally:
+        # lazily: a process that still has a file open there must not keep it mounted
+        privileged(["umount", "-l", str(path)])
+
+
+def fill(path):
+    """Writes `path` until its file system has no byte left."""
+    with open(path, "wb") as filler:
+        try:
+            while True:
+                filler.write(bytes(1 << 20))
+                filler.flush()
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
 
 
 def free_port():

@@ -19,7 +19,7 @@ import pytest
 import zstandard
 
 from testbed import cache_cases as cc
-from testbed.harness import (CACHED_BIN, LOOPBACK, Process, free_port, one_request, privileged, start_cached,
+from testbed.harness import (CACHED_BIN, LOOPBACK, Process, fill, free_port, one_request, small_tmpfs, start_cached,
                              start_replay)
 
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
@@ -253,12 +253,8 @@ def until(condition, seconds, what):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 64 MiB tmpfs of its own, to fill."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    privileged(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "rpcedge-test-disk", str(disk)])
-    yield disk
-    privileged(["umount", "-l", str(disk)])
+    with small_tmpfs(tmp_path / "disk", "64m") as disk:
+        yield disk
 
 
 def test_a_full_disk_fails_stores_and_once_freed_the_daemon_stores_again(tmp_path, small_disk):
@@ -270,11 +266,7 @@ def test_a_full_disk_fails_stores_and_once_freed_the_daemon_stores_again(tmp_pat
         assert put(cached, key("before"), entry(b'"0x1"}'))[0] == 204
         flushes = cached.stats()["flushes_total"]
         until(lambda: cached.stats()["flushes_total"] > flushes + 1, 10, "the entry never flushed")
-        with open(small_disk / "filler", "wb") as filler:
-            with pytest.raises(OSError, match="No space left"):
-                while True:
-                    filler.write(bytes(1 << 20))
-                    filler.flush()
+        fill(small_disk / "filler")
         stores = iter(range(1_000_000))
         until(lambda: put(cached, key(f"full {next(stores)}"), entry(b'"0x2"}'))[0] == 500, 10,
               "stores never failed on a full disk")

@@ -190,7 +190,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         _ = terminate.recv() => {}
         _ = interrupt.recv() => {}
     }
-    let flushed = tokio::task::spawn_blocking(move || state.store.flush()).await.map_err(|e| e.to_string())?;
+    let flushed = tokio::task::spawn_blocking(move || state.store.flush().map_err(|failure| failure.to_string()))
+        .await
+        .map_err(|e| e.to_string())?;
     if let Some(path) = &cli.socket {
         let _ = std::fs::remove_file(path);
     }
@@ -218,10 +220,11 @@ async fn flush_every(state: Arc<state::State>, every: Duration) {
         ticks.tick().await;
         let state = state.clone();
         let flushed = tokio::task::spawn_blocking(move || {
-            state.store.flush().map_err(|error| match state.store.reopen_when_room() {
-                Ok(true) => format!("{error}; the store was opened again, its memtables lost"),
-                Ok(false) => format!("{error}; the disk has no room to open the store again yet"),
-                Err(reopening) => format!("{error}; opening the store again failed: {reopening}"),
+            state.store.flush().map_err(|failure| match failure.stopped.then(|| state.store.reopen_when_room()) {
+                None => failure.to_string(),
+                Some(Ok(true)) => format!("{failure}; the store was opened again, its memtables lost"),
+                Some(Ok(false)) => format!("{failure}; the disk has no room to open the store again yet"),
+                Some(Err(reopening)) => format!("{failure}; opening the store again failed: {reopening}"),
             })
         });
         match flushed.await {

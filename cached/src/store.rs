@@ -17,8 +17,9 @@
 //!
 //! RocksDB stops writing on an I/O error (a full disk among them) and, without the WAL, does not
 //! always start again once the disk has room (seen: a full file system freed, never written to
-//! again). After a failed flush the store is closed and opened again once its file system has
-//! room for both memtables: what they held is lost, as in a crash.
+//! again). After a flush that failed so, the store is closed and opened again once its file system
+//! has room for both memtables: what they held is lost (the close cannot flush it either), as in a
+//! crash.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -82,6 +83,22 @@ pub struct Counters {
     pub reopens: AtomicU64,
 }
 
+/// A failed flush: `stopped` when RocksDB stopped on an I/O error (a full disk), or the store is
+/// closed, which opening it again may mend.
+#[derive(Debug)]
+pub struct FlushFailure {
+    pub stopped: bool,
+    reason: String,
+}
+
+impl std::fmt::Display for FlushFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+const CLOSED: &str = "the store is closed: it stopped on an I/O error and has not opened again";
+
 pub enum Lookup {
     /// The entry, and the seconds it has left (`None`: no expiry).
     Hit(Vec<u8>, Option<u64>),
@@ -101,18 +118,22 @@ impl Store {
         })
     }
 
-    /// After a failed flush: closes the store and opens it again if its file system has room for
-    /// both memtables; else leaves it as it is (still read) and returns `false`. If it cannot be
-    /// opened, every lookup and store fails until a later call opens it.
+    /// After a flush that failed because the store stopped: closes it and opens it again if its
+    /// file system has room for both memtables; else leaves it as it is (still read) and returns
+    /// `false`. If it cannot be opened, every lookup and store fails until a later call opens it.
     pub fn reopen_when_room(&self) -> Result<bool, String> {
-        let room = free_bytes(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let folder = self.path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let room = free_bytes(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
         if room < 2 * self.settings.memtable_size as u64 {
             return Ok(false);
         }
-        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
-        // closed first: RocksDB releases its LOCK file only then
-        *open = None;
-        *open = Some(Opened::new(&self.path, &self.settings)?);
+        // Taken out under the lock, closed and opened outside it: lookups meanwhile fail at once
+        // (a miss at every proxy) rather than wait. Closed first: RocksDB releases its LOCK file
+        // only then.
+        let stopped = self.open.write().unwrap_or_else(PoisonError::into_inner).take();
+        drop(stopped);
+        let opened = Opened::new(&self.path, &self.settings)?;
+        *self.open.write().unwrap_or_else(PoisonError::into_inner) = Some(opened);
         self.counters.reopens.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
@@ -190,14 +211,15 @@ impl Store {
     }
 
     /// Writes both memtables out (as one, with `atomic_flush`) and waits for it.
-    pub fn flush(&self) -> Result<(), String> {
-        self.with(|db| {
-            let kept = db.cf_handle(KEPT).expect("opened with it");
-            let expiring = db.cf_handle(EXPIRING).expect("opened with it");
-            let mut flush = FlushOptions::default();
-            flush.set_wait(true);
-            db.flush_cfs_opt(&[&kept, &expiring], &flush).map_err(|e| e.to_string())
-        })?;
+    pub fn flush(&self) -> Result<(), FlushFailure> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        let db = &open.as_ref().ok_or(FlushFailure { stopped: true, reason: CLOSED.into() })?.db;
+        let kept = db.cf_handle(KEPT).expect("opened with it");
+        let expiring = db.cf_handle(EXPIRING).expect("opened with it");
+        let mut flush = FlushOptions::default();
+        flush.set_wait(true);
+        db.flush_cfs_opt(&[&kept, &expiring], &flush)
+            .map_err(|e| FlushFailure { stopped: e.kind() == ErrorKind::IOError, reason: e.to_string() })?;
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -232,7 +254,7 @@ impl Store {
     /// `use_it` on RocksDB's handle, or an error while the store is closed.
     fn with<T>(&self, use_it: impl FnOnce(&DB) -> Result<T, String>) -> Result<T, String> {
         let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
-        let opened = open.as_ref().ok_or("the store is closed: it stopped on an I/O error and has not opened again")?;
+        let opened = open.as_ref().ok_or(CLOSED)?;
         use_it(&opened.db)
     }
 
@@ -347,7 +369,9 @@ fn free_bytes(path: &Path) -> std::io::Result<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+    // the field types differ between targets
+    #[allow(clippy::useless_conversion)]
+    Ok(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }
 
 /// Renames the store at `path` to `<path>.corrupt-<Unix seconds>`, then removes any store set
@@ -407,6 +431,27 @@ mod tests {
         assert!(matches!(store.get(b"now", 0), Ok(Lookup::Hit(..))));
         assert!(matches!(store.get(b"older", 0), Ok(Lookup::Bad)));
         assert!(matches!(store.get(b"older", 0), Ok(Lookup::Absent)), "deleted");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Opening the store again (as after a full disk) keeps what was flushed, and what its close
+    /// could still flush, and leaves it serving and storing.
+    #[test]
+    fn a_store_opened_again_keeps_what_was_flushed_and_stores_on() {
+        let dir = std::env::temp_dir().join(format!("rpcedge-reopen-test-{}", std::process::id()));
+        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let store = Store::open(&dir, &options).unwrap();
+        let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
+        store.put(b"flushed", &entry, None, 0).unwrap();
+        store.flush().unwrap();
+        store.put(b"in memory", &entry, None, 0).unwrap();
+        assert!(store.reopen_when_room().unwrap(), "a temporary folder has room for 2 MiB");
+        assert!(matches!(store.get(b"flushed", 0), Ok(Lookup::Hit(..))));
+        assert!(matches!(store.get(b"in memory", 0), Ok(Lookup::Hit(..))), "flushed as it closed");
+        store.put(b"after", &entry, None, 0).unwrap();
+        assert!(matches!(store.get(b"after", 0), Ok(Lookup::Hit(..))));
+        assert_eq!(store.counters.reopens.load(Ordering::Relaxed), 1);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
