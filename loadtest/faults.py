@@ -126,7 +126,9 @@ def main():
                 proxy = faults.start_proxy(host, WORK / host, faulted)
                 try:
                     for seed, fault in enumerate(chosen):
-                        tally, recovered = faults.run_cell(faulted, proxy.port, fault, cases, args.seconds, seed)
+                        if not faults.applies(fault, host):
+                            continue
+                        tally, recovered = faults.run_cell(faulted, proxy, fault, cases, args.seconds, seed)
                         cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
                                 "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
                                 "wrong_examples": [repr(w) for w in tally.wrong]}

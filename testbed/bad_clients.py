@@ -66,7 +66,7 @@ def huge_body(port, requests, timeout):
     """A call whose body is HUGE_BODY bytes (one long string parameter): no recording answers it."""
     body = huge_call()
     head = wire.head(port, requests[0].path, "POST", {**JSON, "Content-Length": str(len(body))}, b"", ACCEPT_ENCODING)
-    return [Seen(wire.parse(*exchange(port, head, timeout, body)))]
+    return [Seen(answer(port, head, timeout, body))]
 
 
 @functools.cache
@@ -84,7 +84,7 @@ def long_header(port, requests, timeout):
     """The call with one header of LONG_HEADER bytes."""
     request = requests[0]
     data = wire.head(port, request.path, "POST", {**JSON, "X-Long": "a" * LONG_HEADER}, request.body, ACCEPT_ENCODING)
-    return [Seen(wire.parse(*exchange(port, data, timeout)), request)]
+    return [Seen(answer(port, data, timeout), request)]
 
 
 def slow_reader(port, requests, timeout):
@@ -155,6 +155,12 @@ def exchange(port, data, timeout, more=b""):
                 break
             received += piece
     return bytes(received), reset
+
+
+def answer(port, data, timeout, more=b""):
+    """The response to `data` (and `more`), sent on a fresh connection."""
+    received, reset = exchange(port, data, timeout, more)
+    return wire.parse(received, reset=reset)
 
 
 def read_then_leave(port, request, timeout, slowly):

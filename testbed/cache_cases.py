@@ -388,10 +388,12 @@ def lua_counters(port):
 
 
 class Proxy:
-    def __init__(self, host, port, stop, counters=None, pids=None):
+    def __init__(self, host, port, stop, counters=None, pids=None, nginx=None):
         self.host, self.port, self.stop, self.counters = host, port, stop, counters
         # the processes whose CPU time the proxy's is
         self.pids = pids
+        # nginx_harness.Nginx, for nginx and OpenResty: its master and workers
+        self.nginx = nginx
 
 
 def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
@@ -409,7 +411,7 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
         (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
         nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
                             argv_prefix=argv_prefix, workers=workers)
-        return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()])
+        return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()], nginx=nginx)
     if host.startswith("openresty"):
         port = free_port()
         form = "proxied" if host == "openresty-proxied" else "capture"
@@ -417,7 +419,7 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
                             [port], modules=LUA_MODULES, rpcedge=False, main=f"env RPCEDGE_LIB={CORE_LIB};",
                             argv_prefix=argv_prefix, workers=workers)
         return Proxy(host, port, nginx.stop, lambda: lua_counters(port),
-                     pids=[nginx.process.proc.pid, *nginx.worker_pids()])
+                     pids=[nginx.process.proc.pid, *nginx.worker_pids()], nginx=nginx)
     # the example's routes name each network's namespace; `namespace` puts every request in one
     text = without_route_namespaces() if options.get("namespace") else None
     if node_timeout_s:

@@ -26,6 +26,7 @@ must be right.
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -65,13 +66,13 @@ ACCEPT_ENCODINGS = ("gzip", None, "zstd, gzip")
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault on `link` ("node", "daemon" or "client"): Toxiproxy toxics, each (type, stream, toxicity,
+    """A fault on `link` ("node", "daemon", "client" or "proxy"): Toxiproxy toxics, each (type, stream, toxicity,
     attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
     file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
     of the answers that come over the link; or a misbehaving `client` (a name in
-    bad_clients.CLIENTS) beside the load's clients."""
+    bad_clients.CLIENTS) beside the load's clients; or the proxy's own processes signalled."""
     name: str
     link: str
     what: str
@@ -82,6 +83,9 @@ class Fault:
     full_disk: bool = False
     lie: str = ""
     client: str = ""
+    # a signal to the nginx master ("master") or to one of its workers ("worker"), every
+    # SIGNAL_EVERY_S while the load runs; nginx and OpenResty only (NGINX_HOSTS)
+    proxy_signal: tuple = ()
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
 
@@ -143,6 +147,16 @@ FAULTS += [
 # a misbehaving client costs the others nothing
 FAULTS += [Fault(f"client-{name}", "client", client.what, client=name, all_right=True)
            for name, client in bad_clients.CLIENTS.items()]
+
+# the proxy's own faults, where its processes can be signalled one by one
+NGINX_HOSTS = ("nginx", "openresty")
+SIGNAL_EVERY_S = 1
+FAULTS += [
+    Fault("proxy-reload", "proxy", "nginx reloads its configuration (SIGHUP to the master) every second",
+          proxy_signal=("master", signal.SIGHUP), all_right=True),
+    Fault("proxy-worker-killed", "proxy", "an nginx worker is killed (SIGKILL) every second; the master starts another",
+          proxy_signal=("worker", signal.SIGKILL)),
+]
 
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
 # short cell reaches the disk and, once it is freed, it has room for both memtables (what the
@@ -512,16 +526,46 @@ def start_proxy(host, workdir, stack):
     return cc.start_proxy(host, workdir, stack, node_timeout_s=NODE_TIMEOUT_S, timeout_ms=LOOKUP_TIMEOUT_MS)
 
 
-def run_cell(stack, port, fault, cases, seconds, seed=0):
-    """One cell: the tally under the fault (a node's on an empty cache), then the recovery
-    (seconds) once it is gone."""
+def applies(fault, host):
+    return not fault.proxy_signal or host in NGINX_HOSTS
+
+
+def signalling(proxy, fault, seconds):
+    """A thread that sends the fault's signal to the proxy's master or one of its workers every
+    SIGNAL_EVERY_S for `seconds`; started. Its `workers_before` are the workers it found."""
+    whom, number = fault.proxy_signal
+
+    def send():
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            pids = [proxy.nginx.process.proc.pid] if whom == "master" else proxy.nginx.worker_pids()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pids[0], number)
+            time.sleep(SIGNAL_EVERY_S)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.workers_before = set(proxy.nginx.worker_pids())
+    thread.start()
+    return thread
+
+
+def run_cell(stack, proxy, fault, cases, seconds, seed=0):
+    """One cell: the tally under the fault (a node's on an empty cache) through `proxy` (a
+    cache_cases.Proxy), then the recovery (seconds) once it is gone."""
+    port = proxy.port
     if fault.link == "node":
         # an empty cache, on the daemon's port (its link's far end): the node's faults then meet
         # misses (and their herds) as well as answers the cache never keeps
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
+    signals = None
     try:
         stack.inject(fault)
+        signals = fault.proxy_signal and signalling(proxy, fault, seconds)
         tally = load(port, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
     finally:
+        if signals:
+            signals.join()
         stack.heal(fault)
+    if signals and signals.workers_before & set(proxy.nginx.worker_pids()):
+        raise RuntimeError(f"{fault.name}: the workers it found are still there: the signal did nothing")
     return tally, recovery(port, cases, tally)

@@ -15,7 +15,7 @@ from testbed.toxiproxy import Toxiproxy
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
-         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-close-mid-body")
+         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body")
 SECONDS = 3
 
 
@@ -44,7 +44,17 @@ def proxy(request, tmp_path_factory, stack):
 
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.name in SHORT], ids=lambda f: f.name)
 def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, stack, fault, cases):
-    tally, recovered = faults.run_cell(stack, proxy.port, fault, cases, SECONDS)
+    check_cell(proxy, stack, fault, cases)
+
+
+@pytest.mark.parametrize("proxy", faults.NGINX_HOSTS, indirect=True)
+@pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.proxy_signal], ids=lambda f: f.name)
+def test_no_answer_is_wrong_while_nginx_reloads_or_loses_a_worker(proxy, stack, fault, cases):
+    check_cell(proxy, stack, fault, cases)
+
+
+def check_cell(proxy, stack, fault, cases):
+    tally, recovered = faults.run_cell(stack, proxy, fault, cases, SECONDS)
     assert not any(tally.counts[outcome] + tally.client[outcome] for outcome in faults.NEVER), \
         (tally.counts, tally.client, tally.wrong)
     assert sum(tally.counts.values()) > 0
