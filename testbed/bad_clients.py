@@ -138,23 +138,13 @@ def exchange(port, data, timeout, more=b""):
     """Sends `data` (and `more`) on a fresh connection and reads to its end: (bytes, whether a
     reset ended it). A proxy that answers and closes before it took everything resets the send;
     what it answered is still read."""
-    received, reset = bytearray(), False
     with socket.create_connection((wire.LOOPBACK, port), timeout=timeout) as sock:
         try:
             sock.sendall(data)
             sock.sendall(more)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        while True:
-            try:
-                piece = sock.recv(1 << 16)
-            except ConnectionResetError:
-                reset = True
-                break
-            if not piece:
-                break
-            received += piece
-    return bytes(received), reset
+        return wire.receive(sock)
 
 
 def answer(port, data, timeout, more=b""):

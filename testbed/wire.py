@@ -139,7 +139,7 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
             host=LOOPBACK, rcvbuf=None, read_after=0, host_header=None):
     """One request on a fresh connection, read to the end of the connection. A slow client:
     `rcvbuf` bytes of socket receive buffer, and no reading for `read_after` seconds."""
-    data, arrivals, reset = bytearray(), [], False
+    arrivals = []
     with socket.socket() as sock:
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -148,17 +148,26 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
         sent_at = time.monotonic()
         sock.sendall(head(port, path, method, headers, body, accept_encoding, host, host_header=host_header))
         time.sleep(read_after)
-        while True:
-            try:
-                piece = sock.recv(1 << 16)
-            except ConnectionResetError:
-                reset = True
-                break
-            if not piece:
-                break
-            data += piece
-            arrivals.append((time.monotonic() - sent_at, len(data)))
-    return parse(bytes(data), arrivals, reset, head_only=method == "HEAD")
+        data, reset = receive(sock, lambda total: arrivals.append((time.monotonic() - sent_at, total)))
+    return parse(data, arrivals, reset, head_only=method == "HEAD")
+
+
+def receive(sock, arrived=None):
+    """Everything `sock` brings until it ends: (bytes, whether a reset ended it); `arrived` is
+    called with the bytes so far after each read."""
+    data, reset = bytearray(), False
+    while True:
+        try:
+            piece = sock.recv(1 << 16)
+        except ConnectionResetError:
+            reset = True
+            break
+        if not piece:
+            break
+        data += piece
+        if arrived:
+            arrived(len(data))
+    return bytes(data), reset
 
 
 def keep_alive(port, paths, headers=None, accept_encoding="gzip", timeout=60, host=LOOPBACK):
