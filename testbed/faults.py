@@ -215,11 +215,16 @@ def takes(accept_encoding, coding):
     return coding in (None, "identity") or coding.lower() in named
 
 
+def overruns(response):
+    """Whether more bytes came than the response's Content-Length says."""
+    length = response.header("content-length")
+    return length is not None and not response.chunked and len(response.raw) > int(length)
+
+
 def judge(response, request, accept_encoding, lie=""):
     """One answer's outcome (see the module's notes) for a client that sent `accept_encoding`;
     `lie` is what the node is lying."""
-    length = response.header("content-length")
-    if length is not None and not response.chunked and len(response.raw) > int(length):
+    if overruns(response):
         return "wrong"  # a client stops at Content-Length and takes what it read as whole
     if response.status == 0 or not response.complete:
         return "cut"
@@ -244,8 +249,7 @@ def judge_client(seen):
     response, accept_encoding = seen.response, bad_clients.ACCEPT_ENCODING
     if seen.garbled:
         return "garbled"
-    length = response.header("content-length")
-    if length is not None and not response.chunked and len(response.raw) > int(length):
+    if overruns(response):
         return "wrong"
     if seen.left:
         # what it read of its answer's head must still be the answer's

@@ -402,6 +402,10 @@ fn set_aside(path: &Path) -> Result<PathBuf, String> {
 mod tests {
     use super::*;
 
+    fn small_store() -> StoreOptions {
+        StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true }
+    }
+
     #[test]
     fn a_record_opens_only_intact() {
         let record = record(42, b"entry bytes");
@@ -421,7 +425,7 @@ mod tests {
     #[test]
     fn an_entry_this_version_cannot_read_is_bad_and_deleted() {
         let dir = std::env::temp_dir().join(format!("rpcedge-store-test-{}", std::process::id()));
-        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let options = small_store();
         let store = Store::open(&dir, &options).unwrap();
         let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
         let mut older = entry.clone();
@@ -440,7 +444,7 @@ mod tests {
     #[test]
     fn a_store_opened_again_keeps_what_was_flushed_and_stores_on() {
         let dir = std::env::temp_dir().join(format!("rpcedge-reopen-test-{}", std::process::id()));
-        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let options = small_store();
         let store = Store::open(&dir, &options).unwrap();
         let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
         store.put(b"flushed", &entry, None, 0).unwrap();
@@ -462,7 +466,7 @@ mod tests {
     fn a_store_whose_files_are_corrupt_is_set_aside_and_an_empty_one_opened() {
         let parent = std::env::temp_dir().join(format!("rpcedge-corrupt-test-{}", std::process::id()));
         let dir = parent.join("db");
-        let options = StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true };
+        let options = small_store();
         let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
         for round in 0..2 {
             let store = Store::open(&dir, &options).unwrap();
