@@ -4,11 +4,18 @@ one bad thing to a proxy once and returns what it saw, as `Seen`s for faults.jud
 The requests come from the matrix (faults.request_of); these only say how they are sent and read.
 """
 
+import contextlib
 import functools
 import socket
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from h2 import events as h2_events
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.exceptions import ProtocolError
 
 from testbed import wire
 
@@ -23,6 +30,8 @@ LONG_HEADER = 70_000
 SLOW_READ_S = 3
 # how much of the body the client that resets reads first
 READ_BEFORE_RESET = 1024
+# what the HTTP/2 client hands its connection at once (less than a frame's least size, 16 KiB)
+H2_PIECE = 1024
 JSON = {"Content-Type": "application/json"}
 
 
@@ -99,6 +108,88 @@ def close_mid_body(port, requests, timeout):
     return [read_then_leave(port, requests[0], timeout, slowly=False)]
 
 
+def h2_reset_one(port, requests, timeout):
+    """Two streamed traces on one HTTP/2 connection (prior knowledge): the first stream reset
+    (RST_STREAM, CANCEL) once READ_BEFORE_RESET bytes of its body came, the second read to its
+    end, then the connection closed as a client does (GOAWAY)."""
+    h2 = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+    h2.initiate_connection()
+    # frames of the reset stream still in flight count against the connection's window, and are
+    # never handed over to be acknowledged
+    h2.increment_flow_control_window(1 << 30)
+    streams = {}
+    for request in requests:
+        stream = h2.get_next_available_stream_id()
+        h2.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", f"{wire.LOOPBACK}:{port}"),
+                                 (":path", request.path), ("content-type", "application/json"),
+                                 ("content-length", str(len(request.body))), ("accept-encoding", ACCEPT_ENCODING)])
+        h2.send_data(stream, request.body, end_stream=True)
+        streams[stream] = H2Stream(request)
+    first, *_ = streams
+    with socket.create_connection((wire.LOOPBACK, port), timeout=timeout) as sock:
+        sock.sendall(h2.data_to_send())
+        while not all(stream.over for stream in streams.values()):
+            data = sock.recv(65536)
+            if not data:
+                break
+            # fed a little at a time, so that the first stream is reset between two of its frames,
+            # as a client that acts on each frame would, not only once its whole body came
+            for at in range(0, len(data), H2_PIECE):
+                try:
+                    events = h2.receive_data(data[at:at + H2_PIECE])
+                except ProtocolError:
+                    return [Seen(request=request, garbled=True) for request in requests]
+                for event in events:
+                    if isinstance(event, h2_events.ConnectionTerminated):
+                        for stream in streams.values():
+                            stream.reset = stream.reset or not stream.over
+                    elif (stream := streams.get(getattr(event, "stream_id", None))) and not stream.over:
+                        stream.take(event, h2)
+                reset = streams[first]
+                if not reset.over and len(reset.body) >= READ_BEFORE_RESET:
+                    h2.reset_stream(first, ErrorCodes.CANCEL)
+                    reset.left = True
+            sock.sendall(h2.data_to_send())
+        h2.close_connection()
+        with contextlib.suppress(OSError):
+            sock.sendall(h2.data_to_send())
+    return [stream.seen() for stream in streams.values()]
+
+
+@dataclass
+class H2Stream:
+    """What came on one HTTP/2 stream."""
+    request: object
+    status: int = 0
+    headers: list = field(default_factory=list)
+    body: bytes = b""
+    ended: bool = False  # END_STREAM came: the body is whole
+    reset: bool = False  # the proxy reset it, or ended the connection first
+    left: bool = False  # the client reset it
+
+    @property
+    def over(self):
+        return self.ended or self.reset or self.left
+
+    def take(self, event, h2):
+        """One of the connection's events for this stream."""
+        if isinstance(event, h2_events.ResponseReceived):
+            self.status = int(dict(event.headers)[":status"])
+            self.headers = [(name, value) for name, value in event.headers if not name.startswith(":")]
+        elif isinstance(event, h2_events.DataReceived):
+            self.body += event.data
+            h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2_events.StreamEnded):
+            self.ended = True
+        elif isinstance(event, h2_events.StreamReset):
+            self.reset = True
+
+    def seen(self):
+        response = wire.Response(self.status, self.headers, 0, self.body, [], reset=self.reset, body=self.body,
+                                 complete=self.ended)
+        return Seen(response, self.request, left=self.left)
+
+
 @dataclass(frozen=True)
 class Client:
     what: str
@@ -107,6 +198,7 @@ class Client:
     send: object
     # what it may see; anything else fails the cell
     allowed: frozenset
+    http2: bool = False  # it speaks HTTP/2 (prior knowledge), to the proxy's h2_port
 
 
 CLIENTS = {
@@ -119,6 +211,8 @@ CLIENTS = {
     "slow-reader": Client("reads a streamed trace one byte a second", "trace", 1, slow_reader, frozenset({"left"})),
     "close-mid-body": Client("resets the connection 1 KiB into a streamed trace", "trace", 1, close_mid_body,
                              frozenset({"left"})),
+    "h2-reset": Client("resets one HTTP/2 stream 1 KiB into a streamed trace, reads another on the same connection",
+                       "trace", 2, h2_reset_one, frozenset({"left", "right"}), http2=True),
 }
 
 

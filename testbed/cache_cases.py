@@ -394,6 +394,8 @@ class Proxy:
         self.pids = pids
         # nginx_harness.Nginx, for nginx and OpenResty: its master and workers
         self.nginx = nginx
+        # where it takes HTTP/2 with prior knowledge (h2c), where that was asked for
+        self.h2_port = None
 
 
 def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):

@@ -2,8 +2,10 @@
 against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon; a lie is told by a testbed.liar, which the link then leads to), or one more client
-that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES). While it is on,
+cache daemon; a lie is told by a testbed.liar, which the link then leads to), one more client
+that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES), or nginx's
+own processes signalled (reloaded, with a good configuration or a bad one, or a worker killed).
+While it is on,
 `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as they are
 answered; each answer is judged (`judge`):
 
@@ -86,6 +88,8 @@ class Fault:
     # a signal to the nginx master ("master") or to one of its workers ("worker"), every
     # SIGNAL_EVERY_S while the load runs; nginx and OpenResty only (NGINX_HOSTS)
     proxy_signal: tuple = ()
+    # the proxy's configuration given a bad value (BAD_CONFIG) first: each reload must be refused
+    bad_config: bool = False
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
 
@@ -156,7 +160,17 @@ FAULTS += [
           proxy_signal=("master", signal.SIGHUP), all_right=True),
     Fault("proxy-worker-killed", "proxy", "an nginx worker is killed (SIGKILL) every second; the master starts another",
           proxy_signal=("worker", signal.SIGKILL)),
+    Fault("proxy-bad-config", "proxy",
+          "nginx is told to reload (SIGHUP) every second a configuration with a bad compression level",
+          proxy_signal=("master", signal.SIGHUP), bad_config=True, all_right=True),
 ]
+# The bad value, per host: (what the configuration says, what it says instead, what the refusal
+# logs); the module's directive in nginx, the Lua binding's settings in OpenResty.
+BAD_CONFIG = {
+    "nginx": ("rpcedge on;", "rpcedge on;\n        rpcedge_level 42;",
+              '"rpcedge_level" directive must be between 1 and 12, got 42'),
+    "openresty": ('"level": "auto"', '"level": 42', "rpcedge: config: level: must be between 1 and 12, got 42"),
+}
 
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
 # short cell reaches the disk and, once it is freed, it has room for both memtables (what the
@@ -269,9 +283,11 @@ def judge_client(seen):
     return "answered" if takes(accept_encoding, response.header("content-encoding")) else "wrong"
 
 
-def misbehave(port, name, cases, rng):
-    """One round of the misbehaving client `name`: (outcome, response) of each answer it read."""
+def misbehave(proxy, name, cases, rng):
+    """One round of the misbehaving client `name` against `proxy` (a cache_cases.Proxy):
+    (outcome, response) of each answer it read."""
     client = bad_clients.CLIENTS[name]
+    port = proxy.h2_port if client.http2 else proxy.port
     if client.kind == "huge-batch":
         # the mix's smallest answer, so that the batch's answer stays some MB
         found = [case for kind in ("block", "receipt", "latest") for case in cases[kind]]
@@ -320,10 +336,11 @@ class Tally:
                                    response and response.headers))
 
 
-def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie="", misbehaving=""):
-    """The mix through the proxy at `port` from `threads` clients for `seconds`, while the node
-    tells `lie` or one more client misbehaves (`misbehaving`, again and again): the tally."""
-    tally, deadline = Tally(), time.monotonic() + seconds
+def load(proxy, cases, seconds, seed=0, threads=LOAD_THREADS, lie="", misbehaving=""):
+    """The mix through `proxy` (a cache_cases.Proxy) from `threads` clients for `seconds`, while
+    the node tells `lie` or one more client misbehaves (`misbehaving`, again and again): the
+    tally."""
+    port, tally, deadline = proxy.port, Tally(), time.monotonic() + seconds
     kinds = [kind for kind, found in cases.items() for _ in found]
 
     failures = []
@@ -344,7 +361,7 @@ def load(port, cases, seconds, seed=0, threads=LOAD_THREADS, lie="", misbehaving
         rng = random.Random(seed)
         try:
             while time.monotonic() < deadline:
-                for outcome, response in misbehave(port, misbehaving, cases, rng):
+                for outcome, response in misbehave(proxy, misbehaving, cases, rng):
                     tally.add(outcome, misbehaving, bad_clients.ACCEPT_ENCODING, response, tally.client)
         except Exception as error:  # noqa: BLE001 - as above
             failures.append(error)
@@ -526,8 +543,16 @@ class FaultedStack:
 
 def start_proxy(host, workdir, stack):
     """`host` in front of the faulted stack with the matrix's timeouts, the cache on, no hot tier
-    (every lookup reaches the daemon)."""
-    return cc.start_proxy(host, workdir, stack, node_timeout_s=NODE_TIMEOUT_S, timeout_ms=LOOKUP_TIMEOUT_MS)
+    (every lookup reaches the daemon), and HTTP/2 with prior knowledge (h2c) for the clients
+    that speak it: on a port of its own in nginx (as the example config), on the same in Envoy
+    (its codec AUTO)."""
+    options = {"node_timeout_s": NODE_TIMEOUT_S, "timeout_ms": LOOKUP_TIMEOUT_MS}
+    h2_port = free_port() if host in NGINX_HOSTS else None
+    if h2_port:
+        options["extra"] = f"\n        listen {wire.LOOPBACK}:{h2_port} http2;"
+    proxy = cc.start_proxy(host, workdir, stack, **options)
+    proxy.h2_port = h2_port or proxy.port
+    return proxy
 
 
 def applies(fault, host):
@@ -553,6 +578,24 @@ def signalling(proxy, fault, seconds):
     return thread
 
 
+@contextlib.contextmanager
+def bad_config(proxy):
+    """The proxy's configuration file with BAD_CONFIG's value while inside; its error log must then
+    hold the refusal that names it."""
+    conf = proxy.nginx.prefix / "nginx.conf"
+    good = conf.read_text()
+    was, bad, refusal = BAD_CONFIG[proxy.host]
+    assert good.count(was) == 1, f"{proxy.host}'s configuration says {was!r} once"
+    logged = len(proxy.nginx.error_log())
+    conf.write_text(good.replace(was, bad))
+    try:
+        yield
+    finally:
+        conf.write_text(good)
+    if refusal not in proxy.nginx.error_log()[logged:]:
+        raise RuntimeError(f"{proxy.host} did not log {refusal!r} for its bad configuration")
+
+
 def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     """One cell: the tally under the fault (a node's on an empty cache) through `proxy` (a
     cache_cases.Proxy), then the recovery (seconds) once it is gone."""
@@ -562,14 +605,21 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
         # misses (and their herds) as well as answers the cache never keeps
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
     signals = None
-    try:
-        stack.inject(fault)
-        signals = fault.proxy_signal and signalling(proxy, fault, seconds)
-        tally = load(port, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
-    finally:
-        if signals:
-            signals.join()
-        stack.heal(fault)
-    if signals and signals.workers_before & set(proxy.nginx.worker_pids()):
-        raise RuntimeError(f"{fault.name}: the workers it found are still there: the signal did nothing")
+    with contextlib.ExitStack() as faulted:
+        try:
+            stack.inject(fault)
+            if fault.bad_config:
+                faulted.enter_context(bad_config(proxy))
+            signals = fault.proxy_signal and signalling(proxy, fault, seconds)
+            tally = load(proxy, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
+        finally:
+            if signals:
+                signals.join()
+            stack.heal(fault)
+    if signals:
+        workers = set(proxy.nginx.worker_pids())
+        if fault.bad_config and workers != signals.workers_before:
+            raise RuntimeError(f"{fault.name}: the workers changed: a reload with a bad configuration was taken")
+        if not fault.bad_config and signals.workers_before & workers:
+            raise RuntimeError(f"{fault.name}: the workers it found are still there: the signal did nothing")
     return tally, recovery(port, cases, tally)

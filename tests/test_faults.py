@@ -15,7 +15,8 @@ from testbed.toxiproxy import Toxiproxy
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
-         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body")
+         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body",
+         "client-h2-reset")
 SECONDS = 3
 
 
@@ -49,7 +50,7 @@ def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, st
 
 @pytest.mark.parametrize("proxy", faults.NGINX_HOSTS, indirect=True)
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.proxy_signal], ids=lambda f: f.name)
-def test_no_answer_is_wrong_while_nginx_reloads_or_loses_a_worker(proxy, stack, fault, cases):
+def test_no_answer_is_wrong_while_nginx_reloads_loses_a_worker_or_refuses_a_config(proxy, stack, fault, cases):
     check_cell(proxy, stack, fault, cases)
 
 
