@@ -44,7 +44,7 @@ TOXIPROXY := build/bin/toxiproxy-server
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
-	cache_lookup cache_entry
+	cache_lookup cache_entry sealed
 
 .PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults asan run docker deb bench clean
 

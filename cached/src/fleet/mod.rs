@@ -10,7 +10,6 @@
 
 mod breaker;
 mod settings;
-mod value;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -28,9 +27,9 @@ use tokio::time::Instant;
 
 use breaker::Breaker;
 pub use settings::{FleetArgs, FleetSettings};
-use value::{Kind, Refused, Sealer, OVERHEAD};
 
 use rpcedge_core::cache::protocol::MAX_LOCK_MS;
+use rpcedge_core::cache::sealed::{Kind, Refused, Sealer, OVERHEAD};
 
 use crate::units::now_s;
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::value::Sealer;
+use rpcedge_core::cache::sealed::Sealer;
 
 /// The fleet tier: a Redis Cluster behind the local store, shared by every host of a fleet.
 #[derive(Debug, clap::Args)]

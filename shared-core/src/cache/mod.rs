@@ -13,6 +13,7 @@ mod hit;
 mod hot;
 pub mod protocol;
 mod rules;
+pub mod sealed;
 
 use std::fmt;
 

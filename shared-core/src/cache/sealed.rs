@@ -1,17 +1,19 @@
-//! What the fleet holds under a key: the entry sealed with the key it was stored under and a MAC
-//! under the fleet's secret. Every host of a fleet reads what every other host (and anything else
-//! that can reach the cluster) wrote, so a value is trusted only once it opens: the MAC says a
-//! holder of the secret sealed it, the key inside says it was sealed for this key (a valid value
-//! copied under another key is refused), and the entry must read as one. Its tail is not
-//! inflated again to check its CRC-32: the daemon that sealed it kept it checked, and the MAC
-//! covers every byte since (a CRC guards a store against torn writes; the MAC, against anyone).
+//! What the fleet tier (the cache daemon's, on Redis Cluster) holds under a key: the entry sealed
+//! with the key it was stored under and a MAC under the fleet's secret. Every host of a fleet reads
+//! what every other host (and anything else that can reach the cluster) wrote, so a value is
+//! trusted only once it opens: the MAC says a holder of the secret sealed it, the key inside says
+//! it was sealed for this key (a valid value copied under another key is refused), and the entry
+//! must read as one. Its tail is not inflated again to check its CRC-32: the daemon that sealed it
+//! kept it checked, and the MAC covers every byte since (a CRC guards a store against torn writes;
+//! the MAC, against anyone). It lives in the core, beside the entry it seals, so that it is fuzzed
+//! with it (`fuzz/fuzz_targets/sealed.rs`).
 //!
 //! Layout: `MAGIC`, the kind (an entry a store admitted, or a holder's answer shared with the
 //! hosts that waited for it), the expiry (Unix seconds, 0: none), the key, the entry, and the
 //! HMAC-SHA256 of everything before it.
 
+use super::Entry;
 use hmac::{Hmac, Mac};
-use rpcedge_core::cache::Entry;
 use sha2::Sha256;
 
 const MAGIC: &[u8; 4] = b"rpf1";
@@ -71,7 +73,11 @@ impl Sealer {
 
     pub fn new(secret: &[u8]) -> Result<Sealer, String> {
         if secret.len() < Self::MIN_SECRET {
-            return Err(format!("the fleet secret is {} bytes: at least {} are needed", secret.len(), Self::MIN_SECRET));
+            return Err(format!(
+                "the fleet secret is {} bytes: at least {} are needed",
+                secret.len(),
+                Self::MIN_SECRET
+            ));
         }
         let mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|e| e.to_string())?;
         Ok(Sealer { mac })
@@ -106,14 +112,17 @@ impl Sealer {
         }
         Entry::decode(entry).map_err(|_| Refused::Format)?;
         let expires_s = u64::from_le_bytes(head[MAGIC.len() + 1..MAGIC.len() + 9].try_into().expect("8 bytes"));
-        Ok(Opened { entry, expires_s: (expires_s != 0).then_some(expires_s) })
+        Ok(Opened {
+            entry,
+            expires_s: (expires_s != 0).then_some(expires_s),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpcedge_core::cache::{encode, Envelope, Head};
+    use crate::cache::{encode, Envelope, Head};
 
     fn entry() -> Vec<u8> {
         encode(&Envelope::default(), &Head::default(), br#""0x1234"}"#)
@@ -139,7 +148,10 @@ mod tests {
             flipped[at] ^= 0x20;
             assert!(sealer(9).open(Kind::Entry, &key, &flipped).is_err(), "a flip at {at}");
         }
-        assert_eq!(sealer(9).open(Kind::Entry, &key, &value[..value.len() - 1]), Err(Refused::Mac));
+        assert_eq!(
+            sealer(9).open(Kind::Entry, &key, &value[..value.len() - 1]),
+            Err(Refused::Mac)
+        );
         assert_eq!(sealer(9).open(Kind::Entry, &key, b"garbage"), Err(Refused::Format));
         assert_eq!(sealer(9).open(Kind::Entry, &key, &[]), Err(Refused::Format));
         let none = sealer(9).seal(Kind::Answer, &key, None, &entry);
