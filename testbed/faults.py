@@ -266,9 +266,9 @@ def judge_client(seen):
     if overruns(response):
         return "wrong"
     if seen.left:
-        # what it read of its answer's head must still be the answer's
+        # what it read of its answer must still be the answer's: its head, and its body so far
         ok = response.status == 200 and takes(accept_encoding, response.header("content-encoding"))
-        return "left" if ok else "wrong"
+        return "left" if ok and begins(response, seen.request) else "wrong"
     if response.status == 0 or not response.complete:
         return "cut"
     if response.status != 200:
@@ -281,6 +281,17 @@ def judge_client(seen):
     except Exception:  # noqa: BLE001 - a body that does not decode is a wrong one, whatever the cause
         return "wrong"
     return "answered" if takes(accept_encoding, response.header("content-encoding")) else "wrong"
+
+
+def begins(response, request):
+    """Whether the body read so far decodes to the start of `request`'s answer (None: no
+    recording answers it, and any start will do)."""
+    if request is None:
+        return True
+    try:
+        return request.expected.startswith(wire.decode_prefix(response.header("content-encoding"), response.body))
+    except Exception:  # noqa: BLE001 - bytes that do not decode are no start of the answer
+        return False
 
 
 def misbehave(proxy, name, cases, rng):
@@ -570,30 +581,39 @@ def signalling(proxy, fault, seconds):
             pids = [proxy.nginx.process.proc.pid] if whom == "master" else proxy.nginx.worker_pids()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pids[0], number)
+                thread.sent += 1
             time.sleep(SIGNAL_EVERY_S)
 
     thread = threading.Thread(target=send, daemon=True)
-    thread.workers_before = set(proxy.nginx.worker_pids())
+    thread.workers_before, thread.sent = set(proxy.nginx.worker_pids()), 0
     thread.start()
     return thread
 
 
 @contextlib.contextmanager
 def bad_config(proxy):
-    """The proxy's configuration file with BAD_CONFIG's value while inside; its error log must then
-    hold the refusal that names it."""
+    """The proxy's configuration file with BAD_CONFIG's value while inside; yields a function that
+    waits until the error log holds as many refusals of it as reloads were asked for (so that no
+    reload still pending reads the good file once it is put back)."""
     conf = proxy.nginx.prefix / "nginx.conf"
     good = conf.read_text()
     was, bad, refusal = BAD_CONFIG[proxy.host]
-    assert good.count(was) == 1, f"{proxy.host}'s configuration says {was!r} once"
+    if good.count(was) != 1:
+        raise RuntimeError(f"{proxy.host}'s configuration does not say {was!r} once")
     logged = len(proxy.nginx.error_log())
+
+    def refused(reloads, timeout=10):
+        deadline = time.monotonic() + timeout
+        while (found := proxy.nginx.error_log()[logged:].count(refusal)) < reloads:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{proxy.host} logged {refusal!r} {found} times for {reloads} reloads")
+            time.sleep(0.1)
+
     conf.write_text(good.replace(was, bad))
     try:
-        yield
+        yield refused
     finally:
         conf.write_text(good)
-    if refusal not in proxy.nginx.error_log()[logged:]:
-        raise RuntimeError(f"{proxy.host} did not log {refusal!r} for its bad configuration")
 
 
 def run_cell(stack, proxy, fault, cases, seconds, seed=0):
@@ -608,18 +628,20 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     with contextlib.ExitStack() as faulted:
         try:
             stack.inject(fault)
-            if fault.bad_config:
-                faulted.enter_context(bad_config(proxy))
+            refused = fault.bad_config and faulted.enter_context(bad_config(proxy))
             signals = fault.proxy_signal and signalling(proxy, fault, seconds)
             tally = load(proxy, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
+            if refused:
+                signals.join()
+                refused(signals.sent)
         finally:
             if signals:
                 signals.join()
             stack.heal(fault)
     if signals:
         workers = set(proxy.nginx.worker_pids())
-        if fault.bad_config and workers != signals.workers_before:
-            raise RuntimeError(f"{fault.name}: the workers changed: a reload with a bad configuration was taken")
+        if fault.bad_config and workers - signals.workers_before:
+            raise RuntimeError(f"{fault.name}: new workers: a reload with a bad configuration was taken")
         if not fault.bad_config and signals.workers_before & workers:
             raise RuntimeError(f"{fault.name}: the workers it found are still there: the signal did nothing")
     return tally, recovery(port, cases, tally)

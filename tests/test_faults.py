@@ -62,6 +62,8 @@ def check_cell(proxy, stack, fault, cases):
     if fault.client:
         assert sum(tally.client.values()) > 0, "the misbehaving client never finished"
         assert set(tally.client) <= bad_clients.CLIENTS[fault.client].allowed, (tally.client, tally.wrong)
+        if "left" in bad_clients.CLIENTS[fault.client].allowed:
+            assert tally.client["left"] > 0, f"the client never left mid-body: {tally.client}"
     if fault.all_right:
         assert set(tally.counts) == {"right"}, tally.counts
     assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"

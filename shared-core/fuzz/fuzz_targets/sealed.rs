@@ -7,20 +7,20 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rpcedge_core::cache::sealed::{Kind, Sealer};
-use rpcedge_core::cache::{encode, Entry as StoredEntry, Envelope, Head};
+use rpcedge_core::cache::{encode, Entry, Envelope, Head};
 
 #[derive(Arbitrary, Debug)]
 enum Read<'a> {
     /// Any bytes at all, as if written by someone without the secret.
     Raw(&'a [u8]),
     /// A value sealed as `sealed_as` for `sealed_for` with `secret_byte`'s secret (an answer's
-    /// tail made an entry, or any bytes), then cut to `cut` bytes from its end, extended with
+    /// tail made an entry, or any bytes), then `cut` bytes taken off its end, extended with
     /// `extra`, and bytes of it changed (at an offset, xored).
     Sealed {
         sealed_as: bool,
         sealed_for: [u8; 32],
         secret_byte: u8,
-        entry: Entry<'a>,
+        entry: Content<'a>,
         expires_s: Option<u64>,
         cut: u8,
         extra: &'a [u8],
@@ -28,8 +28,9 @@ enum Read<'a> {
     },
 }
 
+/// What is sealed: an answer's tail made an entry, or any bytes.
 #[derive(Arbitrary, Debug)]
-enum Entry<'a> {
+enum Content<'a> {
     Tail(&'a [u8]),
     Bytes(&'a [u8]),
 }
@@ -71,8 +72,8 @@ fuzz_target!(|case: Case| {
             damage,
         } => {
             let entry = match entry {
-                Entry::Tail(tail) => encode(&Envelope::default(), &Head::default(), tail),
-                Entry::Bytes(bytes) => bytes.to_vec(),
+                Content::Tail(tail) => encode(&Envelope::default(), &Head::default(), tail),
+                Content::Bytes(bytes) => bytes.to_vec(),
             };
             let sealed = sealer(secret_byte).seal(kind_of(sealed_as), &sealed_for, expires_s, &entry);
             let mut read = sealed[..sealed.len() - usize::from(cut).min(sealed.len())].to_vec();
@@ -95,7 +96,7 @@ fuzz_target!(|case: Case| {
                     assert_eq!(opened.expires_s, expires_s.filter(|&s| s != 0));
                 }
                 // What was sealed whole fails only when its entry does not read as one.
-                Err(_) => assert!(!same || StoredEntry::decode(&entry).is_err(), "a whole value refused"),
+                Err(_) => assert!(!same || Entry::decode(&entry).is_err(), "a whole value refused"),
             }
         }
     }
