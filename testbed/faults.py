@@ -5,9 +5,8 @@ A cell is one fault on one link (Toxiproxy between the proxy and the node, or th
 cache daemon; a lie is told by a testbed.liar, which the link then leads to), one more client
 that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES), or nginx's
 own processes signalled (reloaded, with a good configuration or a bad one, or a worker killed).
-While it is on,
-`LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as they are
-answered; each answer is judged (`judge`):
+While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as
+they are answered; each answer is judged (`judge`):
 
     right    the node's answer, whole (decoded equal; a batch, equal as JSON)
     error    a whole response with a status other than 200: the proxy said it failed

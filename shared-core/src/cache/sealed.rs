@@ -73,11 +73,7 @@ impl Sealer {
 
     pub fn new(secret: &[u8]) -> Result<Sealer, String> {
         if secret.len() < Self::MIN_SECRET {
-            return Err(format!(
-                "the fleet secret is {} bytes: at least {} are needed",
-                secret.len(),
-                Self::MIN_SECRET
-            ));
+            return Err(format!("the fleet secret is {} bytes: at least {} are needed", secret.len(), Self::MIN_SECRET));
         }
         let mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|e| e.to_string())?;
         Ok(Sealer { mac })
@@ -112,10 +108,7 @@ impl Sealer {
         }
         Entry::decode(entry).map_err(|_| Refused::Format)?;
         let expires_s = u64::from_le_bytes(head[MAGIC.len() + 1..MAGIC.len() + 9].try_into().expect("8 bytes"));
-        Ok(Opened {
-            entry,
-            expires_s: (expires_s != 0).then_some(expires_s),
-        })
+        Ok(Opened { entry, expires_s: (expires_s != 0).then_some(expires_s) })
     }
 }
 
