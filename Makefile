@@ -17,10 +17,10 @@ CARGO := cargo
 
 # Debian 12 packages: nginx and its module build tree, OpenResty's Lua parts, the comparison
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module and binaryen to
-# optimize that module, libclang for RocksDB's bindings (the cache daemon), and Docker's engine,
-# Compose and debootstrap for the reference stack (docker/), debhelper for `make deb`, Redis (in
-# cluster mode, for the fleet tier's tests), openssl (their TLS certificates) and Chromium (a real
-# browser's fetch() through the proxies, tests/test_browser.py).
+# optimize that module, clang++ and libclang for RocksDB's C++ and its bindings (the cache daemon;
+# .cargo/config.toml), Docker's engine, Compose and debootstrap for the reference stack (docker/),
+# debhelper for `make deb`, Redis (in cluster mode, for the fleet tier's tests), openssl (their TLS
+# certificates) and Chromium (a real browser's fetch() through the proxies, tests/test_browser.py).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
 	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap \
