@@ -92,8 +92,13 @@ $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 	$(MAKE) -C envoy-filter envoy
 	@touch $@
 
+# Under `make test` the tests are built with the binaries, in one cargo run: cargo then resolves one
+# set of features (the tests' dev-dependencies add some, tokio's test-util among them) and compiles
+# each crate once, where a build and then `cargo test` compiled about ninety crates a second time.
+CARGO_TARGETS := $(if $(filter test test-rust test-e2e,$(MAKECMDGOALS)),--lib --bins --tests --examples)
+
 build: deps
-	$(CARGO) build --release --locked
+	$(CARGO) build --release --locked $(CARGO_TARGETS)
 	$(MAKE) -C nginx-module
 	$(MAKE) -C envoy-filter wasm
 
