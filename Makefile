@@ -129,10 +129,13 @@ test-rust: build
 	$(CARGO) test --release --locked
 	$(CARGO) test --release --locked -p rpcedge-envoy-filter
 
-# The slowest tests are listed at the end: where CI's time goes.
+# TEST_WORKERS pytest-xdist workers, each taking whole modules (tests/conftest.py): most tests wait
+# on their processes more than they compute. The slowest tests are listed at the end: where CI's
+# time goes.
+TEST_WORKERS ?= 2
 test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic
-	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25
+	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 test: test-rust test-e2e test-fuzz
 

@@ -50,7 +50,9 @@ def corpus_description(corpus=CORPUS):
 
 def _ports_below_the_ephemeral_range():
     """Candidate ports that the kernel never picks for an outgoing connection or a bind to port 0,
-    in an order that differs between processes (two test runs on one machine rarely collide)."""
+    in an order that differs between processes (two test runs on one machine rarely collide). Each
+    pytest-xdist worker, and what it starts, takes its own share of the range first: workers hand
+    out ports at once, and a port one handed out may not be bound yet when another looks."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -58,8 +60,13 @@ def _ports_below_the_ephemeral_range():
     first, last = max(20000, low - 12000), low
     if last - first < 1000:
         first, last = 20000, 30000
-    start = first + os.getpid() * 7919 % (last - first)
-    return iter(list(range(start, last)) + list(range(first, start)))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    share = (last - first) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    own_first = first + worker * share
+    start = own_first + os.getpid() * 7919 % share
+    ports = list(range(first, last))
+    return iter(ports[start - first:own_first + share - first] + ports[own_first - first:start - first]
+                + ports[own_first + share - first:] + ports[:own_first - first])
 
 
 _candidate_ports = _ports_below_the_ephemeral_range()

@@ -1,4 +1,5 @@
-"""pytest fixtures over the harness (testbed/harness.py): the replay upstream for the session."""
+"""pytest fixtures over the harness (testbed/harness.py): the replay upstream for the session; and
+how `make test` shares the tests between its pytest-xdist workers."""
 
 import pytest
 
@@ -7,6 +8,16 @@ from testbed.harness import corpus_description, start_replay
 
 def pytest_report_header():
     return f"corpus: {corpus_description()}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Under `--dist loadgroup` a module's tests run on one worker, one after another, as they were
+    written to (its fixtures start once); a module that marks a group of its own (the tests on the
+    host's fixed ports and its Docker engine) shares a worker with the other modules of that group."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,10 @@ from testbed import wire
 from testbed.docker_engine import checked, run, start_engine
 from testbed.harness import REPLAY_BIN, REPO, SAMPLE_CORPUS, free_port, port_accepts
 
+# Runs on one pytest-xdist worker with the other tests of the host's fixed ports and Docker engine
+# (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("host")
+
 BASE = "debian:bookworm-slim"
 NAME = "rpcedge-deb-test"
 MODULE_PACKAGE = "libnginx-mod-http-rpcedge-filter"

@@ -22,6 +22,10 @@ from testbed import wire
 from testbed.docker_engine import checked, run, stack_up
 from testbed.harness import REPO, SAMPLE_CORPUS
 
+# Runs on one pytest-xdist worker with the other tests of the host's fixed ports and Docker engine
+# (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("host")
+
 COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-p", "rpcedge-test"]
 NGINX, ENVOY, ENVOY_ADMIN, PROMETHEUS = 18080, 18081, 19901, 19090
 PROXIES = {"nginx": NGINX, "envoy": ENVOY}

@@ -18,6 +18,10 @@ from testbed import wire
 from testbed.docker_engine import checked, run, stack_up
 from testbed.harness import REPO, SAMPLE_CORPUS
 
+# Runs on one pytest-xdist worker with the other tests of the host's fixed ports and Docker engine
+# (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("host")
+
 COMPOSE = ["docker-compose", "-f", str(REPO / "docker" / "compose.yaml"), "-f", str(REPO / "docker" / "compose.fleet.yaml"),
            "-p", "rpcedge-fleet-test"]
 HOST_A = {"nginx": 18080, "envoy": 18081}

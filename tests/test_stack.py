@@ -17,6 +17,10 @@ from testbed import wire
 from testbed.harness import CACHED_BIN, REPLAY_BIN, REPO, port_accepts
 from testbed.stack import CACHED_PORT, ENVOY_ADMIN, ENVOY_PORT, NGINX_PORT, REPLAY_PORT
 
+# Runs on one pytest-xdist worker with the other tests of the host's fixed ports and Docker engine
+# (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("host")
+
 PORTS = (REPLAY_PORT, NGINX_PORT, ENVOY_PORT, ENVOY_ADMIN, CACHED_PORT)
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": ["0xF42401", True]}).encode()
 
