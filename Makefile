@@ -46,7 +46,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
 	cache_lookup cache_entry sealed
 
-.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults soak asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
@@ -56,6 +56,7 @@ help:
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
 	@echo "make deb    Debian packages of the nginx module and the cache daemon, into build/deb/"
 	@echo "make faults the fault matrix: each host under load while a part misbehaves (RELIABILITY.md)"
+	@echo "make soak   a million requests per host while faults come and go; memory, descriptors sampled"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -144,6 +145,13 @@ test: test-rust test-e2e test-fuzz
 FAULT_SECONDS ?= 15
 faults: build $(TOXIPROXY)
 	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
+
+# The soak: a million requests of the mix per host, the cache off and warm, faults coming and going;
+# memory, descriptors and the daemon's disk sampled (RELIABILITY.md). tests/test_soak.py runs its
+# short form.
+SOAK_REQUESTS ?= 1000000
+soak: build $(TOXIPROXY)
+	$(VENV)/bin/python loadtest/soak.py --requests $(SOAK_REQUESTS)
 
 # cargo fuzz needs nightly Rust (the machine's rustup has it; installed if not).
 $(STAMPS)/fuzz: $(STAMPS)/rust

@@ -551,12 +551,12 @@ class FaultedStack:
             self.toxiproxy.reset()
 
 
-def start_proxy(host, workdir, stack):
-    """`host` in front of the faulted stack with the matrix's timeouts, the cache on, no hot tier
-    (every lookup reaches the daemon), and HTTP/2 with prior knowledge (h2c) for the clients
-    that speak it: on a port of its own in nginx (as the example config), on the same in Envoy
-    (its codec AUTO)."""
-    options = {"node_timeout_s": NODE_TIMEOUT_S, "timeout_ms": LOOKUP_TIMEOUT_MS}
+def start_proxy(host, workdir, stack, cache=True):
+    """`host` in front of the faulted stack with the matrix's timeouts, the cache on (unless
+    `cache` is false), no hot tier (every lookup reaches the daemon), and HTTP/2 with prior
+    knowledge (h2c) for the clients that speak it: on a port of its own in nginx (as the example
+    config), on the same in Envoy (its codec AUTO)."""
+    options = {"node_timeout_s": NODE_TIMEOUT_S, "timeout_ms": LOOKUP_TIMEOUT_MS, "cache": cache}
     h2_port = free_port() if host in NGINX_HOSTS else None
     if h2_port:
         options["extra"] = f"\n        listen {wire.LOOPBACK}:{h2_port} http2;"

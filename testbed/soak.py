@@ -1,0 +1,262 @@
+"""The soak (issue 47): one host under the mix for a long run while faults come and go at random
+times; its memory, descriptors and the daemon's disk sampled throughout.
+
+Two forms per host: `mix`, the cache off (every answer is the node's, compressed or streamed on
+the way), and `warm`, the cache on and asked every case first (the cacheable answers are hits).
+
+The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the node's answer to
+its own request: identity byte for byte, gzip by the CRC-32 and length of its trailer. Beside it,
+JUDGED_THREADS clients of the fault matrix (faults.load) send the whole mix, zstd and the batch
+too, and decode and compare every answer. Every FAULT_EVERY_S on average (exponentially) one of
+the form's faults (the matrix's, FaultedStack; or a reload of nginx's master) is on for
+FAULT_SECONDS. Every SAMPLE_S the proxy's processes (nginx's master and workers, or Envoy) and
+the daemon are sampled: resident memory, open descriptors, the store's bytes on disk.
+
+A form passes when no answer is wrong (wrk's, the judged clients', and those of the round asked
+once it is over), and no sampled series grows (`grows`).
+"""
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed import faults
+from testbed.harness import LOOPBACK, REPO
+
+SCRIPT = REPO / "loadtest" / "wrk" / "soak.lua"
+FORMS = ("mix", "warm")
+WRK_THREADS = 8  # and as many connections: soak.lua pairs each answer with its request
+WRK_SEGMENT_S = 10
+JUDGED_THREADS = 2
+SAMPLE_S = 2
+FAULT_EVERY_S = 8
+FAULT_SECONDS = 3
+# the form's faults: each one after which every answer must be right again by itself
+NODE_FAULTS = ("node-latency", "node-slicer", "node-reset-before-headers", "node-cut-mid-body", "node-down")
+DAEMON_FAULTS = ("daemon-latency", "daemon-reset", "daemon-sigstop", "daemon-kill-9")
+RELOAD = "proxy-reload"
+# how much a series may rise from its second quarter to its last (`grows`): at least the first
+# figure, or the second as a share of where it was
+ALLOWANCE = {"proxy_rss": (16 << 20, 0.10), "daemon_rss": (32 << 20, 0.10), "proxy_fds": (8, 0.0),
+             "daemon_fds": (8, 0.0), "store_bytes": (32 << 20, 0.5)}
+
+
+def write_requests(path, cases):
+    """The list for soak.lua: each single call of the mix (a batch is equal only as JSON, left
+    to the judged clients) with and without gzip."""
+    records = []
+    for kind, found in cases.items():
+        if kind == "batch":
+            continue
+        for number, case in enumerate(found):
+            request = faults.request_of(kind, case, 1000 + number)
+            for coding in ("gzip", "-"):
+                fields = (case.path.encode(), coding.encode(), request.body, request.expected,
+                          str(zlib.crc32(request.expected)).encode(), str(len(request.expected)).encode())
+                records.append(b"".join(b"%010d%s" % (len(f), f) for f in fields))
+    path.write_bytes(b"".join(records))
+    return path
+
+
+def run_wrk(port, requests, seconds):
+    """One wrk run through `port`: its RESULT (requests, right, wrong, failed, errors)."""
+    argv = ["wrk", f"-t{WRK_THREADS}", f"-c{WRK_THREADS}", f"-d{seconds}s", "--timeout", f"{faults.CLIENT_TIMEOUT}s",
+            "-s", SCRIPT, f"http://{LOOPBACK}:{port}", "--", requests]
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 120)
+    result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
+    if done.returncode != 0 or result is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return json.loads(result[len("RESULT "):])
+
+
+def process_tree(pid):
+    """`pid` and its children (nginx's workers), as far as they are still there."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [pid, *map(int, children)]
+
+
+def resident(pids):
+    """Bytes resident and descriptors open, over `pids` (those gone meanwhile left out)."""
+    rss = fds = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            open_fds = sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        # a zombie (killed, not yet reaped) has no VmRSS
+        resident_kib = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")]
+        rss, fds = rss + sum(resident_kib) * 1024, fds + (open_fds if resident_kib else 0)
+    return rss, fds
+
+
+def disk_bytes(directory):
+    """Bytes allocated to the files under `directory`."""
+    total = 0
+    for file in Path(directory).rglob("*"):
+        try:
+            total += file.lstat().st_blocks * 512
+        except OSError:
+            continue  # removed meanwhile (a compaction)
+    return total
+
+
+def grows(values, least, share):
+    """Whether a series keeps growing: the highest value of its last quarter above the highest of
+    its second quarter by more than `least` and `share` of it. The first quarter is the warm-up
+    (pools, caches and allocators fill); a series of fewer than 8 samples says nothing."""
+    values = [value for value in values if value is not None]
+    if len(values) < 8:
+        return False
+    quarter = len(values) // 4
+    before, last = max(values[quarter:2 * quarter]), max(values[3 * quarter:])
+    return last > before + max(least, share * before)
+
+
+@dataclass
+class Soak:
+    """One form's run; `samples` are (seconds, proxy_rss, proxy_fds, daemon_rss, daemon_fds,
+    store_bytes), `rates` (seconds, requests per second) per wrk run."""
+    host: str
+    form: str
+    wrk: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    judged: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    samples: list = field(default_factory=list)
+    rates: list = field(default_factory=list)
+    wrong_examples: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    SERIES = ("proxy_rss", "proxy_fds", "daemon_rss", "daemon_fds", "store_bytes")
+
+    def series(self, name):
+        index = self.SERIES.index(name) + 1
+        return [sample[index] for sample in self.samples]
+
+    def growing(self):
+        return [name for name in self.SERIES if grows(self.series(name), *ALLOWANCE[name])]
+
+    def wrong(self):
+        """Every answer that must never be: wrk's wrong ones, the judged clients' wrong or
+        garbled ones, and anything but right once the faults were over."""
+        return (self.wrk["wrong"] + sum(self.judged[o] for o in faults.NEVER)
+                + sum(n for o, n in self.after.items() if o != "right"))
+
+    def passed(self):
+        return not self.wrong() and not self.growing()
+
+
+class Every(threading.Thread):
+    """Calls `step(stopping)` again and again until `stopping` is set; a failure sets it, and is
+    kept (`stop_all` raises it)."""
+
+    def __init__(self, step, stopping):
+        super().__init__(daemon=True)
+        self.step, self.stopping, self.failure = step, stopping, None
+
+    def run(self):
+        try:
+            while not self.stopping.is_set():
+                self.step(self.stopping)
+        except Exception as error:  # noqa: BLE001 - the harness's own failure, raised by stop_all()
+            self.failure = error
+            self.stopping.set()
+
+
+def stop_all(workers, stopping):
+    stopping.set()
+    for worker in workers:
+        worker.join()
+    failed = next((worker for worker in workers if worker.failure), None)
+    if failed:
+        raise RuntimeError(f"the soak's {failed.step.__name__} failed: {failed.failure!r}") from failed.failure
+
+
+def form_faults(form, host):
+    names = NODE_FAULTS + (DAEMON_FAULTS if form == "warm" else ())
+    chosen = [fault for fault in faults.FAULTS if fault.name in names]
+    return chosen + ([RELOAD] if host in faults.NGINX_HOSTS else [])
+
+
+def warm_up(proxy, cases):
+    """Each case asked in each coding until the answer is right, so that what the cache keeps is
+    kept (a miss stores it once answered)."""
+    for kind, found in cases.items():
+        for case in found:
+            for accept_encoding in faults.ACCEPT_ENCODINGS:
+                outcome, _ = faults.ask(proxy.port, faults.request_of(kind, case, 7), accept_encoding)
+                if outcome != "right":
+                    raise RuntimeError(f"warming the cache: {kind} in {accept_encoding}: {outcome}")
+
+
+def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_every_s=FAULT_EVERY_S):
+    """`requests` of the mix through `proxy` (started with the cache on for the warm form, off
+    for the mix) over `faulted` (a faults.FaultedStack), with a fault every `fault_every_s` on
+    average: a Soak."""
+    result, rng, started = Soak(proxy.host, form), random.Random(seed), time.monotonic()
+    judged_seeds = random.Random(seed + 1)
+    stack = faulted.stack  # its daemon is another process after a kill -9
+    if form == "warm":
+        warm_up(proxy, cases)
+    choices = form_faults(form, proxy.host)
+
+    def sample(stopping):
+        proxy_rss, proxy_fds = resident(process_tree(proxy.pids[0]))
+        daemon_rss, daemon_fds = resident([stack.daemon.process.proc.pid])
+        result.samples.append((time.monotonic() - started, proxy_rss, proxy_fds, daemon_rss or None,
+                               daemon_fds or None, disk_bytes(stack.daemon.db)))
+        stopping.wait(SAMPLE_S)
+
+    def judged(stopping):
+        tally = faults.load(proxy, cases, WRK_SEGMENT_S, judged_seeds.randrange(1 << 30), threads=JUDGED_THREADS)
+        result.judged.update(tally.counts)
+        result.wrong_examples += [repr(wrong) for wrong in tally.wrong][:5 - len(result.wrong_examples)]
+
+    def volume(stopping):
+        run = run_wrk(proxy.port, requests_file, WRK_SEGMENT_S)
+        result.wrk.update({name: run[name] for name in ("requests", "right", "wrong", "failed", "carried_right")})
+        result.errors.update(run["errors"])
+        result.rates.append((time.monotonic() - started, run["requests"] / run["seconds"]))
+        if run["first_wrong"] and len(result.wrong_examples) < 5:
+            result.wrong_examples.append(f"wrk: {run['first_wrong']}")
+        if result.wrk["requests"] >= requests:
+            stopping.set()
+
+    stopping = threading.Event()
+    workers = [Every(step, stopping) for step in (sample, judged, volume)]
+    for worker in workers:
+        worker.start()
+    try:
+        # the faults from this thread: what they start again (Toxiproxy, the daemon) is killed
+        # when the thread that started it ends (harness: PR_SET_PDEATHSIG)
+        while not stopping.wait(rng.expovariate(1 / fault_every_s)):
+            chosen = rng.choice(choices)
+            if chosen == RELOAD:
+                proxy.nginx.process.proc.send_signal(signal.SIGHUP)
+            else:
+                faulted.inject(chosen)
+                try:
+                    stopping.wait(FAULT_SECONDS)
+                finally:
+                    faulted.heal(chosen)
+            result.faults[chosen if chosen == RELOAD else chosen.name] += 1
+    finally:
+        stop_all(workers, stopping)
+    tally = faults.Tally()
+    faults.recovery(proxy.port, cases, tally)
+    result.after.update(tally.after)
+    result.judged.update(tally.counts)
+    result.seconds = time.monotonic() - started
+    return result
