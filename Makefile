@@ -56,7 +56,7 @@ help:
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
 	@echo "make deb    Debian packages of the nginx module and the cache daemon, into build/deb/"
 	@echo "make faults the fault matrix: each host under load while a part misbehaves (RELIABILITY.md)"
-	@echo "make soak   a million requests per host while faults come and go; memory, descriptors sampled"
+	@echo "make soak   a million requests per host and form while faults come and go; memory sampled"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -96,6 +96,8 @@ $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 # Under `make test` the tests are built with the binaries, in one cargo run: cargo then resolves one
 # set of features (the tests' dev-dependencies add some, tokio's test-util among them) and compiles
 # each crate once, where a build and then `cargo test` compiled about ninety crates a second time.
+# The binaries tested then carry those features too (they change nothing the binaries do); `make
+# build`, `deb` and `docker` build without them.
 CARGO_TARGETS := $(if $(filter test test-rust test-e2e,$(MAKECMDGOALS)),--lib --bins --tests --examples)
 
 build: deps
@@ -146,7 +148,7 @@ FAULT_SECONDS ?= 15
 faults: build $(TOXIPROXY)
 	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
 
-# The soak: a million requests of the mix per host, the cache off and warm, faults coming and going;
+# The soak: a million requests of the mix per host and form (the cache off, and warm), faults coming and going;
 # memory, descriptors and the daemon's disk sampled (RELIABILITY.md). tests/test_soak.py runs its
 # short form.
 SOAK_REQUESTS ?= 1000000

@@ -14,10 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import cache_cases as cc
 from testbed import faults
 from testbed.harness import REPO
-from testbed.toxiproxy import Toxiproxy
 
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
@@ -118,28 +116,24 @@ def main():
     cases = faults.mix_cases()
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
-    stack = cc.CacheStack(WORK, faults.networks(cases))
     cells = []
-    try:
-        with Toxiproxy(WORK) as toxiproxy, faults.FaultedStack(stack, toxiproxy) as faulted:
-            for host in hosts:
-                proxy = faults.start_proxy(host, WORK / host, faulted)
-                try:
-                    for seed, fault in enumerate(chosen):
-                        if not faults.applies(fault, host):
-                            continue
-                        tally, recovered = faults.run_cell(faulted, proxy, fault, cases, args.seconds, seed)
-                        cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
-                                "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
-                                "wrong_examples": [repr(w) for w in tally.wrong]}
-                        cells.append(cell)
-                        total, shares, wrong, recovery = cell_text(cell)
-                        print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "
-                              f"recovery {recovery}", flush=True)
-                finally:
-                    proxy.stop()
-    finally:
-        stack.stop()
+    with faults.faulted_stack(WORK, cases) as faulted:
+        for host in hosts:
+            proxy = faults.start_proxy(host, WORK / host, faulted)
+            try:
+                for seed, fault in enumerate(chosen):
+                    if not faults.applies(fault, host):
+                        continue
+                    tally, recovered = faults.run_cell(faulted, proxy, fault, cases, args.seconds, seed)
+                    cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
+                            "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
+                            "wrong_examples": [repr(w) for w in tally.wrong]}
+                    cells.append(cell)
+                    total, shares, wrong, recovery = cell_text(cell)
+                    print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "
+                          f"recovery {recovery}", flush=True)
+            finally:
+                proxy.stop()
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": args.seconds,
                "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                       cwd=REPO).stdout.strip()}

@@ -1,4 +1,4 @@
-"""`make soak`: the soak (testbed/soak.py) on each host in both forms, `--requests` of the mix each,
+"""`make soak`: the soak (testbed/soak.py) on each host in both forms, `--requests` of the mix in each,
 with the fault matrix's faults coming and going. Writes loadtest/results/soak.md, soak.json and
 soak.png (memory, descriptors and requests per second over time), which RELIABILITY.md explains.
 
@@ -19,10 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
-from testbed import cache_cases as cc  # noqa: E402
 from testbed import faults, soak  # noqa: E402
 from testbed.harness import REPO  # noqa: E402
-from testbed.toxiproxy import Toxiproxy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WORK = REPO / "build" / "soak"
@@ -58,7 +56,7 @@ def markdown(session, results):
         "testbed/soak.py. RSS and the store in MiB, first → last sample (the highest); *growing*: the series "
         "whose last quarter rose above their second quarter by more than the allowance.",
         "",
-        "| host | form | wrk requests | right | failed (status) | cut | judged | wrong | proxy RSS | proxy fds "
+        "| host | form | wrk requests | right | failed (status) | cut or timed out | judged | wrong | proxy RSS | proxy fds "
         "| daemon RSS | store | growing | time | faults |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: | --- |",
         *map(row, results),
@@ -108,21 +106,17 @@ def main():
     cases = faults.mix_cases()
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
-    stack = cc.CacheStack(WORK, faults.networks(cases))
     results = []
-    try:
-        with Toxiproxy(WORK) as toxiproxy, faults.FaultedStack(stack, toxiproxy) as faulted:
-            requests_file = soak.write_requests(WORK / "requests.bin", cases)
-            for seed, (host, form) in enumerate((host, form) for host in hosts for form in forms):
-                proxy = faults.start_proxy(host, WORK / f"{host}-{form}", faulted, cache=form == "warm")
-                try:
-                    result = soak.soak(faulted, proxy, form, cases, requests_file, args.requests, seed)
-                finally:
-                    proxy.stop()
-                results.append(result)
-                print(row(result), flush=True)
-    finally:
-        stack.stop()
+    with faults.faulted_stack(WORK, cases) as faulted:
+        requests_file = soak.write_requests(WORK / "requests.bin", cases)
+        for seed, (host, form) in enumerate((host, form) for host in hosts for form in forms):
+            proxy = faults.start_proxy(host, WORK / f"{host}-{form}", faulted, cache=form == "warm")
+            try:
+                result = soak.soak(faulted, proxy, form, cases, requests_file, args.requests, seed)
+            finally:
+                proxy.stop()
+            results.append(result)
+            print(row(result), flush=True)
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "requests": args.requests,
                "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                       cwd=REPO).stdout.strip()}

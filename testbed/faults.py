@@ -43,6 +43,7 @@ from testbed import cache_cases as cc
 from testbed import wire
 from testbed.harness import fill, free_port, small_tmpfs
 from testbed.liar import Liar, relayed
+from testbed.toxiproxy import Toxiproxy
 
 OUTCOMES = ("right", "relayed", "error", "cut", "timeout", "wrong", "garbled")
 # what a misbehaving client (bad_clients) saw: these and
@@ -549,6 +550,18 @@ class FaultedStack:
                     raise RuntimeError(f"the {fault.link}'s liar told no {fault.lie} lie")
         finally:
             self.toxiproxy.reset()
+
+
+@contextlib.contextmanager
+def faulted_stack(work, cases):
+    """A cache stack for `cases`' networks (cc.CacheStack, its logs and stores in `work`) behind
+    Toxiproxy: a FaultedStack while inside."""
+    stack = cc.CacheStack(work, networks(cases))
+    try:
+        with Toxiproxy(work) as toxiproxy, FaultedStack(stack, toxiproxy) as faulted:
+            yield faulted
+    finally:
+        stack.stop()
 
 
 def start_proxy(host, workdir, stack, cache=True):

@@ -5,9 +5,10 @@ Two forms per host: `mix`, the cache off (every answer is the node's, compressed
 the way), and `warm`, the cache on and asked every case first (the cacheable answers are hits).
 
 The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the node's answer to
-its own request: identity byte for byte, gzip by the CRC-32 and length of its trailer. Beside it,
-JUDGED_THREADS clients of the fault matrix (faults.load) send the whole mix, zstd and the batch
-too, and decode and compare every answer. Every FAULT_EVERY_S on average (exponentially) one of
+its request: identity byte for byte, gzip by the CRC-32 and length its trailer states (for a
+cache hit those come from the stored entry, so there it checks the framing and the length, not
+the bytes). Beside it, JUDGED_THREADS clients of the fault matrix (faults.load) send the whole
+mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average (exponentially) one of
 the form's faults (the matrix's, FaultedStack; or a reload of nginx's master) is on for
 FAULT_SECONDS. Every SAMPLE_S the proxy's processes (nginx's master and workers, or Envoy) and
 the daemon are sampled: resident memory, open descriptors, the store's bytes on disk.
@@ -119,7 +120,7 @@ def grows(values, least, share):
     if len(values) < 8:
         return False
     quarter = len(values) // 4
-    before, last = max(values[quarter:2 * quarter]), max(values[3 * quarter:])
+    before, last = max(values[quarter:2 * quarter]), max(values[3 * quarter:4 * quarter])
     return last > before + max(least, share * before)
 
 
@@ -191,8 +192,8 @@ def form_faults(form, host):
 
 
 def warm_up(proxy, cases):
-    """Each case asked in each coding until the answer is right, so that what the cache keeps is
-    kept (a miss stores it once answered)."""
+    """Each case asked once in each coding, so that what the cache keeps is kept (a miss stores it
+    once answered); each answer must be right."""
     for kind, found in cases.items():
         for case in found:
             for accept_encoding in faults.ACCEPT_ENCODINGS:
@@ -222,10 +223,12 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
     def judged(stopping):
         tally = faults.load(proxy, cases, WRK_SEGMENT_S, judged_seeds.randrange(1 << 30), threads=JUDGED_THREADS)
         result.judged.update(tally.counts)
-        result.wrong_examples += [repr(wrong) for wrong in tally.wrong][:5 - len(result.wrong_examples)]
+        result.wrong_examples += [repr(wrong) for wrong in tally.wrong][:max(0, 5 - len(result.wrong_examples))]
 
     def volume(stopping):
         run = run_wrk(proxy.port, requests_file, WRK_SEGMENT_S)
+        if not run["requests"]:
+            raise RuntimeError(f"no request was answered in {WRK_SEGMENT_S} s: {run['errors']}")
         result.wrk.update({name: run[name] for name in ("requests", "right", "wrong", "failed", "carried_right")})
         result.errors.update(run["errors"])
         result.rates.append((time.monotonic() - started, run["requests"] / run["seconds"]))

@@ -9,9 +9,10 @@ once the fault is gone, every case is answered right again."""
 import pytest
 
 from testbed import bad_clients
-from testbed import cache_cases as cc
 from testbed import faults
-from testbed.toxiproxy import Toxiproxy
+
+# heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("load")
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
@@ -20,42 +21,27 @@ SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers",
 SECONDS = 3
 
 
-@pytest.fixture(scope="module")
-def cases():
-    return faults.mix_cases()
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, cases):
-    log_dir = tmp_path_factory.mktemp("faults")
-    stack = cc.CacheStack(log_dir, faults.networks(cases))
-    try:
-        with Toxiproxy(log_dir) as toxiproxy, faults.FaultedStack(stack, toxiproxy) as faulted:
-            yield faulted
-    finally:
-        stack.stop()
-
-
 @pytest.fixture(scope="module", params=faults.HOSTS)
-def proxy(request, tmp_path_factory, stack):
-    proxy = faults.start_proxy(request.param, tmp_path_factory.mktemp(request.param), stack)
+def proxy(request, tmp_path_factory, faulted_stack):
+    proxy = faults.start_proxy(request.param, tmp_path_factory.mktemp(request.param), faulted_stack)
     yield proxy
     proxy.stop()
 
 
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.name in SHORT], ids=lambda f: f.name)
-def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, stack, fault, cases):
-    check_cell(proxy, stack, fault, cases)
+def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, faulted_stack, fault, mix_cases):
+    check_cell(proxy, faulted_stack, fault, mix_cases)
 
 
 @pytest.mark.parametrize("proxy", faults.NGINX_HOSTS, indirect=True)
 @pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.proxy_signal], ids=lambda f: f.name)
-def test_no_answer_is_wrong_while_nginx_reloads_loses_a_worker_or_refuses_a_config(proxy, stack, fault, cases):
-    check_cell(proxy, stack, fault, cases)
+def test_no_answer_is_wrong_while_nginx_reloads_loses_a_worker_or_refuses_a_config(proxy, faulted_stack, fault,
+                                                                                   mix_cases):
+    check_cell(proxy, faulted_stack, fault, mix_cases)
 
 
-def check_cell(proxy, stack, fault, cases):
-    tally, recovered = faults.run_cell(stack, proxy, fault, cases, SECONDS)
+def check_cell(proxy, faulted_stack, fault, mix_cases):
+    tally, recovered = faults.run_cell(faulted_stack, proxy, fault, mix_cases, SECONDS)
     assert not any(tally.counts[outcome] + tally.client[outcome] for outcome in faults.NEVER), \
         (tally.counts, tally.client, tally.wrong)
     assert sum(tally.counts.values()) > 0

@@ -15,6 +15,9 @@ from testbed.harness import LOOPBACK, Process, free_port
 from testbed.nginx_harness import NGINX_BIN, main_conf, start_nginx
 from test_nginx import BUCKETS
 
+# heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("load")
+
 # The mix, every path of the filter: small (untouched), one-shot, chunked ending within max_buffer,
 # streamed (under /stream/, max_buffer is 8k), a streamed body above max_buffer, incompressible.
 PATHS = [

@@ -3,9 +3,10 @@
 --
 --   wrk -t2 -c8 -d8s -s loadtest/wrk/cache_put.lua http://127.0.0.1:18090 -- build/bench/cached/entries.bin
 --
--- The file holds the entries as rpcedge_core::cache::encode lays them out, each behind its length
--- in 10 decimal digits. done() prints one RESULT line of JSON: stores, and answers other than 204.
+-- The file holds the entries as rpcedge_core::cache::encode lays them out, each a field of its own
+-- (framed.lua). done() prints one RESULT line of JSON: stores, and answers other than 204.
 
+local framed = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "framed.lua")
 local entries = {}
 local threads = {}
 local thread_count = 0
@@ -18,15 +19,7 @@ function setup(thread)
 end
 
 function init(args)
-  local file = assert(io.open(args[1], "rb"))
-  local data = file:read("*a")
-  file:close()
-  local at = 1
-  while at <= #data do
-    local length = tonumber(data:sub(at, at + 9))
-    table.insert(entries, data:sub(at + 10, at + 9 + length))
-    at = at + 10 + length
-  end
+  entries = framed.read(args[1])
   assert(#entries > 0, "no entries in " .. args[1])
 end
 

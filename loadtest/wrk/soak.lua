@@ -5,13 +5,14 @@
 --
 -- One connection per thread (-c equal to -t): a thread's requests and answers then alternate, so
 -- each answer is checked against the request it answers. The file holds the requests, each as
--- six fields behind their lengths in 10 decimal digits: the path, the Accept-Encoding ("-": none),
--- the body, the node's answer, and that answer's CRC-32 and length in decimal. Each thread takes
+-- six fields (framed.lua): the path, the Accept-Encoding ("-": none), the body, the node's answer,
+-- and that answer's CRC-32 and length in decimal. Each thread takes
 -- the next request of the list, round and round, from a place of its own.
 --
 -- A 200 is right when its body is the node's answer: byte for byte where it came as it is; in
 -- gzip (where asked for), when its trailer states the answer's CRC-32 and length, which a body
--- cut short or compressed from other bytes does not. Anything else with a 200 is wrong; other
+-- cut short does not (nor one the proxy compressed from other bytes; a cache hit's trailer comes
+-- from the stored entry, so there the bytes are the judged clients' to check). Anything else with a 200 is wrong; other
 -- statuses are counted as failed (the proxy said so). done() prints one RESULT line of JSON.
 --
 -- A response cut short never reaches response(), but wrk (4.1) keeps what it read of it, head
@@ -20,12 +21,13 @@
 -- or a gzip trailer with its CRC-32 and length; the fault matrix's judged clients beside wrk
 -- read every answer whole.
 
-local sizes = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "sizes.lua")
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local sizes, framed = dofile(here .. "sizes.lua"), dofile(here .. "framed.lua")
 
 local records = {}
 local threads = {}
 local current, next_record
-local answered, carried = true, false
+local answered, carried, verifying = true, false, false
 right, wrong, failed, carried_right, first_wrong = 0, 0, 0, 0, ""
 
 function setup(thread)
@@ -33,35 +35,27 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
-local function fields(data, at, count)
-  local found = {}
-  for _ = 1, count do
-    local length = tonumber(data:sub(at, at + 9))
-    table.insert(found, data:sub(at + 10, at + 9 + length))
-    at = at + 10 + length
-  end
-  return found, at
-end
-
 function init(args)
-  local file = assert(io.open(args[1], "rb"))
-  local data = file:read("*a")
-  file:close()
-  local at = 1
-  while at <= #data do
-    local f
-    f, at = fields(data, at, 6)
-    local path, coding, body, answer, crc, length = f[1], f[2], f[3], f[4], tonumber(f[5]), tonumber(f[6])
+  local fields = framed.read(args[1])
+  for at = 1, #fields, 6 do
+    local path, coding, body, answer, crc, length = unpack(fields, at, at + 5)
     local headers = {["Content-Type"] = "application/json"}
     if coding ~= "-" then headers["Accept-Encoding"] = coding end
-    table.insert(records, {request = wrk.format("POST", path, headers, body), answer = answer, crc = crc,
-                           length = length, gzip = coding:find("gzip") ~= nil, path = path, coding = coding})
+    table.insert(records, {request = wrk.format("POST", path, headers, body), answer = answer, crc = tonumber(crc),
+                           length = tonumber(length), gzip = coding:find("gzip") ~= nil, path = path,
+                           coding = coding})
   end
   assert(#records > 0, "no requests in " .. args[1])
   next_record = offset % #records
+  verifying = offset == 0
 end
 
 function request()
+  if verifying then
+    -- wrk asks thread 0's script for one request before it sends any (to count pipelining)
+    verifying = false
+    return records[1].request
+  end
   -- the previous request got no answer: the connection was cut, and wrk opened another
   carried = carried or not answered
   answered = false
