@@ -39,9 +39,10 @@ def deflated_entry(result):
     data = compressor.compress(tail) + compressor.flush()
     before, after = b'{"jsonrpc":"2.0","id":', b',"result":'
     head = struct.pack("<HH", 0, 0)  # no headers kept, none varied on
-    # format 3, deflated, no zstd or brotli form
-    return (struct.pack("<BBIQHHIII", 3, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head), 0, 0)
-            + before + after + head + data)
+    # format 4, deflated, no zstd or brotli form, then the CRC-32 of the whole entry but its own field
+    fields = struct.pack("<BBIQHHIII", 4, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head), 0, 0)
+    rest = before + after + head + data
+    return fields + struct.pack("<I", zlib.crc32(fields + rest)) + rest
 
 
 def workload(limit=4000, smallest=1024):
