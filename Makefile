@@ -146,6 +146,7 @@ test: test-rust test-e2e test-fuzz
 # loadtest/results/faults.md; FAULT_SECONDS of load per cell.
 FAULT_SECONDS ?= 15
 faults: build $(TOXIPROXY)
+	$(MAKE) -C envoy-filter wasm-test-panic
 	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
 
 # The soak: a million requests of the mix per host and form (the cache off, and warm), faults coming and going;

@@ -30,6 +30,12 @@ def never(cell):
             + sum(n for o, n in after.items() if o != "right"))
 
 
+def hung_up(cell):
+    """The clients that gave up waiting in a cell whose fault may not leave any waiting."""
+    fault = next(fault for fault in faults.FAULTS if fault.name == cell["fault"])
+    return 0 if fault.may_hang else cell["counts"].get("timeout", 0)
+
+
 def client_text(cell):
     """What the misbehaving client saw, if the cell has one."""
     client = cell.get("client")
@@ -141,8 +147,10 @@ def main():
     (args.results / "faults.json").write_text(json.dumps({"session": session, "cells": cells}, indent=1) + "\n")
     (args.results / "faults.md").write_text(markdown(session, cells))
     wrong = sum(never(cell) for cell in cells)
-    print(f"{len(cells)} cells, {wrong} wrong answers; {args.results / 'faults.md'}")
-    return 1 if wrong else 0
+    hung = sum(hung_up(cell) for cell in cells)
+    print(f"{len(cells)} cells, {wrong} wrong answers, {hung} clients left waiting where none may be; "
+          f"{args.results / 'faults.md'}")
+    return 1 if wrong or hung else 0
 
 
 if __name__ == "__main__":

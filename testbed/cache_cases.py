@@ -388,12 +388,14 @@ def lua_counters(port):
 
 
 class Proxy:
-    def __init__(self, host, port, stop, counters=None, pids=None, nginx=None):
+    def __init__(self, host, port, stop, counters=None, pids=None, nginx=None, envoy=None):
         self.host, self.port, self.stop, self.counters = host, port, stop, counters
         # the processes whose CPU time the proxy's is
         self.pids = pids
         # nginx_harness.Nginx, for nginx and OpenResty: its master and workers
         self.nginx = nginx
+        # envoy_harness.Envoy, for either Envoy
+        self.envoy = envoy
         # where it takes HTTP/2 with prior knowledge (h2c), where that was asked for
         self.h2_port = None
 
@@ -403,7 +405,7 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     proxy_pass form) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
     CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
     stack's node; `node_timeout_s`, how long the node may take to answer (the hosts' defaults
-    otherwise)."""
+    otherwise); `listener_file`, Envoy's listener read from a file it watches."""
     workdir.mkdir(parents=True, exist_ok=True)
     node_timeout_s = options.pop("node_timeout_s", None)
     if node_timeout_s and not host.startswith("envoy"):
@@ -426,9 +428,11 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     text = without_route_namespaces() if options.get("namespace") else None
     if node_timeout_s:
         text = with_route_timeouts(node_timeout_s, text)
+    listener_file = options.pop("listener_file", False)
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,
-                      argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host])
-    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid])
+                      argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host],
+                      listener_file=listener_file)
+    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid], envoy=envoy)
 
 
 class CacheStack:

@@ -6,8 +6,13 @@ rpcedge entry replaced by configs/envoy/rpcedge-native-filter.yaml, with the sam
 
 Envoy comes from `make -C envoy-filter envoy`, the Wasm module from `make -C envoy-filter wasm`, the
 native one from `cargo build --release -p rpcedge-envoy-native`; nothing here builds.
+
+The listener can be read from a file Envoy watches (`listener_file`, its LDS from the file
+system), as an operator who changes a running Envoy's configuration has it: Envoy takes each
+version moved into place, or refuses it and serves on with the one it has.
 """
 
+import os
 import time
 import urllib.request
 from pathlib import Path
@@ -16,6 +21,8 @@ from testbed import wire
 from testbed.harness import LOOPBACK, READY_TIMEOUT, REPO, Process, StartError, free_port
 
 WASM = REPO / "target" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
+# the filter's build that panics on a request header (`make -C envoy-filter wasm-test-panic`)
+PANICKING_WASM = REPO / "target" / "wasm-test-panic" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
 NATIVE = REPO / "target" / "release" / "librpcedge_envoy_native.so"
 EXAMPLE = REPO / "configs" / "envoy" / "envoy.yaml"
 SNIPPET = REPO / "configs" / "envoy" / "rpcedge-filter.yaml"
@@ -37,6 +44,9 @@ EXAMPLE_PLUGIN_CONFIG = (
 COMPRESSION_PLUGIN_CONFIG = (
     '{"min_length": 1024, "max_buffer": 1048576, "level": "auto", "stream_level": 1, "stream_delay_ms": 100}'
 )
+# Where the example's listeners start and end, and the first line of its one listener.
+LISTENERS, CLUSTERS, LISTENER = "\n  listeners:\n", "\n  clusters:\n", "  - name: rpc\n"
+LISTENER_TYPE = '"@type": type.googleapis.com/envoy.config.listener.v3.Listener'
 # Where the example's rpcedge entry in http_filters starts, and where the entry after it starts.
 RPCEDGE_ENTRY = "          - name: rpcedge\n"
 ROUTER_ENTRY = "          - name: envoy.filters.http.router\n"
@@ -103,6 +113,21 @@ def with_route_timeouts(seconds, text=None):
     return text.replace("timeout: 120s,", f"timeout: {seconds}s,")
 
 
+def listener_from_file(text, path):
+    """The config (rendered) with its listeners moved into `path`, an LDS file Envoy watches:
+    (the bootstrap's text, the listeners file's)."""
+    start, end = text.index(LISTENERS), text.index(CLUSTERS)
+    listeners = text[start + len(LISTENERS):end + 1]
+    assert listeners.count(LISTENER) == 1, "the Envoy example no longer has one listener named rpc"
+    resources = "resources:\n" + listeners.replace(LISTENER, f"  - {LISTENER_TYPE}\n    name: rpc\n")
+    # LDS wants the node to have a name, even from a file
+    bootstrap = (text[:start] + "\n" + text[end:] + "\n\nnode: {id: rpcedge, cluster: rpcedge}\n"
+                 "dynamic_resources:\n  lds_config:\n"
+                 f"    path_config_source: {{path: {path}, watched_directory: {{path: {path.parent}}}}}\n"
+                 "    resource_api_version: V3\n")
+    return bootstrap, resources
+
+
 def replace_rpcedge_entry(text, entry):
     """The config with its rpcedge http_filters entry replaced by `entry` (YAML already indented
     as an entry of that list; "" removes it)."""
@@ -113,28 +138,52 @@ def replace_rpcedge_entry(text, entry):
 class Envoy:
     """A running Envoy with rpcedge."""
 
-    def __init__(self, process, port, admin, adapter):
+    def __init__(self, process, port, admin, adapter, listener_file=None):
         self.process = process
         self.port = port
         self.admin = admin
         self.adapter = adapter
+        # the LDS file its listeners are read from, where they are (listener_from_file), what it
+        # said first, and the version (version_info) of the last text moved into it
+        self.listener_file = listener_file
+        self.first_listeners = listener_file and listener_file.read_text()
+        self.listeners_version = 0
 
     def admin_get(self, path):
         with urllib.request.urlopen(f"http://{LOOPBACK}:{self.admin}{path}", timeout=10) as response:
             return response.read().decode()
 
+    def stats(self, prefix):
+        """Envoy's counters and gauges under `prefix`, by name without it (histograms, which
+        print their quantiles, left out), and its text readouts (`lds.version_text`), unquoted."""
+        lines = self.admin_get(f"/stats?filter=^{prefix}").splitlines()
+        return {name[len(prefix):]: int(value) if value.isdigit() else value.strip('"')
+                for name, _, value in (line.partition(": ") for line in lines)
+                if name.startswith(prefix) and (value.isdigit() or value.startswith('"'))}
+
     def counters(self):
         """rpcedge's counters by name, without the adapter's prefix (`wasmcustom.rpcedge.`, ...)."""
-        prefix = STATS_PREFIX[self.adapter]
-        return {
-            name[len(prefix):]: int(value)
-            for name, _, value in (line.partition(": ") for line in self.admin_get("/stats?filter=rpcedge").splitlines())
-            if name.startswith(prefix) and value.isdigit()  # histograms print their quantiles
-        }
+        return self.stats(STATS_PREFIX[self.adapter])
 
     def request(self, path, **kwargs):
         """One HTTP/1.1 request on a fresh connection (`wire.request`)."""
         return wire.request(self.port, path, **kwargs)
+
+    def listener_stats(self):
+        """Envoy's listener manager's counters, gauges and text readouts by name
+        (`lds.update_rejected`, `listener_in_place_updated`, `lds.version_text`, ...)."""
+        return self.stats("listener_manager.")
+
+    def move_in_listeners(self, text):
+        """A new version of the listeners file, moved into place as Envoy's file watch requires;
+        its version (version_info, which Envoy says as `lds.version_text` once it takes it)."""
+        if self.listener_file is None:
+            raise ValueError("this Envoy's listeners are not read from a file (run_envoy: listener_file)")
+        self.listeners_version += 1
+        staged = self.listener_file.with_name(f".{self.listener_file.name}.new")
+        staged.write_text(f'version_info: "{self.listeners_version}"\n{text}')
+        os.replace(staged, self.listener_file)
+        return str(self.listeners_version)
 
 
 def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=()):
@@ -147,9 +196,11 @@ def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(
 
 
 def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None, name="envoy",
-              http_filter=None, concurrency=2, argv_prefix=(), cached_port=None, adapter="wasm", wasm=WASM):
+              http_filter=None, concurrency=2, argv_prefix=(), cached_port=None, adapter="wasm", wasm=WASM,
+              listener_file=False):
     """Envoy with the adapter on free ports, ready to serve; `http_filter`, when given, replaces
-    the rpcedge entry (see replace_rpcedge_entry); `wasm`, the Wasm module to load."""
+    the rpcedge entry (see replace_rpcedge_entry); `wasm`, the Wasm module to load; with
+    `listener_file`, its listeners read from a file it watches (Envoy.listener_file)."""
     module = {"wasm": wasm, "native": NATIVE}[adapter]
     if not module.exists():
         raise StartError(f"{module} is missing: run `make build`")
@@ -157,8 +208,15 @@ def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, t
     config = render_config(upstream_port, port, admin, plugin_config, text, cached_port, adapter, wasm)
     if http_filter is not None:
         config = replace_rpcedge_entry(config, http_filter)
+    lds = None
+    if listener_file:
+        # a directory of its own: Envoy reads the file again on any file moved into the one it watches
+        lds = Path(workdir).resolve() / f"{name}-lds" / "listeners.yaml"
+        lds.parent.mkdir(parents=True, exist_ok=True)
+        config, listeners = listener_from_file(config, lds)
+        lds.write_text(listeners)
     process = start_envoy(workdir, config, name, concurrency, argv_prefix)
-    envoy = Envoy(process, port, admin, adapter)
+    envoy = Envoy(process, port, admin, adapter, lds)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:

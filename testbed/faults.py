@@ -3,15 +3,17 @@ against the node's recording.
 
 A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
 cache daemon; a lie is told by a testbed.liar, which the link then leads to), one more client
-that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES), or nginx's
-own processes signalled (reloaded, with a good configuration or a bad one, or a worker killed).
+that misbehaves (testbed.bad_clients; what it sees is judged apart, CLIENT_OUTCOMES), or the
+proxy's own processes or configuration (testbed.proxy_faults: reloaded with a good configuration
+or a bad one, a worker killed, Envoy's Wasm VM failing).
 While it is on, `LOAD_THREADS` clients send the mix (`mix_cases`) on fresh connections as fast as
 they are answered; each answer is judged (`judge`):
 
     right    the node's answer, whole (decoded equal; a batch, equal as JSON)
     error    a whole response with a status other than 200: the proxy said it failed
     cut      the connection ended before the framing said the response was whole
-    timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up
+    timeout  nothing more for CLIENT_TIMEOUT seconds: the client gave up. Must be 0 in every
+             cell but one whose fault `may_hang`.
     relayed  a whole 200 whose body is the node's own lie (liar.relayed), passed on
              unchanged: what no proxy can know to be false
     wrong    a whole response with status 200 whose body is not the node's answer (or does not
@@ -27,7 +29,6 @@ must be right.
 
 import contextlib
 import json
-import os
 import random
 import shutil
 import signal
@@ -40,7 +41,9 @@ from types import SimpleNamespace
 
 from testbed import bad_clients
 from testbed import cache_cases as cc
+from testbed import proxy_faults
 from testbed import wire
+from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import fill, free_port, small_tmpfs
 from testbed.liar import Liar, relayed
 from testbed.toxiproxy import Toxiproxy
@@ -74,7 +77,8 @@ class Fault:
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
     file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
     of the answers that come over the link; or a misbehaving `client` (a name in
-    bad_clients.CLIENTS) beside the load's clients; or the proxy's own processes signalled."""
+    bad_clients.CLIENTS) beside the load's clients; or done to the proxy itself (`proxy`, an
+    action of proxy_faults)."""
     name: str
     link: str
     what: str
@@ -85,13 +89,13 @@ class Fault:
     full_disk: bool = False
     lie: str = ""
     client: str = ""
-    # a signal to the nginx master ("master") or to one of its workers ("worker"), every
-    # SIGNAL_EVERY_S while the load runs; nginx and OpenResty only (NGINX_HOSTS)
-    proxy_signal: tuple = ()
-    # the proxy's configuration given a bad value (BAD_CONFIG) first: each reload must be refused
-    bad_config: bool = False
+    # what is done to the proxy's own processes or configuration (proxy_faults.ACTIONS)
+    proxy: str = ""
     # whether every answer must still be right (a cache fault must never cost an answer)
     all_right: bool = False
+    # whether a request may go unanswered until the client gives up ("timeout"): only where no part
+    # that is left can answer it (a request a failed Wasm VM held)
+    may_hang: bool = False
 
 
 FAULTS = [
@@ -152,25 +156,18 @@ FAULTS += [
 FAULTS += [Fault(f"client-{name}", "client", client.what, client=name, all_right=True)
            for name, client in bad_clients.CLIENTS.items()]
 
-# the proxy's own faults, where its processes can be signalled one by one
-NGINX_HOSTS = ("nginx", "openresty")
-SIGNAL_EVERY_S = 1
+# the proxy's own faults
 FAULTS += [
-    Fault("proxy-reload", "proxy", "nginx reloads its configuration (SIGHUP to the master) every second",
-          proxy_signal=("master", signal.SIGHUP), all_right=True),
-    Fault("proxy-worker-killed", "proxy", "an nginx worker is killed (SIGKILL) every second; the master starts another",
-          proxy_signal=("worker", signal.SIGKILL)),
-    Fault("proxy-bad-config", "proxy",
-          "nginx is told to reload (SIGHUP) every second a configuration with a bad compression level",
-          proxy_signal=("master", signal.SIGHUP), bad_config=True, all_right=True),
+    Fault("proxy-reload", "proxy", "the proxy takes a changed configuration every second (nginx: SIGHUP to the "
+          "master; Envoy: its listener file replaced)", proxy="reload", all_right=True),
+    Fault("proxy-bad-config", "proxy", "the proxy is given a configuration with a bad compression level every "
+          "second (nginx: SIGHUP; Envoy: its listener file), which it must refuse", proxy="bad-config",
+          all_right=True),
+    Fault("proxy-worker-killed", "proxy", "an nginx worker is killed (SIGKILL) every second; the master starts "
+          "another", proxy="worker-killed"),
+    Fault("proxy-vm-panic", "proxy", "Envoy's Wasm VM panics every second (a build that panics on a request "
+          "header); FAIL_RELOAD gives the next requests a new VM", proxy="vm-panic", may_hang=True),
 ]
-# The bad value, per host: (what the configuration says, what it says instead, what the refusal
-# logs); the module's directive in nginx, the Lua binding's settings in OpenResty.
-BAD_CONFIG = {
-    "nginx": ("rpcedge on;", "rpcedge on;\n        rpcedge_level 42;",
-              '"rpcedge_level" directive must be between 1 and 12, got 42'),
-    "openresty": ('"level": "auto"', '"level": 42', "rpcedge: config: level: must be between 1 and 12, got 42"),
-}
 
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
 # short cell reaches the disk and, once it is freed, it has room for both memtables (what the
@@ -568,9 +565,12 @@ def start_proxy(host, workdir, stack, cache=True):
     """`host` in front of the faulted stack with the matrix's timeouts, the cache on (unless
     `cache` is false), no hot tier (every lookup reaches the daemon), and HTTP/2 with prior
     knowledge (h2c) for the clients that speak it: on a port of its own in nginx (as the example
-    config), on the same in Envoy (its codec AUTO)."""
+    config), on the same in Envoy (its codec AUTO). Envoy reads its listener from a file it watches,
+    for the proxy's own faults (proxy_faults)."""
     options = {"node_timeout_s": NODE_TIMEOUT_S, "timeout_ms": LOOKUP_TIMEOUT_MS, "cache": cache}
-    h2_port = free_port() if host in NGINX_HOSTS else None
+    if host in ENVOY_HOSTS:
+        options["listener_file"] = True
+    h2_port = None if host in ENVOY_HOSTS else free_port()
     if h2_port:
         options["extra"] = f"\n        listen {wire.LOOPBACK}:{h2_port} http2;"
     proxy = cc.start_proxy(host, workdir, stack, **options)
@@ -579,81 +579,22 @@ def start_proxy(host, workdir, stack, cache=True):
 
 
 def applies(fault, host):
-    return not fault.proxy_signal or host in NGINX_HOSTS
-
-
-def signalling(proxy, fault, seconds):
-    """A thread that sends the fault's signal to the proxy's master or one of its workers every
-    SIGNAL_EVERY_S for `seconds`; started. Its `workers_before` are the workers it found."""
-    whom, number = fault.proxy_signal
-
-    def send():
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            pids = [proxy.nginx.process.proc.pid] if whom == "master" else proxy.nginx.worker_pids()
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pids[0], number)
-                thread.sent += 1
-            time.sleep(SIGNAL_EVERY_S)
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.workers_before, thread.sent = set(proxy.nginx.worker_pids()), 0
-    thread.start()
-    return thread
-
-
-@contextlib.contextmanager
-def bad_config(proxy):
-    """The proxy's configuration file with BAD_CONFIG's value while inside; yields a function that
-    waits until the error log holds as many refusals of it as reloads were asked for (so that no
-    reload still pending reads the good file once it is put back)."""
-    conf = proxy.nginx.prefix / "nginx.conf"
-    good = conf.read_text()
-    was, bad, refusal = BAD_CONFIG[proxy.host]
-    if good.count(was) != 1:
-        raise RuntimeError(f"{proxy.host}'s configuration does not say {was!r} once")
-    logged = len(proxy.nginx.error_log())
-
-    def refused(reloads, timeout=10):
-        deadline = time.monotonic() + timeout
-        while (found := proxy.nginx.error_log()[logged:].count(refusal)) < reloads:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{proxy.host} logged {refusal!r} {found} times for {reloads} reloads")
-            time.sleep(0.1)
-
-    conf.write_text(good.replace(was, bad))
-    try:
-        yield refused
-    finally:
-        conf.write_text(good)
+    return proxy_faults.applies(fault.proxy, host)
 
 
 def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     """One cell: the tally under the fault (a node's on an empty cache) through `proxy` (a
     cache_cases.Proxy), then the recovery (seconds) once it is gone."""
-    port = proxy.port
     if fault.link == "node":
         # an empty cache, on the daemon's port (its link's far end): the node's faults then meet
         # misses (and their herds) as well as answers the cache never keeps
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
-    signals = None
     with contextlib.ExitStack() as faulted:
         try:
             stack.inject(fault)
-            refused = fault.bad_config and faulted.enter_context(bad_config(proxy))
-            signals = fault.proxy_signal and signalling(proxy, fault, seconds)
+            if fault.proxy:
+                faulted.enter_context(proxy_faults.faulting(proxy, fault.proxy, seconds))
             tally = load(proxy, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
-            if refused:
-                signals.join()
-                refused(signals.sent)
         finally:
-            if signals:
-                signals.join()
             stack.heal(fault)
-    if signals:
-        workers = set(proxy.nginx.worker_pids())
-        if fault.bad_config and workers - signals.workers_before:
-            raise RuntimeError(f"{fault.name}: new workers: a reload with a bad configuration was taken")
-        if not fault.bad_config and signals.workers_before & workers:
-            raise RuntimeError(f"{fault.name}: the workers it found are still there: the signal did nothing")
-    return tally, recovery(port, cases, tally)
+    return tally, recovery(proxy.port, cases, tally)

@@ -8,18 +8,18 @@ The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the no
 its request: identity byte for byte, gzip by the CRC-32 and length its trailer states (for a
 cache hit those come from the stored entry, so there it checks the framing and the length, not
 the bytes). Beside it, JUDGED_THREADS clients of the fault matrix (faults.load) send the whole
-mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average (exponentially) one of
-the form's faults (the matrix's, FaultedStack; or a reload of nginx's master) is on for
-FAULT_SECONDS. Every SAMPLE_S the proxy's processes (nginx's master and workers, or Envoy) and
-the daemon are sampled: resident memory, open descriptors, the store's bytes on disk.
+mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average
+(exponentially) one of the form's faults comes: one of the matrix's (FaultedStack), on for
+FAULT_SECONDS, or the proxy's reload (proxy_faults), which each run has first. Every SAMPLE_S
+the proxy's processes (nginx's master and workers, or Envoy) and the daemon are sampled: resident
+memory, open descriptors, the store's bytes on disk.
 
 A form passes when no answer is wrong (wrk's, the judged clients', and those of the round asked
-once it is over), and no sampled series grows (`grows`).
+once it is over), and no sampled series grows (`grows`); each reload must have been taken.
 """
 
 import json
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import faults
+from testbed import proxy_faults
 from testbed.harness import LOOPBACK, REPO
 
 SCRIPT = REPO / "loadtest" / "wrk" / "soak.lua"
@@ -185,10 +186,10 @@ def stop_all(workers, stopping):
         raise RuntimeError(f"the soak's {failed.step.__name__} failed: {failed.failure!r}") from failed.failure
 
 
-def form_faults(form, host):
+def form_faults(form):
     names = NODE_FAULTS + (DAEMON_FAULTS if form == "warm" else ())
     chosen = [fault for fault in faults.FAULTS if fault.name in names]
-    return chosen + ([RELOAD] if host in faults.NGINX_HOSTS else [])
+    return chosen + [RELOAD]
 
 
 def warm_up(proxy, cases):
@@ -211,7 +212,7 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
     stack = faulted.stack  # its daemon is another process after a kill -9
     if form == "warm":
         warm_up(proxy, cases)
-    choices = form_faults(form, proxy.host)
+    choices, reloads = form_faults(form), proxy_faults.of(proxy)
 
     def sample(stopping):
         proxy_rss, proxy_fds = resident(process_tree(proxy.pids[0]))
@@ -245,9 +246,9 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
         # the faults from this thread: what they start again (Toxiproxy, the daemon) is killed
         # when the thread that started it ends (harness: PR_SET_PDEATHSIG)
         while not stopping.wait(rng.expovariate(1 / fault_every_s)):
-            chosen = rng.choice(choices)
+            chosen = rng.choice(choices) if result.faults[RELOAD] else RELOAD
             if chosen == RELOAD:
-                proxy.nginx.process.proc.send_signal(signal.SIGHUP)
+                reloads.act("reload")
             else:
                 faulted.inject(chosen)
                 try:
@@ -257,6 +258,7 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
             result.faults[chosen if chosen == RELOAD else chosen.name] += 1
     finally:
         stop_all(workers, stopping)
+    reloads.check("reload", result.faults[RELOAD])
     tally = faults.Tally()
     faults.recovery(proxy.port, cases, tally)
     result.after.update(tally.after)

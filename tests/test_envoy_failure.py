@@ -9,11 +9,10 @@ import time
 import pytest
 
 from testbed import wire
-from testbed.envoy_harness import EXAMPLE, run_envoy
-from testbed.harness import REPO
+from testbed.envoy_harness import EXAMPLE, PANICKING_WASM, run_envoy
+from testbed.proxy_faults import PANIC_HEADER
 from test_nginx import BUCKETS
 
-PANICKING_WASM = REPO / "target" / "wasm-test-panic" / "wasm32-wasip1" / "release" / "rpcedge_envoy_filter.wasm"
 # a body worth compressing, which only a live rpcedge compresses
 COMPRESSIBLE = BUCKETS["16-256 KiB"]
 
@@ -36,7 +35,7 @@ def test_the_example_reloads_a_failed_vm_and_serves_on(envoy):
     for panics in range(3):
         # the request that killed the VM fails, however Envoy ends it
         try:
-            failed = wire.request(envoy.port, f"/corpus/{COMPRESSIBLE}", headers={"x-rpcedge-test-panic": "1"})
+            failed = wire.request(envoy.port, f"/corpus/{COMPRESSIBLE}", headers={PANIC_HEADER: "1"})
             assert failed.status >= 500 or failed.reset
         except (OSError, ValueError):
             pass

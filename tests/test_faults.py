@@ -1,10 +1,12 @@
 """The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
 RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
 behind Toxiproxy, or one of them lies (testbed/liar.py), or one more client misbehaves
-(testbed/bad_clients.py). No answer may be wrong (a corrupt or cut body presented as whole, or in
-a coding the client did not ask for) or garbled, the misbehaving client's included; where the
-fault is the cache's, a harmless lie's or a client's, every other answer must still be right; and
-once the fault is gone, every case is answered right again."""
+(testbed/bad_clients.py), or the proxy itself is reconfigured (well or badly), loses a worker or its
+Wasm VM (testbed/proxy_faults.py). No answer may be wrong (a corrupt or cut body presented as
+whole, or in a coding the client did not ask for) or garbled, the misbehaving client's included;
+no client may be left waiting for nothing but where a failed VM held its request; where the fault
+is the cache's, a harmless lie's, a client's or a good reload, every other answer must still be
+right; and once the fault is gone, every case is answered right again."""
 
 import pytest
 
@@ -33,10 +35,11 @@ def test_no_answer_is_wrong_under_the_fault_and_all_are_right_after_it(proxy, fa
     check_cell(proxy, faulted_stack, fault, mix_cases)
 
 
-@pytest.mark.parametrize("proxy", faults.NGINX_HOSTS, indirect=True)
-@pytest.mark.parametrize("fault", [f for f in faults.FAULTS if f.proxy_signal], ids=lambda f: f.name)
-def test_no_answer_is_wrong_while_nginx_reloads_loses_a_worker_or_refuses_a_config(proxy, faulted_stack, fault,
-                                                                                   mix_cases):
+@pytest.mark.parametrize("proxy,fault", [(host, fault) for host in faults.HOSTS for fault in faults.FAULTS
+                                         if fault.proxy and faults.applies(fault, host)],
+                         indirect=["proxy"], ids=lambda param: getattr(param, "name", param))
+def test_no_answer_is_wrong_while_the_proxy_reloads_refuses_a_config_or_loses_a_worker_or_vm(proxy, faulted_stack,
+                                                                                              fault, mix_cases):
     check_cell(proxy, faulted_stack, fault, mix_cases)
 
 
@@ -50,6 +53,8 @@ def check_cell(proxy, faulted_stack, fault, mix_cases):
         assert set(tally.client) <= bad_clients.CLIENTS[fault.client].allowed, (tally.client, tally.wrong)
         if "left" in bad_clients.CLIENTS[fault.client].allowed:
             assert tally.client["left"] > 0, f"the client never left mid-body: {tally.client}"
+    if not fault.may_hang:
+        assert not tally.counts["timeout"], tally.counts
     if fault.all_right:
         assert set(tally.counts) == {"right"}, tally.counts
     assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"

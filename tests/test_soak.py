@@ -11,8 +11,8 @@ from testbed import faults, soak
 # heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
 pytestmark = pytest.mark.xdist_group("load")
 
-SHORT = 40_000
-FAULT_EVERY_S = 4
+SHORT = 20_000
+FAULT_EVERY_S = 2
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +22,8 @@ def requests_file(tmp_path_factory, mix_cases):
 
 @pytest.mark.parametrize("form", soak.FORMS)
 @pytest.mark.parametrize("host", faults.HOSTS)
-def test_no_answer_is_wrong_and_nothing_grows_while_faults_come_and_go(tmp_path, faulted_stack, mix_cases,
-                                                                        requests_file, host, form):
+def test_no_answer_is_wrong_while_faults_come_and_go(tmp_path, faulted_stack, mix_cases, requests_file, host,
+                                                      form):
     proxy = faults.start_proxy(host, tmp_path, faulted_stack, cache=form == "warm")
     try:
         result = soak.soak(faulted_stack, proxy, form, mix_cases, requests_file, SHORT, fault_every_s=FAULT_EVERY_S)
