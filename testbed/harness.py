@@ -218,13 +218,20 @@ class LoopbackService:
         return one_request(self.connection(timeout), method, path, body, headers)
 
 
+# The listen backlog of a stand-in: socketserver's 5 drops a burst's connections past it while the
+# accepting thread waits for a CPU, and a dropped SYN is sent again only 1 s later (a lookup of 8
+# at once timed out connecting, under make test's load).
+STAND_IN_BACKLOG = 128
+
+
 class StandIn:
     """A test's stand-in server in a thread on loopback: `handler` (a BaseHTTPRequestHandler class,
     or the request handler of another `server` class) answers each request; `port` is where it
     listens (a free one by default)."""
 
     def __init__(self, handler, port=0, server=ThreadingHTTPServer):
-        self.server = server((LOOPBACK, port), handler)
+        with_backlog = type(server.__name__, (server,), {"request_queue_size": STAND_IN_BACKLOG})
+        self.server = with_backlog((LOOPBACK, port), handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
