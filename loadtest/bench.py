@@ -20,13 +20,13 @@ import os
 import re
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from testbed import report, scenarios, variants
 from testbed.harness import CORPUS, LOOPBACK, REPO, StartError, corpus_description, start_replay
+from testbed.wrk import run_wrk
 
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
@@ -87,13 +87,9 @@ def own_seconds():
 
 def wrk(port, connections, request_list, accept_encoding, seconds, header=None):
     """One wrk run: (the RESULT of loadtest/wrk/replay.lua, wrk's whole output)."""
-    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", WRK_TIMEOUT, "-s", SCRIPT,
-            f"http://{LOOPBACK}:{port}", "--", request_list, accept_encoding, *([header] if header else [])]
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
-    result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
-    if done.returncode != 0 or result is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return json.loads(result[len("RESULT "):]), done.stdout
+    return run_wrk(["-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", WRK_TIMEOUT, "-s", SCRIPT,
+                    f"http://{LOOPBACK}:{port}", "--", request_list, accept_encoding, *([header] if header else [])],
+                   seconds)
 
 
 def measure(running, replay_pid, variant, scenario, request_list, duration, warmup):

@@ -25,7 +25,6 @@ import base64
 import json
 import random
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from testbed import scenarios, variants, wire
 from testbed.envoy_harness import render_config, replace_rpcedge_entry, start_envoy
 from testbed.harness import LOOPBACK, REPO, free_port
 from testbed.stack import NETWORKS
+from testbed.wrk import run_wrk
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cache"
@@ -74,17 +74,13 @@ def write_list(path, rows):
 
 
 def wrk(port, request_list, expected, seconds, coding="gzip", header=None):
-    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", SCRIPT,
-            f"http://{LOOPBACK}:{port}", "--", request_list, expected, coding, *([header] if header else [])]
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
-    result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
-    if done.returncode != 0 or result is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    stats = json.loads(result[len("RESULT "):])
+    stats, output = run_wrk(["-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", SCRIPT,
+                             f"http://{LOOPBACK}:{port}", "--", request_list, expected, coding,
+                             *([header] if header else [])], seconds)
     checks = stats["checks"]
     broken = {name: checks[name] for name in ("bad_status", "bad_cache", "bad_body") if checks[name]}
     if broken or any(stats["errors"].values()):
-        raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{done.stdout}")
+        raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
     return stats
 
 

@@ -15,14 +15,13 @@ import argparse
 import json
 import shutil
 import statistics
-import struct
-import subprocess
 import time
-import zlib
 from pathlib import Path
 
 from testbed import replay_corpus as rc
 from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
+from testbed.cache_entry import DEFLATED, cache_entry
+from testbed.wrk import run_wrk
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cached"
@@ -30,19 +29,6 @@ RESULTS = LOADTEST / "results" / "cached.json"
 SCRIPT = LOADTEST / "wrk" / "cache_put.lua"
 ENTRIES = WORK / "entries.bin"
 FLUSH_S = 2
-
-
-def deflated_entry(result):
-    """An entry as rpcedge_core::cache::encode lays it out, its tail `<result>}` raw-deflated."""
-    tail = result + b"}"
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
-    data = compressor.compress(tail) + compressor.flush()
-    before, after = b'{"jsonrpc":"2.0","id":', b',"result":'
-    head = struct.pack("<HH", 0, 0)  # no headers kept, none varied on
-    # format 4, deflated, no zstd or brotli form, then the CRC-32 of the whole entry but its own field
-    fields = struct.pack("<BBIQHHIII", 4, 1, zlib.crc32(tail), len(tail), len(before), len(after), len(head), 0, 0)
-    rest = before + after + head + data
-    return fields + struct.pack("<I", zlib.crc32(fields + rest)) + rest
 
 
 def workload(limit=4000, smallest=1024):
@@ -58,7 +44,7 @@ def workload(limit=4000, smallest=1024):
                 continue
             text = json.dumps(result, separators=(",", ":")).encode()
             if smallest <= len(text) <= 1 << 20:
-                entries.append(deflated_entry(text))
+                entries.append(cache_entry(text + b"}", DEFLATED))
                 if len(entries) == limit:
                     return entries
     return entries
@@ -75,10 +61,9 @@ def run(wal, seconds, attempt, entry_mean):
     daemon = start_cached(WORK, db, args=["--flush-interval", f"{FLUSH_S}s", *(["--wal"] if wal else [])])
     pid = daemon.process.proc.pid
     before = io_write_bytes(pid)
-    wrk = subprocess.run(["wrk", "-t2", "-c8", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{daemon.port}",
-                          "--", ENTRIES], capture_output=True, text=True, check=True)
-    result = json.loads(next(line[7:] for line in wrk.stdout.splitlines() if line.startswith("RESULT ")))
-    assert result["refused"] == 0, wrk.stdout
+    result, output = run_wrk(["-t2", "-c8", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{daemon.port}",
+                              "--", ENTRIES], seconds)
+    assert result["refused"] == 0, output
     # The flush after the last put is part of the cost: without the WAL it is where the bytes go.
     time.sleep(FLUSH_S + 1)
     written = io_write_bytes(pid) - before

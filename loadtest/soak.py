@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
-from testbed import faults, soak  # noqa: E402
+from testbed import faults, judged_load, soak  # noqa: E402
 from testbed.harness import REPO  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -103,7 +103,7 @@ def main():
     unknown = set(hosts) - set(faults.HOSTS) | set(forms) - set(soak.FORMS)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
-    cases = faults.mix_cases()
+    cases = judged_load.mix_cases()
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
     results = []

@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import statistics
-import subprocess
 from pathlib import Path
 
 from bench import split_cpus
@@ -25,6 +24,7 @@ from testbed import wire
 from testbed.envoy_harness import run_envoy
 from testbed.harness import LOOPBACK, REPO, corpus_description, free_port, start_replay
 from testbed.nginx_harness import start_nginx
+from testbed.wrk import run_wrk
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "transcode"
@@ -95,13 +95,8 @@ def wire_bytes(port):
 
 
 def wrk(port, path, body_file, accept, expected_length, seconds):
-    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}{path}",
-            "--", body_file or "-", accept or "-", "gzip", str(expected_length or "-")]
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 60)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if done.returncode != 0 or line is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    result = json.loads(line[len("RESULT "):])
+    result, _ = run_wrk(["-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}{path}",
+                         "--", body_file or "-", accept or "-", "gzip", str(expected_length or "-")], seconds)
     if result["broken"]:
         raise RuntimeError(f"{result['broken']} broken answers: {result}")
     return result

@@ -1,7 +1,7 @@
 """Clients that misbehave, for the fault matrix's client cells (testbed/faults.py): each does its
-one bad thing to a proxy once and returns what it saw, as `Seen`s for faults.judge_client.
+one bad thing to a proxy once and returns what it saw, as `Seen`s for judged_load.judge_client.
 
-The requests come from the matrix (faults.request_of); these only say how they are sent and read.
+The requests come from the matrix (judged_load.request_of); these only say how they are sent and read.
 """
 
 import contextlib
@@ -38,7 +38,7 @@ JSON = {"Content-Type": "application/json"}
 @dataclass
 class Seen:
     response: object = None  # the wire.Response (as far as it was read)
-    request: object = None  # the faults.Request whose recording judges a 200 (None: none does)
+    request: object = None  # the judged_load.Request whose recording judges a 200 (None: none does)
     left: bool = False  # the client itself left before the end
     garbled: bool = False  # bytes where a response should be that are none
 
@@ -192,7 +192,7 @@ class H2Stream:
 @dataclass(frozen=True)
 class Client:
     what: str
-    kind: str  # of the mix's requests it sends (faults.request_of)
+    kind: str  # of the mix's requests it sends (judged_load.request_of)
     requests: int
     send: object
     # what it may see; anything else fails the cell

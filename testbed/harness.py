@@ -142,6 +142,41 @@ def _lead_a_group():
     os.setpgid(0, 0)
 
 
+def children(pid):
+    """The pids of `pid`'s children now (none once it is gone): nginx's workers."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+class Every(threading.Thread):
+    """Calls `step(stopping)` again and again until `stopping` (a threading.Event) is set; a
+    failure sets it, and is kept (`stop_all` raises it)."""
+
+    def __init__(self, step, stopping, name=None):
+        super().__init__(daemon=True, name=name or step.__name__)
+        self.step, self.stopping, self.failure = step, stopping, None
+
+    def run(self):
+        try:
+            while not self.stopping.is_set():
+                self.step(self.stopping)
+        except Exception as error:  # noqa: BLE001 - the step's failure, raised by stop_all()
+            self.failure = error
+            self.stopping.set()
+
+
+def stop_all(workers, stopping):
+    """Stops `workers` (Every, on `stopping`) and raises the first one's failure."""
+    stopping.set()
+    for worker in workers:
+        worker.join()
+    failed = next((worker for worker in workers if worker.failure), None)
+    if failed:
+        raise RuntimeError(f"{failed.name} failed: {failed.failure!r}") from failed.failure
+
+
 class Process:
     """A child process whose stdout and stderr go to `log`; stop() terminates, then kills. With
     `group`, it leads a process group of its own, and stop() also kills what is left in it: the

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.harness import LOOPBACK, REPO, Process, StartError, free_port
+from testbed.harness import LOOPBACK, REPO, Process, StartError, children, free_port
 
 NGINX_BIN = Path(os.environ.get("RPCEDGE_NGINX_BIN", "/usr/sbin/nginx"))
 MODULE = Path(os.environ.get("RPCEDGE_NGINX_MODULE",
@@ -89,9 +89,9 @@ class Nginx:
         master = self.process.proc.pid
         deadline = time.monotonic() + timeout
         while True:
-            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-            if children or time.monotonic() > deadline:
-                return [int(pid) for pid in children]
+            workers = children(master)
+            if workers or time.monotonic() > deadline:
+                return workers
             time.sleep(0.05)
 
     def access_log(self):

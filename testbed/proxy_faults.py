@@ -24,6 +24,7 @@ import threading
 import time
 
 from testbed import wire
+from testbed.harness import Every, stop_all
 from testbed.envoy_harness import PANICKING_WASM, WASM
 
 ACTIONS = ("reload", "bad-config", "worker-killed", "vm-panic")
@@ -199,28 +200,22 @@ def faulting(proxy, action, seconds):
     inside; then what must hold is checked (a RuntimeError if not)."""
     if action not in ACTIONS or not applies(action, proxy.host):
         raise ValueError(f"no {action!r} for {proxy.host}")
-    host = of(proxy)
+    host, acts = of(proxy), 0
+
+    def act(stopping):
+        nonlocal acts
+        with contextlib.suppress(ProcessLookupError):  # a worker gone by itself
+            host.act(action)
+            acts += 1
+        if stopping.wait(EVERY_S) or time.monotonic() >= deadline:
+            stopping.set()
+
     with host.prepared(action):
-        acting = threading.Thread(target=act_for, args=(host, action, seconds), daemon=True)
-        acting.acts, acting.failure = 0, None
+        stopping, deadline = threading.Event(), time.monotonic() + seconds
+        acting = Every(act, stopping, name=f"{action} of {proxy.host}")
         acting.start()
         try:
             yield
         finally:
-            acting.join()
-        if acting.failure:
-            raise RuntimeError(f"{action} failed: {acting.failure!r}") from acting.failure
-        host.check(action, acting.acts)
-
-
-def act_for(host, action, seconds):
-    thread = threading.current_thread()
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ProcessLookupError):  # a worker gone by itself
-                host.act(action)
-                thread.acts += 1
-            time.sleep(EVERY_S)
-    except Exception as error:  # noqa: BLE001 - raised by faulting()
-        thread.failure = error
+            stop_all([acting], stopping)
+        host.check(action, acts)

@@ -7,7 +7,7 @@ the way), and `warm`, the cache on and asked every case first (the cacheable ans
 The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the node's answer to
 its request: identity byte for byte, gzip by the CRC-32 and length its trailer states (for a
 cache hit those come from the stored entry, so there it checks the framing and the length, not
-the bytes). Beside it, JUDGED_THREADS clients of the fault matrix (faults.load) send the whole
+the bytes). Beside it, JUDGED_THREADS clients of the fault matrix (judged_load.load) send the whole
 mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average
 (exponentially) one of the form's faults comes: one of the matrix's (FaultedStack), on for
 FAULT_SECONDS, or the proxy's reload (proxy_faults), which each run has first. Every SAMPLE_S
@@ -18,9 +18,7 @@ A form passes when no answer is wrong (wrk's, the judged clients', and those of 
 once it is over), and no sampled series grows (`grows`); each reload must have been taken.
 """
 
-import json
 import random
-import subprocess
 import threading
 import time
 import zlib
@@ -29,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import faults
+from testbed import judged_load
 from testbed import proxy_faults
-from testbed.harness import LOOPBACK, REPO
+from testbed.harness import LOOPBACK, REPO, Every, children, stop_all
+from testbed.wrk import run_wrk
 
 SCRIPT = REPO / "loadtest" / "wrk" / "soak.lua"
 FORMS = ("mix", "warm")
@@ -58,7 +58,7 @@ def write_requests(path, cases):
         if kind == "batch":
             continue
         for number, case in enumerate(found):
-            request = faults.request_of(kind, case, 1000 + number)
+            request = judged_load.request_of(kind, case, 1000 + number)
             for coding in ("gzip", "-"):
                 fields = (case.path.encode(), coding.encode(), request.body, request.expected,
                           str(zlib.crc32(request.expected)).encode(), str(len(request.expected)).encode())
@@ -67,24 +67,11 @@ def write_requests(path, cases):
     return path
 
 
-def run_wrk(port, requests, seconds):
+def wrk_segment(port, requests, seconds):
     """One wrk run through `port`: its RESULT (requests, right, wrong, failed, errors)."""
-    argv = ["wrk", f"-t{WRK_THREADS}", f"-c{WRK_THREADS}", f"-d{seconds}s", "--timeout", f"{faults.CLIENT_TIMEOUT}s",
-            "-s", SCRIPT, f"http://{LOOPBACK}:{port}", "--", requests]
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=seconds + 120)
-    result = next((line for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
-    if done.returncode != 0 or result is None:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return json.loads(result[len("RESULT "):])
-
-
-def process_tree(pid):
-    """`pid` and its children (nginx's workers), as far as they are still there."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    return [pid, *map(int, children)]
+    return run_wrk([f"-t{WRK_THREADS}", f"-c{WRK_THREADS}", f"-d{seconds}s", "--timeout",
+                    f"{judged_load.CLIENT_TIMEOUT}s", "-s", SCRIPT, f"http://{LOOPBACK}:{port}", "--", requests],
+                   seconds)[0]
 
 
 def resident(pids):
@@ -153,37 +140,11 @@ class Soak:
     def wrong(self):
         """Every answer that must never be: wrk's wrong ones, the judged clients' wrong or
         garbled ones, and anything but right once the faults were over."""
-        return (self.wrk["wrong"] + sum(self.judged[o] for o in faults.NEVER)
+        return (self.wrk["wrong"] + sum(self.judged[o] for o in judged_load.NEVER)
                 + sum(n for o, n in self.after.items() if o != "right"))
 
     def passed(self):
         return not self.wrong() and not self.growing()
-
-
-class Every(threading.Thread):
-    """Calls `step(stopping)` again and again until `stopping` is set; a failure sets it, and is
-    kept (`stop_all` raises it)."""
-
-    def __init__(self, step, stopping):
-        super().__init__(daemon=True)
-        self.step, self.stopping, self.failure = step, stopping, None
-
-    def run(self):
-        try:
-            while not self.stopping.is_set():
-                self.step(self.stopping)
-        except Exception as error:  # noqa: BLE001 - the harness's own failure, raised by stop_all()
-            self.failure = error
-            self.stopping.set()
-
-
-def stop_all(workers, stopping):
-    stopping.set()
-    for worker in workers:
-        worker.join()
-    failed = next((worker for worker in workers if worker.failure), None)
-    if failed:
-        raise RuntimeError(f"the soak's {failed.step.__name__} failed: {failed.failure!r}") from failed.failure
 
 
 def form_faults(form):
@@ -197,8 +158,8 @@ def warm_up(proxy, cases):
     once answered); each answer must be right."""
     for kind, found in cases.items():
         for case in found:
-            for accept_encoding in faults.ACCEPT_ENCODINGS:
-                outcome, _ = faults.ask(proxy.port, faults.request_of(kind, case, 7), accept_encoding)
+            for accept_encoding in judged_load.ACCEPT_ENCODINGS:
+                outcome, _ = judged_load.ask(proxy.port, judged_load.request_of(kind, case, 7), accept_encoding)
                 if outcome != "right":
                     raise RuntimeError(f"warming the cache: {kind} in {accept_encoding}: {outcome}")
 
@@ -215,19 +176,20 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
     choices, reloads = form_faults(form), proxy_faults.of(proxy)
 
     def sample(stopping):
-        proxy_rss, proxy_fds = resident(process_tree(proxy.pids[0]))
+        master = proxy.pids[0]  # and nginx's workers
+        proxy_rss, proxy_fds = resident([master, *children(master)])
         daemon_rss, daemon_fds = resident([stack.daemon.process.proc.pid])
         result.samples.append((time.monotonic() - started, proxy_rss, proxy_fds, daemon_rss or None,
                                daemon_fds or None, disk_bytes(stack.daemon.db)))
         stopping.wait(SAMPLE_S)
 
     def judged(stopping):
-        tally = faults.load(proxy, cases, WRK_SEGMENT_S, judged_seeds.randrange(1 << 30), threads=JUDGED_THREADS)
+        tally = judged_load.load(proxy, cases, WRK_SEGMENT_S, judged_seeds.randrange(1 << 30), threads=JUDGED_THREADS)
         result.judged.update(tally.counts)
         result.wrong_examples += [repr(wrong) for wrong in tally.wrong][:max(0, 5 - len(result.wrong_examples))]
 
     def volume(stopping):
-        run = run_wrk(proxy.port, requests_file, WRK_SEGMENT_S)
+        run = wrk_segment(proxy.port, requests_file, WRK_SEGMENT_S)
         if not run["requests"]:
             raise RuntimeError(f"no request was answered in {WRK_SEGMENT_S} s: {run['errors']}")
         result.wrk.update({name: run[name] for name in ("requests", "right", "wrong", "failed", "carried_right")})
@@ -239,7 +201,7 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
             stopping.set()
 
     stopping = threading.Event()
-    workers = [Every(step, stopping) for step in (sample, judged, volume)]
+    workers = [Every(step, stopping, name=f"the soak's {step.__name__}") for step in (sample, judged, volume)]
     for worker in workers:
         worker.start()
     try:
@@ -259,8 +221,8 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
     finally:
         stop_all(workers, stopping)
     reloads.check("reload", result.faults[RELOAD])
-    tally = faults.Tally()
-    faults.recovery(proxy.port, cases, tally)
+    tally = judged_load.Tally()
+    judged_load.recovery(proxy, cases, tally)
     result.after.update(tally.after)
     result.judged.update(tally.counts)
     result.seconds = time.monotonic() - started

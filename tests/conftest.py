@@ -5,6 +5,7 @@ pytest-xdist workers."""
 import pytest
 
 from testbed import faults
+from testbed import judged_load
 from testbed.harness import corpus_description, start_replay
 
 
@@ -35,8 +36,8 @@ def replay(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mix_cases():
-    """What the fault matrix's clients ask (testbed/faults.py), for its short form and the soak's."""
-    return faults.mix_cases()
+    """What the fault matrix's clients ask (testbed/judged_load.py), for its short form and the soak's."""
+    return judged_load.mix_cases()
 
 
 @pytest.fixture(scope="module")

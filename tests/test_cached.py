@@ -19,25 +19,9 @@ import pytest
 import zstandard
 
 from testbed import cache_cases as cc
+from testbed.cache_entry import cache_entry
 from testbed.harness import (CACHED_BIN, LOOPBACK, Process, fill, free_port, one_request, small_tmpfs, start_cached,
                              start_replay)
-
-GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
-GETH_AFTER_ID = b',"result":'
-
-
-# what an entry keeps of the node's head: no headers, no request headers it varies on
-NO_HEAD = struct.pack("<HH", 0, 0)
-
-
-def entry(tail, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
-    """An answer as a host sends it (rpcedge_core::cache::encode): its tail `<result>}` plain."""
-    # format 4, plain, without zstd and brotli forms (the daemon makes them), then the CRC-32 of
-    # the whole entry but its own field
-    head = struct.pack("<BBIQHHIII", 4, 0, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD), 0, 0)
-    rest = before + after + NO_HEAD + tail
-    return head + struct.pack("<I", zlib.crc32(head + rest)) + rest
-
 
 def stored_tail(stored):
     """The tail of an entry as the daemon returns it, checked against its CRC-32 (its zstd form,
@@ -122,7 +106,7 @@ def startup_line(daemon, timeout=10):
 def test_an_entry_is_stored_compressed_once_and_served_over_tcp_and_the_socket(daemon):
     tail = b'{"transactions":[' + b",".join(b'{"hash":"0x%064x","value":"0x0"}' % i for i in range(300)) + b"]}}"
     k = key("block")
-    status, _, _ = put(daemon, k, entry(tail))
+    status, _, _ = put(daemon, k, cache_entry(tail))
     assert status == 204
     status, headers, stored = daemon.request("GET", f"/v1/entries/{k}")
     assert status == 200 and headers["Content-Type"] == "application/octet-stream"
@@ -155,8 +139,8 @@ def looked(body):
 
 def test_a_batch_of_keys_is_looked_up_in_one_round_trip(daemon):
     kept, expiring, absent = key("kept"), key("expiring"), key("absent")
-    assert put(daemon, kept, entry(b'{"n":1}}'))[0] == 204
-    assert put(daemon, expiring, entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "60"})[0] == 204
+    assert put(daemon, kept, cache_entry(b'{"n":1}}'))[0] == 204
+    assert put(daemon, expiring, cache_entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "60"})[0] == 204
     before = daemon.stats()
     status, headers, body = daemon.request("POST", "/v1/lookup", "\n".join([kept, absent, expiring, kept]).encode())
     assert (status, headers["Content-Type"]) == (200, "application/octet-stream")
@@ -194,7 +178,7 @@ def test_a_miss_holds_its_key_and_the_misses_that_wait_get_the_answer_it_stores(
     time.sleep(0.3)
     assert got == [], "the waiters wait for the holder"
     # refused by finality (no namespace heard), yet handed to the waiters: the node's answer of now
-    sent = entry(b'{"n":1}}')
+    sent = cache_entry(b'{"n":1}}')
     assert put(daemon, k, sent, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
     for waiter in waiters[:2]:
         waiter.join(5)
@@ -228,14 +212,14 @@ def test_a_miss_holds_its_key_and_the_misses_that_wait_get_the_answer_it_stores(
 def test_an_incompressible_tail_is_kept_plain(daemon):
     tail = os.urandom(3000) + b"}"
     k = key("random")
-    assert put(daemon, k, entry(tail))[0] == 204
+    assert put(daemon, k, cache_entry(tail))[0] == 204
     form, got = stored_tail(daemon.request("GET", f"/v1/entries/{k}")[2])
     assert (form, got) == (0, tail)
 
 
 def test_an_entry_with_a_ttl_expires(daemon):
     k = key("chain id")
-    assert put(daemon, k, entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "1"})[0] == 204
+    assert put(daemon, k, cache_entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "1"})[0] == 204
     status, headers, _ = daemon.request("GET", f"/v1/entries/{k}")
     assert (status, headers["X-Rpcedge-Ttl"]) == (200, "1"), "the seconds left, for the proxies' hot tiers"
     time.sleep(2.1)
@@ -263,17 +247,17 @@ def test_a_full_disk_fails_stores_and_once_freed_the_daemon_stores_again(tmp_pat
     writing on the error and, without the WAL, did not start again by itself)."""
     cached = start_cached(tmp_path, small_disk / "db", args=["--flush-interval", "200ms", "--memtable-size", "8MiB"])
     try:
-        assert put(cached, key("before"), entry(b'"0x1"}'))[0] == 204
+        assert put(cached, key("before"), cache_entry(b'"0x1"}'))[0] == 204
         flushes = cached.stats()["flushes_total"]
         until(lambda: cached.stats()["flushes_total"] > flushes + 1, 10, "the entry never flushed")
         fill(small_disk / "filler")
         stores = iter(range(1_000_000))
-        until(lambda: put(cached, key(f"full {next(stores)}"), entry(b'"0x2"}'))[0] == 500, 10,
+        until(lambda: put(cached, key(f"full {next(stores)}"), cache_entry(b'"0x2"}'))[0] == 500, 10,
               "stores never failed on a full disk")
         assert cached.request("GET", f"/v1/entries/{key('before')}")[0] == 200, "what it had is served"
 
         (small_disk / "filler").unlink()
-        until(lambda: put(cached, key("after"), entry(b'"0x3"}'))[0] == 204, 10,
+        until(lambda: put(cached, key("after"), cache_entry(b'"0x3"}'))[0] == 204, 10,
               "the daemon never stored again once its disk had room")
         status, _, body = cached.request("GET", f"/v1/entries/{key('after')}")
         assert (status, stored_tail(body)) == (200, (0, b'"0x3"}'))
@@ -292,22 +276,22 @@ def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, repla
         "--finality-poll", "100ms"])
     try:
         final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "100"}
-        status, headers, _ = put(daemon, key("a"), entry(b'{"n":1}}'), final)
+        status, headers, _ = put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)
         assert (status, headers["X-Rpcedge-Refusal"]) == (409, "no_finality"), "before finality is heard"
         assert replay.request("PUT", f"/head/{network}/finalized", b"99")[0] == 200
         deadline = time.monotonic() + 10
         while daemon.stats().get(f'finalized_block{{namespace="{namespace}"}}') != 99:
             assert time.monotonic() < deadline, "the daemon never heard finality"
             time.sleep(0.05)
-        status, headers, _ = put(daemon, key("a"), entry(b'{"n":1}}'), final)
+        status, headers, _ = put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)
         assert (status, headers["X-Rpcedge-Refusal"]) == (409, "not_final")
-        assert put(daemon, key("b"), entry(b'{"n":1}}'), {**final, "X-Rpcedge-Requires-Final": "99"})[0] == 204
+        assert put(daemon, key("b"), cache_entry(b'{"n":1}}'), {**final, "X-Rpcedge-Requires-Final": "99"})[0] == 204
         other = {"X-Rpcedge-Namespace": "127.0.0.1/sepolia", "X-Rpcedge-Requires-Final": "1"}
-        assert put(daemon, key("c"), entry(b'{"n":1}}'), other)[2:] == (b"",)
-        assert put(daemon, key("c"), entry(b'{"n":1}}'), other)[1]["X-Rpcedge-Refusal"] == "no_finality"
+        assert put(daemon, key("c"), cache_entry(b'{"n":1}}'), other)[2:] == (b"",)
+        assert put(daemon, key("c"), cache_entry(b'{"n":1}}'), other)[1]["X-Rpcedge-Refusal"] == "no_finality"
         assert replay.request("PUT", f"/head/{network}/finalized", b"150")[0] == 200
         deadline = time.monotonic() + 10
-        while put(daemon, key("a"), entry(b'{"n":1}}'), final)[0] != 204:
+        while put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)[0] != 204:
             assert time.monotonic() < deadline, "finality passed 100, the entry is still refused"
             time.sleep(0.05)
         assert daemon.request("GET", f"/v1/entries/{key('a')}")[0] == 200
@@ -349,7 +333,7 @@ def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_o
 
     def put_trace(of_hash):
         needs = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": of_hash.upper().replace("0X", "0x")}
-        status, headers, _ = put(daemon, key(f"trace {of_hash}"), entry(b'{"gas":21000,"structLogs":[]}}'), needs)
+        status, headers, _ = put(daemon, key(f"trace {of_hash}"), cache_entry(b'{"gas":21000,"structLogs":[]}}'), needs)
         return status, headers.get("X-Rpcedge-Refusal")
 
     try:
@@ -363,12 +347,12 @@ def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_o
         # a receipt in the store places it without the node, if it is that transaction's
         other = "0x" + "cd" * 32
         stored = json.dumps({"blockNumber": hex(block), "transactionHash": other, "status": "0x1"}).encode() + b"}"
-        assert put(daemon, receipt_key(namespace, other), entry(stored))[0] == 204
+        assert put(daemon, receipt_key(namespace, other), cache_entry(stored))[0] == 204
         assert put_trace(other) == (204, None)
         claims = json.dumps({"blockNumber": "0x1", "transactionHash": other}).encode() + b"}"
-        assert put(daemon, receipt_key(namespace, unknown), entry(claims))[0] == 204
+        assert put(daemon, receipt_key(namespace, unknown), cache_entry(claims))[0] == 204
         assert put_trace(unknown) == (409, "unplaced"), "a receipt of another transaction places nothing"
-        assert put(daemon, key("bad"), entry(b"1}"), {"X-Rpcedge-Namespace": namespace,
+        assert put(daemon, key("bad"), cache_entry(b"1}"), {"X-Rpcedge-Namespace": namespace,
                                                        "X-Rpcedge-Requires-Final": "0x12"})[0] == 400
         stats = daemon.stats()
         assert stats['refusals_total{reason="unplaced"}'] == 2
@@ -387,12 +371,12 @@ def test_bad_requests_get_a_4xx_and_the_daemon_serves_on(tmp_path):
         assert daemon.request("POST", f"/v1/entries/{good}", b"x")[0] == 405
         assert daemon.request("GET", "/nothing")[0] == 404
         assert put(daemon, good, b"not an entry")[0] == 400
-        damaged = bytearray(entry(b'{"a":1}}'))
+        damaged = bytearray(cache_entry(b'{"a":1}}'))
         damaged[-2] ^= 1
         assert put(daemon, good, bytes(damaged))[0] == 400, "a tail that fails its CRC-32"
-        assert put(daemon, good, entry(b'{"a":1}}'), {"X-Rpcedge-Ttl": "soon"})[0] == 400
-        assert put(daemon, good, entry(b"1}"), {"X-Rpcedge-Requires-Final": "5"})[0] == 400, "no namespace"
-        assert put(daemon, good, entry(b'"' + b"a" * 80000 + b'"}'))[0] == 413, "past 64 KiB and an envelope"
+        assert put(daemon, good, cache_entry(b'{"a":1}}'), {"X-Rpcedge-Ttl": "soon"})[0] == 400
+        assert put(daemon, good, cache_entry(b"1}"), {"X-Rpcedge-Requires-Final": "5"})[0] == 400, "no namespace"
+        assert put(daemon, good, cache_entry(b'"' + b"a" * 80000 + b'"}'))[0] == 413, "past 64 KiB and an envelope"
         for garbage in [b"\x00\x01\x02 nonsense\r\n\r\n", b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 100000 + b"\r\n\r\n",
                         b"PUT /v1/entries/" + good.encode() + b" HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort"]:
             with socket.create_connection((LOOPBACK, daemon.port), timeout=5) as s:
@@ -420,7 +404,7 @@ def test_with_listen_none_it_serves_on_the_socket_alone(tmp_path, daemon):
     try:
         assert unix_request(path, "GET", "/healthz")[::2] == (200, b"ok\n")
         tail = b'{"over":"the socket"}}'
-        assert unix_request(path, "PUT", f"/v1/entries/{key('socket')}", entry(tail))[0] == 204
+        assert unix_request(path, "PUT", f"/v1/entries/{key('socket')}", cache_entry(tail))[0] == 204
         status, _, stored = unix_request(path, "GET", f"/v1/entries/{key('socket')}")
         assert status == 200 and stored_tail(stored)[1] == tail
         assert tcp_listeners(alone.process.proc.pid) == set(), "a TCP listener with --listen none"
@@ -467,7 +451,7 @@ def test_listen_none_without_a_socket_is_refused(tmp_path):
 
 
 def test_metrics_are_prometheus_text(daemon):
-    put(daemon, key("m"), entry(b"[1,2,3]}"))
+    put(daemon, key("m"), cache_entry(b"[1,2,3]}"))
     daemon.request("GET", f"/v1/entries/{key('m')}")
     status, headers, text = daemon.request("GET", "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
@@ -483,8 +467,8 @@ def test_a_clean_stop_flushes_and_a_damaged_file_reads_as_a_miss(tmp_path):
     daemon = start_cached(tmp_path, db, args=["--flush-interval", "1h"])
     marker = os.urandom(16)
     tail = marker + os.urandom(40000) + b"}"
-    assert put(daemon, key("big"), entry(tail))[0] == 204
-    assert put(daemon, key("small"), entry(b"[1]}"))[0] == 204
+    assert put(daemon, key("big"), cache_entry(tail))[0] == 204
+    assert put(daemon, key("small"), cache_entry(b"[1]}"))[0] == 204
     daemon.process.stop()
     assert daemon.process.proc.returncode == 0, daemon.process.log_tail()
     daemon = start_cached(tmp_path, db)
@@ -530,7 +514,7 @@ def write_until_killed(daemon, run, seconds):
     seq = 0
     while time.monotonic() < deadline:
         headers = {"X-Rpcedge-Ttl": "3600"} if seq % 2 else {}
-        connection.request("PUT", f"/v1/entries/{key(f'{run}/{seq}')}", entry(crash_tail(run, seq)), headers)
+        connection.request("PUT", f"/v1/entries/{key(f'{run}/{seq}')}", cache_entry(crash_tail(run, seq)), headers)
         response = connection.getresponse()
         response.read()
         assert response.status == 204

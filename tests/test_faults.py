@@ -12,6 +12,7 @@ import pytest
 
 from testbed import bad_clients
 from testbed import faults
+from testbed import judged_load
 
 # heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
 pytestmark = pytest.mark.xdist_group("load")
@@ -45,7 +46,7 @@ def test_no_answer_is_wrong_while_the_proxy_reloads_refuses_a_config_or_loses_a_
 
 def check_cell(proxy, faulted_stack, fault, mix_cases):
     tally, recovered = faults.run_cell(faulted_stack, proxy, fault, mix_cases, SECONDS)
-    assert not any(tally.counts[outcome] + tally.client[outcome] for outcome in faults.NEVER), \
+    assert not any(tally.counts[outcome] + tally.client[outcome] for outcome in judged_load.NEVER), \
         (tally.counts, tally.client, tally.wrong)
     assert sum(tally.counts.values()) > 0
     if fault.client:
@@ -57,5 +58,5 @@ def check_cell(proxy, faulted_stack, fault, mix_cases):
         assert not tally.counts["timeout"], tally.counts
     if fault.all_right:
         assert set(tally.counts) == {"right"}, tally.counts
-    assert recovered is not None, f"answers still not right {faults.RECOVERY_LIMIT} s after {fault.name} ended"
+    assert recovered is not None, f"answers still not right {judged_load.RECOVERY_LIMIT} s after {fault.name} ended"
     assert set(tally.after) == {"right"}, (tally.after, tally.wrong)

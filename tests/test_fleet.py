@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from testbed.cache_entry import cache_entry
 from testbed.harness import StartError, start_cached
 from testbed.redis_cluster import RedisCluster
-from test_cached import entry, key, looked, put
+from test_cached import key, looked, put
 
 SECRET = b"a fleet secret of at least thirty-two bytes\n"
 USER, PASSWORD = "rpcedge", "fleet-password"
@@ -69,8 +70,8 @@ def in_fleet(cluster, k, suffix="e", timeout=5):
 def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_there(daemons, cluster):
     a, b = daemons(2)
     kept, expiring = key("fleet kept"), key("fleet expiring")
-    assert put(a, kept, entry(b'{"kept":true}}'))[0] == 204
-    assert put(a, expiring, entry(b'"0x10"}'), {"X-Rpcedge-Ttl": "30"})[0] == 204
+    assert put(a, kept, cache_entry(b'{"kept":true}}'))[0] == 204
+    assert put(a, expiring, cache_entry(b'"0x10"}'), {"X-Rpcedge-Ttl": "30"})[0] == 204
     stored = a.request("GET", f"/v1/entries/{kept}")[2]
     # every fleet value expires: the fleet's TTL, or the entry's own when shorter
     assert 0 < cluster.command("PTTL", in_fleet(cluster, kept)) <= FLEET_TTL_S * 1000
@@ -89,7 +90,7 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
     # a batch's local misses go to the fleet, and what it has is a hit
     batch = [key("fleet batch 1"), key("fleet batch 2"), key("fleet absent")]
     for k in batch[:2]:
-        assert put(a, k, entry(b'"batch"}'))[0] == 204
+        assert put(a, k, cache_entry(b'"batch"}'))[0] == 204
         in_fleet(cluster, k)
     status, _, body = b.request("POST", "/v1/lookup", "\n".join(batch).encode())
     assert status == 200 and [outcome for outcome, _, _ in looked(body)] == ["hit", "hit", "absent"]
@@ -98,7 +99,7 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
 def test_values_planted_in_the_cluster_are_never_served(daemons, cluster):
     a, b = daemons(2)
     donor = key("fleet donor")
-    assert put(a, donor, entry(b'{"donor":1}}'))[0] == 204
+    assert put(a, donor, cache_entry(b'{"donor":1}}'))[0] == 204
     donor_value = cluster.command("GET", in_fleet(cluster, donor))
     plants = {
         "key": donor_value,  # a valid value, of another key
@@ -126,7 +127,7 @@ def test_values_of_another_type_planted_in_the_cluster_do_not_turn_the_fleet_off
         cluster.command("HSET", f"rpcedge:{{{k}}}:e", "field", "value")
         assert b.request("GET", f"/v1/entries/{k}")[0] == 404
     real = key("fleet after the plants")
-    assert put(a, real, entry(b'{"real":1}}'))[0] == 204
+    assert put(a, real, cache_entry(b'{"real":1}}'))[0] == 204
     in_fleet(cluster, real)
     assert b.request("GET", f"/v1/entries/{real}")[0] == 200
     stats = b.stats()
@@ -154,7 +155,8 @@ def test_a_new_holder_is_never_followed_by_the_answer_of_the_one_before(daemons,
     lock = {"X-Rpcedge-Lock": "5000"}
     k = key("fleet two holders")
     assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
-    assert put(a, k, entry(b'{"first":1}}'), {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
+    assert put(a, k, cache_entry(b'{"first":1}}'),
+               {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
     in_fleet(cluster, k, suffix="a")
     # the next miss holds the key again; its follower must not get the first holder's answer
     assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
@@ -164,7 +166,7 @@ def test_a_new_holder_is_never_followed_by_the_answer_of_the_one_before(daemons,
     waiter = threading.Thread(target=lambda: got.append(b.request("GET", f"/v1/flights/{k}")))
     waiter.start()
     time.sleep(0.5)
-    second = entry(b'{"second":2}}')
+    second = cache_entry(b'{"second":2}}')
     assert put(a, k, second, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
     waiter.join(10)
     assert [(status, body) for status, _, body in got] == [(200, second)]
@@ -175,8 +177,8 @@ def test_an_entry_over_the_fleet_limit_stays_local(daemons, cluster):
     small, large = key("fleet small"), key("fleet large")
     # incompressible: the daemon keeps it as large as it came
     noise = b'"0x' + os.urandom(4096).hex().encode() + b'"}'
-    assert put(a, large, entry(noise))[0] == 204
-    assert put(a, small, entry(b'"small"}'))[0] == 204
+    assert put(a, large, cache_entry(noise))[0] == 204
+    assert put(a, small, cache_entry(b'"small"}'))[0] == 204
     in_fleet(cluster, small)
     assert cluster.command("EXISTS", f"rpcedge:{{{large}}}:e") == 0
     assert a.stats()["fleet_too_large_total"] == 1
@@ -202,7 +204,7 @@ def test_a_miss_held_by_one_daemon_is_followed_by_the_others_and_its_failure_nev
     waiters = [wait_on(b, k, got) for _ in range(2)]
     time.sleep(0.3)
     assert got == [], "B's waiters wait for A's holder"
-    sent = entry(b'{"n":1}}')
+    sent = cache_entry(b'{"n":1}}')
     assert put(a, k, sent, {"X-Rpcedge-Requires-Final": "5", "X-Rpcedge-Namespace": "none"})[0] == 409
     for waiter in waiters:
         waiter.join(10)
@@ -217,7 +219,7 @@ def test_a_miss_held_by_one_daemon_is_followed_by_the_others_and_its_failure_nev
     b.request("GET", f"/v1/entries/{k}", headers=lock)
     got = []
     waiter = wait_on(b, k, got)
-    assert put(a, k, entry(b'"kept"}'))[0] == 204
+    assert put(a, k, cache_entry(b'"kept"}'))[0] == 204
     waiter.join(10)
     assert got[0][0] == 200 and b.request("GET", f"/v1/entries/{k}")[0] == 200
 
@@ -274,7 +276,7 @@ def test_a_tls_cluster_is_reached_with_rediss_and_the_operators_ca(tmp_path_fact
     try:
         a, b = daemons(2, on=tls)
         k = key("fleet over tls")
-        assert put(a, k, entry(b'"tls"}'))[0] == 204
+        assert put(a, k, cache_entry(b'"tls"}'))[0] == 204
         in_fleet(tls, k)
         assert b.request("GET", f"/v1/entries/{k}")[0] == 200
         assert b.stats()["fleet_hits_total"] == 1

@@ -1,0 +1,25 @@
+"""A cache entry as rpcedge_core::cache::encode lays it out (format 4), for the tests and
+benchmarks that put entries to the daemon themselves."""
+
+import struct
+import zlib
+
+# how geth's answers begin and go on before the result: the envelope a host keeps apart
+GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
+GETH_AFTER_ID = b',"result":'
+# no headers kept, none varied on
+NO_HEAD = struct.pack("<HH", 0, 0)
+PLAIN, DEFLATED = 0, 1
+
+
+def cache_entry(tail, form=PLAIN, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
+    """An entry whose tail `<result>}` is kept plain or raw-deflated (`form`), without zstd and
+    brotli forms (the daemon makes those)."""
+    if form not in (PLAIN, DEFLATED):
+        raise ValueError(f"no entry form {form!r}")
+    data = zlib.compress(tail, 6, -15) if form == DEFLATED else tail
+    # the fields, then the CRC-32 of the whole entry but its own field
+    fields = struct.pack("<BBIQHHIII", 4, form, zlib.crc32(tail), len(tail), len(before), len(after), len(NO_HEAD),
+                         0, 0)
+    rest = before + after + NO_HEAD + data
+    return fields + struct.pack("<I", zlib.crc32(fields + rest)) + rest
