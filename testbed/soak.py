@@ -5,9 +5,8 @@ Two forms per host: `mix`, the cache off (every answer is the node's, compressed
 the way), and `warm`, the cache on and asked every case first (the cacheable answers are hits).
 
 The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the node's answer to
-its request: identity byte for byte, gzip by the CRC-32 and length its trailer states (for a
-cache hit those come from the stored entry, so there it checks the framing and the length, not
-the bytes). Beside it, JUDGED_THREADS clients of the fault matrix (judged_load.load) send the whole
+its request, byte for byte as a client decodes it (gzip with the machine's zlib), each connection
+asking with an id of its own (an answer meant for another connection is wrong). Beside it, JUDGED_THREADS clients of the fault matrix (judged_load.load) send the whole
 mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average
 (exponentially) one of the form's faults comes: one of the matrix's (FaultedStack), on for
 FAULT_SECONDS, or the proxy's reload (proxy_faults), which each run has first. Every SAMPLE_S
@@ -18,10 +17,10 @@ A form passes when no answer is wrong (wrk's, the judged clients', and those of 
 once it is over), and no sampled series grows (`grows`); each reload must have been taken.
 """
 
+import json
 import random
 import threading
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,18 +49,30 @@ ALLOWANCE = {"proxy_rss": (16 << 20, 0.10), "daemon_rss": (32 << 20, 0.10), "pro
              "daemon_fds": (8, 0.0), "store_bytes": (32 << 20, 0.5)}
 
 
+# what each wrk connection's id stands in for in the requests' list (soak.lua puts its own there)
+ID_STAND_IN = "rpcedge-soak-connection-id"
+
+
+def around_id(text):
+    """(before, after) the id of `text`, a request or an answer made with ID_STAND_IN."""
+    stand_in = json.dumps(ID_STAND_IN).encode()
+    before, _, after = text.partition(stand_in)
+    if text.count(stand_in) != 1:
+        raise ValueError(f"{ID_STAND_IN!r} is not once in {text[:200]!r}")
+    return before, after
+
+
 def write_requests(path, cases):
     """The list for soak.lua: each single call of the mix (a batch is equal only as JSON, left
-    to the judged clients) with and without gzip."""
+    to the judged clients) with and without gzip, its body and answer cut where the id goes."""
     records = []
     for kind, found in cases.items():
         if kind == "batch":
             continue
-        for number, case in enumerate(found):
-            request = judged_load.request_of(kind, case, 1000 + number)
+        for case in found:
+            request = judged_load.request_of(kind, case, ID_STAND_IN)
             for coding in ("gzip", "-"):
-                fields = (case.path.encode(), coding.encode(), request.body, request.expected,
-                          str(zlib.crc32(request.expected)).encode(), str(len(request.expected)).encode())
+                fields = (case.path.encode(), coding.encode(), *around_id(request.body), *around_id(request.expected))
                 records.append(b"".join(b"%010d%s" % (len(f), f) for f in fields))
     path.write_bytes(b"".join(records))
     return path

@@ -4,25 +4,24 @@
 --   wrk -t8 -c8 -d10s --timeout 30s -s loadtest/wrk/soak.lua http://127.0.0.1:18080 -- build/soak/requests.bin
 --
 -- One connection per thread (-c equal to -t): a thread's requests and answers then alternate, so
--- each answer is checked against the request it answers. The file holds the requests, each as
--- six fields (framed.lua): the path, the Accept-Encoding ("-": none), the body, the node's answer,
--- and that answer's CRC-32 and length in decimal. Each thread takes
--- the next request of the list, round and round, from a place of its own.
+-- each answer is checked against the request it answers. Each connection asks with an id of its
+-- own, so that an answer meant for another connection is wrong here. The file holds the requests,
+-- each as six fields (framed.lua): the path, the Accept-Encoding ("-": none), and the body and
+-- the node's answer each in two parts, before and after the id. Each thread takes the next
+-- request of the list, round and round, from a place of its own.
 --
--- A 200 is right when its body is the node's answer: byte for byte where it came as it is; in
--- gzip (where asked for), when its trailer states the answer's CRC-32 and length, which a body
--- cut short does not (nor one the proxy compressed from other bytes; a cache hit's trailer comes
--- from the stored entry, so there the bytes are the judged clients' to check). Anything else with a 200 is wrong; other
+-- A 200 is right when the body a client decodes is the node's answer, byte for byte: as it came,
+-- or gzip (where asked for) decoded (gunzip.lua). Anything else with a 200 is wrong; other
 -- statuses are counted as failed (the proxy said so). done() prints one RESULT line of JSON.
 --
 -- A response cut short never reaches response(), but wrk (4.1) keeps what it read of it, head
 -- and body, and puts it before the next response's on the connection it opens again. So the
 -- answer after a request that got none ("carried") is judged by its end only: the answer's bytes,
--- or a gzip trailer with its CRC-32 and length; the fault matrix's judged clients beside wrk
--- read every answer whole.
+-- or a gzip member that decodes to them; the fault matrix's judged clients beside wrk read every
+-- answer whole.
 
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
-local sizes, framed = dofile(here .. "sizes.lua"), dofile(here .. "framed.lua")
+local gunzip, framed = dofile(here .. "gunzip.lua"), dofile(here .. "framed.lua")
 
 local records = {}
 local threads = {}
@@ -37,13 +36,14 @@ end
 
 function init(args)
   local fields = framed.read(args[1])
+  local id = tostring(1000 + offset)
   for at = 1, #fields, 6 do
-    local path, coding, body, answer, crc, length = unpack(fields, at, at + 5)
+    local path, coding, body_before, body_after, answer_before, answer_after = unpack(fields, at, at + 5)
     local headers = {["Content-Type"] = "application/json"}
     if coding ~= "-" then headers["Accept-Encoding"] = coding end
-    table.insert(records, {request = wrk.format("POST", path, headers, body), answer = answer, crc = tonumber(crc),
-                           length = tonumber(length), gzip = coding:find("gzip") ~= nil, path = path,
-                           coding = coding})
+    table.insert(records, {request = wrk.format("POST", path, headers, body_before .. id .. body_after),
+                           answer = answer_before .. id .. answer_after, gzip = coding:find("gzip") ~= nil,
+                           path = path, coding = coding})
   end
   assert(#records > 0, "no requests in " .. args[1])
   next_record = offset % #records
@@ -64,26 +64,28 @@ function request()
   return current.request
 end
 
-local function gzip_crc(body)
-  local a, b, c, d = body:byte(-8, -5)
-  return a + b * 256 + c * 65536 + d * 16777216
-end
-
-local function gzip_trailer_states_answer(body)
-  return current.gzip and #body >= 18 and gzip_crc(body) == current.crc
-    and sizes.gzip_isize(body) == current.length % 4294967296
+local function gunzips_to_answer(body, from)
+  return gunzip.decode(body, from, #current.answer) == current.answer
 end
 
 local function is_answer(body, coding)
   if coding == nil or coding == "identity" then
     return body == current.answer
   end
-  return coding == "gzip" and body:sub(1, 2) == "\31\139" and gzip_trailer_states_answer(body)
+  return coding == "gzip" and current.gzip and gunzips_to_answer(body, 1)
 end
 
--- after what wrk carried over (its head too: the coding may be the cut response's)
+-- after what wrk carried over (its head too: the coding may be the cut response's): the answer,
+-- or a gzip member from one of the places a member's header (ID1 ID2 CM) starts
 local function ends_with_answer(body)
-  return body:sub(-#current.answer) == current.answer or gzip_trailer_states_answer(body)
+  if body:sub(-#current.answer) == current.answer then return true end
+  if not current.gzip then return false end
+  local at = body:find("\31\139\8", 1, true)
+  while at do
+    if gunzips_to_answer(body, at) then return true end
+    at = body:find("\31\139\8", at + 1, true)
+  end
+  return false
 end
 
 function response(status, headers, body)
