@@ -76,7 +76,7 @@ def run(wal, seconds, attempt, entry_mean):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
