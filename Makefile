@@ -93,12 +93,13 @@ $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 	$(MAKE) -C envoy-filter envoy
 	@touch $@
 
-# Under `make test` the tests are built with the binaries, in one cargo run: cargo then resolves one
-# set of features (the tests' dev-dependencies add some, tokio's test-util among them) and compiles
-# each crate once, where a build and then `cargo test` compiled about ninety crates a second time.
-# The binaries tested then carry those features too (they change nothing the binaries do); `make
-# build`, `deb` and `docker` build without them.
-CARGO_TARGETS := $(if $(filter test test-rust test-e2e,$(MAKECMDGOALS)),--lib --bins --tests --examples)
+# Under `make test` the tests are built with the binaries, in one cargo run over the whole workspace
+# (the Envoy Wasm filter's tests run natively): cargo then resolves one set of features (the tests'
+# dev-dependencies add some, tokio's test-util among them) and compiles each crate once, where a
+# build and then `cargo test` compiled about ninety crates a second time. The binaries tested then
+# carry those features too (they change nothing the binaries do); `make build`, `deb` and `docker`
+# build without them.
+CARGO_TARGETS := $(if $(filter test test-rust test-e2e,$(MAKECMDGOALS)),--workspace --lib --bins --tests --examples)
 
 build: deps
 	$(CARGO) build --release --locked $(CARGO_TARGETS)
@@ -129,8 +130,7 @@ $(STAMPS)/clients: tests/clients/package.json | $(STAMPS)/apt
 
 # The Envoy filter's own tests run natively, against a model of Envoy (envoy-filter/wasm/src/tests.rs).
 test-rust: build
-	$(CARGO) test --release --locked
-	$(CARGO) test --release --locked -p rpcedge-envoy-filter
+	$(CARGO) test --release --locked --workspace
 
 # TEST_WORKERS pytest-xdist workers, each taking whole modules (tests/conftest.py): most tests wait
 # on their processes more than they compute. The slowest tests are listed at the end: where CI's
@@ -164,15 +164,22 @@ $(STAMPS)/fuzz: $(STAMPS)/rust
 	@touch $@
 
 # The transcode targets' seeds: the corpus's answers, each put on its target's path
-# (shared-core/examples/fuzz_seeds.rs), beside what the fuzzers have found.
+# (shared-core/examples/fuzz_seeds.rs), beside what the fuzzers have found. Under `make test` the
+# example comes from the tests' one cargo run (a cargo run of the package alone would resolve
+# other features and compile serde, syn and criterion's dependencies again).
 fuzz-seeds: $(STAMPS)/rust
-	$(CARGO) run --release --locked -q -p rpcedge-core --example fuzz_seeds -- shared-core/fuzz/corpus
+	$(CARGO) build --release --locked $(or $(CARGO_TARGETS),-p rpcedge-core --example fuzz_seeds)
+	target/release/examples/fuzz_seeds shared-core/fuzz/corpus
 
+# FUZZ_JOBS targets at a time, each a libFuzzer process of one thread on a CPU of its own; each
+# says how many runs it made, or its last lines where it failed (its crash in fuzz/artifacts/).
+FUZZ_JOBS ?= 2
 test-fuzz fuzz: $(STAMPS)/fuzz fuzz-seeds
-	cd shared-core && for target in $(FUZZ_TARGETS); do \
-		$(CARGO) +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3; \
-		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
-	done
+	cd shared-core && $(CARGO) +nightly fuzz build
+	cd shared-core && printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(FUZZ_JOBS) -I '{}' bash -c \
+		'log=$$(mktemp); trap "rm -f $$log" EXIT; \
+		if $(CARGO) +nightly fuzz run {} -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 >$$log 2>&1; \
+		then echo "{}: $$(grep "^Done" $$log)"; else echo "{} failed:"; tail -n 40 $$log; exit 1; fi'
 
 # The module and the core built with AddressSanitizer (nightly Rust), loaded into Debian's nginx
 # with the sanitizer's runtime preloaded, under the nginx end-to-end tests.
