@@ -31,7 +31,11 @@ class Geth:
         self.port = http_port or free_port()
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
+        # An archive node of the hash scheme, as one that serves witnesses of any block is: geth
+        # otherwise keeps only the last 128 blocks' state (the path scheme's default, and its
+        # archive mode too here), and a witness of an older block is "missing trie node".
         argv = [GETH, "--dev", "--dev.period", str(period), "--datadir", workdir / "geth",
+                "--state.scheme", "hash", "--gcmode", "archive",
                 "--ipcdisable", "--nodiscover", "--verbosity", "2",
                 "--http", "--http.addr", LOOPBACK, "--http.port", self.port, "--http.rpcprefix", prefix,
                 "--http.api", "eth,net,web3,debug",
