@@ -11,7 +11,8 @@ from testbed import faults, soak
 # heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
 pytestmark = pytest.mark.xdist_group("load")
 
-SHORT = 20_000
+# about one wrk run of soak.WRK_SEGMENT_S here
+SHORT = 10_000
 FAULT_EVERY_S = 2
 
 
