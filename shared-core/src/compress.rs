@@ -169,6 +169,8 @@ pub enum Push {
 /// Incremental compression of one response body in one coding.
 pub struct StreamEncoder(Stream);
 
+// One per streamed response: boxing the big variants would add an allocation per stream.
+#[allow(clippy::large_enum_variant)]
 enum Stream {
     Deflate(DeflateStream),
     Zstd(ZstdStream),

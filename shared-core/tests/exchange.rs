@@ -713,7 +713,9 @@ fn a_client_with_the_dictionary_gets_dcz_small_answers_included() {
         let settings = Config { min_length: 0, ..Config::default() };
         run(&Arc::new(settings.validate().unwrap()), &spec).unwrap().body.len()
     };
-    let cases: [(&[(&str, &str)], &[u8], Mode, Option<Coding>); 9] = [
+    // (request headers, body, how it goes out, in which coding)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [u8], Mode, Option<Coding>);
+    let cases: [Case; 9] = [
         (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours)], small, Mode::Oneshot, Some(Dcz)),
         (&[("Accept-Encoding", chromium), ("Available-Dictionary", &ours)], &json_body(60_000), Mode::Oneshot, Some(Dcz)),
         // below dictionary_min_length

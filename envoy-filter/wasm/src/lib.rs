@@ -91,7 +91,7 @@ impl Shared {
     fn note(&self, id: u32, stream: &Rc<RefCell<Stream>>, due: Option<u64>) -> bool {
         let mut waiting = self.waiting.borrow_mut();
         match due {
-            Some(due) => waiting.insert(id, Waiting { stream: Rc::downgrade(stream), due }).is_none_or(|was| was.due != due),
+            Some(due) => waiting.insert(id, Waiting { stream: Rc::downgrade(stream), due }).map_or(true, |was| was.due != due),
             None => waiting.remove(&id).is_some(),
         }
     }

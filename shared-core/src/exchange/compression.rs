@@ -8,6 +8,8 @@ use crate::negotiate::{AcceptEncoding, Coding};
 use super::{BodyPlan, Error, EtagEdit, HeaderEdits, LengthEdit, Mode, ResponseFacts, WholeBody};
 
 /// Where the stage stands with the body.
+// One per exchange: boxing the streaming encoder would add an allocation per streamed response.
+#[allow(clippy::large_enum_variant)]
 enum Phase {
     Head,
     Pass,

@@ -506,9 +506,11 @@ impl Exchange {
     /// status without a whole body, `no-transform`, a range, or a length that cannot be read.
     fn may_undo(&self, status: u16) -> bool {
         let facts = &self.response;
-        !self.request.head
-            && !matches!(status, 100..=199 | 204 | 206 | 304)
-            && !(facts.no_transform || facts.content_range || facts.bad_length)
+        !(self.request.head
+            || matches!(status, 100..=199 | 204 | 206 | 304)
+            || facts.no_transform
+            || facts.content_range
+            || facts.bad_length)
     }
 
     /// The plan for the response as its facts now say.
