@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from testbed import replay_corpus as rc
-from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
 from testbed.cache_entry import DEFLATED, cache_entry
+from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
 from testbed.wrk import run_wrk
 
 LOADTEST = Path(__file__).resolve().parent

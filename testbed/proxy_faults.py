@@ -24,8 +24,8 @@ import threading
 import time
 
 from testbed import wire
-from testbed.harness import Every, stop_all
 from testbed.envoy_harness import PANICKING_WASM, WASM
+from testbed.harness import Every, stop_all
 
 ACTIONS = ("reload", "bad-config", "worker-killed", "vm-panic")
 EVERY_S = 1

@@ -6,8 +6,9 @@ the way), and `warm`, the cache on and asked every case first (the cacheable ans
 
 The volume is wrk's (loadtest/wrk/soak.lua), every answer checked against the node's answer to
 its request, byte for byte as a client decodes it (gzip with the machine's zlib), each connection
-asking with an id of its own (an answer meant for another connection is wrong). Beside it, JUDGED_THREADS clients of the fault matrix (judged_load.load) send the whole
-mix, zstd and the batch too, and decode and compare every answer. Every FAULT_EVERY_S on average
+asking with an id of its own (an answer meant for another connection is wrong). Beside it,
+JUDGED_THREADS clients of the fault matrix (judged_load.load) send the whole mix, zstd and the
+batch too, and decode and compare every answer. Every FAULT_EVERY_S on average
 (exponentially) one of the form's faults comes: one of the matrix's (FaultedStack), on for
 FAULT_SECONDS, or the proxy's reload (proxy_faults), which each run has first. Every SAMPLE_S
 the proxy's processes (nginx's master and workers, or Envoy) and the daemon are sampled: resident
@@ -56,9 +57,9 @@ ID_STAND_IN = "rpcedge-soak-connection-id"
 def around_id(text):
     """(before, after) the id of `text`, a request or an answer made with ID_STAND_IN."""
     stand_in = json.dumps(ID_STAND_IN).encode()
-    before, _, after = text.partition(stand_in)
     if text.count(stand_in) != 1:
         raise ValueError(f"{ID_STAND_IN!r} is not once in {text[:200]!r}")
+    before, _, after = text.partition(stand_in)
     return before, after
 
 
