@@ -45,6 +45,20 @@ def client_text(cell):
     return "; the client: " + ", ".join(f"{client[o]} {o}" for o in judged_load.CLIENT_OUTCOMES if client.get(o))
 
 
+# the fleet counters a fleet cell shows: its daemon's, from the fault on (faults.FleetDaemon)
+FLEET_SHOWN = {"fleet_hits_total": "hits", "fleet_misses_total": "misses", "fleet_errors_total": "errors",
+               "fleet_timeouts_total": "timeouts", "fleet_skipped_total": "skipped (breaker open)",
+               "fleet_breaker_opened_total": "times the breaker opened"}
+
+
+def fleet_text(cell):
+    """What the fleet's daemons counted, if the cell is the fleet's."""
+    fleet = cell.get("fleet")
+    if not fleet:
+        return ""
+    return "; the fleet: " + ", ".join(f"{fleet.get(name, 0)} {what}" for name, what in FLEET_SHOWN.items())
+
+
 def recovery_text(cell):
     return "none" if cell["recovery_s"] is None else f"{cell['recovery_s']:.1f} s"
 
@@ -52,7 +66,8 @@ def recovery_text(cell):
 def cell_text(cell):
     counts = cell["counts"]
     total = sum(counts.values())
-    shares = ", ".join(f"{counts[o]} {o}" for o in judged_load.OUTCOMES if counts.get(o)) + client_text(cell)
+    shares = (", ".join(f"{counts[o]} {o}" for o in judged_load.OUTCOMES if counts.get(o)) + client_text(cell)
+              + fleet_text(cell))
     return total, shares, never(cell), recovery_text(cell)
 
 
@@ -135,6 +150,8 @@ def main():
                     cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
                             "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
                             "wrong_examples": [repr(w) for w in tally.wrong]}
+                    if fault.link == "fleet":
+                        cell["fleet"] = {name: faulted.fleet_counts[name] for name in FLEET_SHOWN}
                     cells.append(cell)
                     total, shares, wrong, recovery = cell_text(cell)
                     print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "

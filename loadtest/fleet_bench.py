@@ -50,7 +50,6 @@ from testbed.stack import NETWORKS
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "fleet"
 RESULTS = LOADTEST / "results" / "fleet.json"
-SECRET = b"the fleet benchmark's secret, 32 bytes or more"
 CONNECTIONS = 16
 
 
@@ -65,8 +64,7 @@ def key(n, run):
 
 
 def fleet_args(cluster):
-    (WORK / "secret").write_bytes(SECRET)
-    return ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", WORK / "secret", "--fleet-timeout", "200ms"]
+    return cluster.daemon_args(WORK, "200ms")
 
 
 def daemon(name, cluster):

@@ -485,11 +485,12 @@ class CacheStack:
         self.wait_for_finality(self.LATE, 0)
         return self.daemon
 
-    def another_daemon(self, name):
-        """A second daemon with the same finality sources (another host's); the caller stops it."""
+    def another_daemon(self, name, args=()):
+        """A second daemon with the same finality sources (another host's), with `args` too; the
+        caller stops it."""
         current = self.daemon
         try:
-            return self.start_daemon(db_name=name)
+            return self.start_daemon(db_name=name, args=args)
         finally:
             self.daemon = current
 

@@ -1,8 +1,9 @@
 """The fault matrix (issue 47): each host under load while one part misbehaves, every answer judged
 against the node's recording (testbed/judged_load.py says how).
 
-A cell is one fault on one link (Toxiproxy between the proxy and the node, or the proxy and the
-cache daemon; a lie is told by a testbed.liar, which the link then leads to), one more client
+A cell is one fault on one link (Toxiproxy between the proxy and the node, the proxy and the
+cache daemon, or the daemon and each node of the fleet's Redis Cluster; a lie is told by a
+testbed.liar, which the link then leads to), one more client
 that misbehaves (testbed.bad_clients; what it sees is judged apart, judged_load.CLIENT_OUTCOMES),
 or the proxy's own processes or configuration (testbed.proxy_faults: reloaded with a good
 configuration or a bad one, a worker killed, Envoy's Wasm VM failing). While it is on, the mix
@@ -13,7 +14,9 @@ runs (judged_load.load); then the fault is removed and the recovery measured
 import contextlib
 import shutil
 import signal
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,9 +26,10 @@ from testbed import cache_cases as cc
 from testbed import proxy_faults
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
-from testbed.harness import fill, free_port, small_tmpfs
-from testbed.judged_load import load, networks, recovery
+from testbed.harness import Every, fill, free_port, small_tmpfs, stop_all
+from testbed.judged_load import ask, load, networks, recovery, request_of
 from testbed.liar import Liar
+from testbed.redis_cluster import RedisCluster
 from testbed.toxiproxy import Toxiproxy
 
 # The upstream timeout the matrix runs the proxies with (nginx's proxy_read_timeout, Envoy's route
@@ -35,12 +39,19 @@ NODE_TIMEOUT_S = 5
 # The cache lookup's timeout in the matrix: the example configs' (the tests' own is longer, for
 # their expected cache statuses on a loaded machine; here only the answers are judged).
 LOOKUP_TIMEOUT_MS = 50
+# The daemon's fleet timeout in the fleet's cells: its default.
+FLEET_TIMEOUT = "20ms"
+# How often a fleet cell's daemon forgets what the fleet holds (FleetDaemon).
+FLEET_FORGET_S = 1.0
+# How long a fleet cell's daemon may take to write what it kept to the fleet.
+FLEET_FILL_S = 10
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault on `link` ("node", "daemon", "client" or "proxy"): Toxiproxy toxics, each (type, stream, toxicity,
-    attributes), the link taken down (`down`), a signal to the daemon's process (SIGSTOP: hung
+    """A fault on `link` ("node", "daemon", "fleet", "client" or "proxy"): Toxiproxy toxics, each (type, stream,
+    toxicity, attributes; on the fleet's link to each Redis node), the link taken down (`down`), a
+    Redis master killed (`kill_master`; its replica takes over), a signal to the daemon's process (SIGSTOP: hung
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
     file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
@@ -55,6 +66,7 @@ class Fault:
     daemon_signal: int = 0
     corrupt_store: bool = False
     full_disk: bool = False
+    kill_master: bool = False
     lie: str = ""
     client: str = ""
     # what is done to the proxy's own processes or configuration (proxy_faults.ACTIONS)
@@ -120,6 +132,22 @@ FAULTS += [
           full_disk=True, all_right=True),
 ]
 
+# The fleet's faults, between the daemon and every node of its Redis Cluster; a fleet cell's
+# daemon forgets what the fleet holds every FLEET_FORGET_S, so that lookups keep reaching it.
+FAULTS += [
+    Fault("fleet-latency", "fleet", "Redis answers 100 ms late, past the daemon's 20 ms fleet timeout",
+          (("latency", "downstream", 1.0, {"latency": 100}),), all_right=True),
+    Fault("fleet-reset", "fleet", "the daemon's connections to Redis reset",
+          (("reset_peer", "upstream", 1.0, {"timeout": 0}),), all_right=True),
+    Fault("fleet-cut", "fleet", "the daemon's connections to Redis close after 3000 bytes",
+          (("limit_data", "downstream", 1.0, {"bytes": 3000}),), all_right=True),
+    Fault("fleet-hung", "fleet", "Redis's answers are lost on the wire, its connections left open",
+          (("timeout", "downstream", 1.0, {"timeout": 0}),), all_right=True),
+    Fault("fleet-down", "fleet", "every Redis node refuses connections", down=True, all_right=True),
+    Fault("fleet-master-killed", "fleet", "a Redis master is killed (SIGKILL); its replica takes over, and it "
+          "comes back as a replica", kill_master=True, all_right=True),
+]
+
 # a misbehaving client costs the others nothing
 FAULTS += [Fault(f"client-{name}", "client", client.what, client=name, all_right=True)
            for name, client in bad_clients.CLIENTS.items()]
@@ -160,12 +188,18 @@ class FullDisk:
 class FaultedStack:
     """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
     `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; a liar
-    waits in front of each for a lie's cell."""
+    waits in front of each for a lie's cell. `cluster`, a Redis Cluster whose nodes announce a
+    Toxiproxy link each (the "fleet" links), is the fleet of a fleet cell's daemons."""
 
-    def __init__(self, stack, toxiproxy):
-        self.stack, self.toxiproxy = stack, toxiproxy
+    def __init__(self, stack, toxiproxy, cluster):
+        self.stack, self.toxiproxy, self.cluster = stack, toxiproxy, cluster
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
+        self.links = {"node": ["node"], "daemon": ["daemon"], "fleet": [fleet_link(port) for port in cluster.ports]}
+        self.fleet_args = cluster.daemon_args(toxiproxy.log_dir, FLEET_TIMEOUT)
+        # a fleet cell's daemon, and the fleet counters of the last fleet cell
+        self.fleet = None
+        self.fleet_counts = Counter()
         self.full_disk = None
         self.liars = {"node": Liar("node-liar", toxiproxy.log_dir, free_port(), stack.replay.port)}
         try:
@@ -181,14 +215,31 @@ class FaultedStack:
         for liar in self.liars.values():
             liar.stop()
 
+    def start_fleet(self, proxy, cases):
+        """A fleet cell's daemon (FleetDaemon), asked every case once through `proxy` and given
+        the time to write what it kept to the fleet: what it looks up again once it forgets."""
+        self.fleet = FleetDaemon(self)
+        for kind, kind_cases in cases.items():
+            for case in kind_cases:
+                ask(proxy.port, request_of(kind, case, 7), "identity")
+        deadline, stored = time.monotonic() + FLEET_FILL_S, None
+        while stored != (stored := self.fleet.daemon.stats()["fleet_stores_total"]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.fleet.begin()
+
     def inject(self, fault):
         if fault.lie:
             self.liars[fault.link].tell(fault.lie, LIE_SHARE)
             self.toxiproxy.redirect(fault.link, self.liars[fault.link].port)
-        if fault.down:
-            self.toxiproxy.set_enabled(fault.link, False)
-        for kind, stream, toxicity, attributes in fault.toxics:
-            self.toxiproxy.add(fault.link, kind, stream, toxicity, **attributes)
+        for link in self.links.get(fault.link, ()):
+            if fault.down:
+                self.toxiproxy.set_enabled(link, False)
+            for kind, stream, toxicity, attributes in fault.toxics:
+                self.toxiproxy.add(link, kind, stream, toxicity, **attributes)
+        if fault.kill_master:
+            self.cluster.kill(self.cluster.masters()[0])
         if fault.daemon_signal:
             self.stack.daemon.process.proc.send_signal(fault.daemon_signal)
         if fault.corrupt_store:
@@ -263,6 +314,13 @@ class FaultedStack:
         tested nothing."""
         daemon = self.stack.daemon
         try:
+            if self.fleet:
+                fleet, self.fleet = self.fleet, None
+                self.fleet_counts = fleet.stop()
+                if not any(self.fleet_counts[name] for name in FLEET_ASKED):
+                    raise RuntimeError(f"no lookup reached the fleet in {fault.name}")
+            if fault.kill_master:
+                self.cluster.start_all()
             if fault.daemon_signal == signal.SIGSTOP:
                 daemon.process.proc.send_signal(signal.SIGCONT)
             elif fault.daemon_signal == signal.SIGKILL:
@@ -279,14 +337,74 @@ class FaultedStack:
             self.toxiproxy.reset()
 
 
+# the fleet counters that say a lookup reached the fleet (or was skipped, its breaker open)
+FLEET_ASKED = ("fleet_hits_total", "fleet_misses_total", "fleet_errors_total", "fleet_timeouts_total",
+               "fleet_skipped_total")
+
+
+def fleet_link(port):
+    return f"fleet-{port}"
+
+
+def fleet_counters(stats):
+    return {name: value for name, value in stats.items() if name.startswith("fleet_") and name.endswith("_total")}
+
+
+class FleetDaemon:
+    """A fleet cell's daemon: on the fleet, with a store of its own, the daemon link led to it; the
+    regular daemon waits, untouched, until stop() hands the link back. Since a daemon's own store
+    answers whatever it was asked once, from begin() on its store forgets every entry the fleet
+    holds each FLEET_FORGET_S (a DELETE of each key, on its own port): lookups keep reaching the
+    fleet."""
+
+    def __init__(self, faulted):
+        self.faulted = faulted
+        self.daemon = faulted.stack.another_daemon("fleet-db", args=faulted.fleet_args)
+        faulted.toxiproxy.redirect("daemon", self.daemon.port)
+        self.keys, self.before = [], {}
+        self.stopping, self.worker = threading.Event(), None
+
+    def begin(self):
+        """The keys the fleet holds now forgotten from here on, and the counters counted."""
+        self.keys = [name.split("{", 1)[1].split("}", 1)[0] for name in self.faulted.cluster.keys("rpcedge:*:e")]
+        self.before = fleet_counters(self.daemon.stats())
+        self.worker = Every(self.forget, self.stopping, "fleet forgetting")
+        self.worker.start()
+
+    def forget(self, stopping):
+        if not stopping.wait(FLEET_FORGET_S):
+            for key in self.keys:
+                self.daemon.request("DELETE", f"/v1/entries/{key}")
+
+    def stop(self):
+        """The daemon link back on the regular daemon; the fleet counters since begin()."""
+        try:
+            stop_all([self.worker] if self.worker else [], self.stopping)
+        finally:
+            self.faulted.toxiproxy.redirect("daemon", self.faulted.stack.daemon.port)
+            try:
+                counts = Counter(fleet_counters(self.daemon.stats()))
+                counts.subtract(self.before)
+            finally:
+                self.daemon.process.stop()
+                shutil.rmtree(self.daemon.db, ignore_errors=True)
+        return counts
+
+
 @contextlib.contextmanager
 def faulted_stack(work, cases):
     """A cache stack for `cases`' networks (cc.CacheStack, its logs and stores in `work`) behind
-    Toxiproxy: a FaultedStack while inside."""
+    Toxiproxy, and a Redis Cluster (3 masters, 3 replicas) for the fleet's cells, each node
+    behind a link: a FaultedStack while inside."""
     stack = cc.CacheStack(work, networks(cases))
     try:
-        with Toxiproxy(work) as toxiproxy, FaultedStack(stack, toxiproxy) as faulted:
-            yield faulted
+        with Toxiproxy(work) as toxiproxy:
+            cluster = RedisCluster(work / "fleet", announce=lambda port: toxiproxy.link(fleet_link(port), port))
+            try:
+                with FaultedStack(stack, toxiproxy, cluster) as faulted:
+                    yield faulted
+            finally:
+                cluster.stop()
     finally:
         stack.stop()
 
@@ -321,6 +439,8 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
     with contextlib.ExitStack() as faulted:
         try:
+            if fault.link == "fleet":
+                stack.start_fleet(proxy, cases)
             stack.inject(fault)
             if fault.proxy:
                 faulted.enter_context(proxy_faults.faulting(proxy, fault.proxy, seconds))

@@ -15,6 +15,8 @@ from .harness import LOOPBACK, Process, StartError, free_port
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 READY_TIMEOUT = 30
+# the fleet's secret of the tests and benchmarks (rpcedge-cached --fleet-secret-file)
+SECRET = b"a fleet secret of at least thirty-two bytes\n"
 
 
 def make_certificates(directory):
@@ -34,9 +36,13 @@ def make_certificates(directory):
 class RedisCluster:
     """`masters` masters with `replicas` replicas each, in `directory`. With `users`, an ACL user
     per (name, password) with access to rpcedge's keys; with `tls`, TLS only (certificates from
-    `make_certificates` in directory/tls)."""
+    `make_certificates` in directory/tls). With `announce`, each node tells its clients (and its
+    replicas) to dial `announce(port)` instead of its own port: a link that leads to it, such as
+    Toxiproxy's; the cluster bus stays direct."""
 
-    def __init__(self, directory, masters=3, replicas=1, users=(), tls=False, node_timeout_ms=1000):
+    def __init__(self, directory, masters=3, replicas=1, users=(), tls=False, node_timeout_ms=1000, announce=None):
+        if announce and tls:
+            raise ValueError("a TLS cluster announces its own ports")
         self.directory = Path(directory)
         self.tls = self.directory / "tls" if tls else None
         if tls:
@@ -46,10 +52,11 @@ class RedisCluster:
         self.ports = [free_port() for _ in range(masters * (1 + replicas))]
         # each node's cluster bus: its own free port (the default, port + 10000, may be taken)
         self.bus_ports = {port: free_port() for port in self.ports}
+        self.announced = {port: announce(port) if announce else port for port in self.ports}
         self.processes = {}
         for port in self.ports:
             self.start_node(port)
-        addresses = [f"{LOOPBACK}:{port}" for port in self.ports]
+        addresses = [f"{LOOPBACK}:{self.announced[port]}" for port in self.ports]
         created = subprocess.run([REDIS_CLI, *self.cli_tls(), "--cluster", "create", *addresses,
                                   "--cluster-replicas", str(replicas), "--cluster-yes"],
                                  capture_output=True, text=True, timeout=60)
@@ -64,7 +71,23 @@ class RedisCluster:
         return "rediss" if self.tls else "redis"
 
     def seeds(self, count=2):
-        return ",".join(f"{self.scheme}://{LOOPBACK}:{port}" for port in self.ports[:count])
+        return ",".join(f"{self.scheme}://{LOOPBACK}:{self.announced[port]}" for port in self.ports[:count])
+
+    def daemon_args(self, directory, timeout, password=None, extra=()):
+        """rpcedge-cached's arguments for this cluster: three seeds, the fleet's secret (written
+        into `directory`), the fleet timeout and, if the cluster has users, the first one's login
+        (with `password` instead of its own, for a refused login)."""
+        directory = Path(directory)
+        (directory / "fleet.secret").write_bytes(SECRET)
+        args = ["--fleet", self.seeds(count=3), "--fleet-secret-file", directory / "fleet.secret",
+                "--fleet-timeout", timeout]
+        if self.users:
+            user, own_password = self.users[0]
+            (directory / "fleet.password").write_text((password or own_password) + "\n")
+            args += ["--fleet-user", user, "--fleet-password-file", directory / "fleet.password"]
+        if self.tls:
+            args += ["--fleet-ca-file", self.tls / "ca.crt"]
+        return [*args, *extra]
 
     def cli_tls(self):
         return ["--tls", "--cacert", str(self.tls / "ca.crt")] if self.tls else []
@@ -74,6 +97,9 @@ class RedisCluster:
         node_dir.mkdir(parents=True, exist_ok=True)
         config = [f"bind {LOOPBACK}", "protected-mode no", "cluster-enabled yes", "cluster-config-file nodes.conf",
                   f"cluster-port {self.bus_ports[port]}", f"cluster-node-timeout {self.node_timeout_ms}", 'save ""', "appendonly no", f"dir {node_dir}"]
+        if self.announced[port] != port:
+            config += [f"cluster-announce-ip {LOOPBACK}", f"cluster-announce-port {self.announced[port]}",
+                       f"cluster-announce-bus-port {self.bus_ports[port]}"]
         if self.tls:
             config += ["port 0", f"tls-port {port}", f"tls-cert-file {self.tls / 'redis.crt'}",
                        f"tls-key-file {self.tls / 'redis.key'}", f"tls-ca-cert-file {self.tls / 'ca.crt'}",

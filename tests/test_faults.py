@@ -1,6 +1,7 @@
 """The fault matrix's short form (testbed/faults.py; `make faults` runs every cell longer and writes
 RELIABILITY.md's table): each host under the mix while the node or the cache daemon misbehaves
-behind Toxiproxy, or one of them lies (testbed/liar.py), or one more client misbehaves
+behind Toxiproxy, or the daemon's link to the fleet's Redis Cluster does, or one of them lies
+(testbed/liar.py), or one more client misbehaves
 (testbed/bad_clients.py), or the proxy itself is reconfigured (well or badly), loses a worker or its
 Wasm VM (testbed/proxy_faults.py). No answer may be wrong (a corrupt or cut body presented as
 whole, or in a coding the client did not ask for) or garbled, the misbehaving client's included;
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.xdist_group("load")
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
-         "daemon-full-disk", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body",
+         "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body",
          "client-h2-reset")
 SECONDS = 3
 

@@ -5,6 +5,7 @@ is followed by the others, and a refused login stops the daemon at start. Throug
 test_fleet_hosts.py."""
 
 import os
+import signal
 import threading
 import time
 
@@ -15,7 +16,6 @@ from testbed.harness import StartError, start_cached
 from testbed.redis_cluster import RedisCluster
 from test_cached import key, looked, put
 
-SECRET = b"a fleet secret of at least thirty-two bytes\n"
 USER, PASSWORD = "rpcedge", "fleet-password"
 FLEET_TTL_S = 3600
 # generous: a test's cluster, daemons and client share two CPUs
@@ -29,15 +29,8 @@ def cluster(tmp_path_factory):
     cluster.stop()
 
 
-def fleet_args(directory, cluster, password=PASSWORD, extra=()):
-    (directory / "fleet.secret").write_bytes(SECRET)
-    (directory / "fleet.password").write_text(password + "\n")
-    args = ["--fleet", cluster.seeds(count=3), "--fleet-secret-file", directory / "fleet.secret",
-            "--fleet-user", USER, "--fleet-password-file", directory / "fleet.password",
-            "--fleet-timeout", FLEET_TIMEOUT, "--fleet-ttl", f"{FLEET_TTL_S}s", *extra]
-    if cluster.tls:
-        args += ["--fleet-ca-file", cluster.tls / "ca.crt"]
-    return args
+def fleet_args(directory, cluster, password=None, extra=()):
+    return cluster.daemon_args(directory, FLEET_TIMEOUT, password, ["--fleet-ttl", f"{FLEET_TTL_S}s", *extra])
 
 
 @pytest.fixture
@@ -132,6 +125,23 @@ def test_values_of_another_type_planted_in_the_cluster_do_not_turn_the_fleet_off
     assert b.request("GET", f"/v1/entries/{real}")[0] == 200
     stats = b.stats()
     assert (stats["fleet_breaker_opened_total"], stats["fleet_hits_total"], stats["fleet_errors_total"]) == (0, 1, 12)
+
+
+def test_a_cluster_that_stops_answering_is_counted_as_timing_out(daemons, cluster):
+    """A round past the fleet timeout is a timeout, though the cluster client's own response
+    timeout (the same) ends it first. The cluster is stopped for less than its node timeout (1 s),
+    so that no failover follows."""
+    a, = daemons(1)
+    for process in cluster.processes.values():
+        process.proc.send_signal(signal.SIGSTOP)
+    try:
+        statuses = [a.request("GET", f"/v1/entries/{key(f'fleet hung {n}')}")[0] for n in range(2)]
+    finally:
+        for process in cluster.processes.values():
+            process.proc.send_signal(signal.SIGCONT)
+    stats = a.stats()
+    assert statuses == [404, 404]
+    assert (stats["fleet_timeouts_total"], stats["fleet_errors_total"]) == (2, 0)
 
 
 def test_a_lock_planted_without_an_expiry_holds_nobody_back(daemons, cluster):

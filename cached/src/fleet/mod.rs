@@ -276,6 +276,8 @@ impl Fleet {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
+            // the client's own response timeout (the fleet timeout) fires first: a timeout too
+            Ok(Err(error)) if error.is_timeout() => &self.counters.timeouts,
             Ok(Err(_)) => &self.counters.errors,
             Err(_) => &self.counters.timeouts,
         };
