@@ -45,7 +45,7 @@ def client_text(cell):
     return "; the client: " + ", ".join(f"{client[o]} {o}" for o in judged_load.CLIENT_OUTCOMES if client.get(o))
 
 
-# the fleet counters a fleet cell shows: its daemon's, from the fault on (faults.FleetDaemon)
+# the fleet counters a fleet cell shows: its daemon's, from the fault on (fleet_cell.FleetDaemon)
 FLEET_SHOWN = {"fleet_hits_total": "hits", "fleet_misses_total": "misses", "fleet_errors_total": "errors",
                "fleet_timeouts_total": "timeouts", "fleet_skipped_total": "skipped (breaker open)",
                "fleet_breaker_opened_total": "times the breaker opened"}

@@ -14,7 +14,6 @@ runs (judged_load.load); then the fault is removed and the recovery measured
 import contextlib
 import shutil
 import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -23,11 +22,12 @@ from types import SimpleNamespace
 
 from testbed import bad_clients
 from testbed import cache_cases as cc
+from testbed import fleet_cell
 from testbed import proxy_faults
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
-from testbed.harness import Every, fill, free_port, small_tmpfs, stop_all
-from testbed.judged_load import ask, load, networks, recovery, request_of
+from testbed.harness import fill, free_port, small_tmpfs
+from testbed.judged_load import load, networks, recovery
 from testbed.liar import Liar
 from testbed.redis_cluster import RedisCluster
 from testbed.toxiproxy import Toxiproxy
@@ -39,12 +39,6 @@ NODE_TIMEOUT_S = 5
 # The cache lookup's timeout in the matrix: the example configs' (the tests' own is longer, for
 # their expected cache statuses on a loaded machine; here only the answers are judged).
 LOOKUP_TIMEOUT_MS = 50
-# The daemon's fleet timeout in the fleet's cells: its default.
-FLEET_TIMEOUT = "20ms"
-# How often a fleet cell's daemon forgets what the fleet holds (FleetDaemon).
-FLEET_FORGET_S = 1.0
-# How long a fleet cell's daemon may take to write what it kept to the fleet.
-FLEET_FILL_S = 10
 
 
 @dataclass(frozen=True)
@@ -133,7 +127,8 @@ FAULTS += [
 ]
 
 # The fleet's faults, between the daemon and every node of its Redis Cluster; a fleet cell's
-# daemon forgets what the fleet holds every FLEET_FORGET_S, so that lookups keep reaching it.
+# daemon forgets what the fleet holds every second (fleet_cell.FleetDaemon), so that lookups keep
+# reaching it.
 FAULTS += [
     Fault("fleet-latency", "fleet", "Redis answers 100 ms late, past the daemon's 20 ms fleet timeout",
           (("latency", "downstream", 1.0, {"latency": 100}),), all_right=True),
@@ -195,8 +190,8 @@ class FaultedStack:
         self.stack, self.toxiproxy, self.cluster = stack, toxiproxy, cluster
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
-        self.links = {"node": ["node"], "daemon": ["daemon"], "fleet": [fleet_link(port) for port in cluster.ports]}
-        self.fleet_args = cluster.daemon_args(toxiproxy.log_dir, FLEET_TIMEOUT)
+        self.links = {"node": ["node"], "daemon": ["daemon"],
+                      "fleet": [fleet_cell.link_name(port) for port in cluster.ports]}
         # a fleet cell's daemon, and the fleet counters of the last fleet cell
         self.fleet = None
         self.fleet_counts = Counter()
@@ -214,20 +209,6 @@ class FaultedStack:
     def __exit__(self, *exc):
         for liar in self.liars.values():
             liar.stop()
-
-    def start_fleet(self, proxy, cases):
-        """A fleet cell's daemon (FleetDaemon), asked every case once through `proxy` and given
-        the time to write what it kept to the fleet: what it looks up again once it forgets."""
-        self.fleet = FleetDaemon(self)
-        for kind, kind_cases in cases.items():
-            for case in kind_cases:
-                ask(proxy.port, request_of(kind, case, 7), "identity")
-        deadline, stored = time.monotonic() + FLEET_FILL_S, None
-        while stored != (stored := self.fleet.daemon.stats()["fleet_stores_total"]):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        self.fleet.begin()
 
     def inject(self, fault):
         if fault.lie:
@@ -317,8 +298,6 @@ class FaultedStack:
             if self.fleet:
                 fleet, self.fleet = self.fleet, None
                 self.fleet_counts = fleet.stop()
-                if not any(self.fleet_counts[name] for name in FLEET_ASKED):
-                    raise RuntimeError(f"no lookup reached the fleet in {fault.name}")
             if fault.kill_master:
                 self.cluster.start_all()
             if fault.daemon_signal == signal.SIGSTOP:
@@ -337,60 +316,6 @@ class FaultedStack:
             self.toxiproxy.reset()
 
 
-# the fleet counters that say a lookup reached the fleet (or was skipped, its breaker open)
-FLEET_ASKED = ("fleet_hits_total", "fleet_misses_total", "fleet_errors_total", "fleet_timeouts_total",
-               "fleet_skipped_total")
-
-
-def fleet_link(port):
-    return f"fleet-{port}"
-
-
-def fleet_counters(stats):
-    return {name: value for name, value in stats.items() if name.startswith("fleet_") and name.endswith("_total")}
-
-
-class FleetDaemon:
-    """A fleet cell's daemon: on the fleet, with a store of its own, the daemon link led to it; the
-    regular daemon waits, untouched, until stop() hands the link back. Since a daemon's own store
-    answers whatever it was asked once, from begin() on its store forgets every entry the fleet
-    holds each FLEET_FORGET_S (a DELETE of each key, on its own port): lookups keep reaching the
-    fleet."""
-
-    def __init__(self, faulted):
-        self.faulted = faulted
-        self.daemon = faulted.stack.another_daemon("fleet-db", args=faulted.fleet_args)
-        faulted.toxiproxy.redirect("daemon", self.daemon.port)
-        self.keys, self.before = [], {}
-        self.stopping, self.worker = threading.Event(), None
-
-    def begin(self):
-        """The keys the fleet holds now forgotten from here on, and the counters counted."""
-        self.keys = [name.split("{", 1)[1].split("}", 1)[0] for name in self.faulted.cluster.keys("rpcedge:*:e")]
-        self.before = fleet_counters(self.daemon.stats())
-        self.worker = Every(self.forget, self.stopping, "fleet forgetting")
-        self.worker.start()
-
-    def forget(self, stopping):
-        if not stopping.wait(FLEET_FORGET_S):
-            for key in self.keys:
-                self.daemon.request("DELETE", f"/v1/entries/{key}")
-
-    def stop(self):
-        """The daemon link back on the regular daemon; the fleet counters since begin()."""
-        try:
-            stop_all([self.worker] if self.worker else [], self.stopping)
-        finally:
-            self.faulted.toxiproxy.redirect("daemon", self.faulted.stack.daemon.port)
-            try:
-                counts = Counter(fleet_counters(self.daemon.stats()))
-                counts.subtract(self.before)
-            finally:
-                self.daemon.process.stop()
-                shutil.rmtree(self.daemon.db, ignore_errors=True)
-        return counts
-
-
 @contextlib.contextmanager
 def faulted_stack(work, cases):
     """A cache stack for `cases`' networks (cc.CacheStack, its logs and stores in `work`) behind
@@ -399,7 +324,8 @@ def faulted_stack(work, cases):
     stack = cc.CacheStack(work, networks(cases))
     try:
         with Toxiproxy(work) as toxiproxy:
-            cluster = RedisCluster(work / "fleet", announce=lambda port: toxiproxy.link(fleet_link(port), port))
+            cluster = RedisCluster(work / "fleet",
+                                   announce=lambda port: toxiproxy.link(fleet_cell.link_name(port), port))
             try:
                 with FaultedStack(stack, toxiproxy, cluster) as faulted:
                     yield faulted
@@ -440,7 +366,7 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     with contextlib.ExitStack() as faulted:
         try:
             if fault.link == "fleet":
-                stack.start_fleet(proxy, cases)
+                stack.fleet = fleet_cell.FleetDaemon(stack, proxy, cases)
             stack.inject(fault)
             if fault.proxy:
                 faulted.enter_context(proxy_faults.faulting(proxy, fault.proxy, seconds))
