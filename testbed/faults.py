@@ -183,16 +183,16 @@ class FullDisk:
 class FaultedStack:
     """A cache stack (cc.CacheStack) as the proxies see it, for cc.start_proxy: `replay` and
     `daemon` are the Toxiproxy links ("node" and "daemon") in front of the real ones; a liar
-    waits in front of each for a lie's cell. `cluster`, a Redis Cluster whose nodes announce a
-    Toxiproxy link each (the "fleet" links), is the fleet of a fleet cell's daemons."""
+    waits in front of each for a lie's cell. The fleet's cells have a Redis Cluster of their own
+    (`cluster`)."""
 
-    def __init__(self, stack, toxiproxy, cluster):
-        self.stack, self.toxiproxy, self.cluster = stack, toxiproxy, cluster
+    def __init__(self, stack, toxiproxy):
+        self.stack, self.toxiproxy = stack, toxiproxy
         self.replay = SimpleNamespace(port=toxiproxy.link("node", stack.replay.port))
         self.daemon = SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
-        self.links = {"node": ["node"], "daemon": ["daemon"],
-                      "fleet": [fleet_cell.link_name(port) for port in cluster.ports]}
-        # a fleet cell's daemon, and the fleet counters of the last fleet cell
+        # the fleet's cluster once a fleet cell asks for it, a fleet cell's daemon, and the fleet
+        # counters of the last fleet cell
+        self._cluster = None
         self.fleet = None
         self.fleet_counts = Counter()
         self.full_disk = None
@@ -209,12 +209,29 @@ class FaultedStack:
     def __exit__(self, *exc):
         for liar in self.liars.values():
             liar.stop()
+        if self._cluster:
+            self._cluster.stop()
+
+    @property
+    def cluster(self):
+        """The fleet's Redis Cluster (3 masters, 3 replicas), each node announcing a link of its
+        own (the "fleet" links): started for the first fleet cell."""
+        if self._cluster is None:
+            self._cluster = RedisCluster(self.toxiproxy.log_dir / "fleet", announce=lambda port: self.toxiproxy.link(
+                fleet_cell.link_name(port), port))
+        return self._cluster
+
+    def links(self, name):
+        """The Toxiproxy links of `name` ("node", "daemon" or "fleet")."""
+        if name == "fleet":
+            return [fleet_cell.link_name(port) for port in self.cluster.ports]
+        return [name] if name in ("node", "daemon") else []
 
     def inject(self, fault):
         if fault.lie:
             self.liars[fault.link].tell(fault.lie, LIE_SHARE)
             self.toxiproxy.redirect(fault.link, self.liars[fault.link].port)
-        for link in self.links.get(fault.link, ()):
+        for link in self.links(fault.link):
             if fault.down:
                 self.toxiproxy.set_enabled(link, False)
             for kind, stream, toxicity, attributes in fault.toxics:
@@ -291,15 +308,18 @@ class FaultedStack:
 
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that
-        a failing Toxiproxy leaves no daemon stopped. A liar that told no lie fails the cell: it
-        tested nothing."""
+        a failing Toxiproxy leaves no daemon stopped; a killed Redis master started again (a
+        replica now). A liar that told no lie, or a fleet cell that reached no fleet, fails the
+        cell: it tested nothing."""
         daemon = self.stack.daemon
         try:
-            if self.fleet:
-                fleet, self.fleet = self.fleet, None
-                self.fleet_counts = fleet.stop()
-            if fault.kill_master:
-                self.cluster.start_all()
+            try:
+                if fault.kill_master:
+                    self.cluster.start_all()
+            finally:
+                if self.fleet:
+                    fleet, self.fleet = self.fleet, None
+                    self.fleet_counts = fleet.stop()
             if fault.daemon_signal == signal.SIGSTOP:
                 daemon.process.proc.send_signal(signal.SIGCONT)
             elif fault.daemon_signal == signal.SIGKILL:
@@ -319,18 +339,11 @@ class FaultedStack:
 @contextlib.contextmanager
 def faulted_stack(work, cases):
     """A cache stack for `cases`' networks (cc.CacheStack, its logs and stores in `work`) behind
-    Toxiproxy, and a Redis Cluster (3 masters, 3 replicas) for the fleet's cells, each node
-    behind a link: a FaultedStack while inside."""
+    Toxiproxy: a FaultedStack while inside."""
     stack = cc.CacheStack(work, networks(cases))
     try:
-        with Toxiproxy(work) as toxiproxy:
-            cluster = RedisCluster(work / "fleet",
-                                   announce=lambda port: toxiproxy.link(fleet_cell.link_name(port), port))
-            try:
-                with FaultedStack(stack, toxiproxy, cluster) as faulted:
-                    yield faulted
-            finally:
-                cluster.stop()
+        with Toxiproxy(work) as toxiproxy, FaultedStack(stack, toxiproxy) as faulted:
+            yield faulted
     finally:
         stack.stop()
 
