@@ -20,8 +20,8 @@ pytestmark = pytest.mark.xdist_group("load")
 
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
-         "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header", "client-close-mid-body",
-         "client-h2-reset")
+         "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header",
+         "client-close-mid-body", "client-h2-reset")
 SECONDS = 3
 
 
