@@ -405,7 +405,8 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     proxy_pass form) or Envoy with either adapter (`ENVOY_HOSTS`; one worker thread per
     CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
     stack's node; `node_timeout_s`, how long the node may take to answer (the hosts' defaults
-    otherwise); `listener_file`, Envoy's listener read from a file it watches."""
+    otherwise); `listener_file`, Envoy's listener read from a file it watches; `drain_time_s`, how
+    long Envoy drains what a change of it replaced."""
     workdir.mkdir(parents=True, exist_ok=True)
     node_timeout_s = options.pop("node_timeout_s", None)
     if node_timeout_s and not host.startswith("envoy"):
@@ -428,10 +429,10 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     text = without_route_namespaces() if options.get("namespace") else None
     if node_timeout_s:
         text = with_route_timeouts(node_timeout_s, text)
-    listener_file = options.pop("listener_file", False)
+    listener_file, drain_time_s = options.pop("listener_file", False), options.pop("drain_time_s", None)
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,
                       argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host],
-                      listener_file=listener_file)
+                      listener_file=listener_file, drain_time_s=drain_time_s)
     return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid], envoy=envoy)
 
 

@@ -186,21 +186,25 @@ class Envoy:
         return str(self.listeners_version)
 
 
-def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=()):
-    """Starts Envoy, a child of this process, on a config written into `workdir`."""
+def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(), drain_time_s=None):
+    """Starts Envoy, a child of this process, on a config written into `workdir`; `drain_time_s`,
+    how long it drains what a listener change replaced (Envoy's 600 s if not given)."""
     workdir = Path(workdir)
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
     argv = [*argv_prefix, envoy_binary(), "-c", config, "--disable-hot-restart", "--concurrency", str(concurrency)]
+    if drain_time_s is not None:
+        argv += ["--drain-time-s", str(drain_time_s)]
     return Process(name, argv, workdir / f"{name}.log", cwd=REPO)
 
 
 def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None, name="envoy",
               http_filter=None, concurrency=2, argv_prefix=(), cached_port=None, adapter="wasm", wasm=WASM,
-              listener_file=False):
+              listener_file=False, drain_time_s=None):
     """Envoy with the adapter on free ports, ready to serve; `http_filter`, when given, replaces
     the rpcedge entry (see replace_rpcedge_entry); `wasm`, the Wasm module to load; with
-    `listener_file`, its listeners read from a file it watches (Envoy.listener_file)."""
+    `listener_file`, its listeners read from a file it watches (Envoy.listener_file);
+    `drain_time_s`, start_envoy's."""
     module = {"wasm": wasm, "native": NATIVE}[adapter]
     if not module.exists():
         raise StartError(f"{module} is missing: run `make build`")
@@ -215,7 +219,7 @@ def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, t
         lds.parent.mkdir(parents=True, exist_ok=True)
         config, listeners = listener_from_file(config, lds)
         lds.write_text(listeners)
-    process = start_envoy(workdir, config, name, concurrency, argv_prefix)
+    process = start_envoy(workdir, config, name, concurrency, argv_prefix, drain_time_s)
     envoy = Envoy(process, port, admin, adapter, lds)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:

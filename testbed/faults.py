@@ -348,15 +348,16 @@ def faulted_stack(work, cases):
         stack.stop()
 
 
-def start_proxy(host, workdir, stack, cache=True):
+def start_proxy(host, workdir, stack, cache=True, drain_time_s=None):
     """`host` in front of the faulted stack with the matrix's timeouts, the cache on (unless
     `cache` is false), no hot tier (every lookup reaches the daemon), and HTTP/2 with prior
     knowledge (h2c) for the clients that speak it: on a port of its own in nginx (as the example
     config), on the same in Envoy (its codec AUTO). Envoy reads its listener from a file it watches,
-    for the proxy's own faults (proxy_faults)."""
+    for the proxy's own faults (proxy_faults), and drains what a change of it replaced for
+    `drain_time_s` (its own 600 s if not given)."""
     options = {"node_timeout_s": NODE_TIMEOUT_S, "timeout_ms": LOOKUP_TIMEOUT_MS, "cache": cache}
     if host in ENVOY_HOSTS:
-        options["listener_file"] = True
+        options.update(listener_file=True, drain_time_s=drain_time_s)
     h2_port = None if host in ENVOY_HOSTS else free_port()
     if h2_port:
         options["extra"] = f"\n        listen {wire.LOOPBACK}:{h2_port} http2;"

@@ -44,6 +44,11 @@ FAULT_SECONDS = 3
 NODE_FAULTS = ("node-latency", "node-slicer", "node-reset-before-headers", "node-cut-mid-body", "node-down")
 DAEMON_FAULTS = ("daemon-latency", "daemon-reset", "daemon-sigstop", "daemon-kill-9")
 RELOAD = "proxy-reload"
+# Envoy keeps what a reload replaced (the old filter chains, with their listening sockets, their
+# connections and the filter's configuration) for its drain time, 600 s by default: longer than a
+# run's quarter, so each reload's hold would show as growth (`grows`). With this one the soak sees
+# whether they are let go.
+DRAIN_TIME_S = 30
 # how much a series may rise from its second quarter to its last (`grows`): at least the first
 # figure, or the second as a share of where it was
 ALLOWANCE = {"proxy_rss": (16 << 20, 0.10), "daemon_rss": (32 << 20, 0.10), "proxy_fds": (8, 0.0),
@@ -163,6 +168,11 @@ def form_faults(form):
     names = NODE_FAULTS + (DAEMON_FAULTS if form == "warm" else ())
     chosen = [fault for fault in faults.FAULTS if fault.name in names]
     return chosen + [RELOAD]
+
+
+def start_proxy(host, workdir, faulted, form):
+    """`host` for `form`, in front of `faulted` (a faults.FaultedStack)."""
+    return faults.start_proxy(host, workdir, faulted, cache=form == "warm", drain_time_s=DRAIN_TIME_S)
 
 
 def warm_up(proxy, cases):

@@ -4,9 +4,13 @@ matrix's judged clients, while faults come and go. No answer may be wrong, whate
 every answer is right once they are over. Whether memory, descriptors or the store keep growing
 is `make soak`'s to say: a run this short is still in their warm-up."""
 
+import itertools
+import time
+
 import pytest
 
-from testbed import faults, soak
+from testbed import faults, proxy_faults, soak
+from testbed.envoy_harness import ENVOY_HOSTS
 
 # heavy on both CPUs: one after another with the other load tests (tests/conftest.py)
 pytestmark = pytest.mark.xdist_group("load")
@@ -14,6 +18,7 @@ pytestmark = pytest.mark.xdist_group("load")
 # about one wrk run of soak.WRK_SEGMENT_S here
 SHORT = 10_000
 FAULT_EVERY_S = 2
+RELOADS = 3
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +30,7 @@ def requests_file(tmp_path_factory, mix_cases):
 @pytest.mark.parametrize("host", faults.HOSTS)
 def test_no_answer_is_wrong_while_faults_come_and_go(tmp_path, faulted_stack, mix_cases, requests_file, host,
                                                       form):
-    proxy = faults.start_proxy(host, tmp_path, faulted_stack, cache=form == "warm")
+    proxy = soak.start_proxy(host, tmp_path, faulted_stack, form)
     try:
         result = soak.soak(faulted_stack, proxy, form, mix_cases, requests_file, SHORT, fault_every_s=FAULT_EVERY_S)
     finally:
@@ -36,3 +41,43 @@ def test_no_answer_is_wrong_while_faults_come_and_go(tmp_path, faulted_stack, mi
     assert set(result.after) == {"right"}, result.after
     assert sum(result.faults.values()) > 0, "no fault came"
     assert result.samples, "nothing was sampled"
+
+
+@pytest.mark.parametrize("host", ENVOY_HOSTS)
+def test_envoy_lets_go_of_what_a_reload_replaced_within_the_soaks_drain_time(tmp_path, faulted_stack, monkeypatch,
+                                                                             host):
+    # Envoy's own drain time (600 s) would hold each reload's old filter chains, listening
+    # sockets among them, past a run's quarter: the soak would count them as growth
+    monkeypatch.setattr(soak, "DRAIN_TIME_S", 3)
+    proxy = soak.start_proxy(host, tmp_path, faulted_stack, "mix")
+    try:
+        reloads, taken = proxy_faults.of(proxy), itertools.count(1)
+
+        def descriptors():
+            return soak.resident(proxy.pids)[1]
+
+        def reload(times):
+            for _ in range(times):
+                reloads.act("reload")
+                reloads.check("reload", next(taken))  # each taken before the next (Envoy reads the file's last)
+            return descriptors()
+
+        def drained(at_most=None):
+            """Waits until Envoy drains nothing (and holds at most `at_most` descriptors, if given)."""
+            deadline = time.monotonic() + soak.DRAIN_TIME_S + proxy_faults.SETTLE_S
+            while (proxy.envoy.stats("listener_manager.")["total_filter_chains_draining"]
+                   or at_most is not None and descriptors() > at_most):
+                assert time.monotonic() < deadline, (
+                    f"{descriptors()} descriptors (at most {at_most} asked) after {soak.DRAIN_TIME_S} s: "
+                    f"{proxy.envoy.stats('listener_manager.')}")
+                time.sleep(0.2)
+            return descriptors()
+
+        # a listener changed in place keeps a second descriptor of each listening socket, once
+        reload(1)
+        after_one = drained()
+        held = reload(RELOADS)
+        assert held > after_one, "the reloads held nothing: this test would see nothing let go"
+        drained(after_one)
+    finally:
+        proxy.stop()
