@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 from testbed import faults
 from testbed import judged_load
@@ -118,14 +119,16 @@ def disk_bytes(directory):
 
 
 def grows(values, least, share):
-    """Whether a series keeps growing: the highest value of its last quarter above the highest of
-    its second quarter by more than `least` and `share` of it. The first quarter is the warm-up
-    (pools, caches and allocators fill); a series of fewer than 8 samples says nothing."""
+    """Whether a series keeps growing: the median of its last quarter above the median of its
+    second quarter by more than `least` and `share` of it. The median is the series' level, which
+    whatever grows without bound raises, and a few samples far above the rest do not (they move
+    the highest). The first quarter is the warm-up (pools, caches and
+    allocators fill); a series of fewer than 8 samples says nothing."""
     values = [value for value in values if value is not None]
     if len(values) < 8:
         return False
     quarter = len(values) // 4
-    before, last = max(values[quarter:2 * quarter]), max(values[3 * quarter:4 * quarter])
+    before, last = median(values[quarter:2 * quarter]), median(values[3 * quarter:4 * quarter])
     return last > before + max(least, share * before)
 
 

@@ -43,6 +43,18 @@ def test_no_answer_is_wrong_while_faults_come_and_go(tmp_path, faulted_stack, mi
     assert result.samples, "nothing was sampled"
 
 
+def test_a_series_grows_when_its_level_rises_not_when_a_few_samples_jump():
+    least, share = soak.ALLOWANCE["proxy_fds"]
+    level = [30 + i % 3 for i in range(200)]
+    # two single samples far above the rest, late in the run (make soak's OpenResty mix form, 2026-11-27)
+    jumps = [58 if i in (160, 175) else value for i, value in enumerate(level)]
+    # a rise of one descriptor every 10 samples, the whole run (Envoy's old filter chains held 600 s)
+    rising = [value + i // 10 for i, value in enumerate(level)]
+    assert not soak.grows(level, least, share)
+    assert not soak.grows(jumps, least, share)
+    assert soak.grows(rising, least, share)
+
+
 @pytest.mark.parametrize("host", ENVOY_HOSTS)
 def test_envoy_lets_go_of_what_a_reload_replaced_within_the_soaks_drain_time(tmp_path, faulted_stack, monkeypatch,
                                                                              host):
