@@ -122,8 +122,8 @@ def grows(values, least, share):
     """Whether a series keeps growing: the median of its last quarter above the median of its
     second quarter by more than `least` and `share` of it. The median is the series' level, which
     whatever grows without bound raises, and a few samples far above the rest do not (they move
-    the highest). The first quarter is the warm-up (pools, caches and
-    allocators fill); a series of fewer than 8 samples says nothing."""
+    the highest). The first quarter is the warm-up (pools, caches and allocators fill); a series
+    of fewer than 8 samples says nothing."""
     values = [value for value in values if value is not None]
     if len(values) < 8:
         return False

@@ -5,7 +5,6 @@ every answer is right once they are over. Whether memory, descriptors or the sto
 is `make soak`'s to say: a run this short is still in their warm-up."""
 
 import itertools
-import time
 
 import pytest
 
@@ -76,13 +75,11 @@ def test_envoy_lets_go_of_what_a_reload_replaced_within_the_soaks_drain_time(tmp
 
         def drained(at_most=None):
             """Waits until Envoy drains nothing (and holds at most `at_most` descriptors, if given)."""
-            deadline = time.monotonic() + soak.DRAIN_TIME_S + proxy_faults.SETTLE_S
-            while (proxy.envoy.stats("listener_manager.")["total_filter_chains_draining"]
-                   or at_most is not None and descriptors() > at_most):
-                assert time.monotonic() < deadline, (
-                    f"{descriptors()} descriptors (at most {at_most} asked) after {soak.DRAIN_TIME_S} s: "
-                    f"{proxy.envoy.stats('listener_manager.')}")
-                time.sleep(0.2)
+            proxy_faults.settled(
+                lambda: (not proxy.envoy.stats("listener_manager.")["total_filter_chains_draining"]
+                         and (at_most is None or descriptors() <= at_most)),
+                lambda: (f"{descriptors()} descriptors (at most {at_most} asked), drain time "
+                         f"{soak.DRAIN_TIME_S} s: {proxy.envoy.stats('listener_manager.')}"))
             return descriptors()
 
         # a listener changed in place keeps a second descriptor of each listening socket, once
