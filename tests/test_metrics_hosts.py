@@ -143,12 +143,13 @@ def test_the_same_traffic_counts_the_same_on_every_host(stack, tmp_path):
     # what the traffic was meant to count, so that the comparison compares something: the answers
     # to the two GETs for the corpus's 56 KiB (gzip, identity), its 102 B, its 1.5 MiB and the
     # Beacon block (SSZ, not compressed), and to the block by hash (a miss), its two hits (the
-    # daemon's, then the hot tier's), a GET on the block's path (no Beacon-API read: the node's
-    # small answer), a batch and a null (a miss); the Beacon block's GET names it by no root or
+    # daemon's, then the hot tier's), a GET on the block's path (neither a JSON-RPC call nor a
+    # Beacon-API read: the node is asked as the client asked, and its gzip goes out untouched),
+    # a batch and a null (a miss); the Beacon block's GET names it by no root or
     # slot (malformed), and every other GET goes to the node past the cache, whose namespaces
     # name only the JSON-RPC paths and the Beacon-API's
     expected = {
-        "rpcedge_responses_oneshot": 2, "rpcedge_responses_untouched": 2, "rpcedge_responses_small": 4,
+        "rpcedge_responses_oneshot": 2, "rpcedge_responses_untouched": 3, "rpcedge_responses_small": 3,
         "rpcedge_responses_stream": 1, "rpcedge_transcode_done": 1,
         "rpcedge_cache_responses_miss": 2, "rpcedge_cache_responses_hit": 2, "rpcedge_cache_hot_hits": 1, "rpcedge_cache_responses_bypass": 7,
         "rpcedge_cache_bypass_namespace": 4, "rpcedge_cache_bypass_batch": 1,

@@ -562,3 +562,77 @@ def test_a_key_held_by_a_collected_handle_goes_to_the_next_lookup(tmp_path):
     finally:
         proxy.stop()
         stack.stop()
+
+
+class EchoNode:
+    """A node that answers each request with what it was asked: its Accept-Encoding, as JSON."""
+
+    def __init__(self):
+        import http.server
+        import json
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                body = json.dumps({"asked": self.headers.get("Accept-Encoding", "")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# what the client sent, as the phases after the node's request see it
+SEES_CLIENT = 'ngx.header["X-Client-Accept-Encoding"] = ngx.var.http_accept_encoding'
+
+
+def test_both_forms_ask_the_node_alone_for_identity_and_give_the_client_its_headers_back(tmp_path):
+    import json
+
+    node = EchoNode()
+    port = free_port()
+    conf = openresty_conf(tmp_path, node.port, port)
+    text = conf.read_text()
+    for old, new in {
+        'exchange:respond(exchange:capture("/__node", rpcedge_namespace(ngx.var.uri)))':
+            f'local res = exchange:capture("/__node", rpcedge_namespace(ngx.var.uri)) {SEES_CLIENT} exchange:respond(res)',
+        'header_filter_by_lua_block { require("resty.rpcedge").header_filter() }':
+            f'header_filter_by_lua_block {{ require("resty.rpcedge").header_filter() {SEES_CLIENT} }}',
+    }.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    conf.write_text(text)
+    process = Process("openresty", [NGINX_BIN, "-p", tmp_path, "-c", conf, "-e", tmp_path / "error.log"],
+                      tmp_path / "openresty.out")
+    try:
+        process.wait_for_port(port)
+        for form in ("", "/proxied"):
+            # a JSON-RPC call: rpcedge's work, the node alone answers identity
+            call = wire.request(port, f"{form}/", method="POST", body=b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}',
+                                headers={"Content-Type": "application/json"}, accept_encoding="gzip, zstd")
+            assert json.loads(call.decoded()) == {"asked": ""}, form
+            assert call.header("x-client-accept-encoding") == "gzip, zstd", form
+            # a page: asked as the client asked
+            page = wire.request(port, f"{form}/index.html", accept_encoding="gzip, zstd")
+            assert json.loads(page.decoded()) == {"asked": "gzip, zstd"}, form
+            assert page.header("x-client-accept-encoding") == "gzip, zstd", form
+    finally:
+        process.stop()
+        node.stop()

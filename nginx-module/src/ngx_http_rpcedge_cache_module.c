@@ -469,7 +469,8 @@ ngx_http_rpcedge_cache_keeps(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_rpcedge_cache_module);
 
-    return ctx != NULL && ctx->state == ngx_http_rpcedge_cache_pass_on;
+    return ctx != NULL && ctx->state == ngx_http_rpcedge_cache_pass_on
+           && rpcedge_cache_may_keep(ctx->cache);
 }
 
 

@@ -382,6 +382,10 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    /* the response, and whatever its filters start, see the client's request */
+
+    ngx_http_rpcedge_node_request_done(r);
+
     /*
      * a new response (maybe an error page in a location where rpcedge is
      * off) voids whatever this filter held of an earlier one
@@ -614,9 +618,17 @@ ngx_http_rpcedge_ask_handler(ngx_http_request_t *r)
     ngx_http_rpcedge_ctx_t   *ctx;
     ngx_http_rpcedge_conf_t  *conf;
 
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    /* an internal redirect made while the node's request was made */
+
+    ngx_http_rpcedge_node_request_done(r);
+
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_filter_module);
 
-    if (r != r->main || !conf->enable) {
+    if (!conf->enable) {
         return NGX_DECLINED;
     }
 
@@ -680,21 +692,15 @@ ngx_http_rpcedge_ask_body_handler(ngx_http_request_t *r)
 
 
 /*
- * Accept as the core gives it, and no Accept-Encoding where the node is to
- * answer identity: whatever proxy_set_header the location has (they replace
- * the server's, Accept-Encoding "" included). nginx lists cannot drop an
- * element, so the request's header list is made anew without the two (in
- * place: a list's last part is its own).
+ * Accept as the core gives it, and no Accept-Encoding, where the node is to
+ * answer identity: in the node's request alone, whatever proxy_set_header the
+ * location has (they replace the server's, Accept-Encoding "" included)
  */
 
 static ngx_int_t
 ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
 {
-    ngx_uint_t        i;
-    ngx_list_t        headers;
-    rpcedge_str_t     accept;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h, *copy;
+    rpcedge_str_t  accept;
 
     /* the node asked for SSZ is asked for identity too */
 
@@ -704,76 +710,9 @@ ngx_http_rpcedge_ask_node(ngx_http_request_t *r, ngx_http_rpcedge_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    /* the old list's parts stay where they are, in the request's pool */
-
-    headers = r->headers_in.headers;
-
-    if (ngx_list_init(&r->headers_in.headers, r->pool, 20,
-                      sizeof(ngx_table_elt_t))
-        != NGX_OK)
-    {
+    if (ngx_http_rpcedge_node_request(r, accept) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    part = &headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if ((accept.data
-             && h[i].key.len == sizeof("Accept") - 1
-             && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
-                                sizeof("Accept") - 1) == 0)
-            || (h[i].key.len == sizeof("Accept-Encoding") - 1
-                && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept-Encoding",
-                                   sizeof("Accept-Encoding") - 1) == 0))
-        {
-            continue;
-        }
-
-        copy = ngx_list_push(&r->headers_in.headers);
-        if (copy == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        *copy = h[i];
-    }
-
-#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
-    r->headers_in.accept_encoding = NULL;
-#endif
-
-    if (accept.data == NULL) {
-        return NGX_DECLINED;
-    }
-
-    /* hashed as nginx hashes a request header: proxy_set_header still wins */
-
-    copy = ngx_http_rpcedge_push_header(&r->headers_in.headers, "accept",
-                                        (u_char *) accept.data, accept.len);
-    if (copy == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_str_set(&copy->key, "Accept");
-    copy->hash = ngx_hash_key(copy->lowcase_key, copy->key.len);
-
-#if (NGX_HTTP_HEADERS)
-    r->headers_in.accept = copy;
-#endif
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "rpcedge asks the node: Accept: %*s", accept.len, accept.data);
 
     return NGX_DECLINED;
 }

@@ -59,6 +59,11 @@ rpcedge_settings_t *ngx_http_rpcedge_settings(ngx_conf_t *cf,
     rpcedge_config_t *config);
 
 /* a header (key a static string) at the end of a headers_in or headers_out list */
+/* the node's request, and the client's back (ngx_http_rpcedge_node_request.c) */
+ngx_int_t ngx_http_rpcedge_node_request(ngx_http_request_t *r,
+    rpcedge_str_t accept);
+void ngx_http_rpcedge_node_request_done(ngx_http_request_t *r);
+
 ngx_table_elt_t *ngx_http_rpcedge_push_header(ngx_list_t *headers, char *key,
     u_char *value, size_t len);
 

@@ -257,9 +257,9 @@ impl Default for Config {
             stream_level: 1,
             encodings: Coding::DEFAULT_ORDER.to_vec(),
             stream_delay_ms: 100,
-            types: ["application/json", "application/json-rpc", "application/javascript", "text/*"]
-                .map(String::from)
-                .to_vec(),
+            // a node's answers; pages, scripts and styles are left to nginx's gzip and Envoy's
+            // compressor, as they would be without rpcedge (the drop-in contract)
+            types: ["application/json", "application/json-rpc"].map(String::from).to_vec(),
             // At level 6 libdeflate compresses this JSON at about 70-120 MB/s, so from here on one
             // compression holds an event loop for 1-2 ms or more, while the hop to a thread and
             // back costs tens of microseconds; below, inline is cheaper than the hop.
@@ -823,12 +823,15 @@ mod tests {
     #[test]
     fn type_patterns_match_media_types_only() {
         let s = Settings::default();
-        for yes in [&b"application/json"[..], b"Application/JSON ; charset=UTF-8", b"text/plain", b"text/html"] {
+        for yes in [&b"application/json"[..], b"Application/JSON ; charset=UTF-8", b"application/json-rpc"] {
             assert!(s.compresses_type(yes), "{}", String::from_utf8_lossy(yes));
         }
-        for no in [&b"application/octet-stream"[..], b"", b"json", b"application/jsonx", b"image/png"] {
+        // pages are nginx's gzip's and Envoy's compressor's, unless listed
+        for no in [&b"application/octet-stream"[..], b"", b"json", b"application/jsonx", b"image/png", b"text/html"] {
             assert!(!s.compresses_type(no), "{}", String::from_utf8_lossy(no));
         }
+        let text = Config { types: vec!["text/*".into()], ..Config::default() }.validate().unwrap();
+        assert!(text.compresses_type(b"text/plain") && text.compresses_type(b"text/html"));
         let any = Config { types: vec!["*/*".into()], ..Config::default() }.validate().unwrap();
         assert!(any.compresses_type(b"application/octet-stream"));
         assert!(check_type("*/json").is_err());

@@ -583,6 +583,9 @@ fn encode(coding: Coding, body: &[u8]) -> Vec<u8> {
     }
 }
 
+/// What makes a POST a JSON-RPC call.
+const JSON_CALL: (&str, &str) = ("Content-Type", "application/json");
+
 /// A node (or middlebox) that compresses although it was asked for identity.
 fn encoded_regardless(body: &[u8], coding: Coding, known_length: bool) -> Exchange1<'static> {
     let encoded = encode(coding, body);
@@ -618,7 +621,7 @@ fn an_answer_encoded_regardless_is_decoded_where_rpcedge_has_work_on_it() {
     assert_eq!((wire.body.clone(), wire.edits.content_length), (small.clone(), LengthEdit::Set(600)));
     // a client that takes the node's coding and none that rpcedge makes, nothing else to do: as it came
     let mut spec = encoded_regardless(&body, Coding::Gzip, true);
-    spec.request_headers = vec![("Accept-Encoding", "gzip")];
+    spec.request_headers = vec![("Accept-Encoding", "gzip"), JSON_CALL];
     let gzip_only = Arc::new(Config { encodings: vec![Coding::Zstd], ..Config::default() }.validate().unwrap());
     let wire = run(&gzip_only, &spec).unwrap();
     assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched));
@@ -636,7 +639,7 @@ fn an_answer_encoded_regardless_is_decoded_for_a_client_that_does_not_take_its_c
         for coding in [Coding::Gzip, Coding::Deflate] {
             for known_length in [true, false] {
                 let mut spec = encoded_regardless(&body, coding, known_length);
-                spec.request_headers = headers.clone();
+                spec.request_headers = [&headers[..], &[JSON_CALL]].concat();
                 let zstd_only = Arc::new(Config { encodings: vec![Coding::Zstd], ..Config::default() }.validate().unwrap());
                 let wire = run(&zstd_only, &spec).unwrap();
                 let what = format!("{headers:?}, {coding:?}, known length {known_length}");
@@ -651,13 +654,70 @@ fn an_answer_encoded_regardless_is_decoded_for_a_client_that_does_not_take_its_c
     }
     // cut short, or longer than the node declared: a failure, never a body sent as whole
     let mut spec = encoded_regardless(&body, Coding::Gzip, true);
-    spec.request_headers.clear();
+    spec.request_headers.retain(|&header| header == JSON_CALL);
     spec.chunks.pop();
     assert!(matches!(run(&settings(), &spec).unwrap_err(), Error::Decode(_) | Error::LengthMismatch { .. }));
     let mut spec = encoded_regardless(&body, Coding::Gzip, true);
-    spec.request_headers.clear();
+    spec.request_headers.retain(|&header| header == JSON_CALL);
     spec.chunks.push(Chunk { data: b"more".to_vec(), flush: false, at_ms: 0 });
     assert!(run(&settings(), &spec).is_err());
+}
+
+/// Whether the node is asked for identity for a request of `method` to `path` with these headers.
+fn asks_identity(method: &str, path: &str, headers: &[(&str, &str)], cached: bool) -> bool {
+    let mut ex = Exchange::new(settings(), Arc::default());
+    ex.request_method(method.as_bytes());
+    ex.request_path(path.as_bytes());
+    for (name, value) in headers {
+        ex.request_header(name.as_bytes(), value.as_bytes());
+    }
+    if cached {
+        ex.cache_may_keep();
+    }
+    ex.node_identity()
+}
+
+#[test]
+fn only_a_request_for_the_node_or_one_the_cache_may_keep_asks_its_upstream_for_identity() {
+    let gzip = ("Accept-Encoding", "gzip, br");
+    let json = ("Content-Type", "application/json; charset=utf-8");
+    // JSON-RPC, and Beacon-API reads after any prefix the proxy strips
+    assert!(asks_identity("POST", "/", &[json, gzip], false));
+    assert!(asks_identity("POST", "/mainnet", &[("Content-Type", "application/json-rpc"), gzip], false));
+    assert!(asks_identity("GET", "/eth/v2/beacon/blocks/head", &[gzip], false));
+    assert!(asks_identity("HEAD", "/beacon/eth/v1/node/syncing?x=1", &[gzip], false));
+    // anything else goes to its upstream as the client sent it: pages, forms, uploads, other APIs
+    for (method, path, headers) in [
+        ("GET", "/index.html", vec![gzip]),
+        ("GET", "/api/v2/blocks", vec![gzip]),
+        ("GET", "/eth/vx/beacon/blocks/head", vec![gzip]),
+        ("GET", "/page?next=/eth/v1/node/syncing", vec![gzip]),
+        ("POST", "/eth/v1/beacon/blocks", vec![("Content-Type", "application/octet-stream"), gzip]),
+        ("POST", "/form", vec![("Content-Type", "application/x-www-form-urlencoded"), gzip]),
+        ("POST", "/", vec![gzip]),
+        ("PUT", "/", vec![json, gzip]),
+    ] {
+        assert!(!asks_identity(method, path, &headers, false), "{method} {path} {headers:?}");
+    }
+    // what the cache may keep, whatever it is
+    assert!(asks_identity("GET", "/index.html", &[gzip], true));
+}
+
+#[test]
+fn an_encoded_answer_to_a_request_not_for_the_node_goes_out_as_it_came() {
+    // a page its upstream gzipped: nginx's gunzip or Envoy's decompressor decides, not rpcedge
+    let body = json_body(60_000);
+    for headers in [vec![], vec![("Accept-Encoding", "gzip")]] {
+        let mut spec = encoded_regardless(&body, Coding::Gzip, true);
+        spec.method = "GET";
+        spec.path = "/static/blocks.json";
+        spec.request_headers = headers.clone();
+        let wire = run(&settings(), &spec).unwrap();
+        assert_eq!((wire.plan, wire.mode), (BodyPlan::Pass, Mode::Untouched), "{headers:?}");
+        assert!(!wire.edits.remove_content_encoding && !wire.edits.add_vary, "{headers:?}");
+        assert_eq!(wire.edits.etag, EtagEdit::Keep, "{headers:?}");
+        assert_eq!(wire.body, encode(Coding::Gzip, &body), "{headers:?}");
+    }
 }
 
 #[test]

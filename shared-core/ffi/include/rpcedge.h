@@ -580,6 +580,16 @@ int32_t rpcedge_cache_keep(rpcedge_cache_t *cache, const uint8_t *body, size_t l
 int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 
 /**
+ * 1 when the cache may keep the node's answer to this request (it is no bypass), so that the
+ * host tells the exchange (`rpcedge_exchange_cache_may_keep`) before it asks the node; 0
+ * otherwise.
+ *
+ * # Safety
+ * `cache` is NULL or live.
+ */
+int32_t rpcedge_cache_may_keep(const rpcedge_cache_t *cache);
+
+/**
  * The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a
  * bypass with its reason, `BYPASS; reason=method` (static).
  *

@@ -627,6 +627,17 @@ pub unsafe extern "C" fn rpcedge_cache_release(cache: *mut RpcedgeCache, call: *
     })
 }
 
+/// 1 when the cache may keep the node's answer to this request (it is no bypass), so that the
+/// host tells the exchange (`rpcedge_exchange_cache_may_keep`) before it asks the node; 0
+/// otherwise.
+///
+/// # Safety
+/// `cache` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn rpcedge_cache_may_keep(cache: *const RpcedgeCache) -> i32 {
+    guard(0, || cache.as_ref().is_some_and(|c| c.exchange.may_keep()).into())
+}
+
 /// The status to report: `HIT`, `MISS`, `BYPASS`, `EXPIRED`, `ERROR` or `COALESCED`; with `reasons` not 0, a
 /// bypass with its reason, `BYPASS; reason=method` (static).
 ///

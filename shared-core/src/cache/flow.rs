@@ -708,6 +708,12 @@ impl CacheExchange {
         }
     }
 
+    /// Whether the node's answer to this request may be kept: it is no bypass. The host's
+    /// exchange then asks the node for identity ([`crate::Exchange::cache_may_keep`]).
+    pub fn may_keep(&self) -> bool {
+        self.bypass().is_none()
+    }
+
     pub fn status(&self) -> Status {
         self.status
     }

@@ -260,6 +260,20 @@ struct RequestFacts {
     get: bool,
     /// The host's cache may keep the answer.
     cached: bool,
+    /// Its Content-Type is JSON: with POST, a JSON-RPC call (geth and erigon refuse any other).
+    json: bool,
+    /// Its path is a Beacon-API route (`/eth/v<N>/`, after any prefix the proxy strips).
+    beacon_api: bool,
+}
+
+impl RequestFacts {
+    /// A request for the node: a JSON-RPC call, or a Beacon-API read. Only on these has rpcedge
+    /// work of its own with the node; any other request (a page, a file, an API of the
+    /// operator's) goes to its upstream as the client sent it, so that the modules and filters
+    /// beside rpcedge see what they would without it.
+    fn for_the_node(&self) -> bool {
+        (self.post && self.json) || ((self.get || self.head) && self.beacon_api)
+    }
 }
 
 /// One request/response exchange: the transcoding stage, then the compression stage over what it
@@ -333,12 +347,17 @@ impl Exchange {
     /// The request's path (with or without its query): a Beacon-API route that can answer in SSZ
     /// matters.
     pub fn request_path(&mut self, path: &[u8]) {
+        self.request.beacon_api = crate::transcode::is_beacon_api_path(path);
         self.transcoding.request_path(path);
     }
 
-    /// Any request header; Accept-Encoding, Available-Dictionary and Accept matter.
+    /// Any request header; Accept-Encoding, Available-Dictionary, Accept and Content-Type matter.
     pub fn request_header(&mut self, name: &[u8], value: &[u8]) {
-        if name.eq_ignore_ascii_case(b"accept-encoding") {
+        if name.eq_ignore_ascii_case(b"content-type") {
+            let media = media_type(value);
+            self.request.json =
+                media.eq_ignore_ascii_case(b"application/json") || media.eq_ignore_ascii_case(b"application/json-rpc");
+        } else if name.eq_ignore_ascii_case(b"accept-encoding") {
             self.compression.accept_encoding(value);
         } else if name.eq_ignore_ascii_case(b"available-dictionary") {
             self.compression.available_dictionary(value);
@@ -384,13 +403,16 @@ impl Exchange {
     }
 
     /// After the request head: whether the node is to answer identity, that is whether the host
-    /// removes `Accept-Encoding` from the request it sends the node (after feeding it here). So it
-    /// is wherever rpcedge may have work on the answer: compressing it for this client,
-    /// transcoding it (the node asked for SSZ by [`Exchange::upstream_accept`] included), or
-    /// keeping it in the cache. Real nodes (geth, erigon) compress when asked, and an answer that
-    /// comes encoded would have to be decoded first.
+    /// removes `Accept-Encoding` from the request it sends the node (after feeding it here), and
+    /// from that request only. So it is wherever rpcedge may have work on the node's answer: a
+    /// request for the node ([`RequestFacts::for_the_node`]) whose answer it may compress for
+    /// this client or transcode (the node asked for SSZ by [`Exchange::upstream_accept`]
+    /// included), or any answer the cache may keep. Real nodes (geth, erigon) compress when
+    /// asked, and an answer that comes encoded would have to be decoded first.
     pub fn node_identity(&self) -> bool {
-        self.request.cached || self.compression.may_encode(&self.settings) || self.transcoding.may_transcode(&self.settings)
+        self.request.cached
+            || (self.request.for_the_node()
+                && (self.compression.may_encode(&self.settings) || self.transcoding.may_transcode(&self.settings)))
     }
 
     /// The node's answer came encoded (see [`crate::metrics::Counter::UpstreamEncoded`]).
@@ -502,11 +524,14 @@ impl Exchange {
         plan
     }
 
-    /// Whether the node's answer in an undoable coding may be decoded at all: not for a HEAD, a
-    /// status without a whole body, `no-transform`, a range, or a length that cannot be read.
+    /// Whether the node's answer in an undoable coding may be decoded at all: only an answer to a
+    /// request for the node, or one the cache may keep (any other goes out as its upstream sent
+    /// it, for nginx's gunzip or Envoy's decompressor to decide), and not for a HEAD, a status
+    /// without a whole body, `no-transform`, a range, or a length that cannot be read.
     fn may_undo(&self, status: u16) -> bool {
         let facts = &self.response;
-        !(self.request.head
+        (self.request.for_the_node() || self.request.cached)
+            && !(self.request.head
             || matches!(status, 100..=199 | 204 | 206 | 304)
             || facts.no_transform
             || facts.content_range

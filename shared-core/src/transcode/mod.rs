@@ -17,7 +17,7 @@ use std::fmt;
 
 use json::Scanner;
 pub use beacon::{
-    beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, light_client_updates_from_ssz,
+    beacon_data_to_json, beacon_data_to_ssz, beacon_from_ssz, beacon_to_ssz, is_beacon_api_path, light_client_updates_from_ssz,
     light_client_updates_to_ssz, BeaconEnvelope, BeaconNetwork, BeaconObject, BeaconSsz, Fork, CONSENSUS_VERSION_HEADER,
     EXECUTION_OPTIMISTIC_HEADER, FINALIZED_HEADER,
 };

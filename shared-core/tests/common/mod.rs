@@ -60,12 +60,12 @@ pub struct Exchange1<'a> {
 }
 
 impl<'a> Exchange1<'a> {
-    /// A JSON response to a gzip-accepting POST, with the body in one chunk.
+    /// A JSON response to a gzip-accepting JSON-RPC call, with the body in one chunk.
     pub fn json(body: &[u8], known_length: bool) -> Self {
         Exchange1 {
             method: "POST",
             path: "/",
-            request_headers: vec![("Accept-Encoding", "gzip")],
+            request_headers: vec![("Accept-Encoding", "gzip"), ("Content-Type", "application/json")],
             status: 200,
             response_headers: vec![("Content-Type", "application/json".into())],
             content_length: known_length.then_some(body.len() as u64),
@@ -80,6 +80,7 @@ impl<'a> Exchange1<'a> {
 pub fn witness_answer_head(settings: &Arc<Settings>, length: Option<usize>) -> Exchange {
     let mut ex = Exchange::new(Arc::clone(settings), Arc::default());
     ex.request_method(b"POST");
+    ex.request_header(b"Content-Type", b"application/json");
     ex.request_header(b"Accept", b"application/octet-stream");
     ex.request_body(br#"{"jsonrpc":"2.0","id":3,"method":"debug_executionWitness","params":["0x1"]}"#);
     ex.response_header(b"Content-Type", b"application/json");

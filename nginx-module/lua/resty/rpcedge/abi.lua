@@ -151,6 +151,7 @@ int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t 
 int32_t rpcedge_cache_key(rpcedge_cache_t *cache, rpcedge_str_t *key);
 int32_t rpcedge_cache_found(rpcedge_cache_t *cache, const uint8_t *entry, size_t len, uint64_t min_length);
 int32_t rpcedge_cache_keep(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_kept_entry_t *kept);
+int32_t rpcedge_cache_may_keep(const rpcedge_cache_t *cache);
 rpcedge_str_t rpcedge_cache_status(const rpcedge_cache_t *cache, uint32_t reasons);
 
 typedef struct {

@@ -189,6 +189,12 @@ function Cache:store(body)
 end
 
 
+-- Whether the node's answer may be kept: the request is no bypass.
+function Cache:may_keep()
+    return lib.rpcedge_cache_may_keep(self.handle) ~= 0
+end
+
+
 -- HIT, MISS, BYPASS, EXPIRED or ERROR; with `reasons`, a bypass with its reason
 -- ("BYPASS; reason=method").
 function Cache:status(reasons)

@@ -17,6 +17,7 @@ local tostring = tostring
 local tonumber = tonumber
 local setmetatable = setmetatable
 local os_clock = os.clock
+local str_lower = string.lower
 
 local lib = abi.lib
 local count, counts = abi.count, abi.counts
@@ -144,9 +145,46 @@ function Exchange:ask_upstream()
     if accept.data == nil then
         return false
     end
-    ngx.req.set_header("Accept", C_string(accept.data, accept.len))
-    ngx.req.clear_header("Accept-Encoding")
+    self:set_node_header("Accept", C_string(accept.data, accept.len))
+    self:set_node_header("Accept-Encoding", nil)
     return true
+end
+
+
+-- Sets a request header for the node's request alone: the client's value is kept for
+-- put_back_client_headers.
+function Exchange:set_node_header(name, value)
+    local client = self.client_headers
+    if client == nil then
+        client = {}
+        self.client_headers = client
+    end
+    if client[name] == nil then
+        client[name] = false
+        local lower = str_lower(name)
+        -- the raw headers, as the client spelled their names (HTTP/2 lowercase)
+        for sent, values in pairs(self.request_headers) do
+            if str_lower(sent) == lower then
+                client[name] = values
+            end
+        end
+    end
+    ngx.req.set_header(name, value)
+end
+
+
+-- The client's request headers back as it sent them, once the node's request is made: nginx's
+-- gzip, a log's $http_accept_encoding and every later phase see the client's request, as they
+-- would without rpcedge.
+function Exchange:put_back_client_headers()
+    local client = self.client_headers
+    if client == nil then
+        return
+    end
+    self.client_headers = nil
+    for name, value in pairs(client) do
+        ngx.req.set_header(name, value or nil)
+    end
 end
 
 
@@ -154,11 +192,11 @@ end
 -- knowing whether the cache may keep it): Accept-Encoding is dropped from the request the node
 -- gets, whatever the location's proxy_set_header (an encoded answer passes as it came).
 local function ask_identity(exchange, cache)
-    if cache then
+    if cache and cache:may_keep() then
         lib.rpcedge_exchange_cache_may_keep(exchange.handle)
     end
     if lib.rpcedge_exchange_node_identity(exchange.handle) ~= 0 then
-        ngx.req.clear_header("Accept-Encoding")
+        exchange:set_node_header("Accept-Encoding", nil)
     end
 end
 _M.ask_identity = ask_identity
@@ -201,6 +239,7 @@ function Exchange:capture(prefix, namespace)
     end
     ask_identity(self, cache)
     local res = ngx.location.capture(prefix .. ngx.var.uri, options)
+    self:put_back_client_headers()
     if cache then
         cache:head(res.status, #res.body, res.header)
         if res.truncated then

@@ -53,6 +53,7 @@ function _M.header_filter()
     if state == nil then
         return
     end
+    state.exchange:put_back_client_headers()
     local cache = state.cache
     if cache then
         -- the node's own headers: nginx's add_header and the like come after this filter

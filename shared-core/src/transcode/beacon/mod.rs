@@ -113,6 +113,17 @@ const FULU_BLOB_SIDECARS: Ty = Ty::List(&types::BLOB_SIDECAR, types::MAX_BLOB_CO
 /// The data column sidecars route's list: `NUMBER_OF_COLUMNS`.
 const DATA_COLUMN_SIDECARS: Ty = Ty::List(&types::DATA_COLUMN_SIDECAR, 128);
 
+/// Whether `path` (with or without its query) is a Beacon-API route, of any object: `/eth/v<N>/`,
+/// after any prefix that the proxy strips.
+pub fn is_beacon_api_path(path: &[u8]) -> bool {
+    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+    memchr::memmem::find_iter(path, b"/eth/v").any(|at| {
+        let version = &path[at + b"/eth/v".len()..];
+        let digits = version.iter().take_while(|b| b.is_ascii_digit()).count();
+        digits > 0 && version.get(digits) == Some(&b'/')
+    })
+}
+
 impl BeaconObject {
     /// Every object, in the order of their routes.
     pub fn all() -> [BeaconObject; 10] {
