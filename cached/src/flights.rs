@@ -4,7 +4,8 @@
 //! Until the store has settled it (kept or refused it), a miss of the key gets it too: without
 //! that, the misses between the answer and its store would each go to the node. Nothing but an
 //! entry is handed over, so a failed node never answers the waiters: a release, or the lock's time
-//! running out, sends each of them to the node itself.
+//! running out, sends each of them to the node itself, and tells it which of the two it was (a
+//! waiter is told "released" only when the holder released the key).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,14 +16,20 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// How long a flight whose time ran out is kept for the waiters told to wait that have not come
+/// yet (a loaded host's late `GET /v1/flights`): they are told their time ran out, not that the
+/// holder released a key it never released.
+const LATE_WAITERS: Duration = Duration::from_secs(10);
+
 /// How a flight ended, for its waiters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Landing {
     /// The entry its holder stored.
     Entry(Bytes),
-    /// Released without one, or never there.
+    /// Released without one (a host's `DELETE`, another host's holder that published nothing), or
+    /// never there.
     Released,
-    /// Its time ran out first.
+    /// Its time ran out first: this host's lock, or the fleet's lock of another host's holder.
     TimedOut,
 }
 
@@ -72,7 +79,7 @@ impl Flights {
         let now = Instant::now();
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(flight) = flights.get_mut(&key).filter(|flight| flight.deadline > now) {
-            if !matches!(*flight.landing.borrow(), Some(Landing::Released)) {
+            if !matches!(*flight.landing.borrow(), Some(Landing::Released | Landing::TimedOut)) {
                 flight.waiters += 1;
                 return Lock::InFlight;
             }
@@ -103,16 +110,28 @@ impl Flights {
     /// The holder of `key` sent `entry` to be stored (or released the key: `None`): its waiters
     /// get it. A released key is settled at once; an entry once the store is done with it.
     pub fn land(&self, key: &[u8; 32], entry: Option<Bytes>) {
-        let released = entry.is_none();
-        {
-            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(flight) = flights.get_mut(key) else { return };
-            if flight.landing.borrow().is_none() {
-                flight.landing.send_replace(Some(entry.map_or(Landing::Released, Landing::Entry)));
+        match entry {
+            Some(entry) => self.land_as(key, Landing::Entry(entry)),
+            None => {
+                self.land_as(key, Landing::Released);
+                self.settle(key);
             }
         }
-        if released {
-            self.settle(key);
+    }
+
+    /// The lock that `key`'s waiters follow (another host's holder's, in the fleet) ran out of time
+    /// before its own: they are told so now, go to their node, and the next miss holds the key.
+    pub fn time_out(&self, key: &[u8; 32]) {
+        self.land_as(key, Landing::TimedOut);
+        self.settle(key);
+    }
+
+    /// The first landing of `key`'s flight is the one its waiters get.
+    fn land_as(&self, key: &[u8; 32], landing: Landing) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(flight) = flights.get_mut(key) else { return };
+        if flight.landing.borrow().is_none() {
+            flight.landing.send_replace(Some(landing));
         }
     }
 
@@ -160,10 +179,14 @@ impl Flights {
         }
     }
 
-    /// Drops the flights whose time ran out (their waiters have given up by then too).
+    /// Drops the flights whose time ran out (their waiters have given up by then too), those with
+    /// waiters yet to come `LATE_WAITERS` later.
     pub fn sweep(&self) {
         let now = Instant::now();
-        self.flights.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, flight| flight.deadline > now);
+        self.flights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, flight| flight.deadline > now || (flight.waiters > 0 && flight.deadline + LATE_WAITERS > now));
     }
 
     /// Keys in flight, or landed and not yet settled, or with waiters still to serve.
@@ -241,6 +264,51 @@ mod tests {
         flights.sweep();
         assert_eq!(flights.len(), 1, "within its time");
         tokio::time::advance(HOLD).await;
+        flights.sweep();
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fleet_lock_that_ran_out_first_times_the_waiters_out_at_once_and_is_no_release() {
+        let flights = Flights::default();
+        // this host's miss follows another host's holder, whose lock runs out before this one's
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held);
+        flights.join(&KEY);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        let started = Instant::now();
+        flights.time_out(&KEY);
+        // an entry after it hands nothing over
+        flights.land(&KEY, Some(Bytes::from_static(b"late")));
+        assert_eq!(flights.wait(&KEY).await, Landing::TimedOut);
+        assert_eq!(flights.wait(&KEY).await, Landing::TimedOut);
+        assert_eq!(started.elapsed(), Duration::ZERO, "not at this host's own time");
+        assert_eq!(flights.len(), 0, "gone with its last waiter");
+        let counters = &flights.counters;
+        assert_eq!((counters.released.load(Ordering::Relaxed), counters.timed_out.load(Ordering::Relaxed)), (0, 2));
+        // the next miss holds the key, even with a waiter still to come
+        flights.lock(KEY, HOLD);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        flights.time_out(&KEY);
+        assert_eq!(flights.lock(KEY, HOLD), Lock::Held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_comes_after_the_time_ran_out_is_told_so_not_that_the_key_was_released() {
+        let flights = Flights::default();
+        flights.lock(KEY, Duration::from_millis(300));
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        // the waiter's GET comes late, after a sweep
+        tokio::time::advance(Duration::from_secs(1)).await;
+        flights.sweep();
+        assert_eq!(flights.wait(&KEY).await, Landing::TimedOut);
+        assert_eq!(flights.len(), 0);
+        // a waiter that never comes holds its flight no longer than LATE_WAITERS past its time
+        flights.lock(KEY, Duration::from_millis(300));
+        assert_eq!(flights.lock(KEY, HOLD), Lock::InFlight);
+        tokio::time::advance(LATE_WAITERS).await;
+        flights.sweep();
+        assert_eq!(flights.len(), 1);
+        tokio::time::advance(Duration::from_millis(300)).await;
         flights.sweep();
         assert_eq!(flights.len(), 0);
     }

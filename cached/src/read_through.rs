@@ -57,8 +57,10 @@ pub async fn fetch_many(state: &State, fleet: &Fleet, keys: &[[u8; 32]], found: 
 }
 
 /// Follows another host's holder of `key` until its entry or answer is in the fleet (then the
-/// local flight lands with it), the lock is gone without one (the holder had none, or died: the
-/// local waiters go to their node), or `hold` runs out (the local flight's own deadline).
+/// local flight lands with it), the lock is gone without one (the holder released it, or its time
+/// ran out: the local waiters go to their node, told which), or `hold` runs out (the local
+/// flight's own deadline). The holder's lock was taken before this host's, and may be shorter:
+/// it can run out well within `hold`, and that is no release.
 pub async fn follow(state: Arc<State>, fleet: Arc<Fleet>, key: [u8; 32], hold: Duration) {
     let deadline = Instant::now() + hold;
     let mut pause = FIRST_POLL;
@@ -75,9 +77,13 @@ pub async fn follow(state: Arc<State>, fleet: Arc<Fleet>, key: [u8; 32], hold: D
                 state.flights.settle(&key);
                 break 1;
             }
-            Polled::Gone => {
+            Polled::Released => {
                 state.flights.land(&key, None);
                 break 2;
+            }
+            Polled::Expired => {
+                state.flights.time_out(&key);
+                break 3;
             }
             Polled::Unanswered => {
                 state.flights.land(&key, None);

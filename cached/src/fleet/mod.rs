@@ -5,8 +5,9 @@
 //! nothing it cannot open (`value`).
 //!
 //! Keys: `rpcedge:{<key in hex>}:e` holds an entry, `...:lock` the lock of a miss that went to
-//! its node, `...:a` that miss's answer for the hosts that waited; the hash tag puts the three in
-//! one slot, so that one script or pipeline reaches all of them.
+//! its node, `...:a` that miss's answer for the hosts that waited, `...:r` the mark of a holder
+//! that let its lock go without publishing either; the hash tag puts the four in one slot, so that
+//! one script or pipeline reaches all of them.
 
 mod breaker;
 mod settings;
@@ -43,20 +44,29 @@ const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 /// take this long, so that a burst of large entries is not taken for a failing cluster.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Takes a miss's lock and clears an earlier holder's answer with it, so that those who follow
-/// this holder are never handed the one before's.
+/// Takes a miss's lock and clears an earlier holder's answer and release with it, so that those
+/// who follow this holder are never handed the one before's, nor told it released the key.
 const HOLD: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
   return 1
 end
 return 0";
 
 /// Publishes a holder's outcome and frees its lock, if it still holds it, as one step: a waiting
-/// host never sees the lock gone before the entry or answer is there.
+/// host never sees the lock gone before the entry or answer is there. A holder with nothing to
+/// publish that still holds its lock marks the release (`KEYS[3]`) for the lock's time left: a
+/// lock gone without an entry, an answer or that mark ran out of time (its holder died, or was
+/// slower than its lock), and its followers are told so, not that it released the key.
 const SETTLE: &str = r"
-if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) end
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+elseif ours then
+  local left = redis.call('PTTL', KEYS[1])
+  if left > 0 then redis.call('SET', KEYS[3], '1', 'PX', left) end
+end
+if ours then redis.call('DEL', KEYS[1]) end
 return 1";
 
 /// What a lookup found in the fleet.
@@ -87,8 +97,12 @@ pub enum Polled {
     Answer(Vec<u8>),
     /// Still held.
     Held,
-    /// Released, or its holder died: the waiters go to their node.
-    Gone,
+    /// Released without an entry or answer (or the lock is no daemon's): the waiters go to their
+    /// node.
+    Released,
+    /// The lock ran out of time (its holder died, or was slower than its lock) without a release:
+    /// the waiters go to their node, told their time ran out.
+    Expired,
     Unanswered,
 }
 
@@ -129,8 +143,8 @@ pub struct FleetCounters {
     pub round_trip_us: AtomicU64,
 }
 
-/// How a followed lock ended: its holder's entry, its answer, released (or its holder died), the
-/// waiters' time ran out, or the fleet failed.
+/// How a followed lock ended: its holder's entry, its answer, released (its holder published
+/// neither), its time ran out (the holder's lock, or the waiters' own), or the fleet failed.
 pub const WAIT_OUTCOMES: [&str; 5] = ["entry", "answer", "released", "timeout", "error"];
 
 struct Write {
@@ -394,12 +408,19 @@ impl Fleet {
     /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
     pub async fn hold(&self, key: &[u8; 32], hold: Duration) -> Hold {
         let token = format!("{}-{}", self.instance, self.tokens.fetch_add(1, Ordering::Relaxed));
-        let (lock, answer_name) = (name(key, "lock"), name(key, "a"));
+        let (lock, answer_name, released) = (name(key, "lock"), name(key, "a"), name(key, "r"));
         let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
         let set = token.clone();
         let answer = self
             .round(self.timeout, |mut connection| async move {
-                redis::Script::new(HOLD).key(lock).key(answer_name).arg(set).arg(ms).invoke_async::<i64>(&mut connection).await
+                redis::Script::new(HOLD)
+                    .key(lock)
+                    .key(answer_name)
+                    .key(released)
+                    .arg(set)
+                    .arg(ms)
+                    .invoke_async::<i64>(&mut connection)
+                    .await
             })
             .await;
         match answer {
@@ -424,7 +445,8 @@ impl Fleet {
     }
 
     /// Publishes how this daemon's hold of `key` ended (if it holds it) and frees the lock. An
-    /// entry or answer over `--fleet-max-entry` is not published: the waiters go to their node.
+    /// entry or answer over `--fleet-max-entry` is not published: as after a release, the
+    /// waiters go to their node.
     pub async fn settle(&self, key: &[u8; 32], outcome: Outcome) {
         let Some((token, until)) = self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(key) else { return };
         let ms = until.saturating_duration_since(Instant::now()).as_millis().max(1);
@@ -451,12 +473,13 @@ impl Fleet {
             Outcome::Released => ("e", Vec::new(), 0),
         };
         let stored = kind == "e" && !value.is_empty();
-        let (lock, target) = (name(key, "lock"), name(key, kind));
+        let (lock, target, released) = (name(key, "lock"), name(key, kind), name(key, "r"));
         let settled = self
             .round(self.write_timeout(), |mut connection| async move {
                 redis::Script::new(SETTLE)
                     .key(lock)
                     .key(target)
+                    .key(released)
                     .arg(token)
                     .arg(value)
                     .arg(px)
@@ -474,12 +497,13 @@ impl Fleet {
         }
     }
 
-    /// What a follower of `key` finds: the holder's entry or answer, or the lock still held or
-    /// gone, in one round (the three names share a slot). The lock is read first: a holder that
-    /// settles during the round has then published what it had before it let go. A lock without
-    /// a time to live, or with more than any holder asks for, was not set by a daemon: gone.
+    /// What a follower of `key` finds: the holder's entry or answer, or the lock still held,
+    /// released or expired, in one round (the four names share a slot). The lock is read first: a
+    /// holder that settles during the round has then published what it had (or its release)
+    /// before it let go. A lock without a time to live, or with more than any holder asks for, was
+    /// not set by a daemon: nobody holds the key, as after a release.
     pub async fn poll(&self, key: &[u8; 32]) -> Polled {
-        let (entry, answer, lock) = (name(key, "e"), name(key, "a"), name(key, "lock"));
+        let (entry, answer, lock, released) = (name(key, "e"), name(key, "a"), name(key, "lock"), name(key, "r"));
         let bound = self.read_bound();
         let found = self
             .round(self.timeout, |mut connection| async move {
@@ -494,22 +518,20 @@ impl Fleet {
                     .arg(answer)
                     .arg(0)
                     .arg(bound)
-                    .query_async::<(i64, Vec<u8>, Vec<u8>)>(&mut connection)
+                    .cmd("EXISTS")
+                    .arg(released)
+                    .query_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut connection)
                     .await
             })
             .await;
-        let Some((lock_ms, entry, answer)) = found else { return Polled::Unanswered };
+        let Some((lock_ms, entry, answer, released)) = found else { return Polled::Unanswered };
         if let Some((entry, expires_s)) = self.open(Kind::Entry, key, &entry) {
             return Polled::Entry(entry, expires_s);
         }
         if let Some((answer, _)) = self.open(Kind::Answer, key, &answer) {
             return Polled::Answer(answer);
         }
-        if lock_ms > 0 && lock_ms.unsigned_abs() <= MAX_LOCK_MS {
-            Polled::Held
-        } else {
-            Polled::Gone
-        }
+        lock_state(lock_ms, released > 0)
     }
 
     /// Every counter and figure: (name, help, Prometheus type, value).
@@ -547,6 +569,17 @@ impl Fleet {
     }
 }
 
+/// A followed lock, by its time to live (`PTTL`: -2 gone, -1 without one) and whether its release
+/// is marked: held; released, or no daemon's; or gone (or at its last millisecond) without a
+/// release, that is, out of time.
+fn lock_state(lock_ms: i64, released: bool) -> Polled {
+    match lock_ms {
+        1.. if lock_ms.unsigned_abs() <= MAX_LOCK_MS => Polled::Held,
+        -2 | 0 if !released => Polled::Expired,
+        _ => Polled::Released,
+    }
+}
+
 /// Whether the cluster refused the daemon's credentials (not: could not be reached). The cluster
 /// client reports a refusal at its first connections inside its own error, by name.
 fn refused_login(error: &redis::RedisError) -> bool {
@@ -581,4 +614,28 @@ fn name(key: &[u8; 32], suffix: &str) -> String {
     name.push_str("}:");
     name.push_str(suffix);
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_gone_without_its_release_marked_ran_out_of_time() {
+        let state = |lock_ms, released| match lock_state(lock_ms, released) {
+            Polled::Held => "held",
+            Polled::Released => "released",
+            Polled::Expired => "expired",
+            _ => unreachable!(),
+        };
+        assert_eq!(state(1, false), "held");
+        assert_eq!(state(MAX_LOCK_MS as i64, true), "held");
+        // gone: released only if its holder said so
+        assert_eq!(state(-2, true), "released");
+        assert_eq!(state(-2, false), "expired");
+        assert_eq!(state(0, false), "expired", "at its last millisecond");
+        // no daemon's lock (none sets one without a time, or longer): nobody holds the key
+        assert_eq!(state(-1, false), "released");
+        assert_eq!(state(MAX_LOCK_MS as i64 + 1, false), "released");
+    }
 }
