@@ -20,11 +20,19 @@ CARGO := cargo
 # optimize that module, clang++ and libclang for RocksDB's C++ and its bindings (the cache daemon;
 # .cargo/config.toml), Docker's engine, Compose and debootstrap for the reference stack (docker/),
 # debhelper for `make deb`, Redis (in cluster mode, for the fleet tier's tests), openssl (their TLS
-# certificates) and Chromium (a real browser's fetch() through the proxies, tests/test_browser.py).
+# certificates) and Chromium (a real browser's fetch() through the proxies, tests/test_browser.py);
+# for nginx's own test suite beside the module (tests/test_nginx_suite.py): Debian's dynamic nginx
+# modules, the Perl modules its tests use, and the daemons they start (memcached, uWSGI with Python;
+# not ffmpeg, whose mp4 tests then skip).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
 	clang lld llvm wasi-libc binaryen valgrind libclang1-14 docker.io docker-compose debootstrap \
-	debhelper dpkg-dev redis-server redis-tools openssl chromium
+	debhelper dpkg-dev redis-server redis-tools openssl chromium \
+	libnginx-mod-http-geoip libnginx-mod-http-image-filter libnginx-mod-http-xslt-filter \
+	libnginx-mod-http-perl libnginx-mod-mail libnginx-mod-stream libnginx-mod-stream-geoip \
+	libio-socket-ssl-perl libnet-ssleay-perl libfcgi-perl libscgi-perl libcache-memcached-perl \
+	libcache-memcached-fast-perl libprotocol-websocket-perl libgd-perl memcached \
+	uwsgi-core uwsgi-plugin-python3
 
 export RPCEDGE_CORPUS := $(CORPUS)
 
@@ -141,6 +149,15 @@ test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 test: test-rust test-e2e test-fuzz
+
+# nginx's own test suite (../shared/nginx-tests) on stock nginx, without rpcedge, against the list of
+# what that nginx fails (tests/nginx_suite_known_failures/<version>.txt): the list checked, or with
+# NGINX_SUITE_ARGS=--write written anew (reasons kept); NGINX_SUITE_ARGS='--nginx BIN --modules-dir
+# DIR' for another nginx. Not in `make test`, which runs the suite with rpcedge (test_nginx_suite.py).
+NGINX_SUITE_ARGS ?=
+.PHONY: nginx-suite-stock
+nginx-suite-stock: $(STAMPS)/apt $(STAMPS)/venv
+	$(VENV)/bin/python -m testbed.nginx_suite --stock $(NGINX_SUITE_ARGS)
 
 # The whole fault matrix (tests/test_faults.py runs its short form): RELIABILITY.md's table, into
 # loadtest/results/faults.md; FAULT_SECONDS of load per cell.
