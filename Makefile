@@ -107,7 +107,7 @@ $(STAMPS)/envoy: $(STAMPS)/venv envoy-filter/Makefile
 # build and then `cargo test` compiled about ninety crates a second time. The binaries tested then
 # carry those features too (they change nothing the binaries do); `make build`, `deb` and `docker`
 # build without them.
-CARGO_TARGETS := $(if $(filter test test-rust test-e2e,$(MAKECMDGOALS)),--workspace --lib --bins --tests --examples)
+CARGO_TARGETS := $(if $(filter test test-rust test-e2e test-nginx-stable,$(MAKECMDGOALS)),--workspace --lib --bins --tests --examples)
 
 build: deps
 	$(CARGO) build --release --locked $(CARGO_TARGETS)
@@ -148,7 +148,7 @@ test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic
 	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
-test: test-rust test-e2e test-fuzz
+test: test-rust test-e2e test-fuzz test-nginx-stable
 
 # nginx's own test suite (../shared/nginx-tests) on stock nginx, without rpcedge, against the list of
 # what that nginx fails (tests/nginx_suite_known_failures/<version>.txt): the list checked, or with
@@ -215,6 +215,54 @@ asan: build $(STAMPS)/fuzz
 		../$(VENV)/bin/python -m pytest -q test_nginx.py test_nginx_threads.py
 	@if ls build/asan-logs/nginx.* >/dev/null 2>&1; then cat build/asan-logs/nginx.*; exit 1; fi
 	@echo "AddressSanitizer: no reports"
+
+# nginx stable beside Debian's 1.22: 1.28.3 from the crates.io crate nginx-src (tools/nginx-src,
+# fetched as the machine's cargo is configured), built into build/nginx-stable with the configure
+# arguments of nginx.org's packages (every path under build/nginx-stable). The module is built
+# against that source as an operator builds it: ./configure with what `nginx -V` shows and
+# --add-dynamic-module, then make modules (nginx-module/Makefile).
+NGINX_STABLE := build/nginx-stable
+NGINX_STABLE_FLAGS := --prefix=$(abspath $(NGINX_STABLE)) --with-compat --with-file-aio --with-threads \
+	--with-http_addition_module --with-http_auth_request_module --with-http_dav_module \
+	--with-http_flv_module --with-http_gunzip_module --with-http_gzip_static_module \
+	--with-http_mp4_module --with-http_random_index_module --with-http_realip_module \
+	--with-http_secure_link_module --with-http_slice_module --with-http_ssl_module \
+	--with-http_stub_status_module --with-http_sub_module --with-http_v2_module --with-http_v3_module \
+	--with-mail --with-mail_ssl_module --with-stream --with-stream_realip_module \
+	--with-stream_ssl_module --with-stream_ssl_preread_module \
+	--with-cc-opt='-g -O2 -fstack-protector-strong -Wformat -Werror=format-security -Wp,-D_FORTIFY_SOURCE=2 -fPIC' \
+	--with-ld-opt='-Wl,-z,relro -Wl,-z,now -Wl,--as-needed -pie'
+NGINX_STABLE_SRC := $(NGINX_STABLE)/nginx-1.28.3
+NGINX_STABLE_MODULE := $(abspath $(NGINX_STABLE))/module/objs/ngx_http_rpcedge_filter_module.so
+
+# The crate's nginx tree, checked to be 1.28.3, copied from where cargo keeps it (`cargo metadata`).
+$(NGINX_STABLE_SRC)/auto/configure: tools/nginx-src/Cargo.toml tools/nginx-src/Cargo.lock | $(STAMPS)/rust
+	src=$$($(CARGO) metadata --manifest-path tools/nginx-src/Cargo.toml --locked --format-version 1 \
+		--filter-platform "$$(rustc -vV | sed -n 's/^host: //p')" | python3 -c 'import json, os, sys; \
+		print(next(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"] \
+		if p["name"] == "nginx-src") + "/nginx")'); \
+	grep -q '^#define NGINX_VERSION *"1.28.3"' $$src/src/core/nginx.h; \
+	rm -rf $(NGINX_STABLE_SRC) && mkdir -p $(NGINX_STABLE) && cp -r $$src $(NGINX_STABLE_SRC)
+
+# nginx, built in a copy of the tree (its log in build.log there).
+$(STAMPS)/nginx-stable: $(NGINX_STABLE_SRC)/auto/configure | $(STAMPS)/apt
+	tree=$(NGINX_STABLE)/build; rm -rf $$tree; cp -r $(NGINX_STABLE_SRC) $$tree; \
+	( cd $$tree && auto/configure $(NGINX_STABLE_FLAGS) && $(MAKE) -j$$(nproc) && $(MAKE) install ) \
+		> $$tree/build.log 2>&1 || { tail -n 30 $$tree/build.log; exit 1; }
+	@touch $@
+
+nginx-stable: build $(STAMPS)/nginx-stable
+	$(MAKE) -C nginx-module NGINX_SRC=$(abspath $(NGINX_STABLE_SRC)) BUILD=$(abspath $(NGINX_STABLE))/module \
+		NGINX_CONFIGURE_FLAGS="$$($(NGINX_STABLE)/sbin/nginx -V 2>&1 | sed -n 's/^configure arguments: //p')"
+
+# The nginx end-to-end tests against nginx stable (testbed/nginx_harness.py's RPCEDGE_NGINX_BIN and
+# RPCEDGE_NGINX_MODULE). Not test_nginx_threads.py: it counts the module's debug lines, which a
+# module built with nginx.org's arguments (no --with-debug) does not write.
+test-nginx-stable: nginx-stable
+	cd tests && RPCEDGE_NGINX_BIN=$(abspath $(NGINX_STABLE))/sbin/nginx RPCEDGE_NGINX_MODULE=$(NGINX_STABLE_MODULE) \
+		../$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup test_nginx.py test_nginx_dropin.py
+
+.PHONY: nginx-stable test-nginx-stable
 
 # NODE=geth: a geth --dev chain in place of the replay (testbed/stack.py)
 NODE ?= replay

@@ -1,0 +1,1 @@
+// Empty: this package only pins the nginx-src crate (Cargo.toml).
