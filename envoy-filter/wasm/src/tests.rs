@@ -114,7 +114,14 @@ impl Envoy {
     /// The request: a POST whose client takes gzip, as the filter leaves it for the node.
     fn request_headers(&mut self) -> &mut Vec<(String, Vec<u8>)> {
         self.request_headers
-            .get_or_insert_with(|| vec![(":method".into(), b"POST".to_vec()), ("accept-encoding".into(), b"gzip".to_vec())])
+            .get_or_insert_with(|| {
+                // a JSON-RPC call: the node is asked for identity
+                vec![
+                    (":method".into(), b"POST".to_vec()),
+                    ("content-type".into(), b"application/json".to_vec()),
+                    ("accept-encoding".into(), b"gzip".to_vec()),
+                ]
+            })
     }
 
     fn header(&self, name: &str) -> Option<String> {
