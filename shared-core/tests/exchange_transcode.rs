@@ -293,6 +293,11 @@ fn a_json_clients_call_with_a_schema_is_asked_of_the_node_in_ssz_and_rendered_as
     let mut get = json_call(&json, false);
     get.method = "GET";
     assert_eq!(run(&settings, &get).unwrap().upstream_accept, None);
+    // nor does a form's POST, even of a call's body: it is not the node's request.
+    let mut form = json_call(&json, false);
+    form.request_headers.retain(|(name, _)| *name != "Content-Type");
+    form.request_headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+    assert_eq!(run(&settings, &form).unwrap().upstream_accept, None);
 
     // SSZ that does not fit the schema cannot be rendered: it goes out as it came, counted.
     let mut witness = json_call(b"\x01\x02", true);

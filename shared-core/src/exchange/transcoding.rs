@@ -126,7 +126,7 @@ impl Transcoding {
     /// Whether the body is needed: a JSON-RPC call whose client asks for SSZ, or whose node may
     /// be asked for it, which only the method in the body can say has a schema.
     pub fn wants_request_body(&self, settings: &Settings, request: &RequestFacts) -> bool {
-        self.wanted_form(settings, request).is_some() || self.may_ask_for_ssz(settings)
+        self.wanted_form(settings, request).is_some() || (request.post && self.may_ask_node_for_ssz(settings, request))
     }
 
     /// Whether the body may be transcoded, as far as the request head tells: its client asks
@@ -138,6 +138,12 @@ impl Transcoding {
     /// Whether the node may be asked for SSZ in place of the JSON that the client chooses.
     fn may_ask_for_ssz(&self, settings: &Settings) -> bool {
         settings.transcode_upstream_ssz && matches!(self.media.choose(), Some(MediaType::Json))
+    }
+
+    /// Whether this request's node may be asked for SSZ: only the node's own requests are
+    /// changed (see [`RequestFacts::for_the_node`]).
+    fn may_ask_node_for_ssz(&self, settings: &Settings, request: &RequestFacts) -> bool {
+        request.for_the_node() && self.may_ask_for_ssz(settings)
     }
 
     /// The SSZ witness form a transcoding call's client asks for; `None` when the call is not one.
@@ -167,7 +173,7 @@ impl Transcoding {
         node: &Node,
         request: &RequestFacts,
     ) -> Option<&'static str> {
-        if self.state == State::None && self.may_ask_for_ssz(settings) {
+        if self.state == State::None && self.may_ask_node_for_ssz(settings, request) {
             if let Some(call) = self.call.take().filter(|_| request.post) {
                 self.state = State::AskedResult(call);
             } else if let Some(object) = self
