@@ -4,6 +4,9 @@ a child process and waited for until its admin says LIVE. Either Envoy adapter: 
 filter ("wasm", as the example has it) or the native dynamic module ("native": the example with its
 rpcedge entry replaced by configs/envoy/rpcedge-native-filter.yaml, with the same settings).
 
+A test with a config of its own builds it around the adapters' drop-in entries (`wasm_entry`,
+`native_entry`), starts it with `start_envoy` and waits for it with `ready`.
+
 Envoy comes from `make -C envoy-filter envoy`, the Wasm module from `make -C envoy-filter wasm`, the
 native one from `cargo build --release -p rpcedge-envoy-native`; nothing here builds.
 
@@ -79,6 +82,26 @@ def render_config(upstream_port, listen_port, admin_port, plugin_config=COMPRESS
     if adapter == "native":
         text = replace_rpcedge_entry(text, native_entry(plugin_config))
     return text
+
+
+def wasm_entry(plugin_config, allow_on_headers_stop_iteration=True, module=WASM):
+    """The Wasm filter's http_filters entry (the drop-in snippet, indented into place) with these
+    settings and an absolute module path; without `allow_on_headers_stop_iteration`, Envoy's
+    default for it (false) applies."""
+    lines = [line for line in SNIPPET.read_text().splitlines(True) if not line.lstrip().startswith("#")]
+    if not allow_on_headers_stop_iteration:
+        lines = [line for line in lines if not line.lstrip().startswith("allow_on_headers_stop_iteration:")]
+    entry = "".join(f"          {line}" if line.strip() else line for line in lines)
+    value_at = entry.index("value: |\n") + len("value: |\n")
+    value_end = entry.index("\n                vm_config:\n", value_at) + 1
+    replacements = {
+        "filename: target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm": f"filename: {module}",
+        entry[value_at:value_end]: f"                    {plugin_config}\n",
+    }
+    for old, new in replacements.items():
+        assert entry.count(old) == 1, f"the Wasm snippet no longer has exactly one {old!r}"
+        entry = entry.replace(old, new)
+    return entry
 
 
 def native_entry(plugin_config, module=NATIVE):
@@ -186,15 +209,17 @@ class Envoy:
         return str(self.listeners_version)
 
 
-def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(), drain_time_s=None):
+def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(), drain_time_s=None, args=()):
     """Starts Envoy, a child of this process, on a config written into `workdir`; `drain_time_s`,
-    how long it drains what a listener change replaced (Envoy's 600 s if not given)."""
+    how long it drains what a listener change replaced (Envoy's 600 s if not given); `args`, more
+    of its command line."""
     workdir = Path(workdir)
     config = workdir / f"{name}.yaml"
     config.write_text(config_text)
     argv = [*argv_prefix, envoy_binary(), "-c", config, "--disable-hot-restart", "--concurrency", str(concurrency)]
     if drain_time_s is not None:
         argv += ["--drain-time-s", str(drain_time_s)]
+    argv += args
     return Process(name, argv, workdir / f"{name}.log", cwd=REPO)
 
 
@@ -220,7 +245,14 @@ def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, t
         config, listeners = listener_from_file(config, lds)
         lds.write_text(listeners)
     process = start_envoy(workdir, config, name, concurrency, argv_prefix, drain_time_s)
-    envoy = Envoy(process, port, admin, adapter, lds)
+    return ready(Envoy(process, port, admin, adapter, lds))
+
+
+def ready(envoy):
+    """`envoy` once its admin says LIVE; stopped, and the reason raised, if it does not get there.
+    Envoys started together (start_envoy, from the thread that is to outlive them: a child dies
+    with the thread that started it) get ready together."""
+    process = envoy.process
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:

@@ -7,6 +7,7 @@
 //! in the host.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,6 +126,40 @@ pub struct Failed {
     pub why: String,
 }
 
+/// Whether the proxy passes the body on to a filter that holds the head (the request's or the
+/// response's) to wait for that body. Envoy's Wasm host does only with the plugin's
+/// `allow_on_headers_stop_iteration`, which the filter cannot read; so the exchanges of a
+/// configuration learn it together, from the first body that comes to a held head. Until then
+/// each head is held at most `stream_delay_ms` ([`ProxyExchange::head_deadline`]).
+#[derive(Debug, Default)]
+pub struct HeldHeads {
+    body_comes: AtomicBool,
+    /// A head went on without its body: said once in the host's log.
+    warned: AtomicBool,
+}
+
+/// Which head a [`HeadBound`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    Request,
+    Response,
+}
+
+/// A head held for a body the proxy may withhold, and when it goes on without it.
+#[derive(Debug, Clone, Copy)]
+struct HeadBound {
+    head: Head,
+    at_ms: u64,
+}
+
+/// A request header the host changes for the node, as the client sent it: its values joined
+/// (`None`: the client sent none), and whether the host changed it yet.
+struct ClientHeader {
+    name: &'static str,
+    value: Option<Vec<u8>>,
+    changed: bool,
+}
+
 /// One exchange through the proxy, and through the cache when it is on.
 pub struct ProxyExchange {
     settings: Arc<Settings>,
@@ -154,6 +189,13 @@ pub struct ProxyExchange {
     merging: Option<u16>,
     /// Worth a line in the host's log.
     warning: Option<String>,
+    /// Whether the proxy passes the body to a held head, where it may not: learned with the
+    /// configuration's other exchanges.
+    held_heads: Option<Arc<HeldHeads>>,
+    /// The head held now for a body that may not come.
+    head_bound: Option<HeadBound>,
+    /// The request headers the host changes for the node, as the client sent them.
+    client_headers: Vec<ClientHeader>,
 }
 
 impl ProxyExchange {
@@ -176,7 +218,124 @@ impl ProxyExchange {
             stores: Vec::new(),
             merging: None,
             warning: None,
+            held_heads: None,
+            head_bound: None,
+            client_headers: Vec::new(),
         }
+    }
+
+    /// The proxy may withhold the body from a filter that holds the head (Envoy's Wasm host):
+    /// until `held_heads` has seen a body come to a held head, each head is held at most
+    /// `stream_delay_ms`. The node is asked for SSZ only once a body has come to one, as it does to
+    /// a JSON-RPC call's own head held for its method: the answer's head must wait for the
+    /// rendering, and a JSON client is never let go with SSZ.
+    pub fn bounding_held_heads(mut self, held_heads: Arc<HeldHeads>) -> Self {
+        self.held_heads = Some(held_heads);
+        self
+    }
+
+    /// Whether the proxy passes the body to a held head.
+    fn body_comes(&self) -> bool {
+        self.held_heads.as_ref().map_or(true, |held| held.body_comes.load(Ordering::Relaxed))
+    }
+
+    /// The host holds this head for its body: for at most `stream_delay_ms` where the body may
+    /// not come.
+    fn hold_head(&mut self, head: Head, now_ms: impl FnOnce() -> u64) {
+        if !self.body_comes() {
+            self.head_bound = Some(HeadBound { head, at_ms: now_ms() + self.settings.stream_delay_ms });
+        }
+    }
+
+    /// A body came while its head was held: the proxy passes bodies to held heads.
+    fn body_came(&mut self, head: Head) {
+        if self.head_bound.is_some_and(|bound| bound.head == head) {
+            self.head_bound = None;
+            if let Some(held_heads) = &self.held_heads {
+                held_heads.body_comes.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// When the host calls [`ProxyExchange::let_request_go`] or
+    /// [`ProxyExchange::let_response_go`], in the clock of `now_ms`, while it holds a head whose
+    /// body may not come.
+    pub fn head_deadline(&self) -> Option<u64> {
+        self.head_bound.map(|bound| bound.at_ms)
+    }
+
+    /// Whether the held head's bound has passed: it goes on without its body (said once in the
+    /// host's log).
+    fn head_due(&mut self, head: Head, now_ms: u64) -> bool {
+        if !self.head_bound.is_some_and(|bound| bound.head == head && bound.at_ms <= now_ms) {
+            return false;
+        }
+        self.head_bound = None;
+        if let Some(held_heads) = &self.held_heads {
+            if !held_heads.warned.swap(true, Ordering::Relaxed) {
+                self.warning = Some(format!(
+                    "a held head went on after {} ms (stream_delay_ms) without its body, which the proxy withholds \
+                     from a filter that holds the head (Envoy's Wasm filter needs allow_on_headers_stop_iteration: \
+                     true): until a body comes to one, such heads and their bodies pass as they come",
+                    self.settings.stream_delay_ms
+                ));
+            }
+        }
+        true
+    }
+
+    /// At [`ProxyExchange::head_deadline`]: whether the request's head, held for its body, goes on
+    /// without it now (the host resumes the request). Its body then passes unread, past the
+    /// cache.
+    pub fn let_request_go(&mut self, now_ms: u64) -> bool {
+        if !self.head_due(Head::Request, now_ms) {
+            return false;
+        }
+        self.body_wanted = false;
+        if let Some(request) = &mut self.cache {
+            request.go_without_body();
+        }
+        true
+    }
+
+    /// At [`ProxyExchange::head_deadline`]: whether the response's head, held for its body, goes
+    /// on without it now (the host resumes the response), as the node sent it, with the edits
+    /// it was given at the head. Its body then passes as it comes. (The head of a split batch
+    /// waits for no bound: its request's body came to a held head.)
+    pub fn let_response_go(&mut self, now_ms: u64) -> bool {
+        if !self.head_due(Head::Response, now_ms) {
+            return false;
+        }
+        self.finish(Mode::Untouched);
+        true
+    }
+
+    /// Notes a request header the host changes for the node, as the client sent it (its values in
+    /// `headers`, as one).
+    fn keep_client_header<N, V>(&mut self, headers: &[(N, V)], name: &'static str, changed: bool)
+    where
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut values = headers.iter().filter(|(n, _)| n.as_ref() == name.as_bytes()).map(|(_, v)| v.as_ref());
+        let value = values.next().map(|first| values.fold(first.to_vec(), |one, v| [&one[..], b", ", v].concat()));
+        self.client_headers.push(ClientHeader { name, value, changed });
+    }
+
+    /// The host changed this request header for the node.
+    fn client_header_changed(&mut self, name: &str) {
+        if let Some(header) = self.client_headers.iter_mut().find(|header| header.name == name) {
+            header.changed = true;
+        }
+    }
+
+    /// The request headers the host changed for the node (Accept-Encoding, Accept,
+    /// Content-Length), with the client's values (`None`: the client sent none), once: the host
+    /// puts them back on the request as it keeps it, once the node has it, so that what reads the
+    /// request later (access logs, filters that read it with the response) reads the client's.
+    pub fn take_client_headers(&mut self) -> Vec<(&'static str, Option<Vec<u8>>)> {
+        let headers = std::mem::take(&mut self.client_headers).into_iter();
+        headers.filter(|header| header.changed).map(|header| (header.name, header.value)).collect()
     }
 
     /// The request's headers (pseudo-headers included, names in lower case). `route_namespace`
@@ -190,6 +349,7 @@ impl ProxyExchange {
         hot: Option<&dyn HotRegion>,
         now_ms: impl FnOnce() -> u64,
     ) -> RequestHead {
+        let mut now = Now::new(now_ms);
         if let Some(reply) = self.dictionary(headers) {
             self.done = true;
             return RequestHead { upstream_accept: None, node_identity: false, step: RequestStep::Reply(reply) };
@@ -211,18 +371,29 @@ impl ProxyExchange {
                 self.exchange.cache_may_keep();
             }
             let min_length = self.settings.min_length;
-            after = self.cache.insert(request).on_headers_end(config, hot, min_length, now_ms() / 1000);
+            after = self.cache.insert(request).on_headers_end(config, hot, min_length, now.ms() / 1000);
         }
         // Asking the node for SSZ may wait for the body's method: the headers wait with it.
-        if matches!(after, AfterBody::Continue) && self.body_wanted && self.settings.transcode_upstream_ssz {
+        let body_for_ssz = self.body_wanted && self.settings.transcode_upstream_ssz;
+        if matches!(after, AfterBody::Continue) && body_for_ssz {
             after = AfterBody::Wait;
         }
-        let upstream_accept = if self.body_wanted { None } else { self.exchange.upstream_accept() };
-        RequestHead {
-            upstream_accept,
-            node_identity: self.exchange.node_identity(),
-            step: self.step(after, true),
+        let upstream_accept = if self.body_wanted || !self.body_comes() { None } else { self.exchange.upstream_accept() };
+        let node_identity = self.exchange.node_identity();
+        if node_identity {
+            self.keep_client_header(headers, "accept-encoding", true);
         }
+        if upstream_accept.is_some() || body_for_ssz {
+            self.keep_client_header(headers, "accept", upstream_accept.is_some());
+        }
+        if self.cache.as_ref().is_some_and(ProxyCacheRequest::awaits_body) {
+            // a batch the cache answers in part goes on shorter
+            self.keep_client_header(headers, "content-length", false);
+        }
+        if matches!(after, AfterBody::Wait) {
+            self.hold_head(Head::Request, || now.ms());
+        }
+        RequestHead { upstream_accept, node_identity, step: self.step(after, true) }
     }
 
     /// The reply that serves the dcz dictionary, where the request is for it.
@@ -252,6 +423,7 @@ impl ProxyExchange {
         hot: Option<&dyn HotRegion>,
         now_ms: impl FnOnce() -> u64,
     ) -> RequestBody {
+        self.body_came(Head::Request);
         let mut body = LazyBody::new(body);
         let mut upstream_accept = None;
         if self.body_wanted {
@@ -261,9 +433,15 @@ impl ProxyExchange {
                     return RequestBody { upstream_accept, step: RequestStep::Wait };
                 }
                 self.exchange.request_body(body.get());
-                upstream_accept = self.exchange.upstream_accept();
+                // a head held for this body that got it taught `held_heads` so
+                if self.body_comes() {
+                    upstream_accept = self.exchange.upstream_accept();
+                }
             }
             self.body_wanted = false;
+        }
+        if upstream_accept.is_some() {
+            self.client_header_changed("accept");
         }
         let step = self.look_up(body_size, end_of_stream, body, hot, now_ms);
         RequestBody { upstream_accept, step }
@@ -290,7 +468,10 @@ impl ProxyExchange {
     fn step(&mut self, after: AfterBody, hot: bool) -> RequestStep {
         match after {
             AfterBody::Continue => RequestStep::Continue,
-            AfterBody::Forward(body) => RequestStep::Forward(body),
+            AfterBody::Forward(body) => {
+                self.client_header_changed("content-length");
+                RequestStep::Forward(body)
+            }
             AfterBody::Wait => RequestStep::Wait,
             AfterBody::Lookup(call) => RequestStep::Lookup(call),
             AfterBody::Answer(hit) => RequestStep::Reply(self.reply(hit, hot)),
@@ -386,7 +567,10 @@ impl ProxyExchange {
                 self.feed(&[], true, false, now_ms())?;
                 false
             }
-            BodyPlan::Buffer => true,
+            BodyPlan::Buffer => {
+                self.hold_head(Head::Response, now_ms);
+                true
+            }
         };
         if !hold && edits.is_empty() {
             edits = self.edits();
@@ -417,6 +601,9 @@ impl ProxyExchange {
         flush: bool,
         now_ms: impl FnOnce() -> u64,
     ) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        if !chunk.is_empty() || end {
+            self.body_came(Head::Response);
+        }
         if self.merging.is_some() {
             return self.merge(chunk, end, flush, now_ms());
         }
@@ -610,6 +797,25 @@ impl ProxyExchange {
     /// A line for the host's log, when there is one.
     pub fn take_warning(&mut self) -> Option<String> {
         self.warning.take()
+    }
+}
+
+/// The host's clock, read once, when first needed.
+struct Now<F> {
+    read: Option<F>,
+    ms: u64,
+}
+
+impl<F: FnOnce() -> u64> Now<F> {
+    fn new(read: F) -> Self {
+        Now { read: Some(read), ms: 0 }
+    }
+
+    fn ms(&mut self) -> u64 {
+        if let Some(read) = self.read.take() {
+            self.ms = read();
+        }
+        self.ms
     }
 }
 

@@ -91,6 +91,7 @@ impl ModuleHeader {
 pub enum HeaderType {
     Request = 0,
     Response = 2,
+    ResponseTrailer = 3,
 }
 
 #[repr(u32)]

@@ -144,6 +144,7 @@ impl Filter {
     }
 
     pub fn on_response_headers(&mut self, host: Host, end_of_stream: bool) -> HeadersStatus {
+        self.restore_client_headers(host);
         if self.exchange.replied() {
             // the cache's own reply
             return HeadersStatus::Continue;
@@ -170,6 +171,10 @@ impl Filter {
     }
 
     pub fn on_response_body(&mut self, host: Host, end: bool) -> BodyStatus {
+        // A filter before this one on Envoy's response path may end the body in trailers of its own
+        // during this callback (Envoy's decompressor does): Envoy shows them to this filter only
+        // if it goes on now, so the body ends here.
+        let end = end || host.has_headers(HeaderType::ResponseTrailer);
         let passed = self.exchange.is_done();
         let chunks = if self.exchange.reads_body() { host.body(BodyType::ReceivedResponse) } else { Vec::new() };
         self.exchange.clear_output();
@@ -273,9 +278,20 @@ impl Filter {
 
     /// The stream is over (its end, a reset, a local reply).
     pub fn on_stream_complete(&mut self, host: Host) {
+        // (a stream that ended before a response head: its access log reads them after this)
+        self.restore_client_headers(host);
         self.disarm();
         self.exchange.on_stream_complete();
         self.account(host);
+    }
+
+    /// Puts the request headers changed for the node back as the client sent them, on the request
+    /// as Envoy keeps it once the node has it: what reads it later (the access log, filters that
+    /// read it with the response) reads the client's.
+    fn restore_client_headers(&mut self, host: Host) {
+        for (name, value) in self.exchange.take_client_headers() {
+            host.set_header(HeaderType::Request, name, value.as_deref());
+        }
     }
 
     fn scheduler(&mut self, host: Host) -> Scheduler {

@@ -28,6 +28,12 @@ impl Host {
         }
     }
 
+    /// Whether Envoy has a header map of this kind, with a header in it.
+    pub fn has_headers(self, kind: HeaderType) -> bool {
+        // SAFETY: the filter is alive during the hook.
+        unsafe { abi::envoy_dynamic_module_callback_http_get_headers_size(self.0, kind) > 0 }
+    }
+
     /// Sets a header, replacing any values it had; `None` removes it.
     pub fn set_header(self, kind: HeaderType, name: &str, value: Option<&[u8]>) {
         let value = value.map_or(ModuleBuffer::NONE, ModuleBuffer::from);

@@ -21,6 +21,11 @@
 //! - `continue_encoding` continues a stopped filter only (`in_continue_`, `commonContinue`'s
 //!   assertion): the held headers, the buffered body and the trailers that wait go on;
 //! - a header set with an empty value is removed; one added with an empty value is not added;
+//!   a request header set once the request went out changes the request as Envoy keeps it (what
+//!   its access log reads), not the node's;
+//! - trailers that a filter before the module adds while the body's last chunk passes it come to
+//!   the module's trailers callback only if its body callback continued (`FilterManager::
+//!   encodeData`), else they go out with its continue; its body callback sees them;
 //! - a local reply ends the stream with its own headers and body (Envoy sets Content-Length),
 //!   a reset ends it broken; after either the filter sees no callback but the stream's end;
 //! - scheduler commits come from any thread and run on the stream's worker, and never once the
@@ -115,6 +120,8 @@ enum CallState {
     EncodeTrailers,
     /// A scheduled event or a callout's answer: no filter callback.
     Idle,
+    /// `onStreamComplete`, before the access log.
+    StreamComplete,
 }
 
 /// A filter's scheduler: committed to from any thread (the module's timer thread among them).
@@ -262,6 +269,7 @@ struct StreamState {
     /// The router gave the last of the response (`local_complete_`).
     complete: bool,
     trailers: bool,
+    response_trailers: Headers,
     /// The filter was given a body (`latest_data_encoding_filter_` is this filter).
     saw_body: bool,
     client: Client,
@@ -388,9 +396,14 @@ impl StreamState {
     }
 
     fn headers_mut(&mut self, kind: HeaderType) -> &mut Headers {
+        // once the response is under way, the request's are for what reads them later
+        let responding =
+            matches!(self.call, Some(CallState::EncodeHeaders | CallState::EncodeData | CallState::EncodeTrailers))
+                || self.call == Some(CallState::StreamComplete);
         let sent = match kind {
-            HeaderType::Request => self.upstream.headers.is_some(),
+            HeaderType::Request => self.upstream.headers.is_some() && !responding,
             HeaderType::Response => self.client.headers.is_some(),
+            HeaderType::ResponseTrailer => true,
         };
         if sent {
             let which = if matches!(kind, HeaderType::Request) { "request" } else { "response" };
@@ -399,6 +412,7 @@ impl StreamState {
         match kind {
             HeaderType::Request => &mut self.request_headers,
             HeaderType::Response => &mut self.response_headers,
+            HeaderType::ResponseTrailer => &mut self.response_trailers,
         }
     }
 
@@ -578,6 +592,7 @@ extern "C" fn envoy_dynamic_module_callback_http_get_headers_size(envoy: FilterE
     match kind {
         HeaderType::Request => state.request_headers.len(),
         HeaderType::Response => state.response_headers.len(),
+        HeaderType::ResponseTrailer => state.response_trailers.len(),
     }
 }
 
@@ -591,6 +606,7 @@ extern "C" fn envoy_dynamic_module_callback_http_get_headers(
     let map = match kind {
         HeaderType::Request => &state.request_headers,
         HeaderType::Response => &state.response_headers,
+        HeaderType::ResponseTrailer => &state.response_trailers,
     };
     for (at, (name, value)) in map.iter().enumerate() {
         let key = EnvoyBuffer { ptr: name.as_ptr(), length: name.len() };
@@ -899,6 +915,7 @@ impl Envoy {
             headers_continued: false,
             complete: false,
             trailers: false,
+            response_trailers: Headers::new(),
             saw_body: false,
             client: Client::default(),
             schedulers: Vec::new(),
@@ -1208,6 +1225,21 @@ impl Stream {
         self.body_slices(&[data], end);
     }
 
+    /// The body's last chunk, which a filter before the module ends in trailers of its own as it
+    /// passes (Envoy's decompressor: its byte counts): the module's body callback is not told the
+    /// end, and its trailers callback follows only if that callback continued.
+    fn body_ending_in_added_trailers(&self, data: &[u8]) {
+        self.with(|s| s.response_trailers = headers(&[("x-envoy-decompressor-gzip-compressed-bytes", "10")]));
+        self.body(data, false);
+        self.with(|s| {
+            s.trailers = true;
+            s.complete = true;
+        });
+        if self.with(|s| s.in_continue) {
+            self.trailers();
+        }
+    }
+
     /// `FilterManager::encodeTrailers` with the node's trailers.
     fn trailers(&self) {
         if self.over() {
@@ -1273,7 +1305,7 @@ impl Stream {
         if self.with(|s| s.destroyed) {
             return;
         }
-        self.call(CallState::Idle, |envoy, filter| unsafe {
+        self.call(CallState::StreamComplete, |envoy, filter| unsafe {
             crate::envoy_dynamic_module_on_http_filter_stream_complete(envoy, filter)
         });
         // SAFETY: Envoy's last call on the filter.
@@ -1292,6 +1324,11 @@ impl Stream {
 
     fn client<T>(&self, f: impl FnOnce(&Client) -> T) -> T {
         self.with(|s| f(&s.client))
+    }
+
+    /// A header of the request as Envoy keeps it (its access log reads it).
+    fn request_header(&self, name: &str) -> Option<String> {
+        self.with(|s| header(&s.request_headers, name).map(str::to_string))
     }
 
     fn client_header(&self, name: &str) -> Option<String> {
@@ -1628,6 +1665,9 @@ fn store_a_miss(envoy: &Envoy, id: u32) -> Vec<u8> {
     miss.body(&answer, true);
     assert_eq!(miss.delivered(), answer);
     assert_eq!(miss.client_header("x-rpcedge-cache").as_deref(), Some("MISS"));
+    // the node was asked for identity; the request as Envoy keeps it is the client's again
+    assert_eq!(miss.with(|s| s.upstream.headers.as_ref().map(|h| header(h, "accept-encoding").is_none())), Some(true));
+    assert_eq!(miss.request_header("accept-encoding").as_deref(), Some("gzip"));
     miss.finish();
 
     envoy.run_main_thread();
@@ -1648,6 +1688,8 @@ fn assert_hit(envoy: &Envoy, id: u32, answer: &[&[u8]]) {
     assert_eq!(hit.client_header("x-rpcedge-cache").as_deref(), Some("HIT"));
     assert_eq!(hit.client_header("content-type").as_deref(), Some("application/json"));
     assert!(hit.with(|s| s.upstream.headers.is_none()), "the node never saw it");
+    hit.finish();
+    assert_eq!(hit.request_header("accept-encoding").as_deref(), Some("gzip"), "as the access log reads it");
 }
 
 #[test]
@@ -1689,4 +1731,21 @@ fn a_lookup_without_an_answer_goes_to_the_node() {
     stream.body(&answer, true);
     assert_eq!(stream.delivered(), answer);
     assert_eq!(stream.client_header("x-rpcedge-cache").as_deref(), Some("ERROR"));
+}
+
+#[test]
+fn a_body_an_earlier_filter_ends_in_trailers_of_its_own_ends_there() {
+    // Held whole (chunked, under max_buffer) or streamed: either way the gzip stream is finished.
+    let envoy = Envoy::configure(CONFIG);
+    for original in [json(20_000), json(200_000)] {
+        let stream = envoy.stream();
+        stream.request(GZIP_CLIENT, None);
+        stream.response_headers(CHUNKED, false);
+        let (first, last) = original.split_at(original.len() / 2);
+        stream.body(first, false);
+        stream.body_ending_in_added_trailers(last);
+        stream.run_until_quiet();
+        stream.assert_delivered_gzip(&original);
+        assert!(stream.client(|c| c.trailers), "the trailers went on");
+    }
 }

@@ -16,6 +16,12 @@
 //! which the core keeps. The listener's limit must therefore exceed both; the example configs set
 //! it.
 //!
+//! A head held for its body (the response's, for its exact length; the request's, for the cache's
+//! key) gets that body only where Envoy passes it to a Wasm filter that holds the head (the
+//! plugin's `allow_on_headers_stop_iteration`). The core bounds such a hold until one of the
+//! configuration's exchanges has seen a body come (`HeldHeads`), and the root's tick lets a head
+//! go at its bound.
+//!
 //! With a `cache` section, requests go through the response cache first (`cache`).
 
 use std::cell::{Cell, RefCell};
@@ -29,7 +35,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
 use rpcedge_core::proxy::cache::{DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::proxy::{Failed, ProxyExchange, RequestStep};
+use rpcedge_core::proxy::{Failed, HeldHeads, ProxyExchange, RequestStep};
 use rpcedge_core::{Config, Failure, HeaderOp, Node, Settings};
 
 mod cache;
@@ -69,6 +75,9 @@ struct Shared {
     releases: RefCell<HashSet<u32>>,
     /// The worker's hot tier, when the cache has one.
     hot: Option<WorkerHot>,
+    /// Whether Envoy passes the body to a held head (the plugin's
+    /// `allow_on_headers_stop_iteration`), as this configuration's exchanges learn it.
+    held_heads: Arc<HeldHeads>,
 }
 
 /// An exchange that needs a tick.
@@ -155,6 +164,7 @@ impl RootContext for Root {
             tick: Cell::new(Duration::ZERO),
             stores: Default::default(),
             releases: Default::default(),
+            held_heads: Arc::default(),
         }));
         true
     }
@@ -199,7 +209,8 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
-        let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node));
+        let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node))
+            .bounding_held_heads(Arc::clone(&shared.held_heads));
         let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
         Some(Box::new(Filter { stream, lookup: None, request_body_size: 0 }))
     }
@@ -460,10 +471,10 @@ impl Stream {
 
     /// When this exchange wants a tick: at once for output Envoy holds, else at the core's
     /// deadline, if a tick can act then (Envoy's body can be written only while it holds one for
-    /// this filter, and resumed only where it stopped).
+    /// this filter, and resumed only where it stopped); a held head, at its deadline.
     fn due(&self) -> Option<u64> {
         if !(self.stopped && self.buffering) {
-            None
+            self.exchange.head_deadline()
         } else if self.held > 0 {
             Some(0)
         } else {
@@ -473,6 +484,15 @@ impl Stream {
 
     fn tick(&mut self, now: u64) {
         if hostcalls::set_effective_context(self.id).is_err() {
+            return;
+        }
+        // A head held for a body that Envoy may be withholding from this filter goes on without it.
+        if self.exchange.let_request_go(now) {
+            let _ = hostcalls::resume_http_request();
+            return;
+        }
+        if self.exchange.let_response_go(now) {
+            self.resume();
             return;
         }
         let due = self.exchange.deadline().is_some_and(|at| at <= now);
@@ -533,8 +553,18 @@ fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup
             Action::Continue
         }
         RequestStep::Wait => Action::Pause,
-        RequestStep::Reply(reply) if cache::send_reply(&reply) => Action::Pause,
-        RequestStep::Reply(_) => Action::Continue,
+        RequestStep::Reply(reply) => {
+            // The request as Envoy keeps it (its access log) is the client's again, where Envoy lets
+            // the filter write it: only while the filter holds it, as here.
+            for (name, value) in stream.exchange.take_client_headers() {
+                let _ = hostcalls::set_map_value_bytes(MapType::HttpRequestHeaders, name, value.as_deref());
+            }
+            if cache::send_reply(&reply) {
+                Action::Pause
+            } else {
+                Action::Continue
+            }
+        }
         RequestStep::Lookup(call) => {
             match cache::dispatch(&call) {
                 Some(token) => {

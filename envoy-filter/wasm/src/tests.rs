@@ -13,7 +13,10 @@
 //!   body callback, even after a resume, until a body callback returns `Continue`;
 //! - `Continue` from a stopped filter continues with the held body; from an iterating one it passes
 //!   on only this callback's data;
-//! - a body is replaced only from its start (`copyFrom`: prepend after draining, or append).
+//! - a body is replaced only from its start (`copyFrom`: prepend after draining, or append);
+//! - without the plugin's `allow_on_headers_stop_iteration`, a `Pause` from the headers callback
+//!   is `StopAllIterationAndWatermark`: Envoy gives the filter no body until it resumes, then the
+//!   body it kept meanwhile (proxy-wasm-cpp-host's `convertVmCallResultToFilterHeadersStatus`).
 
 use std::cell::RefCell;
 use std::sync::Mutex;
@@ -49,6 +52,11 @@ struct Envoy {
     request_headers: Option<Vec<(String, Vec<u8>)>>,
     /// Iteration is stopped at the filter.
     stopped: bool,
+    /// The plugin runs without `allow_on_headers_stop_iteration`.
+    stops_all_at_headers: bool,
+    /// The filter paused at the headers, and Envoy keeps the body from it until it resumes: what
+    /// came meanwhile, and whether it ended.
+    withheld: Option<(Vec<u8>, bool)>,
     /// The Wasm context adds each read to the held body (its `buffering_response_body_`).
     buffering: bool,
     /// The body Envoy holds for the filter.
@@ -80,11 +88,15 @@ fn envoy<T>(f: impl FnOnce(&mut Envoy) -> T) -> T {
 }
 
 impl Envoy {
-    /// `ActiveStreamFilterBase::commonContinue`.
+    /// `ActiveStreamFilterBase::commonContinue` (a body withheld from the filter goes to it next:
+    /// `after_call`).
     fn resume(&mut self) {
         assert!(self.stopped, "continueEncoding() while Envoy iterates at this filter");
         self.stopped = false;
         self.send_headers();
+        if self.withheld.is_some() {
+            return;
+        }
         if let Some(held) = &mut self.held {
             self.sent.append(held);
         }
@@ -111,17 +123,13 @@ impl Envoy {
         }
     }
 
-    /// The request: a POST whose client takes gzip, as the filter leaves it for the node.
+    /// The request: a JSON-RPC POST whose client takes gzip, as the filter leaves it for the node.
     fn request_headers(&mut self) -> &mut Vec<(String, Vec<u8>)> {
-        self.request_headers
-            .get_or_insert_with(|| {
-                // a JSON-RPC call: the node is asked for identity
-                vec![
-                    (":method".into(), b"POST".to_vec()),
-                    ("content-type".into(), b"application/json".to_vec()),
-                    ("accept-encoding".into(), b"gzip".to_vec()),
-                ]
-            })
+        self.request_headers.get_or_insert_with(|| {
+            let headers: [(&str, &[u8]); 3] =
+                [(":method", b"POST"), ("content-type", b"application/json"), ("accept-encoding", b"gzip")];
+            headers.iter().map(|(name, value)| (name.to_string(), value.to_vec())).collect()
+        })
     }
 
     fn header(&self, name: &str) -> Option<String> {
@@ -143,6 +151,9 @@ fn after_call() {
     });
     if resume {
         envoy(Envoy::resume);
+        if let Some((data, end)) = envoy(|e| e.withheld.take()) {
+            body(&data, end);
+        }
     }
 }
 
@@ -158,13 +169,34 @@ fn start(config: &str) {
         let _once = INIT.lock().unwrap();
         crate::_initialize();
     }
-    let (root, stream) = envoy(|e| {
+    let root = envoy(|e| {
         let root = e.stream + 1;
-        *e = Envoy { root, stream: root + 1, config: config.as_bytes().to_vec(), ..Envoy::default() };
-        (root, root + 1)
+        *e = Envoy { root, stream: root, config: config.as_bytes().to_vec(), ..Envoy::default() };
+        root
     });
     unsafe { abi::proxy_on_context_create(root, 0) };
     assert!(unsafe { abi::proxy_on_configure(root, config.len()) });
+    next_stream();
+}
+
+/// A configuration whose filter has seen Envoy pass the body to a head it held (the plugin's
+/// `allow_on_headers_stop_iteration`): it holds heads for their bodies from then on.
+fn start_taught(config: &str) {
+    start(config);
+    response_headers(CHUNKED, false);
+    body(b"{}", true);
+    tick_until_quiet();
+    next_stream();
+}
+
+/// The next request on the configuration, whose response the test drives.
+fn next_stream() {
+    let stream = envoy(|e| {
+        let (root, stream, config) = (e.root, e.stream + 1, std::mem::take(&mut e.config));
+        *e = Envoy { root, stream, config, tick_ms: e.tick_ms, ..Envoy::default() };
+        stream
+    });
+    let root = envoy(|e| e.root);
     unsafe { abi::proxy_on_context_create(stream, root) };
     envoy(|e| e.in_callback = true);
     let _ = unsafe { abi::proxy_on_request_headers(stream, 0, true) };
@@ -187,12 +219,26 @@ fn response_headers(headers: &[(&str, &str)], end: bool) {
             e.ended = end;
         }
         Action::Continue => e.resume(),
-        _ => e.stopped = true,
+        _ => {
+            e.stopped = true;
+            if e.stops_all_at_headers {
+                e.withheld = Some((Vec::new(), false));
+            }
+        }
     });
 }
 
 /// `FilterManager::encodeData` through the Wasm context's `encodeData`.
 fn body(data: &[u8], end: bool) {
+    let withheld = envoy(|e| {
+        let (kept, ended) = e.withheld.as_mut()?;
+        kept.extend_from_slice(data);
+        *ended = end;
+        Some(())
+    });
+    if withheld.is_some() {
+        return;
+    }
     let size = envoy(|e| {
         e.end_seen = end;
         e.in_callback = true;
@@ -356,7 +402,7 @@ fn every_interleaving_of_reads_and_ticks_delivers_the_whole_body() {
     let original = json(24_000);
     for pattern in 0u32..64 {
         for end_in_trailers in [false, true] {
-            start(CONFIG);
+            start_taught(CONFIG);
             response_headers(CHUNKED, false);
             let pieces: Vec<_> = original.chunks(4_000).collect();
             for (i, piece) in pieces.iter().enumerate() {
@@ -372,6 +418,38 @@ fn every_interleaving_of_reads_and_ticks_delivers_the_whole_body() {
             assert_delivered_gzip(&original);
         }
     }
+}
+
+#[test]
+fn a_head_whose_body_envoy_withholds_goes_on_as_the_node_sent_it_at_the_bound() {
+    let original = json(5_000);
+    let length = original.len().to_string();
+    let head = [CHUNKED[0], CHUNKED[1], ("content-length", length.as_str())];
+    // Envoy without allow_on_headers_stop_iteration: no body comes to the held head
+    start(CONFIG);
+    envoy(|e| e.stops_all_at_headers = true);
+    response_headers(&head, false);
+    body(&original, true);
+    assert!(envoy(|e| e.headers_sent.is_none()), "held for the exact length");
+    tick_until_quiet();
+    envoy(|e| {
+        assert!(e.ended && e.failed.is_none(), "the response never ended");
+        assert_eq!(e.headers_sent.as_ref(), Some(&e.response_headers), "the node's head, unchanged");
+        assert_eq!(e.sent, original);
+    });
+}
+
+#[test]
+fn a_configuration_that_saw_a_body_come_to_a_held_head_holds_the_next_for_its_body() {
+    let original = json(5_000);
+    let length = original.len().to_string();
+    start_taught(CONFIG);
+    response_headers(&[CHUNKED[0], CHUNKED[1], ("content-length", length.as_str())], false);
+    tick_after_delay();
+    body(&original, true);
+    tick_until_quiet();
+    assert_delivered_gzip(&original);
+    assert_eq!(envoy(|e| e.header("content-length")), Some(envoy(|e| e.sent.len()).to_string()));
 }
 
 // The host calls, as Envoy answers them for this one response.

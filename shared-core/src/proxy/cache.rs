@@ -115,6 +115,13 @@ impl ProxyCacheRequest {
         self.awaiting_body
     }
 
+    /// The request went on to the node without waiting for its body: its body passes unread,
+    /// past the cache, as one over `max_request` does.
+    pub fn go_without_body(&mut self) {
+        self.awaiting_body = false;
+        self.headers = Vec::new();
+    }
+
     /// A request body callback, with the body's size so far: once it is all in (`body` gives it),
     /// the hot tier (when the worker has one) is asked, then the daemon.
     #[allow(clippy::too_many_arguments)] // what a body callback knows, and the hot tier's context

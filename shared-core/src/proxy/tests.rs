@@ -319,3 +319,126 @@ fn the_dictionarys_path_is_answered_here_and_every_other_goes_on() {
         assert!(matches!(ask(settings, "GET", path, None), RequestStep::Continue), "{path}");
     }
 }
+
+/// A JSON client's JSON-RPC POST whose client takes gzip and br, on two field lines.
+fn client_request(length: usize) -> Vec<(&'static str, String)> {
+    let mut headers = request_headers(length);
+    headers.push(("accept-encoding", "br".into()));
+    headers.push(("accept", "application/json".into()));
+    headers
+}
+
+#[test]
+fn the_request_headers_changed_for_the_node_come_back_as_the_client_sent_them() {
+    // Accept-Encoding, removed for the node, comes back whole, once
+    let mut exchange = ProxyExchange::new(settings("{}"), Arc::default());
+    assert!(exchange.on_request_headers(&client_request(2), true, || None::<&str>, None, || 0).node_identity);
+    assert_eq!(exchange.take_client_headers(), [("accept-encoding", Some(b"gzip, br".to_vec()))]);
+    assert!(exchange.take_client_headers().is_empty());
+
+    // one rpcedge has no work on is left as it is
+    let mut untouched = ProxyExchange::new(settings("{}"), Arc::default());
+    let headers = [(":method", "POST"), (":path", "/"), ("accept-encoding", "compress")];
+    assert!(!untouched.on_request_headers(&headers, true, || None::<&str>, None, || 0).node_identity);
+    assert!(untouched.take_client_headers().is_empty());
+
+    // the node asked for SSZ: Accept too, once the body said so
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"debug_getRawBlock","params":["0x10"]}"#;
+    let mut ssz = ProxyExchange::new(settings(r#"{"transcode_upstream_ssz": true}"#), Arc::default());
+    let head = ssz.on_request_headers(&client_request(call.len()), false, || None::<&str>, None, || 0);
+    assert!(matches!(head.step, RequestStep::Wait), "the head waits for the method");
+    assert!(ssz.on_request_body(call.len(), true, || call.to_vec(), None, || 0).upstream_accept.is_some());
+    let restored = ssz.take_client_headers();
+    assert!(restored.contains(&("accept", Some(b"application/json".to_vec()))), "{restored:?}");
+
+    // a batch the cache answered in part went on shorter: Content-Length too
+    let settings = cached();
+    let mut miss = ProxyExchange::new(Arc::clone(&settings), Arc::default());
+    ask(&mut miss, &block_request(7), None);
+    miss.on_lookup_answer(&[(":status", "404")], b"", None, || 0);
+    let answer = block_answer(7);
+    let length = answer.len().to_string();
+    miss.on_response_headers(&[(":status", "200"), ("content-length", length.as_str())], false, || 0).unwrap();
+    miss.on_body(answer.as_bytes(), true, false, || 0).unwrap();
+    let kept = Entry::decode(&miss.take_stores()[0].body).unwrap().compact().unwrap();
+    let batch = format!("[{},{}]", block_request(8), block_request(9).replace(HASH, &HASH.replace('8', "9")));
+    let mut split = ProxyExchange::new(settings, Arc::default());
+    let RequestStep::Lookup(_) = ask(&mut split, &batch, None) else { panic!("no lookup") };
+    let mut found = Vec::new();
+    crate::cache::protocol::Looked::Hit(&kept, None).encode(&mut found);
+    crate::cache::protocol::Looked::Absent.encode(&mut found);
+    let step = split.on_lookup_answer(&[(":status", "200")], &found, None, || 0);
+    let RequestStep::Forward(rest) = step else { panic!("not forwarded in part: {step:?}") };
+    assert!(rest.len() < batch.len());
+    let restored = split.take_client_headers();
+    assert!(restored.contains(&("content-length", Some(batch.len().to_string().into_bytes()))), "{restored:?}");
+}
+
+/// A POST of a JSON body, whose client takes gzip, for the exchange of a proxy that may
+/// withhold the body from a held head.
+fn bounded(settings: Arc<Settings>, held_heads: &Arc<HeldHeads>) -> ProxyExchange {
+    ProxyExchange::new(settings, Arc::default()).bounding_held_heads(Arc::clone(held_heads))
+}
+
+const LARGE: [(&str, &str); 3] = [(":status", "200"), ("content-type", "application/json"), ("content-length", "5000")];
+
+#[test]
+fn a_head_held_for_a_body_the_proxy_withholds_goes_on_at_its_bound() {
+    let held_heads = Arc::new(HeldHeads::default());
+    let mut exchange = bounded(settings(r#"{"stream_delay_ms": 100}"#), &held_heads);
+    exchange.on_request_headers(&request_headers(2), true, || None::<&str>, None, || 0);
+    let head = exchange.on_response_headers(&LARGE, false, || 1_000).unwrap();
+    assert!(head.hold && head.edits.is_empty());
+    assert_eq!(exchange.head_deadline(), Some(1_100));
+    assert!(!exchange.let_response_go(1_099) && !exchange.let_request_go(1_100));
+    assert!(exchange.let_response_go(1_100), "the head goes as the node sent it");
+    assert!(exchange.is_done() && !exchange.reads_body() && exchange.head_deadline().is_none());
+    // its body then passes as it comes
+    assert_eq!(exchange.on_body(&[b' '; 5000], true, false, || 1_200).unwrap(), None);
+    assert!(exchange.output().is_empty());
+    assert!(counted(&mut exchange).contains(&(Counter::Responses(Mode::Untouched), 1)));
+    assert!(exchange.take_warning().is_some_and(|w| w.contains("allow_on_headers_stop_iteration")));
+
+    // a request head held for its body (the cache's key) goes on past the cache; said once
+    let mut request = bounded(cached(), &held_heads);
+    let head = request.on_request_headers(&request_headers(100), false, || Some("mainnet"), None, || 2_000);
+    assert!(matches!(head.step, RequestStep::Wait));
+    assert_eq!(request.head_deadline(), Some(2_100));
+    assert!(!request.let_response_go(2_100) && request.let_request_go(2_100));
+    assert!(!request.reads_request_body(), "its body passes unread");
+    let node = [(":status", "200"), ("content-length", "10")];
+    assert_eq!(request.on_response_headers(&node, false, || 0).unwrap().edits[0], HeaderOp::Append("x-rpcedge-cache", "BYPASS"));
+    assert!(request.take_warning().is_none());
+}
+
+#[test]
+fn a_body_that_comes_to_a_held_head_lifts_the_bound_for_every_exchange() {
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"debug_getRawBlock","params":["0x10"]}"#;
+    let upstream_ssz = settings(r#"{"transcode_upstream_ssz": true, "cache": {"cluster": "cached"}}"#);
+    for head in ["request", "response"] {
+        let held_heads = Arc::new(HeldHeads::default());
+        // not known yet: the head is held at most its bound
+        let mut first = bounded(Arc::clone(&upstream_ssz), &held_heads);
+        let request = first.on_request_headers(&client_request(call.len()), false, || Some("mainnet"), None, || 0);
+        assert!(matches!(request.step, RequestStep::Wait) && first.head_deadline().is_some(), "the cache's wait");
+        if head == "request" {
+            // the body came to its own held head: this call's node is asked for SSZ already
+            let body = first.on_request_body(call.len(), true, || call.to_vec(), None, || 0);
+            assert!(body.upstream_accept.is_some());
+        } else {
+            // let go without its body, the call's node is not asked for SSZ
+            assert!(first.let_request_go(1_000));
+            let body = first.on_request_body(call.len(), true, || call.to_vec(), None, || 0);
+            assert!(body.upstream_accept.is_none());
+            assert!(first.on_response_headers(&LARGE, false, || 0).unwrap().hold);
+            first.on_body(b" ", false, false, || 0).unwrap();
+        }
+        assert_eq!(first.head_deadline(), None, "{head}");
+        // then every exchange holds its heads for their bodies, and asks for SSZ
+        let mut next = bounded(Arc::clone(&upstream_ssz), &held_heads);
+        next.on_request_headers(&client_request(call.len()), false, || Some("mainnet"), None, || 0);
+        assert_eq!(next.head_deadline(), None, "{head}");
+        let body = next.on_request_body(call.len(), true, || call.to_vec(), None, || 0);
+        assert!(body.upstream_accept.is_some(), "{head}");
+    }
+}
