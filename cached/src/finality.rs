@@ -83,25 +83,31 @@ impl Finality {
         self.upstreams.keys().map(|(ns, chain)| (ns.as_str(), *chain, self.finalized(ns, *chain)))
     }
 
-    /// Polls every namespace's nodes every `every`, for ever. Finality never moves back: a node
-    /// that answers a lower number (a restart, a different node) leaves the known one standing.
+    /// Polls every namespace's nodes every `every`, for ever.
     pub async fn poll(self: Arc<Self>, every: Duration) {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            for ((namespace, chain), (upstream, heard)) in &self.upstreams {
-                let asked = match chain {
-                    Chain::Execution => tokio::time::timeout(every, finalized_block(upstream)).await,
-                    Chain::Beacon => tokio::time::timeout(every, finalized_slot(upstream)).await,
-                };
-                match asked {
-                    Ok(Ok(number)) => {
-                        heard.fetch_max(number + 1, Ordering::Relaxed);
-                    }
-                    Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: {error}"),
-                    Err(_) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: no answer within {every:?}"),
+            self.poll_once(every).await;
+        }
+    }
+
+    /// Asks every namespace's nodes once, each within `timeout`. Finality never moves back: a
+    /// node that answers a lower number (a restart, a different node) leaves the known one
+    /// standing.
+    async fn poll_once(&self, timeout: Duration) {
+        for ((namespace, chain), (upstream, heard)) in &self.upstreams {
+            let asked = match chain {
+                Chain::Execution => tokio::time::timeout(timeout, finalized_block(upstream)).await,
+                Chain::Beacon => tokio::time::timeout(timeout, finalized_slot(upstream)).await,
+            };
+            match asked {
+                Ok(Ok(number)) => {
+                    heard.fetch_max(number + 1, Ordering::Relaxed);
                 }
+                Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: {error}"),
+                Err(_) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: no answer within {timeout:?}"),
             }
         }
     }
@@ -205,16 +211,43 @@ mod tests {
         assert!(header_slot(br#"{"code":404,"message":"not found"}"#).is_err());
     }
 
-    #[test]
-    fn finality_is_unknown_until_heard_and_never_moves_back() {
-        let up = || "http://x:1/".parse().unwrap();
-        let finality = Finality::new(vec![("a".into(), Chain::Execution, up()), ("a".into(), Chain::Beacon, up())]);
+    /// A node at a local port answering each connection's request with the next of `numbers`
+    /// as its finalized block.
+    fn node_saying(numbers: Vec<u64>) -> Upstream {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
+        std::thread::spawn(move || {
+            for number in numbers {
+                let (mut stream, _) = listener.accept().unwrap();
+                // the whole request (its body ends the query), so that closing sends no reset
+                let (mut request, mut chunk) = (Vec::new(), [0; 4096]);
+                while !request.ends_with(QUERY.as_bytes()) {
+                    let n = stream.read(&mut chunk).unwrap();
+                    assert!(n > 0, "the request ended early");
+                    request.extend_from_slice(&chunk[..n]);
+                }
+                let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"number":"{number:#x}"}}}}"#);
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                stream.write_all((head + &body).as_bytes()).unwrap();
+            }
+        });
+        upstream
+    }
+
+    #[tokio::test]
+    async fn finality_is_unknown_until_heard_and_never_moves_back() {
+        let node = node_saying(vec![100, 50, 120]);
+        let unheard = "http://127.0.0.1:1/".parse().unwrap();
+        let finality = Finality::new(vec![("a".into(), Chain::Execution, node), ("a".into(), Chain::Beacon, unheard)]);
         assert_eq!(finality.finalized("a", Chain::Execution), None);
+        let mut heard = Vec::new();
+        for _ in 0..3 {
+            finality.poll_once(Duration::from_secs(5)).await;
+            heard.push(finality.finalized("a", Chain::Execution));
+        }
+        assert_eq!(heard, [Some(100), Some(100), Some(120)], "a lower answer leaves the known one standing");
         assert_eq!(finality.finalized("other", Chain::Execution), None);
-        let (_, heard) = &finality.upstreams[&("a".to_string(), Chain::Execution)];
-        heard.fetch_max(101, Ordering::Relaxed);
-        heard.fetch_max(51, Ordering::Relaxed);
-        assert_eq!(finality.finalized("a", Chain::Execution), Some(100));
         assert_eq!(finality.finalized("a", Chain::Beacon), None, "a slot is not a block number");
     }
 }
