@@ -311,14 +311,13 @@ impl ProxyExchange {
     }
 
     /// Notes a request header the host changes for the node, as the client sent it (its values in
-    /// `headers`, as one).
+    /// `headers`, as one field).
     fn keep_client_header<N, V>(&mut self, headers: &[(N, V)], name: &'static str, changed: bool)
     where
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        let mut values = headers.iter().filter(|(n, _)| n.as_ref() == name.as_bytes()).map(|(_, v)| v.as_ref());
-        let value = values.next().map(|first| values.fold(first.to_vec(), |one, v| [&one[..], b", ", v].concat()));
+        let value = crate::cache::header_field(headers, name);
         self.client_headers.push(ClientHeader { name, value, changed });
     }
 

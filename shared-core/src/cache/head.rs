@@ -135,7 +135,7 @@ pub(super) fn named<'h, N: AsRef<[u8]>, V: AsRef<[u8]>>(
 
 /// A header's values as one field, each trimmed and joined with ", " as RFC 9110 combines field
 /// lines; `None` when there is none.
-pub(super) fn field<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], name: &str) -> Option<Vec<u8>> {
+pub(crate) fn field<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], name: &str) -> Option<Vec<u8>> {
     let mut values = named(headers, name).map(<[u8]>::trim_ascii);
     let first = values.next()?.to_vec();
     Some(values.fold(first, |joined, value| [joined.as_slice(), b", ", value].concat()))

@@ -29,6 +29,7 @@ use crate::negotiate::Coding;
 pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, MinLengths, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
+pub(crate) use head::field as header_field;
 pub use head::Head;
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
