@@ -9,9 +9,9 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 pub mod cache;
+pub mod drive;
 
 use self::cache::{AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
 use crate::cache::{HitResponse, Status as CacheStatus};
@@ -19,6 +19,10 @@ use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
 use crate::{dictionary, Node, Settings};
+
+/// The host's monotonic clock, in microseconds: the core reads none of its own. Deadlines
+/// ([`ProxyExchange::deadline`], [`ProxyExchange::head_deadline`]) are in its milliseconds.
+pub type Clock = fn() -> u64;
 
 /// What the host does with the request's headers.
 #[derive(Debug)]
@@ -163,6 +167,7 @@ struct ClientHeader {
 /// One exchange through the proxy, and through the cache when it is on.
 pub struct ProxyExchange {
     settings: Arc<Settings>,
+    clock: Clock,
     exchange: Exchange,
     /// This request's way through the cache, when the cache is on.
     cache: Option<ProxyCacheRequest>,
@@ -173,13 +178,11 @@ pub struct ProxyExchange {
     done: bool,
     /// The core's output since the host last cleared it.
     out: Vec<u8>,
-    /// The core has more of the body ready (see [`ProxyExchange::write_output`]), and the time
-    /// of the last feed, for the feeds that take it.
+    /// The core has more of the body ready (see [`ProxyExchange::write_output`]).
     more: bool,
-    now_ms: u64,
     /// The node's response has an `ACCEPT_RANGES`.
     accept_ranges_sent: bool,
-    compress_ns: u64,
+    compress_us: u64,
     /// What to add to the host's counters, and the compression time to record.
     counters: Vec<(Counter, u64)>,
     compress_duration: Option<u64>,
@@ -200,19 +203,19 @@ pub struct ProxyExchange {
 
 impl ProxyExchange {
     /// An exchange under a configuration's settings, with what its exchanges have learned about
-    /// the node.
-    pub fn new(settings: Arc<Settings>, node: Arc<Node>) -> Self {
+    /// the node, on the host's clock.
+    pub fn new(settings: Arc<Settings>, node: Arc<Node>, clock: Clock) -> Self {
         ProxyExchange {
             exchange: Exchange::new(Arc::clone(&settings), node),
             settings,
+            clock,
             cache: None,
             body_wanted: false,
             done: false,
             out: Vec::new(),
             more: false,
-            now_ms: 0,
             accept_ranges_sent: false,
-            compress_ns: 0,
+            compress_us: 0,
             counters: Vec::new(),
             compress_duration: None,
             stores: Vec::new(),
@@ -234,6 +237,10 @@ impl ProxyExchange {
         self
     }
 
+    fn now_ms(&self) -> u64 {
+        (self.clock)() / 1000
+    }
+
     /// Whether the proxy passes the body to a held head.
     fn body_comes(&self) -> bool {
         self.held_heads.as_ref().map_or(true, |held| held.body_comes.load(Ordering::Relaxed))
@@ -241,9 +248,9 @@ impl ProxyExchange {
 
     /// The host holds this head for its body: for at most `stream_delay_ms` where the body may
     /// not come.
-    fn hold_head(&mut self, head: Head, now_ms: impl FnOnce() -> u64) {
+    fn hold_head(&mut self, head: Head) {
         if !self.body_comes() {
-            self.head_bound = Some(HeadBound { head, at_ms: now_ms() + self.settings.stream_delay_ms });
+            self.head_bound = Some(HeadBound { head, at_ms: self.now_ms() + self.settings.stream_delay_ms });
         }
     }
 
@@ -258,16 +265,15 @@ impl ProxyExchange {
     }
 
     /// When the host calls [`ProxyExchange::let_request_go`] or
-    /// [`ProxyExchange::let_response_go`], in the clock of `now_ms`, while it holds a head whose
-    /// body may not come.
+    /// [`ProxyExchange::let_response_go`], while it holds a head whose body may not come.
     pub fn head_deadline(&self) -> Option<u64> {
         self.head_bound.map(|bound| bound.at_ms)
     }
 
     /// Whether the held head's bound has passed: it goes on without its body (said once in the
     /// host's log).
-    fn head_due(&mut self, head: Head, now_ms: u64) -> bool {
-        if !self.head_bound.is_some_and(|bound| bound.head == head && bound.at_ms <= now_ms) {
+    fn head_due(&mut self, head: Head) -> bool {
+        if !self.head_bound.is_some_and(|bound| bound.head == head && bound.at_ms <= self.now_ms()) {
             return false;
         }
         self.head_bound = None;
@@ -287,8 +293,8 @@ impl ProxyExchange {
     /// At [`ProxyExchange::head_deadline`]: whether the request's head, held for its body, goes on
     /// without it now (the host resumes the request). Its body then passes unread, past the
     /// cache.
-    pub fn let_request_go(&mut self, now_ms: u64) -> bool {
-        if !self.head_due(Head::Request, now_ms) {
+    pub fn let_request_go(&mut self) -> bool {
+        if !self.head_due(Head::Request) {
             return false;
         }
         self.body_wanted = false;
@@ -302,8 +308,8 @@ impl ProxyExchange {
     /// on without it now (the host resumes the response), as the node sent it, with the edits
     /// it was given at the head. Its body then passes as it comes. (The head of a split batch
     /// waits for no bound: its request's body came to a held head.)
-    pub fn let_response_go(&mut self, now_ms: u64) -> bool {
-        if !self.head_due(Head::Response, now_ms) {
+    pub fn let_response_go(&mut self) -> bool {
+        if !self.head_due(Head::Response) {
             return false;
         }
         self.finish(Mode::Untouched);
@@ -346,9 +352,7 @@ impl ProxyExchange {
         end_of_stream: bool,
         route_namespace: impl FnOnce() -> Option<R>,
         hot: Option<&dyn HotRegion>,
-        now_ms: impl FnOnce() -> u64,
     ) -> RequestHead {
-        let mut now = Now::new(now_ms);
         if let Some(reply) = self.dictionary(headers) {
             self.done = true;
             return RequestHead { upstream_accept: None, node_identity: false, step: RequestStep::Reply(reply) };
@@ -370,7 +374,7 @@ impl ProxyExchange {
                 self.exchange.cache_may_keep();
             }
             let min_length = self.settings.min_length;
-            after = self.cache.insert(request).on_headers_end(config, hot, min_length, now.ms() / 1000);
+            after = self.cache.insert(request).on_headers_end(config, hot, min_length, (self.clock)() / 1_000_000);
         }
         // Asking the node for SSZ may wait for the body's method: the headers wait with it.
         let body_for_ssz = self.body_wanted && self.settings.transcode_upstream_ssz;
@@ -390,7 +394,7 @@ impl ProxyExchange {
             self.keep_client_header(headers, "content-length", false);
         }
         if matches!(after, AfterBody::Wait) {
-            self.hold_head(Head::Request, || now.ms());
+            self.hold_head(Head::Request);
         }
         RequestHead { upstream_accept, node_identity, step: self.step(after, true) }
     }
@@ -413,14 +417,12 @@ impl ProxyExchange {
     }
 
     /// A request body callback, with the body's size so far; `body` reads it (at most once).
-    /// The clocks (`now_ms`, here and below) are read only when the core needs the time.
     pub fn on_request_body(
         &mut self,
         body_size: usize,
         end_of_stream: bool,
         body: impl FnOnce() -> Vec<u8>,
         hot: Option<&dyn HotRegion>,
-        now_ms: impl FnOnce() -> u64,
     ) -> RequestBody {
         self.body_came(Head::Request);
         let mut body = LazyBody::new(body);
@@ -442,7 +444,7 @@ impl ProxyExchange {
         if upstream_accept.is_some() {
             self.client_header_changed("accept");
         }
-        let step = self.look_up(body_size, end_of_stream, body, hot, now_ms);
+        let step = self.look_up(body_size, end_of_stream, body, hot);
         RequestBody { upstream_accept, step }
     }
 
@@ -454,13 +456,12 @@ impl ProxyExchange {
         end_of_stream: bool,
         mut body: LazyBody<F>,
         hot: Option<&dyn HotRegion>,
-        now_ms: impl FnOnce() -> u64,
     ) -> RequestStep {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
             return RequestStep::Continue;
         };
-        let (settings, min_length) = (self.settings.cache_settings(), self.settings.min_length);
-        let after = request.on_body(body_size, end_of_stream, &mut body, config, settings, hot, min_length, now_ms() / 1000);
+        let (settings, min_length, now_s) = (self.settings.cache_settings(), self.settings.min_length, (self.clock)() / 1_000_000);
+        let after = request.on_body(body_size, end_of_stream, &mut body, config, settings, hot, min_length, now_s);
         self.step(after, true)
     }
 
@@ -492,12 +493,12 @@ impl ProxyExchange {
         headers: &[(N, V)],
         body: &[u8],
         hot: Option<&dyn HotRegion>,
-        now_ms: impl FnOnce() -> u64,
     ) -> RequestStep {
         let (Some(request), Some(config)) = (self.cache.as_mut(), self.settings.cache.as_ref()) else {
             return RequestStep::Continue;
         };
-        let after = request.on_lookup_answer(headers, body, config, self.settings.min_length, hot, now_ms() / 1000);
+        let now_s = (self.clock)() / 1_000_000;
+        let after = request.on_lookup_answer(headers, body, config, self.settings.min_length, hot, now_s);
         self.step(after, false)
     }
 
@@ -515,7 +516,6 @@ impl ProxyExchange {
         &mut self,
         headers: &[(N, V)],
         end_of_stream: bool,
-        now_ms: impl FnOnce() -> u64,
     ) -> Result<ResponseHead<'_>, Failed> {
         let mut edits = Vec::new();
         if self.replied() {
@@ -563,11 +563,11 @@ impl ProxyExchange {
             BodyPlan::Stream => false,
             // An empty body: the core only settles the headers.
             BodyPlan::Buffer if end_of_stream => {
-                self.feed(&[], true, false, now_ms())?;
+                self.feed(&[], true, false)?;
                 false
             }
             BodyPlan::Buffer => {
-                self.hold_head(Head::Response, now_ms);
+                self.hold_head(Head::Response);
                 true
             }
         };
@@ -598,13 +598,12 @@ impl ProxyExchange {
         chunk: &[u8],
         end: bool,
         flush: bool,
-        now_ms: impl FnOnce() -> u64,
     ) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         if !chunk.is_empty() || end {
             self.body_came(Head::Response);
         }
         if self.merging.is_some() {
-            return self.merge(chunk, end, flush, now_ms());
+            return self.merge(chunk, end, flush);
         }
         if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
             request.hold(chunk);
@@ -615,13 +614,13 @@ impl ProxyExchange {
         if self.done {
             return Ok(None);
         }
-        self.feed(chunk, end, flush, now_ms())
+        self.feed(chunk, end, flush)
     }
 
     /// More of the node's answer to a split batch, held until the client's answer can be made: then
     /// the exchange plans and is fed that, and the rest of the node's body after it if any. Its
     /// Content-Length is the merged body's, or none when the rest is still to come.
-    fn merge(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+    fn merge(&mut self, chunk: &[u8], end: bool, flush: bool) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         let request = self.cache.as_mut().expect("only the cache merges");
         let Some(answer) = request.merge(chunk, end) else { return Ok(None) };
         let status = self.merging.take().expect("merging");
@@ -630,7 +629,7 @@ impl ProxyExchange {
             self.exchange.response_content_length(Some(answer.len() as u64));
         }
         if self.exchange.response_head(status) != BodyPlan::Pass {
-            return self.feed(&answer, end, flush, now_ms);
+            return self.feed(&answer, end, flush);
         }
         self.out.extend_from_slice(&answer);
         self.finish(self.exchange.mode());
@@ -645,14 +644,14 @@ impl ProxyExchange {
     }
 
     /// The response's trailers: its body has ended.
-    pub fn on_trailers(&mut self, now_ms: impl FnOnce() -> u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
-        self.on_body(&[], true, false, now_ms)
+    pub fn on_trailers(&mut self) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        self.on_body(&[], true, false)
     }
 
-    fn feed(&mut self, chunk: &[u8], end: bool, flush: bool, now_ms: u64) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
-        let started = Instant::now();
+    fn feed(&mut self, chunk: &[u8], end: bool, flush: bool) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
+        let started = (self.clock)();
+        let now_ms = started / 1000;
         let mut released = false;
-        self.now_ms = now_ms;
         let mut fed = self.exchange.feed(chunk, end, flush, now_ms);
         // More of the body (a witness's SSZ, piece by piece): taken here until some is out (so the
         // headers are), the rest by `write_output`.
@@ -673,7 +672,7 @@ impl ProxyExchange {
             }
             fed = self.exchange.feed(&[], false, false, now_ms);
         };
-        self.compress_ns += started.elapsed().as_nanos() as u64;
+        self.compress_us += (self.clock)().saturating_sub(started);
         if ended {
             self.finish(self.exchange.mode());
         }
@@ -721,7 +720,7 @@ impl ProxyExchange {
         }
         self.done = true;
         let outcome = self.exchange.transcode_outcome();
-        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_ns / 1000, outcome, self.exchange.upstream_encoded());
+        let (amounts, duration) = metrics::exchange_ended(mode, self.exchange.counts(), self.compress_us, outcome, self.exchange.upstream_encoded());
         self.counters.extend(amounts);
         self.compress_duration = duration;
         if let Some(why) = self.exchange.transcode_refusal() {
@@ -765,7 +764,7 @@ impl ProxyExchange {
             if !self.more {
                 return Ok(());
             }
-            self.feed(&[], false, false, self.now_ms)?;
+            self.feed(&[], false, false)?;
         }
     }
 
@@ -774,8 +773,7 @@ impl ProxyExchange {
         self.done
     }
 
-    /// When the core wants to be fed again (`on_body` with an empty chunk), in the clock of
-    /// `now_ms`, while it holds data.
+    /// When the core wants to be fed again (`on_body` with an empty chunk), while it holds data.
     pub fn deadline(&self) -> Option<u64> {
         self.exchange.deadline().filter(|_| !self.done)
     }
@@ -796,25 +794,6 @@ impl ProxyExchange {
     /// A line for the host's log, when there is one.
     pub fn take_warning(&mut self) -> Option<String> {
         self.warning.take()
-    }
-}
-
-/// The host's clock, read once, when first needed.
-struct Now<F> {
-    read: Option<F>,
-    ms: u64,
-}
-
-impl<F: FnOnce() -> u64> Now<F> {
-    fn new(read: F) -> Self {
-        Now { read: Some(read), ms: 0 }
-    }
-
-    fn ms(&mut self) -> u64 {
-        if let Some(read) = self.read.take() {
-            self.ms = read();
-        }
-        self.ms
     }
 }
 

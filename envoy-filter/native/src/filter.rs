@@ -10,13 +10,16 @@
 
 use std::sync::Arc;
 
-use rpcedge_core::proxy::cache::{ROUTE_METADATA, ROUTE_NAMESPACE};
-use rpcedge_core::proxy::{Failed, ProxyExchange, Reply, RequestStep};
-use rpcedge_core::{Failure, HeaderOp};
+use rpcedge_core::metrics::Counter;
+use rpcedge_core::proxy::cache::{DaemonCall, ROUTE_METADATA, ROUTE_NAMESPACE};
+use rpcedge_core::proxy::drive::{self, HeadStep, Step};
+use rpcedge_core::proxy::ProxyExchange;
+use rpcedge_core::HeaderOp;
 
 use crate::abi::{BodyStatus, BodyType, HeadersStatus, HeaderType, LogLevel, TrailersStatus};
 use crate::host::{log, Host, Scheduler};
-use crate::{now_ms, timer, Shared};
+use crate::timer::{self, now_ms};
+use crate::shared::Shared;
 
 /// The event that continues a response stopped at its trailers, so that the body added there
 /// goes out before them.
@@ -40,7 +43,7 @@ pub struct Filter {
 impl Filter {
     pub fn new(shared: Arc<Shared>) -> Filter {
         Filter {
-            exchange: ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node)),
+            exchange: ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node), timer::clock),
             shared,
             stopped: false,
             headers_released: false,
@@ -54,15 +57,11 @@ impl Filter {
         let headers = host.headers(HeaderType::Request);
         let route_namespace = || host.route_metadata(ROUTE_METADATA, ROUTE_NAMESPACE);
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        let head = self.exchange.on_request_headers(&headers, end_of_stream, route_namespace, hot, now_ms);
-        if head.node_identity {
-            host.set_header(HeaderType::Request, "accept-encoding", None);
-        }
-        ask_upstream(host, head.upstream_accept);
-        // a Beacon-API read is looked up (or answered) here: it has no body
-        let status = match self.step(host, head.step, &[BodyType::BufferedRequest]) {
-            Step::Continue => HeadersStatus::Continue,
-            Step::Wait | Step::Replied => HeadersStatus::StopIteration,
+        let mut hook = Hook::new(host, &self.shared, &[BodyType::BufferedRequest]);
+        let step = drive::request_headers(&mut self.exchange, &mut hook, &headers, end_of_stream, route_namespace, hot);
+        let status = match self.waits(step) {
+            false => HeadersStatus::Continue,
+            true => HeadersStatus::StopIteration,
         };
         self.account(host);
         status
@@ -81,50 +80,24 @@ impl Filter {
             whole
         };
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        let after = self.exchange.on_request_body(size, end_of_stream, body, hot, now_ms);
-        ask_upstream(host, after.upstream_accept);
         // the body so far is Envoy's received data, and what it buffered before
-        let status = match self.step(host, after.step, &[BodyType::BufferedRequest, BodyType::ReceivedRequest]) {
-            Step::Continue => BodyStatus::Continue,
-            Step::Wait => BodyStatus::StopIterationAndBuffer,
+        let mut hook = Hook::new(host, &self.shared, &[BodyType::BufferedRequest, BodyType::ReceivedRequest]);
+        let step = drive::request_body(&mut self.exchange, &mut hook, size, end_of_stream, body, hot);
+        let status = match step {
             Step::Replied => BodyStatus::StopIterationNoBuffer,
+            step if self.waits(step) => BodyStatus::StopIterationAndBuffer,
+            _ => BodyStatus::Continue,
         };
         self.account(host);
         status
     }
 
-    /// Does what the core says after the request's headers or body, or a lookup's answer; `body`
-    /// names where Envoy holds the request body.
-    fn step(&mut self, host: Host, step: RequestStep, body: &[BodyType]) -> Step {
-        match step {
-            RequestStep::Continue => Step::Continue,
-            RequestStep::Forward(forward) => {
-                for &kind in body {
-                    host.drain_body(kind, host.body_size(kind));
-                }
-                host.append_body(body[0], &forward);
-                host.set_header(HeaderType::Request, "content-length", Some(forward.len().to_string().as_bytes()));
-                Step::Continue
-            }
-            RequestStep::Wait => Step::Wait,
-            RequestStep::Reply(reply) => {
-                send_reply(host, &reply);
-                Step::Replied
-            }
-            RequestStep::Lookup(call) => {
-                match host.call(&call) {
-                    Some(id) => {
-                        self.lookup = Some(id);
-                        Step::Wait
-                    }
-                    None => {
-                        log(LogLevel::Warn, &format!("rpcedge cache: cannot call {}", call.cluster));
-                        let step = self.exchange.lookup_failed();
-                        self.step(host, step, body)
-                    }
-                }
-            }
+    /// Whether the request stops here after a step, and notes the lookup it waits for.
+    fn waits(&mut self, step: Step) -> bool {
+        if let Step::Lookup(id) = step {
+            self.lookup = Some(id);
         }
+        step != Step::Continue
     }
 
     /// The daemon answered a lookup (no headers: it did not, in time): its hit goes out, the next
@@ -135,9 +108,10 @@ impl Filter {
         }
         self.lookup = None;
         let hot = self.shared.cache.as_ref().and_then(|cache| cache.hot());
-        let step = self.exchange.on_lookup_answer(headers, body, hot, now_ms);
         // Envoy buffered the whole request body while the lookup ran
-        if self.step(host, step, &[BodyType::BufferedRequest]) == Step::Continue {
+        let mut hook = Hook::new(host, &self.shared, &[BodyType::BufferedRequest]);
+        let step = drive::lookup_answer(&mut self.exchange, &mut hook, headers, body, hot);
+        if !self.waits(step) {
             host.continue_request();
         }
         self.account(host);
@@ -151,20 +125,14 @@ impl Filter {
         }
         let headers = host.headers(HeaderType::Response);
         // (Envoy's header bytes are not read past here: setting a header may move them.)
-        let status = match self.exchange.on_response_headers(&headers, end_of_stream, now_ms) {
-            Ok(head) => {
-                apply_edits(host, head.edits);
-                if head.hold {
-                    self.stopped = true;
-                    HeadersStatus::StopIteration
-                } else {
-                    HeadersStatus::Continue
-                }
-            }
-            Err(failed) => {
-                fail(host, failed);
+        let hook = &mut Hook::new(host, &self.shared, &[]);
+        let status = match drive::response_headers(&mut self.exchange, hook, &headers, end_of_stream) {
+            HeadStep::Continue => HeadersStatus::Continue,
+            HeadStep::Hold => {
+                self.stopped = true;
                 HeadersStatus::StopIteration
             }
+            HeadStep::Failed => HeadersStatus::StopIteration,
         };
         self.account(host);
         status
@@ -289,9 +257,7 @@ impl Filter {
     /// as Envoy keeps it once the node has it: what reads it later (the access log, filters that
     /// read it with the response) reads the client's.
     fn restore_client_headers(&mut self, host: Host) {
-        for (name, value) in self.exchange.take_client_headers() {
-            host.set_header(HeaderType::Request, name, value.as_deref());
-        }
+        drive::restore_client_headers(&mut self.exchange, &mut Hook::new(host, &self.shared, &[]));
     }
 
     fn scheduler(&mut self, host: Host) -> Scheduler {
@@ -326,16 +292,13 @@ impl Filter {
     /// Feeds the core and applies the headers it releases; its bytes gather in its output. False
     /// when the exchange failed (and the response is being answered or reset).
     fn feed(&mut self, host: Host, chunk: &[u8], end: bool, flush: bool) -> bool {
-        match self.exchange.on_body(chunk, end, flush, now_ms) {
-            Ok(Some(edits)) => {
-                apply_edits(host, edits);
-                self.headers_released = true;
+        match drive::feed(&mut self.exchange, &mut Hook::new(host, &self.shared, &[]), chunk, end, flush) {
+            Some(released) => {
+                self.headers_released |= released;
                 true
             }
-            Ok(None) => true,
-            Err(failed) => {
+            None => {
                 self.disarm();
-                fail(host, failed);
                 false
             }
         }
@@ -344,68 +307,17 @@ impl Filter {
     /// Adds the core's output to the body Envoy holds, piece by piece where the core gives it so.
     /// False when the exchange failed (and the response is being reset).
     fn write_output(&mut self, host: Host, kind: BodyType) -> bool {
-        match self.exchange.write_output(|piece| host.append_body(kind, piece)) {
-            Ok(()) => true,
-            Err(failed) => {
-                self.disarm();
-                fail(host, failed);
-                false
-            }
+        let hook = &mut Hook::new(host, &self.shared, &[]);
+        let written = drive::write_output(&mut self.exchange, hook, |piece| host.append_body(kind, piece));
+        if !written {
+            self.disarm();
         }
+        written
     }
 
     /// Adds what the exchange counted to Envoy's stats, and hands on its store and its warning.
     fn account(&mut self, host: Host) {
-        let (counters, compress_us) = self.exchange.take_counters();
-        for (counter, amount) in counters {
-            self.shared.add(host, counter, amount);
-        }
-        if let Some(us) = compress_us {
-            host.record(self.shared.compress_duration, us);
-        }
-        if let Some(cache) = &self.shared.cache {
-            for store in self.exchange.take_stores() {
-                cache.queue_store(store);
-            }
-        }
-        if let Some(warning) = self.exchange.take_warning() {
-            log(LogLevel::Warn, &warning);
-        }
-    }
-}
-
-/// Where the request stands after the core's step.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Continue,
-    /// Waits for more body, or for a lookup's answer.
-    Wait,
-    Replied,
-}
-
-/// Asks the node for SSZ where the core says so (the request's head asked for identity).
-fn ask_upstream(host: Host, accept: Option<&str>) {
-    if let Some(accept) = accept {
-        host.set_header(HeaderType::Request, "accept", Some(accept.as_bytes()));
-    }
-}
-
-/// Answers the request with the cache's reply (Envoy sets its Content-Length).
-fn send_reply(host: Host, reply: &Reply) {
-    host.send_response(reply.status(), &reply.headers(), reply.body());
-}
-
-/// Does what the core says a failure calls for.
-fn fail(host: Host, failed: Failed) {
-    match failed.failure {
-        Failure::Respond(status) => {
-            log(LogLevel::Warn, &format!("answering {status}: {}", failed.why));
-            host.send_response(status, &[], &[]);
-        }
-        Failure::Reset => {
-            log(LogLevel::Warn, &format!("resetting the response: {}", failed.why));
-            host.reset();
-        }
+        drive::account(&mut self.exchange, &mut Hook::new(host, &self.shared, &[]));
     }
 }
 
@@ -418,12 +330,70 @@ impl Drop for Filter {
     }
 }
 
-fn apply_edits(host: Host, edits: Vec<HeaderOp>) {
-    for op in edits {
-        match op {
-            HeaderOp::Set(name, value) => host.set_header(HeaderType::Response, name, Some(&value)),
-            HeaderOp::Append(name, value) => host.add_header(HeaderType::Response, name, value),
-            HeaderOp::Remove(name) => host.set_header(HeaderType::Response, name, None),
+/// One of the filter's hooks, as the core's steps call into Envoy.
+struct Hook<'a> {
+    host: Host,
+    shared: &'a Shared,
+    /// Where Envoy holds the request body in this hook.
+    request_body: &'a [BodyType],
+}
+
+impl<'a> Hook<'a> {
+    fn new(host: Host, shared: &'a Shared, request_body: &'a [BodyType]) -> Self {
+        Hook { host, shared, request_body }
+    }
+}
+
+impl drive::Host for Hook<'_> {
+    fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        self.host.set_header(HeaderType::Request, name, value);
+    }
+
+    fn replace_request_body(&mut self, body: &[u8]) {
+        for &kind in self.request_body {
+            self.host.drain_body(kind, self.host.body_size(kind));
         }
+        self.host.append_body(self.request_body[0], body);
+    }
+
+    fn edit_response_header(&mut self, op: HeaderOp<'_>) {
+        match op {
+            HeaderOp::Set(name, value) => self.host.set_header(HeaderType::Response, name, Some(&value)),
+            HeaderOp::Append(name, value) => self.host.add_header(HeaderType::Response, name, value),
+            HeaderOp::Remove(name) => self.host.set_header(HeaderType::Response, name, None),
+        }
+    }
+
+    fn call_daemon(&mut self, call: &DaemonCall) -> Option<u64> {
+        self.host.call(call)
+    }
+
+    /// Envoy sets the reply's Content-Length.
+    fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) -> bool {
+        self.host.send_response(status, headers, body);
+        true
+    }
+
+    fn reset(&mut self) {
+        self.host.reset();
+    }
+
+    fn count(&mut self, counter: Counter, amount: u64) {
+        self.shared.add(self.host, counter, amount);
+    }
+
+    fn record_compress_us(&mut self, us: u64) {
+        self.host.record(self.shared.compress_duration, us);
+    }
+
+    fn queue_store(&mut self, call: DaemonCall) {
+        // stores are made only where the cache is on
+        if let Some(cache) = &self.shared.cache {
+            cache.queue_store(call);
+        }
+    }
+
+    fn warn(&mut self, line: &str) {
+        log(LogLevel::Warn, line);
     }
 }

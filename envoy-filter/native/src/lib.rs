@@ -1,7 +1,7 @@
 //! rpcedge as a native Envoy HTTP filter: a dynamic module (`librpcedge_envoy_native.so`) that
 //! Envoy loads at run time through its dynamic-modules ABI, over the same core, configuration and
 //! counters as the proxy-wasm filter (`envoy-filter/wasm/`). It only moves headers and body bytes
-//! between Envoy's hooks and the core's `Exchange` (`filter`).
+//! between Envoy's hooks and the core's `ProxyExchange` (`filter`).
 //!
 //! # Keeping in step with Envoy
 //!
@@ -33,88 +33,22 @@ mod abi;
 mod cache;
 mod filter;
 mod host;
+mod shared;
 #[cfg(test)]
 mod tests;
 mod timer;
 
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
-
-use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::{Config, Node, Settings};
+use std::sync::Arc;
 
 use abi::{
     BodyStatus, EnvoyBuffer, EnvoyHeader, FilterConfigEnvoy, FilterEnvoy, HeadersStatus, LogLevel,
-    TrailersStatus, METRICS_SUCCESS,
+    TrailersStatus,
 };
-use cache::CacheShared;
 use filter::Filter;
 use host::{log, Host};
-
-/// What one filter configuration shares with its filters, on every worker.
-pub struct Shared {
-    settings: Arc<Settings>,
-    /// What this configuration's exchanges learn about the node.
-    node: Arc<Node>,
-    /// Counter ids by `Counter::index`.
-    counters: Vec<usize>,
-    /// Each compressing exchange's compression time, in microseconds.
-    compress_duration: usize,
-    /// The response cache, when it is on.
-    cache: Option<CacheShared>,
-}
-
-// Envoy's workers share a configuration's `Shared`.
-const _: fn() = || {
-    fn shared_between_threads<T: Send + Sync>() {}
-    shared_between_threads::<Shared>();
-};
-
-impl Shared {
-    fn new(config: FilterConfigEnvoy, json: &[u8]) -> Result<Shared, String> {
-        let settings = Config::from_json(json)
-            .and_then(|s| s.check_buffer_limit().map(|()| s))
-            .map_err(|e| format!("invalid plugin configuration: {e}"))?;
-        let define = |histogram: bool, name: &str| {
-            let name = format!("rpcedge.{name}");
-            let mut id = 0;
-            // SAFETY: called from `on_http_filter_config_new`, while Envoy lets a config define metrics.
-            let result = unsafe {
-                let define = if histogram {
-                    abi::envoy_dynamic_module_callback_http_filter_config_define_histogram
-                } else {
-                    abi::envoy_dynamic_module_callback_http_filter_config_define_counter
-                };
-                define(config, name.as_str().into(), std::ptr::null(), 0, &mut id)
-            };
-            if result == METRICS_SUCCESS {
-                Ok(id)
-            } else {
-                Err(format!("cannot define the metric {name}: {result}"))
-            }
-        };
-        Ok(Shared {
-            counters: Counter::all().map(|counter| define(false, &counter.name())).collect::<Result<_, _>>()?,
-            compress_duration: define(true, metrics::compress_duration_name())?,
-            cache: settings.cache.clone().filter(|cache| cache.enabled).map(|cache| CacheShared::new(config, cache)),
-            settings: Arc::new(settings),
-            node: Arc::default(),
-        })
-    }
-
-    fn add(&self, host: Host, counter: Counter, amount: u64) {
-        host.increment(self.counters[counter.index()], amount);
-    }
-}
-
-/// The core's clock, in milliseconds: monotonic, so that a step of the wall clock never holds
-/// data back.
-fn now_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+use shared::Shared;
 
 /// Runs a hook's body, catching a panic before it reaches Envoy.
 fn guard<T>(fallback: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {

@@ -2,13 +2,25 @@
 //! own (only bootstrap extensions and clusters have one), but a filter's scheduler may be
 //! committed to from any thread. So one thread of this module sleeps until the next deadline and
 //! commits its filter's event; the filter then runs the core's tick on its own worker.
+//! The deadlines are on the module's clock (`clock`), which it gives the core.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::host::Scheduler;
-use crate::now_ms;
+
+/// The module's clock for the core (`rpcedge_core::proxy::Clock`), in microseconds: monotonic,
+/// so that a step of the wall clock never holds data back.
+pub fn clock() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The core's deadlines are in the clock's milliseconds.
+pub fn now_ms() -> u64 {
+    clock() / 1000
+}
 
 /// The event a deadline commits.
 pub const DEADLINE: u64 = 1;

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use rpcedge_core::proxy::cache::{DaemonCall, HotRegion, ROUTE_METADATA, ROUTE_NAMESPACE};
-use rpcedge_core::proxy::Reply;
 
 /// A worker's hot tier: its region, laid out by the core (one Wasm VM per worker: no lock).
 pub struct WorkerHot(pub RefCell<Vec<u8>>);
@@ -28,22 +27,10 @@ pub fn route_namespace() -> Option<Vec<u8>> {
     hostcalls::get_property(path).ok().flatten()
 }
 
-/// Sends the cache's reply as the local reply (Envoy sets its Content-Length); false when Envoy
-/// refused it.
-pub fn send_reply(reply: &Reply) -> bool {
-    hostcalls::send_http_response(reply.status() as u32, reply.headers(), Some(reply.body())).is_ok()
-}
-
 /// Makes a call to the daemon: its token, or none when Envoy could not make it.
 pub fn dispatch(call: &DaemonCall) -> Option<u32> {
     let headers = call.headers.iter().map(|(name, value)| (*name, value.as_str())).collect();
     let body = (!call.body.is_empty()).then_some(call.body.as_slice());
     let timeout = Duration::from_millis(call.timeout_ms);
-    match hostcalls::dispatch_http_call(&call.cluster, headers, body, vec![], timeout) {
-        Ok(token) => Some(token),
-        Err(status) => {
-            log::warn!("rpcedge cache: cannot call {}: {status:?}", call.cluster);
-            None
-        }
-    }
+    hostcalls::dispatch_http_call(&call.cluster, headers, body, vec![], timeout).ok()
 }

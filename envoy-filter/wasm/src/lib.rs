@@ -33,10 +33,11 @@ use std::time::{Duration, Instant};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
-use rpcedge_core::proxy::cache::{DaemonCall, HotRegion};
 use rpcedge_core::metrics::{self, Counter};
-use rpcedge_core::proxy::{Failed, HeldHeads, ProxyExchange, RequestStep};
-use rpcedge_core::{Config, Failure, HeaderOp, Node, Settings};
+use rpcedge_core::proxy::cache::{DaemonCall, HotRegion};
+use rpcedge_core::proxy::drive::{self, HeadStep, Step};
+use rpcedge_core::proxy::{HeldHeads, ProxyExchange};
+use rpcedge_core::{Config, HeaderOp, Node, Settings};
 
 mod cache;
 use cache::WorkerHot;
@@ -209,7 +210,7 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let shared = Rc::clone(self.shared.as_ref()?);
-        let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node))
+        let exchange = ProxyExchange::new(Arc::clone(&shared.settings), Arc::clone(&shared.node), clock)
             .bounding_held_heads(Arc::clone(&shared.held_heads));
         let stream = Rc::new(RefCell::new(Stream::new(context_id, exchange, shared)));
         Some(Box::new(Filter { stream, lookup: None, request_body_size: 0 }))
@@ -223,12 +224,23 @@ impl RootContext for Root {
 struct Filter {
     stream: Rc<RefCell<Stream>>,
     /// The cache lookup this request waits for.
-    lookup: Option<u32>,
+    lookup: Option<u64>,
     /// The request body Envoy holds while it waits.
     request_body_size: usize,
 }
 
 impl Filter {
+    /// Where the request stands after a step: `Pause` while it waits (for more body, or for the
+    /// lookup noted here) or has been answered.
+    fn waits(&mut self, step: Step) -> Action {
+        match step {
+            Step::Continue => return Action::Continue,
+            Step::Lookup(token) => self.lookup = Some(token),
+            Step::Wait | Step::Replied => {}
+        }
+        Action::Pause
+    }
+
     /// Runs one callback, then lets the root know whether this exchange now needs ticks.
     fn with_stream(&self, f: impl FnOnce(&mut Stream) -> Action) -> Action {
         let (action, id, shared, due) = {
@@ -244,7 +256,7 @@ impl Filter {
 
 impl Context for Filter {
     fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
-        if self.lookup.take() != Some(token_id) {
+        if self.lookup.take() != Some(u64::from(token_id)) {
             return;
         }
         let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
@@ -254,16 +266,16 @@ impl Context for Filter {
             Vec::new()
         };
         let request_body_size = self.request_body_size;
-        let mut lookup = None;
+        let mut step = Step::Continue;
         self.with_stream(|stream| {
-            let shared = Rc::clone(&stream.shared);
-            let step = stream.exchange.on_lookup_answer(&headers, &body, shared.hot(), now_ms);
-            if let Action::Continue = request_step(stream, step, request_body_size, &mut lookup) {
+            let hook = &mut Hook::new(&stream.shared, request_body_size);
+            step = drive::lookup_answer(&mut stream.exchange, hook, &headers, &body, stream.shared.hot());
+            if step == Step::Continue {
                 let _ = hostcalls::resume_http_request();
             }
             Action::Continue
         });
-        self.lookup = lookup;
+        self.waits(step);
     }
 
     fn on_done(&mut self) -> bool {
@@ -283,20 +295,13 @@ impl HttpContext for Filter {
         if headers.iter().any(|(name, _)| name == "x-rpcedge-test-panic") {
             panic!("x-rpcedge-test-panic");
         }
-        let mut lookup = None;
-        let action = self.with_stream(|stream| {
-            let shared = Rc::clone(&stream.shared);
-            let head =
-                stream.exchange.on_request_headers(&headers, end_of_stream, cache::route_namespace, shared.hot(), now_ms);
-            if head.node_identity {
-                let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept-encoding", None);
-            }
-            ask_upstream(head.upstream_accept);
-            // a Beacon-API read is looked up (or answered) here: it has no body
-            request_step(stream, head.step, 0, &mut lookup)
+        let mut step = Step::Continue;
+        self.with_stream(|stream| {
+            let (hook, hot) = (&mut Hook::new(&stream.shared, 0), stream.shared.hot());
+            step = drive::request_headers(&mut stream.exchange, hook, &headers, end_of_stream, cache::route_namespace, hot);
+            Action::Continue
         });
-        self.lookup = lookup;
-        action
+        self.waits(step)
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -304,17 +309,15 @@ impl HttpContext for Filter {
             return Action::Continue;
         }
         let body = || hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten().unwrap_or_default();
-        let mut lookup = None;
-        let action = self.with_stream(|stream| {
-            let shared = Rc::clone(&stream.shared);
-            let after = stream.exchange.on_request_body(body_size, end_of_stream, body, shared.hot(), now_ms);
-            ask_upstream(after.upstream_accept);
-            request_step(stream, after.step, body_size, &mut lookup)
+        let mut step = Step::Continue;
+        self.with_stream(|stream| {
+            let (hook, hot) = (&mut Hook::new(&stream.shared, body_size), stream.shared.hot());
+            step = drive::request_body(&mut stream.exchange, hook, body_size, end_of_stream, body, hot);
+            Action::Continue
         });
-        self.lookup = lookup;
         // the body Envoy buffers while a lookup runs
         self.request_body_size = body_size;
-        action
+        self.waits(step)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -355,20 +358,11 @@ impl Stream {
     }
 
     fn on_headers(&mut self, headers: &[(String, Vec<u8>)], end_of_stream: bool) -> Action {
-        match self.exchange.on_response_headers(headers, end_of_stream, now_ms) {
-            Ok(head) => {
-                apply_edits(head.edits);
-                self.stopped = head.hold;
-                if head.hold {
-                    Action::Pause
-                } else {
-                    Action::Continue
-                }
-            }
-            Err(failed) => {
-                fail(failed);
-                Action::Pause
-            }
+        let step = drive::response_headers(&mut self.exchange, &mut Hook::new(&self.shared, 0), headers, end_of_stream);
+        self.stopped = step == HeadStep::Hold;
+        match step {
+            HeadStep::Continue => Action::Continue,
+            HeadStep::Hold | HeadStep::Failed => Action::Pause,
         }
     }
 
@@ -427,7 +421,8 @@ impl Stream {
             if !self.buffering {
                 // Only a response with no body callback at all gets here, and the core has
                 // nothing to add to an empty body; failing beats a truncated one all the same.
-                fail(self.exchange.abort("the body ended in trailers, with no body held to end"));
+                let failed = self.exchange.abort("the body ended in trailers, with no body held to end");
+                drive::fail(&mut Hook::new(&self.shared, 0), failed);
                 return Action::Pause;
             }
             if !self.append_output() {
@@ -455,11 +450,10 @@ impl Stream {
     /// where the core gives it so; false when the exchange failed.
     fn append_output(&mut self) -> bool {
         let held = &mut self.held;
-        let written = self.exchange.write_output(|piece| {
+        drive::write_output(&mut self.exchange, &mut Hook::new(&self.shared, 0), |piece| {
             let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, *held, 0, piece);
             *held += piece.len();
-        });
-        written.map_err(fail).is_ok()
+        })
     }
 
     /// Resumes Envoy where it stopped at this filter: it sends the body it holds.
@@ -487,11 +481,11 @@ impl Stream {
             return;
         }
         // A head held for a body that Envoy may be withholding from this filter goes on without it.
-        if self.exchange.let_request_go(now) {
+        if self.exchange.let_request_go() {
             let _ = hostcalls::resume_http_request();
             return;
         }
-        if self.exchange.let_response_go(now) {
+        if self.exchange.let_response_go() {
             self.resume();
             return;
         }
@@ -510,105 +504,74 @@ impl Stream {
     fn feed(&mut self, chunk: &[u8], end: bool) -> bool {
         self.exchange.clear_output();
         // Envoy has no notion of an upstream flush: every chunk is fed as unflushed.
-        match self.exchange.on_body(chunk, end, false, now_ms) {
-            Ok(edits) => {
-                edits.map(apply_edits);
-                true
-            }
-            Err(failed) => {
-                fail(failed);
-                false
-            }
-        }
+        drive::feed(&mut self.exchange, &mut Hook::new(&self.shared, 0), chunk, end, false).is_some()
     }
 
-    /// Adds what the exchange counted to the worker's stats, and hands its store to the root.
+    /// Adds what the exchange counted to the worker's stats, and hands its stores to the root.
     fn account(&mut self) {
-        let (counters, compress_us) = self.exchange.take_counters();
-        for (counter, amount) in counters {
-            self.shared.metrics.add(counter, amount);
-        }
-        if let Some(us) = compress_us {
-            let _ = hostcalls::record_metric(self.shared.metrics.compress_duration, us);
-        }
-        // the root's tick takes them (`Shared::note_due` sets it going)
-        self.shared.stores.borrow_mut().extend(self.exchange.take_stores());
-        if let Some(warning) = self.exchange.take_warning() {
-            log::warn!("{warning}");
-        }
+        drive::account(&mut self.exchange, &mut Hook::new(&self.shared, 0));
     }
 }
 
-/// Does what the core says after the request's headers or body (of `body_size` bytes), or a
-/// lookup's answer:
-/// `Pause` while it waits (for more body, or a lookup's answer, whose token goes in `lookup`) or
-/// has replied.
-fn request_step(stream: &mut Stream, step: RequestStep, body_size: usize, lookup: &mut Option<u32>) -> Action {
-    match step {
-        RequestStep::Continue => Action::Continue,
-        RequestStep::Forward(body) => {
-            let _ = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &body);
-            let length = body.len().to_string();
-            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", Some(&length));
-            Action::Continue
-        }
-        RequestStep::Wait => Action::Pause,
-        RequestStep::Reply(reply) => {
-            // The request as Envoy keeps it (its access log) is the client's again, where Envoy lets
-            // the filter write it: only while the filter holds it, as here.
-            for (name, value) in stream.exchange.take_client_headers() {
-                let _ = hostcalls::set_map_value_bytes(MapType::HttpRequestHeaders, name, value.as_deref());
-            }
-            if cache::send_reply(&reply) {
-                Action::Pause
-            } else {
-                Action::Continue
-            }
-        }
-        RequestStep::Lookup(call) => {
-            match cache::dispatch(&call) {
-                Some(token) => {
-                    *lookup = Some(token);
-                    Action::Pause
-                }
-                None => {
-                    let step = stream.exchange.lookup_failed();
-                    request_step(stream, step, body_size, lookup)
-                }
-            }
-        }
+/// A callback of this filter's, as the core's steps call into Envoy.
+struct Hook<'a> {
+    shared: &'a Shared,
+    /// The request body Envoy holds in this callback.
+    request_body_size: usize,
+}
+
+impl<'a> Hook<'a> {
+    fn new(shared: &'a Shared, request_body_size: usize) -> Self {
+        Hook { shared, request_body_size }
     }
 }
 
-/// Asks the node for SSZ where the core says so (the request's head asked for identity).
-fn ask_upstream(accept: Option<&str>) {
-    if let Some(accept) = accept {
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, "accept", Some(accept));
+impl drive::Host for Hook<'_> {
+    fn set_request_header(&mut self, name: &str, value: Option<&[u8]>) {
+        let _ = hostcalls::set_map_value_bytes(MapType::HttpRequestHeaders, name, value);
     }
-}
 
-/// Does what the core says a failure calls for.
-fn fail(failed: Failed) {
-    match failed.failure {
-        Failure::Respond(status) => {
-            log::warn!("answering {status}: {}", failed.why);
-            let _ = hostcalls::send_http_response(u32::from(status), vec![], None);
-        }
-        Failure::Reset => {
-            log::warn!("resetting the response: {}", failed.why);
-            let _ = hostcalls::reset_http_response();
-        }
+    fn replace_request_body(&mut self, body: &[u8]) {
+        let _ = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, self.request_body_size, body);
     }
-}
 
-fn apply_edits(edits: Vec<HeaderOp>) {
-    let headers = MapType::HttpResponseHeaders;
-    for op in edits {
+    fn edit_response_header(&mut self, op: HeaderOp<'_>) {
+        let headers = MapType::HttpResponseHeaders;
         let _ = match op {
             HeaderOp::Set(name, value) => hostcalls::set_map_value_bytes(headers, name, Some(&value)),
             HeaderOp::Append(name, value) => hostcalls::add_map_value(headers, name, value),
             HeaderOp::Remove(name) => hostcalls::remove_map_value(headers, name),
         };
+    }
+
+    fn call_daemon(&mut self, call: &DaemonCall) -> Option<u64> {
+        cache::dispatch(call).map(u64::from)
+    }
+
+    /// Envoy sets the reply's Content-Length.
+    fn send_reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) -> bool {
+        hostcalls::send_http_response(u32::from(status), headers.to_vec(), Some(body)).is_ok()
+    }
+
+    fn reset(&mut self) {
+        let _ = hostcalls::reset_http_response();
+    }
+
+    fn count(&mut self, counter: Counter, amount: u64) {
+        self.shared.metrics.add(counter, amount);
+    }
+
+    fn record_compress_us(&mut self, us: u64) {
+        let _ = hostcalls::record_metric(self.shared.metrics.compress_duration, us);
+    }
+
+    /// The root's tick makes it (`Shared::note_due` sets it going).
+    fn queue_store(&mut self, call: DaemonCall) {
+        self.shared.stores.borrow_mut().push(call);
+    }
+
+    fn warn(&mut self, line: &str) {
+        log::warn!("{line}");
     }
 }
 
@@ -639,11 +602,17 @@ impl Metrics {
     }
 }
 
-/// The core's clock, in milliseconds: monotonic (WASI's, which Envoy serves from its own
-/// monotonic time source), so that a step of the wall clock never holds data back.
-fn now_ms() -> u64 {
+/// The filter's clock for the core (`rpcedge_core::proxy::Clock`), in microseconds: monotonic
+/// (WASI's, which Envoy serves from its own monotonic time source), so that a step of the wall
+/// clock never holds data back.
+fn clock() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The core's deadlines are in the clock's milliseconds.
+fn now_ms() -> u64 {
+    clock() / 1000
 }
 
 #[cfg(test)]
