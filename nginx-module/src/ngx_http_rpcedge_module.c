@@ -124,6 +124,20 @@ ngx_module_t  ngx_http_rpcedge_module = {
 };
 
 
+
+/* the core's work is timed finer than nginx's cached milliseconds */
+
+uint64_t
+ngx_http_rpcedge_now_ns(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+
 size_t
 ngx_http_rpcedge_min_length(ngx_http_request_t *r)
 {

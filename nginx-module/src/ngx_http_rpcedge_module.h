@@ -114,6 +114,9 @@ const rpcedge_dictionary_t *ngx_http_rpcedge_dictionary_of(
 ngx_int_t ngx_http_rpcedge_status_init(ngx_conf_t *cf);
 char *ngx_http_rpcedge_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
+/* a monotonic clock in nanoseconds, to time the core's work */
+uint64_t ngx_http_rpcedge_now_ns(void);
+
 /* adds what the core counts for an event (rpcedge_count_*) */
 void ngx_http_rpcedge_count(rpcedge_count_t *counts, size_t n);
 
