@@ -41,6 +41,11 @@
 #include "ngx_http_rpcedge_cache.h"
 
 
+/* rpcedge_cache_pass's default: the location configs/nginx/rpcedge-cache.conf
+ * makes */
+#define NGX_HTTP_RPCEDGE_CACHE_PASS  "/_rpcedge_cache"
+
+
 static ngx_int_t ngx_http_rpcedge_cache_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static char *ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post,
@@ -256,7 +261,7 @@ ngx_http_rpcedge_cache_check_pass(ngx_conf_t *cf, void *post, void *data)
 
     if (pass->len == 0 || pass->data[0] != '/') {
         return "must be the URI of an internal location, such as "
-               "/_rpcedge_cache";
+               NGX_HTTP_RPCEDGE_CACHE_PASS;
     }
 
     /* the daemon's paths begin with a slash */
@@ -348,13 +353,16 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
     config = rpcedge_config_default();
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
-    ngx_conf_merge_str_value(conf->pass, prev->pass, "/_rpcedge_cache");
+    ngx_conf_merge_str_value(conf->pass, prev->pass,
+                             NGX_HTTP_RPCEDGE_CACHE_PASS);
     ngx_conf_merge_ptr_value(conf->hot, prev->hot, NULL);
     ngx_conf_merge_str_value(conf->ns, prev->ns, "");
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout,
                               config.cache_timeout_ms);
-    ngx_conf_merge_value(conf->status_header, prev->status_header, 1);
-    ngx_conf_merge_value(conf->status_reason, prev->status_reason, 0);
+    ngx_conf_merge_value(conf->status_header, prev->status_header,
+                         config.cache_status_header);
+    ngx_conf_merge_value(conf->status_reason, prev->status_reason,
+                         config.cache_status_reason);
     ngx_conf_merge_sec_value(conf->store_timeout, prev->store_timeout,
                              (time_t) config.cache_store_timeout_s);
     ngx_conf_merge_size_value(conf->max_request, prev->max_request,
@@ -376,6 +384,8 @@ ngx_http_rpcedge_cache_merge_conf(ngx_conf_t *cf, void *parent, void *child)
         config.cache_chain_ttl_s = conf->chain_ttl;
         config.cache_max_batch = conf->max_batch;
         config.cache_lock_timeout_ms = conf->lock_timeout;
+        config.cache_status_header = conf->status_header;
+        config.cache_status_reason = conf->status_reason;
 
         /* a hit goes out in a coding the location makes */
         if (ngx_http_rpcedge_conf_encodings(cf, &config) != NGX_OK) {

@@ -334,6 +334,11 @@ typedef struct {
    * How long a miss waits for another request's answer for its key; 0: never.
    */
   uint64_t cache_lock_timeout_ms;
+  /**
+   * The cache's status header on answers, and its reason in it (0 or 1).
+   */
+  uint8_t cache_status_header;
+  uint8_t cache_status_reason;
 } rpcedge_config_t;
 
 #ifdef __cplusplus
@@ -412,14 +417,21 @@ int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers, size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
 
 /**
- * The hit's reply: its `status` and `body`; returns the body's coding (1 gzip,
- * 3 zstd, 4 br, 5 dcz; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
+ * The hit's reply: its `status` and `body`; returns the body's coding (its token:
+ * `rpcedge_coding_token`; `Content-Encoding` says the same), 0 when plain (or there is no hit:
+ * `status` 0).
  * Send it with its exact length and the headers `rpcedge_cache_hit_header` gives.
  *
  * # Safety
  * `cache` is NULL or live; `status` and `body` are NULL or writable.
  */
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
+
+/**
+ * The Content-Encoding token of a coding as `rpcedge_cache_hit` numbers it: no data for 0
+ * (plain) or a number that names no coding.
+ */
+rpcedge_str_t rpcedge_coding_token(int32_t coding);
 
 /**
  * The hit's header at `index` (from 0): 1 with its name (lower case) and value, 0 past the last.

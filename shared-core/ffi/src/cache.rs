@@ -1,15 +1,16 @@
 //! The cache's C ABI: one `CacheExchange` per request (see `cache::flow`), for the nginx module
 //! and the Lua binding. Strings handed out are valid until the next call on the same handle.
 
-use std::ptr;
-
-use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 use std::collections::VecDeque;
+use std::ptr;
 
 use rpcedge_core::cache::{
     entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotTier, Refusal, Status,
 };
 use rpcedge_core::config::MAX_ENTRY;
+use rpcedge_core::Coding;
+
+use crate::{bytes, guard, put, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
 
 /// Opaque per-request cache exchange.
 pub struct RpcedgeCache {
@@ -286,8 +287,9 @@ pub unsafe extern "C" fn rpcedge_cache_answered(
     })
 }
 
-/// The hit's reply: its `status` and `body`; returns the body's coding (1 gzip,
-/// 3 zstd, 4 br, 5 dcz; `Content-Encoding` says the same), 0 when plain (or there is no hit: `status` 0).
+/// The hit's reply: its `status` and `body`; returns the body's coding (its token:
+/// `rpcedge_coding_token`; `Content-Encoding` says the same), 0 when plain (or there is no hit:
+/// `status` 0).
 /// Send it with its exact length and the headers `rpcedge_cache_hit_header` gives.
 ///
 /// # Safety
@@ -302,6 +304,14 @@ pub unsafe extern "C" fn rpcedge_cache_hit(cache: *const RpcedgeCache, status: *
         put(body, RpcedgeStr::of(&hit.body));
         hit.coding.map_or(0, |coding| coding as i32)
     })
+}
+
+/// The Content-Encoding token of a coding as `rpcedge_cache_hit` numbers it: no data for 0
+/// (plain) or a number that names no coding.
+#[no_mangle]
+pub extern "C" fn rpcedge_coding_token(coding: i32) -> RpcedgeStr {
+    let token = Coding::ALL.into_iter().find(|c| *c as i32 == coding).map(Coding::token);
+    token.map_or(RpcedgeStr::NONE, |token| RpcedgeStr::of(token.as_bytes()))
 }
 
 /// The hit's header at `index` (from 0): 1 with its name (lower case) and value, 0 past the last.

@@ -56,6 +56,9 @@ pub struct RpcedgeConfig {
     pub cache_max_batch: u64,
     /// How long a miss waits for another request's answer for its key; 0: never.
     pub cache_lock_timeout_ms: u64,
+    /// The cache's status header on answers, and its reason in it (0 or 1).
+    pub cache_status_header: u8,
+    pub cache_status_reason: u8,
 }
 
 /// Checks one numeric setting by name (e.g. "level"); 0 when valid, -1 with `err` filled in.
@@ -176,6 +179,8 @@ pub unsafe extern "C" fn rpcedge_settings_new(config: *const RpcedgeConfig, err:
             chain_ttl_s: c.cache_chain_ttl_s,
             max_batch: c.cache_max_batch,
             lock_timeout_ms: c.cache_lock_timeout_ms,
+            status_header: c.cache_status_header != 0,
+            status_reason: c.cache_status_reason != 0,
             ..CacheConfig::default()
         };
         Config {
@@ -253,6 +258,8 @@ pub extern "C" fn rpcedge_config_default() -> RpcedgeConfig {
         cache_chain_ttl_s: cache.chain_ttl_s,
         cache_max_batch: cache.max_batch,
         cache_lock_timeout_ms: cache.lock_timeout_ms,
+        cache_status_header: cache.status_header.into(),
+        cache_status_reason: cache.status_reason.into(),
     }
 }
 

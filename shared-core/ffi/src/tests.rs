@@ -484,7 +484,9 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let ttl = [c_header("x-rpcedge-ttl", "60")];
         assert_eq!(rpcedge_cache_answered(hit, 200, ttl.as_ptr(), 1, kept.as_ptr(), kept.len(), 1024), 1);
         let (mut status, mut body) = (garbage(), garbage());
-        assert_eq!(rpcedge_cache_hit(hit, &mut status, &mut body), 1, "gzip");
+        let coding = rpcedge_cache_hit(hit, &mut status, &mut body);
+        assert_eq!(owned(&rpcedge_coding_token(coding)), b"gzip");
+        assert!(rpcedge_coding_token(0).data.is_null() && rpcedge_coding_token(6).data.is_null(), "plain, or no coding");
         assert_eq!(status, 200);
         assert_eq!(gunzip(bytes(body.data, body.len)), answer.replace(r#""id":1"#, r#""id":"two""#).into_bytes());
         let hit_headers: Vec<(Vec<u8>, Vec<u8>)> = (0..)

@@ -143,6 +143,7 @@ int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *cal
 int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers,
                                size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
+rpcedge_str_t rpcedge_coding_token(int32_t coding);
 int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name,
                                  rpcedge_str_t *value);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,

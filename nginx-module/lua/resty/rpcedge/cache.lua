@@ -26,9 +26,6 @@ local header_array, anchor = abi.header_array, abi.anchor
 local daemon_call_of, daemon_call = daemon.daemon_call_of, daemon.daemon_call
 local send_behind = daemon.send_behind
 
--- rpcedge_cache_hit's answer: the hit's Content-Encoding by the core's number for it
-local HIT_CODINGS = { [1] = "gzip", [3] = "zstd", [4] = "br", [5] = "dcz" }
-
 local _M = {}
 
 
@@ -133,8 +130,8 @@ function Cache:hit(entry, min_length)
     end
     count(lib.rpcedge_count_cache(self.handle, counts))
     local body = ffi_new("rpcedge_str_t")
-    local coding = HIT_CODINGS[lib.rpcedge_cache_hit(self.handle, nil, body)]
-    return lua_string(body), coding
+    local coding = lib.rpcedge_cache_hit(self.handle, nil, body)
+    return lua_string(body), coding ~= 0 and lua_string(lib.rpcedge_coding_token(coding)) or nil
 end
 
 
