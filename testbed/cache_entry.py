@@ -1,5 +1,7 @@
 """A cache entry as rpcedge_core::cache::encode lays it out (format 4), for the tests and
-benchmarks that put entries to the daemon themselves."""
+benchmarks that put entries to the daemon themselves. The core checks it: the daemon decodes every
+entry put to it with the core's decoder, and refuses one it cannot read, so tests/test_cached.py
+fails (its PUTs of these entries are asserted 204, and their tails read back) if the two part."""
 
 import struct
 import zlib

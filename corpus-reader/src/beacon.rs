@@ -159,8 +159,10 @@ fn mainnet_fork_digest(fork: &str) -> Option<[u8; 4]> {
     Some(root[..4].try_into().expect("four bytes"))
 }
 
+/// A Beacon-API object the corpus answers: the core's `BeaconObject`, which a test of the core
+/// holds these to, by name and route (`shared-core/tests/transcode_corpus.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Block,
     BlindedBlock,
     Blobs,
@@ -173,30 +175,34 @@ enum Kind {
     LightClientUpdates,
 }
 
-/// The route of `target` (a path, with or without its query) and the id it names.
+/// Each object's route: a path, or a prefix its id follows (ending in `/`).
+pub const ROUTES: [(&str, Kind); 10] = [
+    ("/eth/v2/beacon/blocks/", Kind::Block),
+    ("/eth/v1/beacon/blinded_blocks/", Kind::BlindedBlock),
+    ("/eth/v1/beacon/blobs/", Kind::Blobs),
+    ("/eth/v1/beacon/blob_sidecars/", Kind::BlobSidecars),
+    ("/eth/v1/debug/beacon/data_column_sidecars/", Kind::DataColumnSidecars),
+    ("/eth/v2/debug/beacon/states/", Kind::State),
+    ("/eth/v1/beacon/light_client/bootstrap/", Kind::LightClientBootstrap),
+    ("/eth/v1/beacon/light_client/finality_update", Kind::LightClientFinalityUpdate),
+    ("/eth/v1/beacon/light_client/optimistic_update", Kind::LightClientOptimisticUpdate),
+    ("/eth/v1/beacon/light_client/updates", Kind::LightClientUpdates),
+];
+
+/// The route of `target` (a path, with or without its query) and the id it names: after a
+/// prefix, or in the query of a path (the corpus's own parameter, `case` or `cases`).
 fn route(target: &str) -> Option<(Kind, &str)> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let exact = [
-        ("/eth/v1/beacon/light_client/finality_update", Kind::LightClientFinalityUpdate, "case="),
-        ("/eth/v1/beacon/light_client/optimistic_update", Kind::LightClientOptimisticUpdate, "case="),
-        ("/eth/v1/beacon/light_client/updates", Kind::LightClientUpdates, "cases="),
-    ];
-    if let Some((_, kind, name)) = exact.into_iter().find(|(route, ..)| *route == path) {
-        return Some((kind, query.split('&').find_map(|pair| pair.strip_prefix(name))?));
-    }
-    [
-        ("/eth/v2/beacon/blocks/", Kind::Block),
-        ("/eth/v1/beacon/blinded_blocks/", Kind::BlindedBlock),
-        ("/eth/v1/beacon/blobs/", Kind::Blobs),
-        ("/eth/v1/beacon/blob_sidecars/", Kind::BlobSidecars),
-        ("/eth/v1/debug/beacon/data_column_sidecars/", Kind::DataColumnSidecars),
-        ("/eth/v2/debug/beacon/states/", Kind::State),
-        ("/eth/v1/beacon/light_client/bootstrap/", Kind::LightClientBootstrap),
-    ]
-    .into_iter()
-    .find_map(|(prefix, kind)| {
-        let id = path.strip_prefix(prefix)?;
-        (!id.is_empty() && !id.contains('/')).then_some((kind, id))
+    ROUTES.into_iter().find_map(|(route, kind)| match route.strip_suffix('/') {
+        Some(_) => {
+            let id = path.strip_prefix(route)?;
+            (!id.is_empty() && !id.contains('/')).then_some((kind, id))
+        }
+        None if path == route => {
+            let name = if kind == Kind::LightClientUpdates { "cases=" } else { "case=" };
+            Some((kind, query.split('&').find_map(|pair| pair.strip_prefix(name))?))
+        }
+        None => None,
     })
 }
 

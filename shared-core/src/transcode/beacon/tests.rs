@@ -390,6 +390,16 @@ fn routes_name_their_objects_by_path_alone() {
 }
 
 #[test]
+fn the_corpus_reader_routes_each_object_as_the_core_does() {
+    assert_eq!(rpcedge_corpus::beacon::ROUTES.len(), BeaconObject::all().len(), "one route per object");
+    for (route, kind) in rpcedge_corpus::beacon::ROUTES {
+        let path = if route.ends_with('/') { format!("{route}head") } else { route.to_string() };
+        let object = BeaconObject::from_route(path.as_bytes());
+        assert_eq!(object.map(|object| format!("{object:?}")), Some(format!("{kind:?}")), "{route}");
+    }
+}
+
+#[test]
 fn a_light_client_object_has_a_version_and_no_chain_flags() {
     let case = corpus().join("ssz/ssz_static/tests/mainnet/electra/ssz_static/LightClientFinalityUpdate/ssz_random/case_4");
     let (data, ssz) = ssz_static_case(&case).unwrap();
