@@ -27,7 +27,7 @@ from testbed import proxy_faults
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import fill, free_port, small_tmpfs
-from testbed.judged_load import load, networks, recovery
+from testbed.judged_load import NEVER, RECOVERY_LIMIT, load, networks, recovery
 from testbed.liar import Liar
 from testbed.redis_cluster import RedisCluster
 from testbed.toxiproxy import Toxiproxy
@@ -388,3 +388,34 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
         finally:
             stack.heal(fault)
     return tally, recovery(proxy, cases, tally)
+
+
+def failures(fault, tally, recovered):
+    """What a cell (`run_cell`'s tally and recovery under `fault`) breaks of the matrix's rules,
+    one line each; none: it passes. No answer wrong or garbled, the misbehaving client's
+    included; none left waiting for nothing but where the fault may hang; every answer right
+    under a fault that leaves them so (the cache's, a harmless lie's, a client's, a good reload);
+    and every case right again once the fault is gone."""
+    broken = []
+    never = {o: tally.counts[o] + tally.client[o] for o in NEVER if tally.counts[o] + tally.client[o]}
+    if never:
+        broken.append(f"answers that may never be: {never}")
+    if not sum(tally.counts.values()):
+        broken.append("no answer came under the fault")
+    if fault.client:
+        allowed = bad_clients.CLIENTS[fault.client].allowed
+        if not sum(tally.client.values()):
+            broken.append("the misbehaving client never finished")
+        if not set(tally.client) <= allowed:
+            broken.append(f"the misbehaving client saw {dict(tally.client)}, beyond {sorted(allowed)}")
+        if "left" in allowed and not tally.client["left"]:
+            broken.append(f"the client never left mid-body: {dict(tally.client)}")
+    if not fault.may_hang and tally.counts["timeout"]:
+        broken.append(f"{tally.counts['timeout']} clients left waiting")
+    if fault.all_right and set(tally.counts) != {"right"}:
+        broken.append(f"not every answer right under the fault: {dict(tally.counts)}")
+    if recovered is None:
+        broken.append(f"answers still not right {RECOVERY_LIMIT} s after the fault ended")
+    if set(tally.after) != {"right"}:
+        broken.append(f"answers after the fault: {dict(tally.after)}")
+    return broken

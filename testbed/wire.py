@@ -8,6 +8,7 @@ import base64
 import functools
 import gzip
 import hashlib
+import re
 import socket
 import time
 import zlib
@@ -211,11 +212,30 @@ def framed_length(response):
     return None if end < 0 else end + 4
 
 
+# an HTTP/1 status line (RFC 9112 §4), without its CRLF
+STATUS_LINE = re.compile(rb"HTTP/1\.[01] [1-5][0-9]{2}( [\t\x20-\x7e\x80-\xff]*)?\Z")
+# what each byte of one may be, up to its reason phrase
+STATUS_LINE_SHAPE = (b"H", b"T", b"T", b"P", b"/", b"1", b".", b"01", b" ", b"12345", b"0123456789", b"0123456789", b" ")
+
+
+def begins_a_status_line(line):
+    """Whether `line`, cut short before its CRLF, may begin a status line."""
+    if len(line) > len(STATUS_LINE_SHAPE):
+        return STATUS_LINE.match(line) is not None
+    return all(byte in allowed for byte, allowed in zip(line, STATUS_LINE_SHAPE))
+
+
 def parse(data, arrivals=(), reset=False, head_only=False):
-    """The response in `data`; status 0 when the connection closed before any response."""
+    """The response in `data`; status 0 when the connection closed before any response. A head
+    cut short fails an assertion (the connection was cut); bytes that are no HTTP response, a
+    ValueError (they are garbled)."""
     if not data:
         return Response(0, [], 0, b"", list(arrivals), reset)
     head, separator, rest = data.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0]
+    whole_line = b"\r\n" in head or bool(separator)
+    if not (STATUS_LINE.match(status_line) if whole_line else begins_a_status_line(status_line)):
+        raise ValueError(f"no HTTP response: {data[:200]!r}")
     assert separator, f"no response head, got {data[:200]!r}"
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     headers = [(name.strip().lower(), value.strip())
