@@ -25,6 +25,7 @@ from testbed.cache_cases import start_proxy
 from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.nginx_harness import free_port
 from testbed.harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
+from testbed.toxiproxy import Toxiproxy
 
 # a store lands within this long of the answer's end (the bound)
 VISIBLE_WITHIN = 1.0
@@ -533,6 +534,36 @@ def test_a_holder_whose_client_goes_away_leaves_the_key_to_the_next_request(stan
         assert (node.requests, status(response)) in ((1, "COALESCED"), (1, "HIT"))
     else:
         assert node.requests == 2
+
+
+@pytest.mark.parametrize("proxies", list(ENVOY_HOSTS), indirect=True)
+def test_a_client_that_leaves_during_its_lookup_leaves_the_key_to_the_next_request(proxies, stack, tmp_path):
+    # Envoy drops the answer to a lookup whose stream is gone: had the daemon made that request
+    # the key's holder, the next client would wait the whole lock timeout (5 s) for nothing. The
+    # request releases the key by the name its lookup gave, whether its lookup or its release
+    # reaches the daemon first. The lookups and the release cross a link that delays them.
+    node = StandInNode(case("block_by_hash"), delays=[0.0, 0.0])
+    with Toxiproxy(tmp_path) as toxiproxy:
+        try:
+            daemon = types.SimpleNamespace(port=toxiproxy.link("daemon", stack.daemon.port))
+            proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=daemon))
+            toxiproxy.add("daemon", "latency", stream="upstream", latency=600)
+            block = case("block_by_hash")
+            body = block.body("gone")
+            with socket.create_connection((LOOPBACK, proxy.port)) as gone:
+                gone.sendall(b"POST %s HTTP/1.1\r\nHost: rpc\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (block.path.encode(), len(body), body))
+                time.sleep(0.2)
+            time.sleep(1.0)  # its lookup and its release have reached the daemon
+            toxiproxy.reset()
+            started = time.monotonic()
+            response = post(proxy.port, block, id_=7)
+            waited = time.monotonic() - started
+        finally:
+            node.stop()
+    assert (response.status, response.decoded()) == (200, block.answer(7))
+    assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
+    assert node.requests == 1, "the client that left never reached the node"
 
 
 @pytest.mark.parametrize("proxies", ["openresty-proxied"], indirect=True)

@@ -12,7 +12,7 @@
 //!   misses holds the key (`X-Rpcedge-Lock: held` on the 404) or is told another request holds it
 //!   (`X-Rpcedge-Miss: in_flight`); `GET /v1/flights/{key}` waits for the holder's `PUT` (200 with
 //!   its entry, stored or not) or 404 (`X-Rpcedge-Miss: released|timeout`); the holder's
-//!   `DELETE /v1/flights/{key}` releases it (204);
+//!   `DELETE /v1/flights/{key}` releases it (204), by the `X-Rpcedge-Holder` its lookup named;
 //! - `POST /v1/lookup`: keys in hex, one per line (at most 100): 200 with what each one found
 //!   (`protocol::Looked`), in order; 400 for a bad key, 413 for more keys;
 //! - `/v1/stats` (JSON), `/metrics` (Prometheus text), `/healthz`.
@@ -60,7 +60,7 @@ pub async fn handle(request: Request<Incoming>, state: Arc<State>) -> Result<Res
                 Some(Some(key)) => match *method {
                     Method::GET => wait(&state, &key).await,
                     Method::DELETE => {
-                        release(&state, &key);
+                        release(&state, &key, holder(request.headers()));
                         empty(StatusCode::NO_CONTENT)
                     }
                     _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET or DELETE\n"),
@@ -93,7 +93,7 @@ async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Respons
         Err(error) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
     };
     let hold = lock_time(headers);
-    let lock = hold.map(|hold| state.flights.lock(*key, hold));
+    let lock = hold.map(|hold| state.flights.lock(*key, hold, holder(headers)));
     let mut miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
     if let (Some(fleet), false) = (&state.fleet, lock == Some(Lock::InFlight)) {
         if let Some((entry, left_s)) = read_through::fetch(state, fleet, key).await {
@@ -132,14 +132,23 @@ fn hit(entry: Bytes, left_s: Option<u64>) -> Response<Body> {
     response
 }
 
-/// The holder of `key` has no answer to share: its waiters, here and on other hosts, go to their
-/// node.
-fn release(state: &State, key: &[u8; 32]) {
-    state.flights.land(key, None);
+/// The holder of `key` (the request `holder` names, or whichever holds it) has no answer to
+/// share: its waiters, here and on other hosts, go to their node.
+fn release(state: &State, key: &[u8; 32], holder: Option<u64>) {
+    if !state.flights.release(key, holder) {
+        return;
+    }
     if let Some(fleet) = &state.fleet {
         let (fleet, key) = (fleet.clone(), *key);
         tokio::spawn(async move { fleet.settle(&key, Outcome::Released).await });
     }
+}
+
+/// The request a locking lookup or a release names (`X-Rpcedge-Holder`, 16 hex digits); none
+/// without one, or with one that is not that.
+fn holder(headers: &HeaderMap) -> Option<u64> {
+    let hex = headers.get(protocol::HOLDER_HEADER)?.to_str().ok()?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
 }
 
 /// How long a lookup asks to hold its key if it misses: its `X-Rpcedge-Lock`, in milliseconds
@@ -282,7 +291,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         Ok(body) => body.to_bytes(),
         Err(error) => {
             // the waiters of the key, if any, go to the node themselves
-            release(&state, &key);
+            release(&state, &key, holder(&head.headers));
             if error.is::<LengthLimitError>() {
                 state.refusals.too_large.fetch_add(1, Ordering::Relaxed);
                 return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("an entry is at most {} bytes\n", state.max_body));
@@ -291,7 +300,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         }
     };
     if let Err(bad) = Entry::decode(&sent).and_then(|entry| entry.check()) {
-        release(&state, &key);
+        release(&state, &key, holder(&head.headers));
         state.refusals.bad_entry.fetch_add(1, Ordering::Relaxed);
         return text(StatusCode::BAD_REQUEST, &format!("{bad}\n"));
     }
@@ -303,7 +312,7 @@ async fn put(request: Request<Incoming>, state: Arc<State>, key: [u8; 32]) -> Re
         match compacted(sent).await {
             Ok(entry) => entry,
             Err(response) => {
-                release(&state, &key);
+                release(&state, &key, holder(&head.headers));
                 return response;
             }
         }

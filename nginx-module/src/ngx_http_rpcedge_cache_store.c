@@ -28,6 +28,9 @@ typedef struct {
     u_char                      method[16];
     size_t                      path_len;
     u_char                      path[128];
+    /* the release's one header (the holder it names), its name static */
+    rpcedge_header_t            header;
+    u_char                      value[32];
 } ngx_http_rpcedge_cache_orphan_t;
 
 
@@ -347,12 +350,15 @@ ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_conf_t    *conf;
     ngx_http_rpcedge_cache_orphan_t  *orphan;
 
-    /* an orphan keeps a method and a path, all a release has */
+    /* an orphan keeps a method, a path and a header, all a release has */
 
     if (ngx_http_rpcedge_cache_norphans == NGX_HTTP_RPCEDGE_CACHE_ORPHANS
         || release->method.len > sizeof(orphan->method)
         || release->path.len > sizeof(orphan->path)
-        || release->headers_len || release->body.data)
+        || release->headers_len > 1
+        || (release->headers_len
+            && release->headers[0].value_len > sizeof(orphan->value))
+        || release->body.data)
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: a held key is left to the daemon's "
@@ -370,6 +376,15 @@ ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
     ngx_memcpy(orphan->method, release->method.data, release->method.len);
     orphan->path_len = release->path.len;
     ngx_memcpy(orphan->path, release->path.data, release->path.len);
+
+    ngx_memzero(&orphan->header, sizeof(rpcedge_header_t));
+
+    if (release->headers_len) {
+        orphan->header = release->headers[0];
+        orphan->header.value = orphan->value;
+        ngx_memcpy(orphan->value, release->headers[0].value,
+                   release->headers[0].value_len);
+    }
 }
 
 
@@ -408,6 +423,11 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
         release.method.len = orphan->method_len;
         release.path.data = orphan->path;
         release.path.len = orphan->path_len;
+
+        if (orphan->header.name_len) {
+            release.headers = &orphan->header;
+            release.headers_len = 1;
+        }
 
         (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
     }

@@ -440,7 +440,9 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
         let path = owned(&lookup.path);
         assert_eq!((owned(&lookup.method), lookup.body.data.is_null()), (b"GET".to_vec(), true));
-        assert_eq!(call_headers(&lookup), [(b"x-rpcedge-lock".to_vec(), b"5000".to_vec())], "a miss holds the key");
+        let headers = call_headers(&lookup);
+        assert_eq!(headers[0], (b"x-rpcedge-lock".to_vec(), b"5000".to_vec()), "a miss holds the key");
+        assert_eq!((headers[1].0.as_slice(), headers[1].1.len()), (&b"x-rpcedge-holder"[..], 16), "named by its holder");
         assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
         let absent = [c_header("X-Rpcedge-Miss", "absent"), c_header("X-Rpcedge-Lock", "held")];
         assert_eq!(rpcedge_cache_answered(miss, 404, absent.as_ptr(), absent.len(), ptr::null(), 0, 0), 0);

@@ -3,6 +3,9 @@
 //! subrequests or HTTP calls, with its own timeout); every decision, the daemon's API and the
 //! status a host reports are here, so that nginx and Envoy cannot differ.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::batch::{Batch, Failed};
 use super::beacon::{self, Answered};
@@ -115,7 +118,8 @@ pub struct Kept {
 enum Lock {
     /// Not asked for (a batch, or `lock_timeout_ms` 0), or over with.
     None,
-    /// The lookup asks for it.
+    /// The lookup asks for it: until its answer, the daemon may have made this request the
+    /// holder.
     Asked,
     /// Held: the node's answer goes to the daemon as a store, or the key is released.
     Held,
@@ -218,6 +222,8 @@ pub struct CacheExchange {
     /// What a merged batch stores, once merged.
     captures: Vec<Result<Capture, Refusal>>,
     lock: Lock,
+    /// The token naming this request to the daemon as the key's holder (`protocol::HOLDER_HEADER`).
+    holder: u64,
     settings: CacheSettings,
 }
 
@@ -301,6 +307,7 @@ impl CacheExchange {
             merge: false,
             captures: Vec::new(),
             lock: Lock::None,
+            holder: 0,
             settings: settings.clone(),
         }
     }
@@ -323,7 +330,12 @@ impl CacheExchange {
         if !self.looked_up {
             self.looked_up = true;
             let lock_ms = self.settings.lock_timeout_ms;
-            let headers = if lock_ms > 0 { vec![(protocol::LOCK_HEADER, lock_ms.to_string())] } else { Vec::new() };
+            let mut headers = Vec::new();
+            if lock_ms > 0 {
+                self.holder = holder_token();
+                headers.push((protocol::LOCK_HEADER, lock_ms.to_string()));
+                headers.push((protocol::HOLDER_HEADER, format!("{:016x}", self.holder)));
+            }
             self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
             let (path, timeout_ms) = (protocol::entry_path(&key.hex()), self.settings.lookup_timeout_ms);
             let method = protocol::LOOKUP_METHOD;
@@ -529,6 +541,7 @@ impl CacheExchange {
 
     /// The lookup failed: no answer within the timeout, or no daemon at all.
     pub fn failed(&mut self) {
+        // (a daemon that failed the lookup is sent no release either: its lock runs out)
         self.lock = Lock::None;
         match &mut self.request {
             Ok(Taken::Batch(batch)) => batch.failed(),
@@ -675,17 +688,18 @@ impl CacheExchange {
     }
 
     /// Once the node's answer has ended (or the request is over without one): the key this
-    /// request held and stores no answer for, which the host releases so that the requests that
-    /// wait for it go to the node themselves. Given once.
+    /// request held, or may hold (it ended while its lookup was on its way: the client left),
+    /// and stores no answer for, which the host releases so that the requests that wait for it go
+    /// to the node themselves. Given once.
     pub fn release(&mut self) -> Option<DaemonRequest> {
         let key = *self.request.as_ref().ok()?.key()?;
-        if std::mem::replace(&mut self.lock, Lock::None) != Lock::Held {
+        if !matches!(std::mem::replace(&mut self.lock, Lock::None), Lock::Held | Lock::Asked) {
             return None;
         }
         Some(DaemonRequest {
             method: protocol::RELEASE_METHOD,
             path: protocol::flight_path(&key.hex()),
-            headers: Vec::new(),
+            headers: vec![(protocol::HOLDER_HEADER, format!("{:016x}", self.holder))],
             body: Vec::new(),
             timeout_ms: self.settings.store_timeout_ms,
         })
@@ -757,4 +771,12 @@ fn call_hit(request: &Request, entry: &Entry, codings: &[Coding], min: MinLength
     let content_type = entry.headers.iter().find(|(name, _)| *name == "content-type").map(|(_, value)| *value);
     let headers = hit_headers(entry, content_type.unwrap_or("application/json"), hit.coding, &["Accept-Encoding"]);
     Ok(HitResponse { body: hit.body, coding: hit.coding, headers })
+}
+
+/// A token for a request's hold on its key, unique among the daemon's clients (every worker of
+/// every proxy on the host): a counter, hashed with keys that std draws at random for each thread.
+fn holder_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local!(static KEYS: RandomState = RandomState::new());
+    KEYS.with(|keys| keys.hash_one(NEXT.fetch_add(1, Ordering::Relaxed)))
 }

@@ -36,7 +36,14 @@ pub fn entry_path(key_hex: &str) -> String {
 /// out ([`MISS_TIMEOUT`]). The holder's `PUT` of the key hands its entry to the waiters; a holder
 /// with no entry to store (an error, a failed node) releases the key with `DELETE`
 /// [`flight_path`]. A holder that does neither loses the lock when its time runs out.
+///
+/// The locking lookup names its request with [`HOLDER_HEADER`] (16 hex digits), and so does the
+/// release: the daemon releases only the flight that request holds, so that a late release never
+/// frees a later holder's. A release that comes before its lookup (the request ended while the
+/// lookup was on its way) is remembered for [`MAX_LOCK_MS`]: that lookup then holds nothing. A
+/// release without the header frees whichever flight the key has.
 pub const LOCK_HEADER: &str = "x-rpcedge-lock";
+pub const HOLDER_HEADER: &str = "x-rpcedge-holder";
 pub const LOCK_HELD: &str = "held";
 pub const MISS_IN_FLIGHT: &str = "in_flight";
 pub const MISS_RELEASED: &str = "released";

@@ -1210,7 +1210,9 @@ fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
     let asked = request("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#));
     let lookup = exchange(Some("n"), Some(asked.as_bytes()), false, false).next_lookup().unwrap();
     assert_eq!((lookup.method, lookup.timeout_ms), ("GET", 50));
-    assert_eq!(lookup.headers, vec![("x-rpcedge-lock", "5000".to_string())]);
+    assert_eq!(lookup.headers[0], ("x-rpcedge-lock", "5000".to_string()));
+    let (name, holder) = &lookup.headers[1];
+    assert!(*name == "x-rpcedge-holder" && holder.len() == 16 && u64::from_str_radix(holder, 16).is_ok());
 
     // the holder's answer is stored: the store hands it to the waiters, nothing to release
     let mut holder = exchange(Some("n"), Some(asked.as_bytes()), false, false);
@@ -1222,11 +1224,14 @@ fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
     assert!(holder.stores(answer.as_bytes()).remove(0).is_ok());
     assert_eq!(holder.release(), None);
 
-    // an error, a failed node or a client gone: released, once
-    for failure in ["error", "502", "gone"] {
+    // an error, a failed node or a client gone: released, once, by the holder's name; as is a
+    // request that ended while its lookup was on its way (the daemon may have made it the holder)
+    for failure in ["error", "502", "gone", "gone before the answer"] {
         let mut holder = exchange(Some("n"), Some(asked.as_bytes()), false, false);
-        holder.next_lookup();
-        holder.answered(&miss_answer(b"expired", Some(b"held")), 0);
+        let lookup = holder.next_lookup().unwrap();
+        if failure != "gone before the answer" {
+            holder.answered(&miss_answer(b"expired", Some(b"held")), 0);
+        }
         match failure {
             "error" => {
                 assert!(holder.response_head(200, None, NONE));
@@ -1238,6 +1243,7 @@ fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
         }
         let release = holder.release().unwrap_or_else(|| panic!("{failure}: not released"));
         assert_eq!(release.path, format!("/v1/flights/{}", &lookup.path["/v1/entries/".len()..]), "{failure}");
+        assert_eq!(release.headers, lookup.headers[1..], "{failure}: by the holder's name");
         assert_eq!(holder.release(), None, "{failure}: once");
     }
 
@@ -1248,6 +1254,19 @@ fn a_miss_holds_its_key_and_its_answer_is_stored_or_the_key_released() {
     plain.answered(&miss_answer(b"absent", None), 0);
     assert!(plain.response_head(502, None, NONE) || plain.release().is_none());
     assert_eq!(plain.release(), None);
+
+    // nor has a lookup the daemon failed (it is sent no more work), nor a waiter whose wait went
+    // without an answer (its release would free the holder's)
+    let mut failed = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    failed.next_lookup();
+    failed.failed();
+    assert_eq!(failed.release(), None);
+    let mut waiter = exchange(Some("n"), Some(asked.as_bytes()), false, false);
+    waiter.next_lookup();
+    waiter.answered(&miss_answer(b"in_flight", None), 0);
+    waiter.next_lookup().expect("a wait");
+    waiter.failed();
+    assert_eq!(waiter.release(), None);
 }
 
 #[test]

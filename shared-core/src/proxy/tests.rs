@@ -289,6 +289,16 @@ fn a_miss_waits_for_the_holders_answer_and_a_holder_without_one_releases_its_key
     gone.on_stream_complete();
     assert!(matches!(&gone.take_stores()[..], [release] if release.headers[0].1 == "DELETE"));
 
+    // and one whose stream ends while its lookup is on its way (the client left): the daemon may
+    // have made it the holder, so it releases the key by the name its lookup gave
+    let mut left = ProxyExchange::new(Arc::clone(&settings), Arc::default(), clock);
+    let RequestStep::Lookup(lookup) = ask(&mut left, &block_request(7), None) else { panic!("no lookup") };
+    left.on_stream_complete();
+    let [release] = &left.take_stores()[..] else { panic!("not released") };
+    let holder = |call: &DaemonCall| call.headers.iter().find(|(name, _)| *name == "x-rpcedge-holder").cloned();
+    assert_eq!(release.headers[0].1, "DELETE");
+    assert!(holder(release).is_some() && holder(release) == holder(&lookup), "by the lookup's holder");
+
     // a waiter: the second call waits as long as the lock, and the answer is sent as COALESCED
     let mut waiter = ProxyExchange::new(Arc::clone(&settings), Arc::default(), clock);
     ask(&mut waiter, &block_request(8), None);
