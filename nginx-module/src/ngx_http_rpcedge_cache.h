@@ -121,10 +121,8 @@ rpcedge_header_t *ngx_http_rpcedge_cache_headers(ngx_pool_t *pool,
     ngx_list_t *list, ngx_str_t *content_type, ngx_hash_t *hide, size_t *n);
 
 /* ngx_http_rpcedge_cache_hot.c */
-ngx_uint_t ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone);
-void ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
-    ngx_shm_zone_t *zone, ngx_http_rpcedge_cache_call_t *call);
+rpcedge_hot_tier_t *ngx_http_rpcedge_cache_lend_hot(ngx_shm_zone_t *zone,
+    rpcedge_hot_tier_t *tier);
 char *ngx_http_rpcedge_cache_hot(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 

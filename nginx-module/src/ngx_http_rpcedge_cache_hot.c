@@ -13,43 +13,50 @@
 #include "ngx_http_rpcedge_cache.h"
 
 
+static void ngx_http_rpcedge_cache_lock_hot(void *data);
+static void ngx_http_rpcedge_cache_unlock_hot(void *data);
 static ngx_int_t ngx_http_rpcedge_cache_init_hot(ngx_shm_zone_t *shm_zone,
     void *data);
 
 
-/* a hit from the hot tier: the entry is copied out under the zone's lock,
- * and the hit put together after it is released */
+/* the zone as the core takes it (NULL without one): the core holds its lock
+ * only while an entry is copied out or in */
 
-ngx_uint_t
-ngx_http_rpcedge_cache_find_hot(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_shm_zone_t *zone)
+rpcedge_hot_tier_t *
+ngx_http_rpcedge_cache_lend_hot(ngx_shm_zone_t *zone, rpcedge_hot_tier_t *tier)
 {
-    uint64_t                       min_length;
-    ngx_uint_t                     found;
-    ngx_http_rpcedge_cache_hot_t  *hot = zone->data;
+    ngx_http_rpcedge_cache_hot_t  *hot;
 
-    min_length = ngx_http_rpcedge_min_length(r);
+    if (zone == NULL) {
+        return NULL;
+    }
 
-    /* a call's hit is made under the lock: the entry is copied once, into it */
+    hot = zone->data;
 
-    ngx_shmtx_lock(&hot->shpool->mutex);
-    found = rpcedge_cache_hot_find(ctx->cache, hot->region, hot->len,
-                                   ngx_time(), min_length);
-    ngx_shmtx_unlock(&hot->shpool->mutex);
+    tier->region = hot->region;
+    tier->len = hot->len;
+    tier->lock = ngx_http_rpcedge_cache_lock_hot;
+    tier->unlock = ngx_http_rpcedge_cache_unlock_hot;
+    tier->data = hot;
 
-    return found && rpcedge_cache_hot_hit(ctx->cache, min_length);
+    return tier;
 }
 
 
-void
-ngx_http_rpcedge_cache_keep_hot(ngx_http_rpcedge_cache_ctx_t *ctx,
-    ngx_shm_zone_t *zone, ngx_http_rpcedge_cache_call_t *call)
+static void
+ngx_http_rpcedge_cache_lock_hot(void *data)
 {
-    ngx_http_rpcedge_cache_hot_t  *hot = zone->data;
+    ngx_http_rpcedge_cache_hot_t  *hot = data;
 
     ngx_shmtx_lock(&hot->shpool->mutex);
-    rpcedge_cache_hot_keep(ctx->cache, hot->region, hot->len,
-                           call->answer.data, call->answer.len, ngx_time());
+}
+
+
+static void
+ngx_http_rpcedge_cache_unlock_hot(void *data)
+{
+    ngx_http_rpcedge_cache_hot_t  *hot = data;
+
     ngx_shmtx_unlock(&hot->shpool->mutex);
 }
 

@@ -1,12 +1,12 @@
 
 /*
  * rpcedge cache: looking a request up. A precontent handler reads the request
- * body, makes the core's cache exchange for it and asks the hot tier, then
- * the daemon (the lookups the core gives, one after the other, each a
- * background subrequest that waits at most as long as the core says). A hit
- * is sent from here; otherwise the request goes on to the node, with the
- * body the core gives in place of the client's (a batch less the calls the
- * cache answered).
+ * body, makes the core's cache exchange for it, and takes the steps the core
+ * gives (rpcedge_cache_look_up, then rpcedge_cache_looked_up after each
+ * answer): a hit from the hot tier, a lookup (a background subrequest that
+ * waits at most as long as the core says), or the node, with the body the
+ * core gives in place of the client's (a batch less the calls the cache
+ * answered). A hit is sent from here.
  */
 
 
@@ -22,10 +22,13 @@ static void ngx_http_rpcedge_cache_new(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_str_t body);
 static void ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx);
+static void ngx_http_rpcedge_cache_step(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, int32_t step,
+    rpcedge_cache_next_t *next);
 static ngx_int_t ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx);
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_daemon_call_t *lookup);
 static ngx_int_t ngx_http_rpcedge_cache_forward(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx);
+    rpcedge_str_t body);
 static ngx_int_t ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static void ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev);
@@ -215,6 +218,9 @@ static void
 ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx)
 {
+    int32_t                         step;
+    rpcedge_hot_tier_t              tier;
+    rpcedge_cache_next_t            next;
     ngx_http_rpcedge_cache_conf_t  *conf;
 
     conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
@@ -229,38 +235,61 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
 
     ngx_http_rpcedge_cache_release_orphans(r);
 
-    if (conf->hot && ngx_http_rpcedge_cache_find_hot(r, ctx, conf->hot)) {
+    step = rpcedge_cache_look_up(ctx->cache,
+                                 ngx_http_rpcedge_cache_lend_hot(conf->hot,
+                                                                 &tier),
+                                 ngx_time(), ngx_http_rpcedge_min_length(r),
+                                 &next);
+
+    ngx_http_rpcedge_cache_step(r, ctx, step, &next);
+}
+
+
+/* takes the step the core gives: a hit, a lookup to make (one that cannot be
+ * made fails as one that got no answer), or on to the node */
+
+static void
+ngx_http_rpcedge_cache_step(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_ctx_t *ctx, int32_t step,
+    rpcedge_cache_next_t *next)
+{
+    while (step == RPCEDGE_CACHE_ASK
+           && ngx_http_rpcedge_cache_ask(r, ctx, &next->call) != NGX_OK)
+    {
+        step = rpcedge_cache_looked_up(ctx->cache, 0, NULL, 0, NULL, 0, NULL,
+                                       0, 0, next);
+    }
+
+    switch (step) {
+
+    case RPCEDGE_CACHE_ASK:
+        ctx->state = ngx_http_rpcedge_cache_looking;
+        return;
+
+    case RPCEDGE_CACHE_HIT:
         ctx->state = ngx_http_rpcedge_cache_hit;
         return;
-    }
 
-    if (ngx_http_rpcedge_cache_ask(r, ctx) == NGX_ERROR) {
-        rpcedge_cache_failed(ctx->cache);
-    }
+    default: /* RPCEDGE_CACHE_NODE */
+        ctx->state = ngx_http_rpcedge_cache_pass_on;
 
-    if (ctx->state == ngx_http_rpcedge_cache_pass_on
-        && ngx_http_rpcedge_cache_forward(r, ctx) != NGX_OK)
-    {
-        ctx->state = ngx_http_rpcedge_cache_failed_on;
+        if (ngx_http_rpcedge_cache_forward(r, next->node_body) != NGX_OK) {
+            ctx->state = ngx_http_rpcedge_cache_failed_on;
+        }
     }
 }
 
 
-/* the next lookup the core asks for, a subrequest that waits as long as the
- * core says (rpcedge_cache_timeout, or the lock's time for a miss that waits
- * for another's answer); NGX_DECLINED when there is none */
+/* the lookup, a subrequest that waits as long as the core says
+ * (rpcedge_cache_timeout, or the lock's time for a miss that waits for
+ * another's answer) */
 
 static ngx_int_t
 ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx)
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_daemon_call_t *lookup)
 {
     ngx_http_request_t          *sr;
-    rpcedge_daemon_call_t        lookup;
     ngx_http_post_subrequest_t  *ps;
-
-    if (!rpcedge_cache_next_lookup(ctx->cache, &lookup)) {
-        return NGX_DECLINED;
-    }
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
@@ -270,7 +299,7 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_looked_up;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, &lookup, ps, 1);
+    sr = ngx_http_rpcedge_cache_call(r, lookup, ps, 1);
     if (sr == NULL) {
         return NGX_ERROR;
     }
@@ -278,9 +307,7 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ctx->call = sr;
     ctx->timer.handler = ngx_http_rpcedge_cache_timed_out;
 
-    ngx_add_timer(&ctx->timer, (ngx_msec_t) lookup.timeout_ms);
-
-    ctx->state = ngx_http_rpcedge_cache_looking;
+    ngx_add_timer(&ctx->timer, (ngx_msec_t) lookup->timeout_ms);
 
     return NGX_OK;
 }
@@ -290,15 +317,13 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
  * the calls the cache answered), if any, in place of the client's */
 
 static ngx_int_t
-ngx_http_rpcedge_cache_forward(ngx_http_request_t *r,
-    ngx_http_rpcedge_cache_ctx_t *ctx)
+ngx_http_rpcedge_cache_forward(ngx_http_request_t *r, rpcedge_str_t body)
 {
     u_char         *p;
     ngx_buf_t      *b;
     ngx_chain_t    *cl;
-    rpcedge_str_t   body;
 
-    if (ctx->cache == NULL || !rpcedge_cache_node_request(ctx->cache, &body)) {
+    if (body.data == NULL) {
         return NGX_OK;
     }
 
@@ -311,11 +336,11 @@ ngx_http_rpcedge_cache_forward(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    /* the body stays in ctx->cache until the request's pool goes */
+    /* the body stays in the cache's handle until the request's pool goes */
 
     b->start = (u_char *) body.data;
-    b->pos = b->start;
     b->last = b->start + body.len;
+    b->pos = b->start;
     b->end = b->last;
     b->memory = 1;
     b->last_buf = 1;
@@ -349,8 +374,10 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
 {
     ngx_http_rpcedge_cache_ctx_t   *ctx = data;
 
-    int32_t                         hit;
+    int32_t                         step;
     ngx_http_request_t             *mr;
+    rpcedge_hot_tier_t              tier;
+    rpcedge_cache_next_t            next;
     ngx_http_rpcedge_cache_call_t  *call;
     ngx_http_rpcedge_cache_conf_t  *conf;
 #if (NGX_DEBUG)
@@ -373,55 +400,36 @@ ngx_http_rpcedge_cache_looked_up(ngx_http_request_t *r, void *data,
     call = ngx_http_get_module_ctx(r, ngx_http_rpcedge_cache_module);
 
     if (call && rc == NGX_OK && call->complete && !call->too_large
-        && call->status != 0)
+        && call->status != 0 && call->status <= 0xffff)
     {
-        hit = rpcedge_cache_answered(ctx->cache, (uint16_t) call->status,
-                                     call->headers, call->nheaders,
-                                     call->answer.data, call->answer.len,
-                                     ngx_http_rpcedge_min_length(mr));
-
-        /* what it found: a call's hit, a batch's entries */
+        /* what it found is kept hot too: a call's hit, a batch's entries */
 
         conf = ngx_http_get_module_loc_conf(mr, ngx_http_rpcedge_cache_module);
 
-        if (conf->hot) {
-            ngx_http_rpcedge_cache_keep_hot(ctx, conf->hot, call);
-        }
-
-        if (hit) {
-            ctx->state = ngx_http_rpcedge_cache_hit;
-
-        } else {
-            /* the wait for the answer another request for the key is
-             * getting */
-
-            switch (ngx_http_rpcedge_cache_ask(mr, ctx)) {
-
-            case NGX_OK:
-                return NGX_OK;
-
-            case NGX_ERROR:
-                rpcedge_cache_failed(ctx->cache);
-                /* fall through */
-
-            default:
-                ctx->state = ngx_http_rpcedge_cache_pass_on;
-            }
-        }
+        step = rpcedge_cache_looked_up(ctx->cache, (uint16_t) call->status,
+                                       call->headers, call->nheaders,
+                                       call->answer.data, call->answer.len,
+                                       ngx_http_rpcedge_cache_lend_hot(conf->hot,
+                                                                       &tier),
+                                       ngx_time(),
+                                       ngx_http_rpcedge_min_length(mr), &next);
 
     } else {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "rpcedge cache: lookup failed (%i, status %ui)",
                       rc, call ? call->status : 0);
 
-        rpcedge_cache_failed(ctx->cache);
-        ctx->state = ngx_http_rpcedge_cache_pass_on;
+        step = rpcedge_cache_looked_up(ctx->cache, 0, NULL, 0, NULL, 0, NULL,
+                                       0, 0, &next);
     }
 
-    if (ctx->state == ngx_http_rpcedge_cache_pass_on
-        && ngx_http_rpcedge_cache_forward(mr, ctx) != NGX_OK)
-    {
-        ctx->state = ngx_http_rpcedge_cache_failed_on;
+    /* another lookup: the wait for the answer another request for the key
+     * is getting */
+
+    ngx_http_rpcedge_cache_step(mr, ctx, step, &next);
+
+    if (ctx->state == ngx_http_rpcedge_cache_looking) {
+        return NGX_OK;
     }
 
 #if (NGX_DEBUG)
@@ -446,32 +454,33 @@ ngx_http_rpcedge_cache_timed_out(ngx_event_t *ev)
 {
     ngx_http_rpcedge_cache_ctx_t  *ctx = ev->data;
 
-    ngx_connection_t    *c;
-    ngx_http_upstream_t *u;
-    ngx_http_request_t  *r;
+    int32_t                step;
+    ngx_connection_t      *c;
+    ngx_http_upstream_t   *u;
+    ngx_http_request_t    *r, *sr;
+    rpcedge_cache_next_t   next;
 
     r = ctx->request;
     c = r->connection;
+    sr = ctx->call;
 
     ngx_log_error(NGX_LOG_INFO, c->log, 0,
                   "rpcedge cache: no answer from the daemon in time");
 
-    rpcedge_cache_failed(ctx->cache);
-    ctx->state = ngx_http_rpcedge_cache_pass_on;
+    step = rpcedge_cache_looked_up(ctx->cache, 0, NULL, 0, NULL, 0, NULL, 0, 0,
+                                   &next);
 
-    if (ngx_http_rpcedge_cache_forward(r, ctx) != NGX_OK) {
-        ctx->state = ngx_http_rpcedge_cache_failed_on;
-    }
+    ngx_http_rpcedge_cache_step(r, ctx, step, &next);
 
     /*
      * end the lookup now: a background subrequest holds the client's
      * connection (keepalive, an HTTP/2 stream) until it ends
      */
 
-    u = ctx->call->upstream;
+    u = sr->upstream;
 
     if (u && u->cleanup && *u->cleanup) {
-        (*u->cleanup)(ctx->call);
+        (*u->cleanup)(sr);
     }
 
     r->write_event_handler(r);

@@ -13,8 +13,8 @@ use std::sync::Arc;
 pub mod cache;
 pub mod drive;
 
-use self::cache::{AfterBody, DaemonCall, HotRegion, LazyBody, ProxyCacheRequest};
-use crate::cache::{HitResponse, Status as CacheStatus};
+use self::cache::{AfterBody, DaemonCall, LazyBody, ProxyCacheRequest};
+use crate::cache::{HitResponse, HotRegion, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
@@ -481,7 +481,10 @@ impl ProxyExchange {
     /// The lookup could not be made, or got no answer in time: the request goes on to the node
     /// (`Continue` or `Forward`).
     pub fn lookup_failed(&mut self) -> RequestStep {
-        let after = self.cache.as_mut().map_or(AfterBody::Continue, ProxyCacheRequest::lookup_failed);
+        let after = match (self.cache.as_mut(), self.settings.cache.as_ref()) {
+            (Some(request), Some(config)) => request.lookup_failed(config),
+            _ => AfterBody::Continue,
+        };
         self.step(after, false)
     }
 

@@ -11,7 +11,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use rpcedge_core::proxy::cache::{DaemonCall, HotRegion};
+use rpcedge_core::cache::HotRegion;
+use rpcedge_core::proxy::cache::DaemonCall;
 use rpcedge_core::metrics::Counter;
 use rpcedge_core::CacheConfig;
 

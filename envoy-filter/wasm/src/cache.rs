@@ -10,7 +10,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use proxy_wasm::hostcalls;
-use rpcedge_core::proxy::cache::{DaemonCall, HotRegion, ROUTE_METADATA, ROUTE_NAMESPACE};
+use rpcedge_core::cache::HotRegion;
+use rpcedge_core::proxy::cache::{DaemonCall, ROUTE_METADATA, ROUTE_NAMESPACE};
 
 /// A worker's hot tier: its region, laid out by the core (one Wasm VM per worker: no lock).
 pub struct WorkerHot(pub RefCell<Vec<u8>>);

@@ -16,6 +16,24 @@
 #define RPCEDGE_CACHE_MAX_ANSWER 67117122
 
 /**
+ * What a request does next on its way through the cache, as `rpcedge_cache_look_up` and
+ * `rpcedge_cache_looked_up` say. Go on to the node: with `next.node_body` in place of the
+ * client's body where its `data` is not NULL (a batch less the calls the cache answered), else
+ * with the client's own.
+ */
+#define RPCEDGE_CACHE_NODE 0
+
+/**
+ * Ask the daemon `next.call`, then hand its answer to `rpcedge_cache_looked_up`.
+ */
+#define RPCEDGE_CACHE_ASK 1
+
+/**
+ * Send the hit, as `rpcedge_cache_hit` and `rpcedge_cache_hit_header` give it.
+ */
+#define RPCEDGE_CACHE_HIT 2
+
+/**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
  */
 #define RPCEDGE_PLAN_PASS 0
@@ -139,12 +157,25 @@ typedef struct {
   rpcedge_str_t ns;
   uint64_t hot_bytes;
   /**
-   * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
+   * The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_looked_up`).
    */
   uint64_t min_length;
   uint8_t status_header;
   uint8_t status_reason;
 } rpcedge_cache_host_t;
+
+/**
+ * A host's hot tier as it lends it: `len` bytes at `region`, laid out by
+ * `rpcedge_cache_hot_init`, which the core touches only between `lock(data)` and `unlock(data)`
+ * (NULL: the host needs no lock), and only while an entry is copied out or in.
+ */
+typedef struct {
+  uint8_t *region;
+  size_t len;
+  void (*lock)(void *data);
+  void (*unlock)(void *data);
+  void *data;
+} rpcedge_hot_tier_t;
 
 /**
  * A call to make to the daemon: `method path` with these headers and `body` (a NULL `data`:
@@ -159,6 +190,14 @@ typedef struct {
   rpcedge_str_t body;
   uint64_t timeout_ms;
 } rpcedge_daemon_call_t;
+
+/**
+ * The call or the body a step names. Valid until the next call on the handle.
+ */
+typedef struct {
+  rpcedge_daemon_call_t call;
+  rpcedge_str_t node_body;
+} rpcedge_cache_next_t;
 
 /**
  * An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
@@ -386,35 +425,28 @@ int32_t rpcedge_settings_cache(const rpcedge_settings_t *settings, rpcedge_cache
 void rpcedge_cache_free(rpcedge_cache_t *cache);
 
 /**
- * The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
- * `rpcedge_cache_node_request`'s body, if any). A call makes one lookup, and a second to wait for
- * the answer that another request for its key is getting; a batch's keys make one multi-key
- * lookup. Each is made after the last one's answer.
+ * The first step of a request the cache may take, once its body is in (`rpcedge_cache_new`'s),
+ * with the host's hot tier (NULL: none), the time in seconds and the host's `min_length`:
+ * `RPCEDGE_CACHE_HIT` from the hot tier, `RPCEDGE_CACHE_ASK` the daemon, or
+ * `RPCEDGE_CACHE_NODE`. `next` says what to ask, or what to send the node.
  *
  * # Safety
- * `cache` is NULL or live; `call` is NULL or writable.
+ * `cache` is NULL or live; `hot` is NULL or describes a region as `RpcedgeHotTier` says, whose
+ * lock the caller does not hold; `next` is NULL or writable.
  */
-int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_look_up(rpcedge_cache_t *cache, const rpcedge_hot_tier_t *hot, uint64_t now_s, uint64_t min_length, rpcedge_cache_next_t *next);
 
 /**
- * The body to send the node instead of the client's, once the lookups are over: 1 with `body`
- * filled (a batch less the calls the cache answered), 0 to send the client's own.
+ * The daemon's answer to the lookup the last step named: its `status` (0: the lookup failed, no
+ * answer in time, no daemon, an answer cut short), its `headers_len` headers (names in any case)
+ * and `body`, which the hot tier `hot` (NULL: none) keeps where it holds an entry. The next step,
+ * as for `rpcedge_cache_look_up`.
  *
  * # Safety
- * `cache` is NULL or live; `body` is NULL or writable.
- */
-int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
-
-/**
- * The daemon answered the lookup with `status`, its `headers_len` headers (names in any case) and
- * `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it (and to keep with
- * `rpcedge_cache_hot_keep`); 0: make the next lookup, if any, then ask the node.
- *
- * # Safety
- * `cache` is NULL or live; `headers` points to `headers_len` headers; `body` to `body_len`
+ * As `rpcedge_cache_look_up`; `headers` points to `headers_len` headers; `body` to `body_len`
  * readable bytes.
  */
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers, size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
+int32_t rpcedge_cache_looked_up(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers, size_t headers_len, const uint8_t *body, size_t body_len, const rpcedge_hot_tier_t *hot, uint64_t now_s, uint64_t min_length, rpcedge_cache_next_t *next);
 
 /**
  * The hit's reply: its `status` and `body`; returns the body's coding (its token:
@@ -456,42 +488,6 @@ int32_t rpcedge_cache_hot_init(uint8_t *region, size_t len);
  * The smallest region `rpcedge_cache_hot_init` takes.
  */
 size_t rpcedge_cache_hot_min_region(void);
-
-/**
- * Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
- * out of it (a call's hit made, gzip above `min_length` where the client takes it; a batch's
- * entries copied), so that the host can release its lock before `rpcedge_cache_hot_hit`.
- *
- * # Safety
- * `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
- * holds it alone during the call (nginx: the zone's lock).
- */
-int32_t rpcedge_cache_hot_find(rpcedge_cache_t *cache, uint8_t *region, size_t len, uint64_t now_s, uint64_t min_length);
-
-/**
- * The hit for the entry `rpcedge_cache_hot_find` found. 1: send it as `rpcedge_cache_hit` gives
- * it; 0: ask the daemon after all.
- *
- * # Safety
- * `cache` is NULL or live.
- */
-int32_t rpcedge_cache_hot_hit(rpcedge_cache_t *cache, uint64_t min_length);
-
-/**
- * After the daemon's hit: keeps its entry (the body of its answer) in the hot tier at `region`.
- *
- * # Safety
- * As `rpcedge_cache_hot_find`; `entry` points to `entry_len` readable bytes.
- */
-void rpcedge_cache_hot_keep(rpcedge_cache_t *cache, uint8_t *region, size_t len, const uint8_t *entry, size_t entry_len, uint64_t now_s);
-
-/**
- * The lookup failed (no answer within the timeout, no daemon): ask the node.
- *
- * # Safety
- * `cache` is NULL or live.
- */
-void rpcedge_cache_failed(rpcedge_cache_t *cache);
 
 /**
  * The node's response head: its status, length (negative: none) and `headers_len` headers,

@@ -2,10 +2,12 @@
 //! and the Lua binding. Strings handed out are valid until the next call on the same handle.
 
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::ptr;
 
 use rpcedge_core::cache::{
-    entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotTier, Refusal, Status,
+    entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, HotTier, LookupStep, Refusal,
+    Status,
 };
 use rpcedge_core::config::MAX_ENTRY;
 use rpcedge_core::Coding;
@@ -159,7 +161,7 @@ pub struct RpcedgeCacheHost {
     pub cluster: RpcedgeStr,
     pub ns: RpcedgeStr,
     pub hot_bytes: u64,
-    /// The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_answered`).
+    /// The settings' `min_length`: a hit this short goes plain (`rpcedge_cache_looked_up`).
     pub min_length: u64,
     pub status_header: u8,
     pub status_reason: u8,
@@ -202,20 +204,141 @@ pub unsafe extern "C" fn rpcedge_cache_free(cache: *mut RpcedgeCache) {
     }
 }
 
-/// The lookup to make next: 1 with `call` filled, or 0 when the request goes on to the node (with
-/// `rpcedge_cache_node_request`'s body, if any). A call makes one lookup, and a second to wait for
-/// the answer that another request for its key is getting; a batch's keys make one multi-key
-/// lookup. Each is made after the last one's answer.
+/// What a request does next on its way through the cache, as `rpcedge_cache_look_up` and
+/// `rpcedge_cache_looked_up` say. Go on to the node: with `next.node_body` in place of the
+/// client's body where its `data` is not NULL (a batch less the calls the cache answered), else
+/// with the client's own.
+pub const RPCEDGE_CACHE_NODE: i32 = 0;
+/// Ask the daemon `next.call`, then hand its answer to `rpcedge_cache_looked_up`.
+pub const RPCEDGE_CACHE_ASK: i32 = 1;
+/// Send the hit, as `rpcedge_cache_hit` and `rpcedge_cache_hit_header` give it.
+pub const RPCEDGE_CACHE_HIT: i32 = 2;
+
+/// The call or the body a step names. Valid until the next call on the handle.
+#[repr(C)]
+pub struct RpcedgeCacheNext {
+    pub call: RpcedgeDaemonCall,
+    pub node_body: RpcedgeStr,
+}
+
+/// A host's hot tier as it lends it: `len` bytes at `region`, laid out by
+/// `rpcedge_cache_hot_init`, which the core touches only between `lock(data)` and `unlock(data)`
+/// (NULL: the host needs no lock), and only while an entry is copied out or in.
+#[repr(C)]
+pub struct RpcedgeHotTier {
+    pub region: *mut u8,
+    pub len: usize,
+    pub lock: Option<unsafe extern "C" fn(data: *mut c_void)>,
+    pub unlock: Option<unsafe extern "C" fn(data: *mut c_void)>,
+    pub data: *mut c_void,
+}
+
+impl HotRegion for RpcedgeHotTier {
+    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8])) {
+        if self.region.is_null() {
+            return;
+        }
+        /// Unlocks when dropped: a panic in the core still lets go of the host's lock.
+        struct Locked<'a>(&'a RpcedgeHotTier);
+        impl Drop for Locked<'_> {
+            fn drop(&mut self) {
+                if let Some(unlock) = self.0.unlock {
+                    unsafe { unlock(self.0.data) };
+                }
+            }
+        }
+        if let Some(lock) = self.lock {
+            unsafe { lock(self.data) };
+        }
+        let _locked = Locked(self);
+        use_region(unsafe { std::slice::from_raw_parts_mut(self.region, self.len) });
+    }
+}
+
+/// The first step of a request the cache may take, once its body is in (`rpcedge_cache_new`'s),
+/// with the host's hot tier (NULL: none), the time in seconds and the host's `min_length`:
+/// `RPCEDGE_CACHE_HIT` from the hot tier, `RPCEDGE_CACHE_ASK` the daemon, or
+/// `RPCEDGE_CACHE_NODE`. `next` says what to ask, or what to send the node.
 ///
 /// # Safety
-/// `cache` is NULL or live; `call` is NULL or writable.
+/// `cache` is NULL or live; `hot` is NULL or describes a region as `RpcedgeHotTier` says, whose
+/// lock the caller does not hold; `next` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_next_lookup(cache: *mut RpcedgeCache, call: *mut RpcedgeDaemonCall) -> i32 {
-    put(call, RpcedgeDaemonCall::NONE);
-    guard(0, || {
-        let Some(cache) = cache.as_mut() else { return 0 };
-        let lookup = cache.exchange.next_lookup();
-        hand_out(cache, lookup, call)
+pub unsafe extern "C" fn rpcedge_cache_look_up(
+    cache: *mut RpcedgeCache,
+    hot: *const RpcedgeHotTier,
+    now_s: u64,
+    min_length: u64,
+    next: *mut RpcedgeCacheNext,
+) -> i32 {
+    step(cache, hot, next, true, |exchange, hot| exchange.look_up(hot, min_length, now_s))
+}
+
+/// The daemon's answer to the lookup the last step named: its `status` (0: the lookup failed, no
+/// answer in time, no daemon, an answer cut short), its `headers_len` headers (names in any case)
+/// and `body`, which the hot tier `hot` (NULL: none) keeps where it holds an entry. The next step,
+/// as for `rpcedge_cache_look_up`.
+///
+/// # Safety
+/// As `rpcedge_cache_look_up`; `headers` points to `headers_len` headers; `body` to `body_len`
+/// readable bytes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the answer as C holds it, and the step's context
+pub unsafe extern "C" fn rpcedge_cache_looked_up(
+    cache: *mut RpcedgeCache,
+    status: u16,
+    headers: *const RpcedgeHeader,
+    headers_len: usize,
+    body: *const u8,
+    body_len: usize,
+    hot: *const RpcedgeHotTier,
+    now_s: u64,
+    min_length: u64,
+    next: *mut RpcedgeCacheNext,
+) -> i32 {
+    step(cache, hot, next, false, |exchange, hot| {
+        let headers = header_list(headers, headers_len);
+        let answer = (status != 0).then(|| DaemonAnswer::read(status, &headers, bytes(body, body_len)));
+        exchange.looked_up(answer.as_ref(), hot, min_length, now_s)
+    })
+}
+
+impl RpcedgeCacheNext {
+    const NONE: RpcedgeCacheNext = RpcedgeCacheNext { call: RpcedgeDaemonCall::NONE, node_body: RpcedgeStr::NONE };
+}
+
+/// Takes a step of `cache`'s lookups (`from_hot`: the first, whose hit is the hot tier's): keeps
+/// what it names in the handle, describes it in `next` and numbers it for C.
+unsafe fn step(
+    cache: *mut RpcedgeCache,
+    hot: *const RpcedgeHotTier,
+    next: *mut RpcedgeCacheNext,
+    from_hot: bool,
+    take: impl FnOnce(&mut CacheExchange, Option<&dyn HotRegion>) -> LookupStep,
+) -> i32 {
+    put(next, RpcedgeCacheNext::NONE);
+    guard(RPCEDGE_CACHE_NODE, || {
+        let Some(cache) = cache.as_mut() else { return RPCEDGE_CACHE_NODE };
+        let hot = hot.as_ref().map(|hot| hot as &dyn HotRegion);
+        match take(&mut cache.exchange, hot) {
+            LookupStep::Ask(lookup) => {
+                let call = next.as_mut().map_or(ptr::null_mut(), |next| &mut next.call as *mut RpcedgeDaemonCall);
+                hand_out(cache, Some(lookup), call);
+                RPCEDGE_CACHE_ASK
+            }
+            LookupStep::Hit(hit) => {
+                cache.hit = Some(hit);
+                cache.hot = from_hot;
+                RPCEDGE_CACHE_HIT
+            }
+            LookupStep::Node(body) => {
+                cache.node_request = body;
+                if let (Some(next), Some(body)) = (next.as_mut(), &cache.node_request) {
+                    next.node_body = RpcedgeStr::of(body);
+                }
+                RPCEDGE_CACHE_NODE
+            }
+        }
     })
 }
 
@@ -242,49 +365,6 @@ unsafe fn hand_out(cache: &mut RpcedgeCache, request: Option<DaemonRequest>, cal
 
 fn header(name: &[u8], value: &[u8]) -> RpcedgeHeader {
     RpcedgeHeader { name: name.as_ptr(), name_len: name.len(), value: value.as_ptr(), value_len: value.len() }
-}
-
-/// The body to send the node instead of the client's, once the lookups are over: 1 with `body`
-/// filled (a batch less the calls the cache answered), 0 to send the client's own.
-///
-/// # Safety
-/// `cache` is NULL or live; `body` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_node_request(cache: *mut RpcedgeCache, body: *mut RpcedgeStr) -> i32 {
-    put(body, RpcedgeStr::NONE);
-    guard(0, || {
-        let Some(cache) = cache.as_mut() else { return 0 };
-        cache.node_request = cache.exchange.node_request();
-        let Some(request) = &cache.node_request else { return 0 };
-        put(body, RpcedgeStr::of(request));
-        1
-    })
-}
-
-/// The daemon answered the lookup with `status`, its `headers_len` headers (names in any case) and
-/// `body`. 1: a hit, to send as `rpcedge_cache_hit` gives it (and to keep with
-/// `rpcedge_cache_hot_keep`); 0: make the next lookup, if any, then ask the node.
-///
-/// # Safety
-/// `cache` is NULL or live; `headers` points to `headers_len` headers; `body` to `body_len`
-/// readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_answered(
-    cache: *mut RpcedgeCache,
-    status: u16,
-    headers: *const RpcedgeHeader,
-    headers_len: usize,
-    body: *const u8,
-    body_len: usize,
-    min_length: u64,
-) -> i32 {
-    guard(0, || {
-        let Some(cache) = cache.as_mut() else { return 0 };
-        let headers = header_list(headers, headers_len);
-        let answer = DaemonAnswer::read(status, &headers, bytes(body, body_len));
-        cache.hit = cache.exchange.answered(&answer, min_length);
-        cache.hit.is_some().into()
-    })
 }
 
 /// The hit's reply: its `status` and `body`; returns the body's coding (its token:
@@ -354,77 +434,8 @@ pub extern "C" fn rpcedge_cache_hot_min_region() -> usize {
     rpcedge_core::cache::HOT_MIN_REGION
 }
 
-/// Before the daemon is asked: 1 when the hot tier at `region` holds this request's entry, now
-/// out of it (a call's hit made, gzip above `min_length` where the client takes it; a batch's
-/// entries copied), so that the host can release its lock before `rpcedge_cache_hot_hit`.
-///
-/// # Safety
-/// `cache` is NULL or live; `region` was laid out by `rpcedge_cache_hot_init` and the caller
-/// holds it alone during the call (nginx: the zone's lock).
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_hot_find(
-    cache: *mut RpcedgeCache,
-    region: *mut u8,
-    len: usize,
-    now_s: u64,
-    min_length: u64,
-) -> i32 {
-    guard(0, || {
-        let (Some(cache), Some(mut hot)) = (cache.as_mut(), hot_tier(region, len)) else { return 0 };
-        cache.exchange.find_hot(&mut hot, now_s, min_length).into()
-    })
-}
-
-/// The hit for the entry `rpcedge_cache_hot_find` found. 1: send it as `rpcedge_cache_hit` gives
-/// it; 0: ask the daemon after all.
-///
-/// # Safety
-/// `cache` is NULL or live.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_hot_hit(cache: *mut RpcedgeCache, min_length: u64) -> i32 {
-    guard(0, || {
-        let Some(cache) = cache.as_mut() else { return 0 };
-        cache.hit = cache.exchange.hot_answer(min_length);
-        cache.hot = cache.hit.is_some();
-        cache.hot.into()
-    })
-}
-
-/// After the daemon's hit: keeps its entry (the body of its answer) in the hot tier at `region`.
-///
-/// # Safety
-/// As `rpcedge_cache_hot_find`; `entry` points to `entry_len` readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_hot_keep(
-    cache: *mut RpcedgeCache,
-    region: *mut u8,
-    len: usize,
-    entry: *const u8,
-    entry_len: usize,
-    now_s: u64,
-) {
-    guard((), || {
-        if let (Some(cache), Some(mut hot)) = (cache.as_mut(), hot_tier(region, len)) {
-            cache.exchange.keep_hot(&mut hot, bytes(entry, entry_len), now_s);
-        }
-    });
-}
-
 unsafe fn hot_tier<'a>(region: *mut u8, len: usize) -> Option<HotTier<'a>> {
     (!region.is_null()).then(|| HotTier::open(std::slice::from_raw_parts_mut(region, len))).flatten()
-}
-
-/// The lookup failed (no answer within the timeout, no daemon): ask the node.
-///
-/// # Safety
-/// `cache` is NULL or live.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_failed(cache: *mut RpcedgeCache) {
-    guard((), || {
-        if let Some(cache) = cache.as_mut() {
-            cache.exchange.failed();
-        }
-    });
 }
 
 /// The node's response head: its status, length (negative: none) and `headers_len` headers,

@@ -1,7 +1,8 @@
 //! The C ABI called as a C host calls it: every out-parameter defined on every way out, NULL
 //! arguments refused, panics caught, jobs taken, completed and freed.
 
-use std::ffi::CStr;
+use std::cell::Cell;
+use std::ffi::{c_void, CStr};
 use std::io::Read;
 use std::mem::MaybeUninit;
 
@@ -361,7 +362,8 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["{HASH}",false]}}"#);
         let null = br#"{"jsonrpc":"2.0","id":1,"result":null}"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
+        assert_eq!(look_up(cache, None, 0).0, RPCEDGE_CACHE_ASK);
+        assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
         assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
@@ -372,7 +374,8 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
 
         // refused by its head: the host holds no body and makes no store
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
+        assert_eq!(look_up(cache, None, 0).0, RPCEDGE_CACHE_ASK);
+        assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         let cookie = [c_header("Set-Cookie", "a=b")];
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, cookie.as_ptr(), 1), 0);
         let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_set_cookie", 1)]);
@@ -436,16 +439,16 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
     unsafe {
         let gzip_br = [c_header("Accept-Encoding", "gzip, br")];
         let miss = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), gzip_br.as_ptr(), 1);
-        let mut lookup = garbage();
-        assert_eq!(rpcedge_cache_next_lookup(miss, &mut lookup), 1);
+        let (step, next) = look_up(miss, None, 0);
+        assert_eq!(step, RPCEDGE_CACHE_ASK);
+        let lookup = &next.call;
         let path = owned(&lookup.path);
         assert_eq!((owned(&lookup.method), lookup.body.data.is_null()), (b"GET".to_vec(), true));
-        let headers = call_headers(&lookup);
+        let headers = call_headers(lookup);
         assert_eq!(headers[0], (b"x-rpcedge-lock".to_vec(), b"5000".to_vec()), "a miss holds the key");
         assert_eq!((headers[1].0.as_slice(), headers[1].1.len()), (&b"x-rpcedge-holder"[..], 16), "named by its holder");
-        assert_eq!(rpcedge_cache_next_lookup(miss, ptr::null_mut()), 0, "one lookup for one call");
         let absent = [c_header("X-Rpcedge-Miss", "absent"), c_header("X-Rpcedge-Lock", "held")];
-        assert_eq!(rpcedge_cache_answered(miss, 404, absent.as_ptr(), absent.len(), ptr::null(), 0, 0), 0);
+        assert_eq!(looked_up(miss, 404, &absent, b"", None, 0), RPCEDGE_CACHE_NODE, "one lookup for one call");
         assert_eq!(owned(&rpcedge_cache_status(miss, 0)), b"MISS");
         assert_eq!(owned(&rpcedge_cache_status(miss, 1)), b"MISS", "only a bypass has a reason");
         let cors =
@@ -483,8 +486,15 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         let again = request.replace(r#""id":1"#, r#""id":"two""#);
         let gzip = [c_header("accept-encoding", "gzip")];
         let hit = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), again.as_ptr(), again.len(), gzip.as_ptr(), 1);
+        // the daemon's hit, kept in a hot tier as it passes
+        let locks = Cell::new((0, 0));
+        let mut region = vec![0u8; rpcedge_cache_hot_min_region()];
+        let hot = hot_tier(&mut region, &locks);
+        assert_eq!(rpcedge_cache_hot_init(hot.region, hot.len - 1), 0, "too small");
+        assert_eq!(rpcedge_cache_hot_init(hot.region, hot.len), 1);
         let ttl = [c_header("x-rpcedge-ttl", "60")];
-        assert_eq!(rpcedge_cache_answered(hit, 200, ttl.as_ptr(), 1, kept.as_ptr(), kept.len(), 1024), 1);
+        assert_eq!(looked_up(hit, 200, &ttl, &kept, Some(&hot), 1000), RPCEDGE_CACHE_HIT);
+        assert_eq!(locks.get(), (1, 1), "the tier is locked while the entry is copied in");
         let (mut status, mut body) = (garbage(), garbage());
         let coding = rpcedge_cache_hit(hit, &mut status, &mut body);
         assert_eq!(owned(&rpcedge_coding_token(coding)), b"gzip");
@@ -507,26 +517,25 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         assert_eq!(owned(&rpcedge_cache_status(hit, 0)), b"HIT");
         assert_eq!(counted(|counts| rpcedge_count_cache(hit, counts)), adds(&[("rpcedge_cache_responses_hit", 1)]));
 
-        // the daemon's hit kept in a hot tier answers the next request without the daemon
-        let mut region = vec![0u8; rpcedge_cache_hot_min_region()];
-        let (hot, hot_len) = (region.as_mut_ptr(), region.len());
-        assert_eq!(rpcedge_cache_hot_init(hot, hot_len - 1), 0, "too small");
-        assert_eq!(rpcedge_cache_hot_init(hot, hot_len), 1);
-        rpcedge_cache_hot_keep(hit, hot, hot_len, kept.as_ptr(), kept.len(), 1000);
         rpcedge_cache_free(hit);
+
+        // which answers the next request without the daemon
         let third = request.replace(r#""id":1"#, r#""id":3"#);
         let from_hot = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000, 1024), 1);
-        assert_eq!(rpcedge_cache_hot_hit(from_hot, 1024), 1);
+        assert_eq!(look_up(from_hot, Some(&hot), 1000).0, RPCEDGE_CACHE_HIT);
+        assert_eq!(locks.get(), (2, 2), "and while it is copied out");
         assert_eq!(rpcedge_cache_hit(from_hot, &mut status, &mut body), 0, "plain: the client takes no gzip");
         assert_eq!(status, 200);
         assert_eq!(bytes(body.data, body.len), answer.replace(r#""id":1"#, r#""id":3"#).as_bytes());
         assert_eq!(owned(&rpcedge_cache_status(from_hot, 0)), b"HIT");
         let hot_hit = adds(&[("rpcedge_cache_responses_hit", 1), ("rpcedge_cache_hot_hits", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_cache(from_hot, counts)), hot_hit);
-        assert_eq!(rpcedge_cache_hot_find(from_hot, hot, hot_len, 1000 + rpcedge_core::cache::HOT_MAX_AGE_S, 0), 0, "aged out");
         rpcedge_cache_free(from_hot);
-        assert_eq!(rpcedge_cache_hot_find(ptr::null_mut(), hot, hot_len, 0, 0), 0);
+        let late = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
+        assert_eq!(look_up(late, Some(&hot), 1000 + rpcedge_core::cache::HOT_MAX_AGE_S).0, RPCEDGE_CACHE_ASK, "aged out");
+        rpcedge_cache_free(late);
+        assert_eq!(look_up(ptr::null_mut(), Some(&hot), 1000).0, RPCEDGE_CACHE_NODE);
+        assert_eq!(locks.get(), (3, 3));
     }
 }
 
@@ -536,9 +545,8 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
     let request = br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
     let path_in = |ns| unsafe {
         let cache = rpcedge_cache_new(s.0, ns, POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        let mut lookup = garbage();
-        let found = rpcedge_cache_next_lookup(cache, &mut lookup) == 1;
-        let path = found.then(|| owned(&lookup.path));
+        let (step, next) = look_up(cache, None, 0);
+        let path = (step == RPCEDGE_CACHE_ASK).then(|| owned(&next.call.path));
         let status = owned(&rpcedge_cache_status(cache, 0));
         rpcedge_cache_free(cache);
         (path, status)
@@ -549,6 +557,46 @@ fn without_a_namespace_the_request_bypasses_and_the_namespace_splits_keys() {
 }
 
 const POST: RpcedgeStr = RpcedgeStr { data: b"POST".as_ptr(), len: 4 };
+
+/// The first step of `cache`'s lookups, with a hot tier at `now_s` (a `min_length` of 1024), and
+/// what it names.
+unsafe fn look_up(cache: *mut RpcedgeCache, hot: Option<&RpcedgeHotTier>, now_s: u64) -> (i32, RpcedgeCacheNext) {
+    let mut next = garbage();
+    let hot = hot.map_or(ptr::null(), |hot| hot as *const RpcedgeHotTier);
+    let step = rpcedge_cache_look_up(cache, hot, now_s, 1024, &mut next);
+    (step, next)
+}
+
+/// The next step after the daemon's answer (`status` 0: the lookup failed).
+unsafe fn looked_up(
+    cache: *mut RpcedgeCache,
+    status: u16,
+    headers: &[RpcedgeHeader],
+    body: &[u8],
+    hot: Option<&RpcedgeHotTier>,
+    now_s: u64,
+) -> i32 {
+    let hot = hot.map_or(ptr::null(), |hot| hot as *const RpcedgeHotTier);
+    let (headers, n, body_len) = (headers.as_ptr(), headers.len(), body.len());
+    rpcedge_cache_looked_up(cache, status, headers, n, body.as_ptr(), body_len, hot, now_s, 1024, &mut garbage())
+}
+
+/// A hot tier in `region`, whose lock counts how often it is taken and let go in `locks`.
+fn hot_tier(region: &mut [u8], locks: &Cell<(u32, u32)>) -> RpcedgeHotTier {
+    unsafe extern "C" fn lock(data: *mut c_void) {
+        let locks = &*(data as *const Cell<(u32, u32)>);
+        let (taken, released) = locks.get();
+        assert_eq!(taken, released, "not taken twice");
+        locks.set((taken + 1, released));
+    }
+    unsafe extern "C" fn unlock(data: *mut c_void) {
+        let locks = &*(data as *const Cell<(u32, u32)>);
+        let (taken, released) = locks.get();
+        locks.set((taken, released + 1));
+    }
+    let data = locks as *const Cell<(u32, u32)> as *mut c_void;
+    RpcedgeHotTier { region: region.as_mut_ptr(), len: region.len(), lock: Some(lock), unlock: Some(unlock), data }
+}
 
 /// A daemon call's headers, as C reads them.
 fn call_headers(call: &RpcedgeDaemonCall) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -567,28 +615,32 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         // two calls with one id: their answers could not be told apart
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_chainId"},{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}]"#;
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), batch.as_ptr(), batch.len(), ptr::null(), 0);
-        let mut lookup = garbage();
-        assert_eq!(rpcedge_cache_next_lookup(cache, &mut lookup), 0);
-        assert!(lookup.path.data.is_null());
+        let locks = Cell::new((0, 0));
+        let mut region = vec![0u8; rpcedge_cache_hot_min_region()];
+        let hot = hot_tier(&mut region, &locks);
+        assert_eq!(rpcedge_cache_hot_init(hot.region, hot.len), 1);
+        let (step, next) = look_up(cache, Some(&hot), 0);
+        assert_eq!(step, RPCEDGE_CACHE_NODE);
+        assert!(next.call.path.data.is_null() && next.node_body.data.is_null(), "the client's own body");
+        assert_eq!(locks.get(), (0, 0), "a bypass leaves the hot tier's lock alone");
         assert_eq!(owned(&rpcedge_cache_status(cache, 0)), b"BYPASS");
         assert_eq!(owned(&rpcedge_cache_status(cache, 1)), b"BYPASS; reason=batch");
         assert_eq!(rpcedge_cache_response_head(cache, 200, 10, ptr::null(), 0), 0);
         rpcedge_cache_free(cache);
         // a body the host does not hold whole
         let spilled = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), ptr::null(), 0, ptr::null(), 0);
-        assert_eq!(rpcedge_cache_next_lookup(spilled, ptr::null_mut()), 0);
+        assert_eq!(rpcedge_cache_look_up(spilled, ptr::null(), 0, 0, ptr::null_mut()), RPCEDGE_CACHE_NODE);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
         assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
         assert_eq!(rpcedge_cache_keep(null, ptr::null(), 0, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_key(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_release(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_next_lookup(null, ptr::null_mut()), 0);
-        assert_eq!(rpcedge_cache_answered(null, 200, ptr::null(), 0, ptr::null(), 0, 0), 0);
+        assert_eq!(rpcedge_cache_look_up(null, ptr::null(), 0, 0, ptr::null_mut()), RPCEDGE_CACHE_NODE);
+        assert_eq!(looked_up(null, 200, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
-        rpcedge_cache_failed(null);
         rpcedge_cache_free(null);
     }
 }
@@ -619,8 +671,8 @@ fn the_cache_runs_with_the_settings_it_is_given() {
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64), 1);
             assert_eq!(rpcedge_cache_takes_length(s.0, request.len() as u64 + 1), 0);
             let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-            assert_eq!(rpcedge_cache_next_lookup(cache, ptr::null_mut()), 1);
-            assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
+            assert_eq!(rpcedge_cache_look_up(cache, ptr::null(), 0, 0, ptr::null_mut()), RPCEDGE_CACHE_ASK);
+            assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
             assert_eq!(
                 rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0),
                 0,
@@ -638,7 +690,8 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         // the chain TTL the store carries
         let s = limited(request.len(), answer.len());
         let cache = rpcedge_cache_new(s.0, RpcedgeStr::of(b"n"), POST, RpcedgeStr::of(b"/"), request.as_ptr(), request.len(), ptr::null(), 0);
-        assert_eq!(rpcedge_cache_answered(cache, 404, ptr::null(), 0, ptr::null(), 0, 0), 0);
+        assert_eq!(look_up(cache, None, 0).0, RPCEDGE_CACHE_ASK);
+        assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
         assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);

@@ -315,7 +315,7 @@ impl CacheExchange {
     /// The lookup to make next, or `None`: on to the node (with [`CacheExchange::node_request`]).
     /// A batch's keys take one multi-key lookup; a call that finds its key in flight takes a
     /// second, the wait for that answer. The host gives each answer to [`CacheExchange::answered`].
-    pub fn next_lookup(&mut self) -> Option<DaemonRequest> {
+    pub(super) fn next_lookup(&mut self) -> Option<DaemonRequest> {
         let request = self.request.as_mut().ok()?;
         if let Taken::Batch(batch) = request {
             return batch.next_lookup().map(|body| DaemonRequest {
@@ -334,7 +334,7 @@ impl CacheExchange {
             if lock_ms > 0 {
                 self.holder = holder_token();
                 headers.push((protocol::LOCK_HEADER, lock_ms.to_string()));
-                headers.push((protocol::HOLDER_HEADER, format!("{:016x}", self.holder)));
+                headers.push(self.holder_header());
             }
             self.lock = if lock_ms > 0 { Lock::Asked } else { Lock::None };
             let (path, timeout_ms) = (protocol::entry_path(&key.hex()), self.settings.lookup_timeout_ms);
@@ -376,7 +376,7 @@ impl CacheExchange {
 
     /// The daemon answered the lookup: the hit to send, or `None` to make the next lookup, if
     /// any, then ask the node.
-    pub fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
+    pub(super) fn answered(&mut self, answer: &DaemonAnswer, min_length: u64) -> Option<HitResponse> {
         let min = self.min_lengths(min_length);
         let request = match self.request.as_mut().ok()? {
             Taken::Batch(batch) => {
@@ -472,7 +472,7 @@ impl CacheExchange {
     /// takes a long tail kept plain for it; the first to find only the
     /// entry as the daemon sent it keeps that plain form beside it (one inflate, which its own
     /// hit needs anyway), so that the next ones copy it.
-    pub fn find_hot(&mut self, hot: &mut HotTier, now_s: u64, min_length: u64) -> bool {
+    pub(super) fn find_hot(&mut self, hot: &mut HotTier, now_s: u64, min_length: u64) -> bool {
         let min = self.min_lengths(min_length);
         let request = match &mut self.request {
             Ok(Taken::Batch(batch)) => return batch.find_hot(hot, now_s),
@@ -510,7 +510,7 @@ impl CacheExchange {
     }
 
     /// The hit for what `find_hot` found, or `None` to ask the daemon after all.
-    pub fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
+    pub(super) fn hot_answer(&mut self, min_length: u64) -> Option<HitResponse> {
         if let Ok(Taken::Batch(_)) = self.request {
             return self.batch_hit(min_length);
         }
@@ -521,7 +521,7 @@ impl CacheExchange {
 
     /// After the daemon's answer: keeps what it found in the hot tier (for one call, its entry:
     /// the body of the answer, when it was a hit).
-    pub fn keep_hot(&mut self, hot: &mut HotTier, entry: &[u8], now_s: u64) {
+    pub(super) fn keep_hot(&mut self, hot: &mut HotTier, entry: &[u8], now_s: u64) {
         match &mut self.request {
             Ok(Taken::Batch(batch)) => batch.keep_hot(hot, now_s),
             Ok(request) => {
@@ -540,7 +540,7 @@ impl CacheExchange {
     }
 
     /// The lookup failed: no answer within the timeout, or no daemon at all.
-    pub fn failed(&mut self) {
+    pub(super) fn failed(&mut self) {
         // (a daemon that failed the lookup is sent no release either: its lock runs out)
         self.lock = Lock::None;
         match &mut self.request {
@@ -699,7 +699,7 @@ impl CacheExchange {
         Some(DaemonRequest {
             method: protocol::RELEASE_METHOD,
             path: protocol::flight_path(&key.hex()),
-            headers: vec![(protocol::HOLDER_HEADER, format!("{:016x}", self.holder))],
+            headers: vec![self.holder_header()],
             body: Vec::new(),
             timeout_ms: self.settings.store_timeout_ms,
         })
@@ -720,6 +720,11 @@ impl CacheExchange {
             body: kept.entry,
             timeout_ms: self.settings.store_timeout_ms,
         }
+    }
+
+    /// The header that names this request to the daemon as the key's holder.
+    fn holder_header(&self) -> (&'static str, String) {
+        (protocol::HOLDER_HEADER, format!("{:016x}", self.holder))
     }
 
     /// Whether the node's answer to this request may be kept: it is no bypass. The host's

@@ -11,6 +11,7 @@ mod flow;
 mod head;
 mod hit;
 mod hot;
+mod lookup;
 pub mod protocol;
 mod rules;
 pub mod sealed;
@@ -31,6 +32,7 @@ pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;
 pub(crate) use head::field as header_field;
 pub use head::Head;
+pub use lookup::{HotRegion, LookupStep};
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
 pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
 

@@ -5,7 +5,8 @@
 //! names in lower case.
 
 use crate::cache::{
-    Bypass, CacheExchange, CacheSettings, DaemonAnswer, DaemonRequest, HitResponse, HotTier, Refusal, Status,
+    Bypass, CacheExchange, CacheSettings, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, LookupStep, Refusal,
+    Status,
 };
 use crate::config::CacheConfig;
 
@@ -40,13 +41,6 @@ impl DaemonCall {
         headers.extend(call_headers);
         DaemonCall { cluster, headers, body, timeout_ms, store: false }
     }
-}
-
-/// A host's hot tier: lends its region (behind the host's lock, where it has one) for as long as
-/// `use_region` runs, which is only while an entry is copied out or in: the request's parsing,
-/// hashing and the hit's splice run outside it.
-pub trait HotRegion {
-    fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8]));
 }
 
 /// What the request does after a body callback, or a lookup's answer.
@@ -171,37 +165,15 @@ impl ProxyCacheRequest {
 
     /// The hot tier's hit, or the first lookup, for a request the cache takes.
     fn look_up(&mut self, config: &CacheConfig, hot: Option<&dyn HotRegion>, min_length: u64, now_s: u64) -> AfterBody {
-        if self.exchange.bypass().is_some() {
-            return AfterBody::Continue;
-        }
-        if let Some(hit) = hot.and_then(|hot| self.hot_hit(hot, min_length, now_s)) {
-            self.hit = true;
-            return AfterBody::Answer(hit);
-        }
-        self.next(config)
-    }
-
-    /// The next lookup, or on to the node.
-    fn next(&mut self, config: &CacheConfig) -> AfterBody {
-        match self.exchange.next_lookup() {
-            Some(lookup) => AfterBody::Lookup(DaemonCall::new(config, lookup)),
-            None => self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward),
-        }
-    }
-
-    fn hot_hit(&mut self, hot: &dyn HotRegion, min_length: u64, now_s: u64) -> Option<HitResponse> {
-        let mut found = false;
-        hot.with_region(&mut |region| {
-            found = HotTier::open(region).is_some_and(|mut tier| self.exchange.find_hot(&mut tier, now_s, min_length));
-        });
-        found.then(|| self.exchange.hot_answer(min_length)).flatten()
+        let step = self.exchange.look_up(hot, min_length, now_s);
+        self.after(config, step)
     }
 
     /// The lookup could not be made, or got no answer (a timeout, no healthy daemon): the
     /// request goes on to the node, with no more lookups.
-    pub fn lookup_failed(&mut self) -> AfterBody {
-        self.exchange.failed();
-        self.exchange.node_request().map_or(AfterBody::Continue, AfterBody::Forward)
+    pub fn lookup_failed(&mut self, config: &CacheConfig) -> AfterBody {
+        let step = self.exchange.looked_up(None, None, 0, 0);
+        self.after(config, step)
     }
 
     /// The daemon's answer to the lookup: the hit to send (what it found is kept in the hot tier
@@ -215,19 +187,20 @@ impl ProxyCacheRequest {
         hot: Option<&dyn HotRegion>,
         now_s: u64,
     ) -> AfterBody {
-        let Some(status) = number(headers, ":status") else { return self.lookup_failed() };
-        let hit = self.exchange.answered(&DaemonAnswer::read(status, headers, body), min_length);
-        self.hit = hit.is_some();
-        if let Some(hot) = hot {
-            hot.with_region(&mut |region| {
-                if let Some(mut tier) = HotTier::open(region) {
-                    self.exchange.keep_hot(&mut tier, body, now_s);
-                }
-            });
-        }
-        match hit {
-            Some(hit) => AfterBody::Answer(hit),
-            None => self.next(config),
+        let answer = number(headers, ":status").map(|status| DaemonAnswer::read(status, headers, body));
+        let step = self.exchange.looked_up(answer.as_ref(), hot, min_length, now_s);
+        self.after(config, step)
+    }
+
+    /// The core's step as this proxy takes it.
+    fn after(&mut self, config: &CacheConfig, step: LookupStep) -> AfterBody {
+        match step {
+            LookupStep::Ask(lookup) => AfterBody::Lookup(DaemonCall::new(config, lookup)),
+            LookupStep::Hit(hit) => {
+                self.hit = true;
+                AfterBody::Answer(hit)
+            }
+            LookupStep::Node(body) => body.map_or(AfterBody::Continue, AfterBody::Forward),
         }
     }
 

@@ -3,8 +3,9 @@
 //! functions from its hooks. What stays in an adapter is where Envoy's two ABIs differ: how it
 //! reads a hook's data, when it may write a body, resume or wake at a deadline.
 
-use super::cache::{DaemonCall, HotRegion};
+use super::cache::DaemonCall;
 use super::{Failed, ProxyExchange, RequestStep};
+use crate::cache::HotRegion;
 use crate::edits::HeaderOp;
 use crate::exchange::Failure;
 use crate::metrics::Counter;

@@ -110,6 +110,19 @@ typedef struct {
 } rpcedge_daemon_call_t;
 
 typedef struct {
+  uint8_t *region;
+  size_t len;
+  void (*lock)(void *data);
+  void (*unlock)(void *data);
+  void *data;
+} rpcedge_hot_tier_t;
+
+typedef struct {
+  rpcedge_daemon_call_t call;
+  rpcedge_str_t node_body;
+} rpcedge_cache_next_t;
+
+typedef struct {
   rpcedge_str_t key;
   rpcedge_str_t entry;
   uint64_t ttl_s;
@@ -131,17 +144,18 @@ rpcedge_cache_t *rpcedge_cache_new(const rpcedge_settings_t *settings, rpcedge_s
                                    const rpcedge_header_t *headers, size_t headers_len);
 int32_t rpcedge_cache_takes_length(const rpcedge_settings_t *settings, uint64_t content_length);
 void rpcedge_cache_free(rpcedge_cache_t *cache);
-int32_t rpcedge_cache_next_lookup(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
-int32_t rpcedge_cache_node_request(rpcedge_cache_t *cache, rpcedge_str_t *body);
-void rpcedge_cache_failed(rpcedge_cache_t *cache);
+int32_t rpcedge_cache_look_up(rpcedge_cache_t *cache, const rpcedge_hot_tier_t *hot, uint64_t now_s,
+                              uint64_t min_length, rpcedge_cache_next_t *next);
+int32_t rpcedge_cache_looked_up(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers,
+                                size_t headers_len, const uint8_t *body, size_t body_len,
+                                const rpcedge_hot_tier_t *hot, uint64_t now_s, uint64_t min_length,
+                                rpcedge_cache_next_t *next);
 int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
 void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole,
                                 rpcedge_str_t *answer);
 int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
-int32_t rpcedge_cache_answered(rpcedge_cache_t *cache, uint16_t status, const rpcedge_header_t *headers,
-                               size_t headers_len, const uint8_t *body, size_t body_len, uint64_t min_length);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
 rpcedge_str_t rpcedge_coding_token(int32_t coding);
 int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpcedge_str_t *name,
@@ -196,6 +210,7 @@ local FEED_FLUSH = 2
 local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
 local CACHE_MAX_ANSWER = 67117122
+local CACHE_NODE, CACHE_ASK, CACHE_HIT = 0, 1, 2
 
 local _M = {
     lib = lib,
@@ -208,6 +223,9 @@ local _M = {
     TRANSCODE_REFUSED = TRANSCODE_REFUSED,
     COUNTS_MAX = COUNTS_MAX,
     CACHE_MAX_ANSWER = CACHE_MAX_ANSWER,
+    CACHE_NODE = CACHE_NODE,
+    CACHE_ASK = CACHE_ASK,
+    CACHE_HIT = CACHE_HIT,
 }
 
 

@@ -25,6 +25,7 @@ local rstr, lua_string = abi.rstr, abi.lua_string
 local header_array, anchor = abi.header_array, abi.anchor
 local daemon_call_of, daemon_call = daemon.daemon_call_of, daemon.daemon_call
 local send_behind = daemon.send_behind
+local CACHE_ASK, CACHE_HIT = abi.CACHE_ASK, abi.CACHE_HIT
 
 local _M = {}
 
@@ -259,39 +260,32 @@ function _M.of_request()
 end
 
 
--- Asks the daemon what the core asks, one lookup after the other: true on a hit. A lookup
--- that fails (no daemon, no answer in time) fails open: the node answers.
+-- Takes the steps the core gives, asking the daemon each lookup it names: true on a hit; else
+-- false, and the body the node gets in place of the client's (a batch less the calls the cache
+-- answered), or nil for the client's own. A lookup that fails (no daemon, no answer in time)
+-- fails open: the node answers.
 function Cache:lookup()
-    local lookup = ffi_new("rpcedge_daemon_call_t")
-    while lib.rpcedge_cache_next_lookup(self.handle, lookup) ~= 0 do
-        local call = daemon_call_of(lookup)
-        local status, found, answer = daemon_call(self.daemon_config.address, call)
-        if not status then
+    local handle, min_length = self.handle, self.daemon_config.min_length
+    local next_step = ffi_new("rpcedge_cache_next_t")
+    local step = lib.rpcedge_cache_look_up(handle, nil, 0, min_length, next_step)
+    while step == CACHE_ASK do
+        local status, found, answer = daemon_call(self.daemon_config.address, daemon_call_of(next_step.call))
+        if status then
+            local headers, n, strings = header_array(found)
+            anchor[1] = strings
+            step = lib.rpcedge_cache_looked_up(handle, status, headers, n, answer, #answer, nil, 0, min_length,
+                                               next_step)
+            anchor[1] = nil
+        else
             ngx.log(ngx.INFO, "rpcedge cache: lookup failed: ", found)
-            lib.rpcedge_cache_failed(self.handle)
-            return false
-        end
-        local headers, n, strings = header_array(found)
-        anchor[1] = strings
-        local hit = lib.rpcedge_cache_answered(self.handle, status, headers, n, answer, #answer,
-                                               self.daemon_config.min_length) ~= 0
-        anchor[1] = nil
-        if hit then
-            return true
+            step = lib.rpcedge_cache_looked_up(handle, 0, nil, 0, nil, 0, nil, 0, 0, next_step)
         end
     end
-    return false
-end
-
-
--- The body the node gets in place of the client's (a batch less the calls the cache answered),
--- or nil.
-function Cache:node_request()
-    local body = ffi_new("rpcedge_str_t")
-    if lib.rpcedge_cache_node_request(self.handle, body) == 0 then
-        return nil
+    if step == CACHE_HIT then
+        return true
     end
-    return lua_string(body)
+    local body = next_step.node_body
+    return false, body.data ~= nil and lua_string(body) or nil
 end
 
 

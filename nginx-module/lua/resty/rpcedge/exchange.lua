@@ -232,10 +232,11 @@ function Exchange:capture(prefix, namespace)
     local cache = daemon_cache(self.settings, namespace, self.request_headers)
     self.cache = cache
     if cache then
-        if cache:lookup() then
+        local hit, body = cache:lookup()
+        if hit then
             return cache:hit_response()
         end
-        options.body = cache:node_request()
+        options.body = body
     end
     ask_identity(self, cache)
     local res = ngx.location.capture(prefix .. ngx.var.uri, options)

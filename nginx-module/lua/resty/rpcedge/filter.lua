@@ -31,11 +31,11 @@ function _M.access(settings, namespace)
     local state = { exchange = new_exchange(settings, true) }
     local cache = daemon_cache(settings, namespace, state.exchange.request_headers)
     if cache then
-        if cache:lookup() then
+        local hit, body = cache:lookup()
+        if hit then
             cache:send_hit(cache:hit_response())
             return ngx.exit(ngx.HTTP_OK)
         end
-        local body = cache:node_request()
         if body then
             ngx.req.set_body_data(body)
         end
