@@ -128,11 +128,14 @@ impl Flights {
     /// The holder of `key` sent `entry` to be stored (or released the key: `None`): its waiters
     /// get it. A released key is settled at once; an entry once the store is done with it.
     pub fn land(&self, key: &[u8; 32], entry: Option<Bytes>) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         match entry {
-            Some(entry) => self.land_as(key, Landing::Entry(entry)),
+            Some(entry) => {
+                land_in(&mut flights, key, Landing::Entry(entry));
+            }
             None => {
-                self.land_as(key, Landing::Released);
-                self.settle(key);
+                land_in(&mut flights, key, Landing::Released);
+                settle_in(&mut flights, key);
             }
         }
     }
@@ -145,15 +148,11 @@ impl Flights {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
         match flights.get_mut(key) {
             Some(flight) if holder.is_none() || flight.holder == holder => {
-                if flight.landing.borrow().is_some() {
-                    return false;
+                let released = land_in(&mut flights, key, Landing::Released);
+                if released {
+                    settle_in(&mut flights, key);
                 }
-                flight.landing.send_replace(Some(Landing::Released));
-                flight.settled = true;
-                if flight.waiters == 0 {
-                    flights.remove(key);
-                }
-                true
+                released
             }
             _ => {
                 drop(flights);
@@ -171,28 +170,15 @@ impl Flights {
     /// The lock that `key`'s waiters follow (another host's holder's, in the fleet) ran out of time
     /// before its own: they are told so now, go to their node, and the next miss holds the key.
     pub fn time_out(&self, key: &[u8; 32]) {
-        self.land_as(key, Landing::TimedOut);
-        self.settle(key);
-    }
-
-    /// The first landing of `key`'s flight is the one its waiters get.
-    fn land_as(&self, key: &[u8; 32], landing: Landing) {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(flight) = flights.get_mut(key) else { return };
-        if flight.landing.borrow().is_none() {
-            flight.landing.send_replace(Some(landing));
-        }
+        land_in(&mut flights, key, Landing::TimedOut);
+        settle_in(&mut flights, key);
     }
 
     /// The store has kept (or refused) what landed for `key`: a miss now finds it there, or goes
     /// to the node.
     pub fn settle(&self, key: &[u8; 32]) {
-        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(flight) = flights.get_mut(key).filter(|flight| flight.landing.borrow().is_some()) else { return };
-        flight.settled = true;
-        if flight.waiters == 0 {
-            flights.remove(key);
-        }
+        settle_in(&mut self.flights.lock().unwrap_or_else(|e| e.into_inner()), key);
     }
 
     /// A waiter of `key`: the holder's answer, once it lands or the lock's time runs out.
@@ -242,6 +228,25 @@ impl Flights {
     /// Keys in flight, or landed and not yet settled, or with waiters still to serve.
     pub fn len(&self) -> usize {
         self.flights.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The first landing of `key`'s flight is the one its waiters get: whether `landing` is it.
+fn land_in(flights: &mut HashMap<[u8; 32], Flight>, key: &[u8; 32], landing: Landing) -> bool {
+    let Some(flight) = flights.get_mut(key) else { return false };
+    if flight.landing.borrow().is_some() {
+        return false;
+    }
+    flight.landing.send_replace(Some(landing));
+    true
+}
+
+/// What landed for `key` is settled: its flight goes with its last waiter.
+fn settle_in(flights: &mut HashMap<[u8; 32], Flight>, key: &[u8; 32]) {
+    let Some(flight) = flights.get_mut(key).filter(|flight| flight.landing.borrow().is_some()) else { return };
+    flight.settled = true;
+    if flight.waiters == 0 {
+        flights.remove(key);
     }
 }
 
