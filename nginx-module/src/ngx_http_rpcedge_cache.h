@@ -74,8 +74,8 @@ typedef struct {
     /* the lookup, then the store: ended if it outlives its timeout */
     ngx_http_request_t         *call;
     ngx_event_t                 timer;
-    /* the node's plain answer, for the store */
-    ngx_http_rpcedge_cache_bytes_t  held;
+    /* the node's answer is passed through the core, which holds it for the
+     * store */
     unsigned                    holding:1;
     /* the node's answer to a split batch is held, and the merged one sent */
     unsigned                    replacing:1;

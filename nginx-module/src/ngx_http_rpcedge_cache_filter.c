@@ -122,17 +122,6 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
         if (ctx->holding) {
             /* file buffers are read into memory above this filter */
             r->filter_need_in_memory = 1;
-
-            length = r->headers_out.content_length_n;
-
-            if (length > 0) {
-                ctx->held.data = ngx_pnalloc(r->pool, length);
-                if (ctx->held.data == NULL) {
-                    return NGX_ERROR;
-                }
-
-                ctx->held.size = length;
-            }
         }
     }
 
@@ -171,6 +160,7 @@ static ngx_int_t
 ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_int_t                       rc;
+    ngx_buf_t                      *b;
     ngx_uint_t                      last;
     ngx_chain_t                    *cl;
     ngx_http_rpcedge_cache_ctx_t   *ctx;
@@ -221,17 +211,21 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     last = 0;
 
     for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        /* the core holds the body for the store while it may keep it; one
+         * not in memory cannot be held whole */
 
         if (ctx->holding
-            && (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
-                                            (size_t) -1)
-                != NGX_OK
-                || !rpcedge_cache_keep_holding(ctx->cache, ctx->held.len)))
+            && ((!ngx_buf_in_memory(b) && ngx_buf_size(b))
+                || rpcedge_cache_pass(ctx->cache, b->pos, b->last - b->pos,
+                                      b->last_buf, NULL)
+                   != RPCEDGE_PASS_KEPT))
         {
             ctx->holding = 0;
         }
 
-        last |= cl->buf->last_buf;
+        last |= b->last_buf;
     }
 
     rc = ngx_http_next_body_filter(r, in);
@@ -244,48 +238,68 @@ ngx_http_rpcedge_cache_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 }
 
 
-/* the node's answer to a split batch: held whole (its buffers consumed), then
- * the merged answer goes out with its headers and exact length; past what is
- * held, the cache's answers go first and the rest of the node's after them */
+/* the node's answer to a split batch: held by the core (its buffers consumed)
+ * until it gives the merged answer, which goes out with its headers and exact
+ * length; past what is held, the cache's answers go first and the rest of the
+ * node's after them */
 
 static ngx_int_t
 ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in)
 {
+    int32_t         passed;
     ngx_int_t       rc;
-    ngx_uint_t      last;
+    ngx_uint_t      last, whole;
     ngx_buf_t      *b;
-    ngx_chain_t    *cl, out;
+    ngx_chain_t    *cl, *rest, out;
     rpcedge_str_t   answer;
 
-    last = 0;
+    passed = RPCEDGE_PASS_HELD;
 
     for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
 
-        if (ngx_http_rpcedge_cache_hold(r->pool, &ctx->held, cl->buf,
-                                        (size_t) -1)
-            != NGX_OK)
-        {
+        if (!ngx_buf_in_memory(b) && ngx_buf_size(b)) {
             return NGX_ERROR;
         }
 
-        last |= cl->buf->last_buf;
+        passed = rpcedge_cache_pass(ctx->cache, b->pos, b->last - b->pos,
+                                    b->last_buf, &answer);
 
-        cl->buf->pos = cl->buf->last;
-        cl->buf->file_pos = cl->buf->file_last;
+        b->pos = b->last;
+        b->file_pos = b->file_last;
+
+        if (passed != RPCEDGE_PASS_HELD) {
+            break;
+        }
     }
 
-    if (!last && rpcedge_cache_keep_holding(ctx->cache, ctx->held.len)) {
+    if (passed == RPCEDGE_PASS_HELD) {
         return NGX_OK;
     }
 
-    rpcedge_cache_batch_answer(ctx->cache, ctx->held.data, ctx->held.len,
-                               (int32_t) last, &answer);
+    if (passed != RPCEDGE_PASS_MERGED) {
+        return NGX_ERROR;
+    }
+
+    /* merged at cl: whole if the node's answer ended there, else the rest of
+     * the chain goes on after it */
+
+    whole = cl->buf->last_buf;
+    rest = cl->next;
+    last = whole;
+
+    for (cl = rest; cl; cl = cl->next) {
+        last |= cl->buf->last_buf;
+    }
 
     ctx->replacing = 0;
-    ctx->holding = last;
 
-    r->headers_out.content_length_n = last ? (off_t) answer.len : -1;
+    /* a whole answer's stores were taken as it was merged */
+
+    ctx->holding = whole;
+
+    r->headers_out.content_length_n = whole ? (off_t) answer.len : -1;
 
     if (r->headers_out.content_length) {
         r->headers_out.content_length->hash = 0;
@@ -308,11 +322,11 @@ ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     b->pos = (u_char *) answer.data;
     b->last = b->pos + answer.len;
     b->memory = answer.len ? 1 : 0;
-    b->last_buf = last;
-    b->flush = !last;
+    b->last_buf = whole;
+    b->flush = !whole;
 
     out.buf = b;
-    out.next = NULL;
+    out.next = rest;
 
     rc = ngx_http_next_body_filter(r, &out);
 

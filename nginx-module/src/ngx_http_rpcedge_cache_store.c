@@ -90,18 +90,9 @@ ngx_http_rpcedge_cache_store(ngx_http_request_t *r,
 {
     rpcedge_daemon_call_t  put;
 
-    if (!rpcedge_cache_store(ctx->cache, ctx->held.data, ctx->held.len,
-                             &put))
-    {
-        return;
+    if (rpcedge_cache_store(ctx->cache, &put)) {
+        ngx_http_rpcedge_cache_put(r, ctx, &put);
     }
-
-    if (ctx->held.data) {
-        ngx_pfree(r->pool, ctx->held.data);
-        ngx_memzero(&ctx->held, sizeof(ngx_http_rpcedge_cache_bytes_t));
-    }
-
-    ngx_http_rpcedge_cache_put(r, ctx, &put);
 }
 
 

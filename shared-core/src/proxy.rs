@@ -14,7 +14,7 @@ pub mod cache;
 pub mod drive;
 
 use self::cache::{AfterBody, DaemonCall, LazyBody, ProxyCacheRequest};
-use crate::cache::{HitResponse, HotRegion, Status as CacheStatus};
+use crate::cache::{HitResponse, HotRegion, Passed, Status as CacheStatus};
 use crate::edits::HeaderOp;
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
@@ -526,7 +526,7 @@ impl ProxyExchange {
         }
         let mut merging = false;
         if let Some(request) = &mut self.cache {
-            let cache_status = request.on_response_head(headers, end_of_stream, self.settings.cache_settings());
+            let cache_status = request.on_response_head(headers, end_of_stream);
             self.counters.extend(metrics::cache_responded(cache_status, request.bypass()).map(|c| (c, 1)));
             if let Some(config) = self.settings.cache.as_ref().filter(|c| c.status_header) {
                 edits.push(HeaderOp::Append(cache::status_header(), request.status_value(config.status_reason)));
@@ -608,8 +608,9 @@ impl ProxyExchange {
         if self.merging.is_some() {
             return self.merge(chunk, end, flush);
         }
-        if let Some(request) = self.cache.as_mut().filter(|request| request.holds()) {
-            request.hold(chunk);
+        if let Some(request) = self.cache.as_mut() {
+            // held for the store, where the core keeps the answer; the piece goes on as it came
+            request.pass(chunk, end);
         }
         if end {
             self.store_in_cache();
@@ -625,7 +626,11 @@ impl ProxyExchange {
     /// Content-Length is the merged body's, or none when the rest is still to come.
     fn merge(&mut self, chunk: &[u8], end: bool, flush: bool) -> Result<Option<Vec<HeaderOp<'_>>>, Failed> {
         let request = self.cache.as_mut().expect("only the cache merges");
-        let Some(answer) = request.merge(chunk, end) else { return Ok(None) };
+        let answer = match request.pass(chunk, end) {
+            Passed::Held => return Ok(None),
+            Passed::Merged(answer) => answer,
+            Passed::On | Passed::Kept => chunk.to_vec(),
+        };
         let status = self.merging.take().expect("merging");
         if end {
             self.store_in_cache();

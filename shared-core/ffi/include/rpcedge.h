@@ -34,6 +34,17 @@
 #define RPCEDGE_CACHE_HIT 2
 
 /**
+ * What `rpcedge_cache_pass` says of a piece of the node's body.
+ */
+#define RPCEDGE_PASS_ON 0
+
+#define RPCEDGE_PASS_KEPT 1
+
+#define RPCEDGE_PASS_HELD 2
+
+#define RPCEDGE_PASS_MERGED 3
+
+/**
  * `rpcedge_exchange_response_head`'s body plans (the core's `BodyPlan`).
  */
 #define RPCEDGE_PLAN_PASS 0
@@ -491,8 +502,9 @@ size_t rpcedge_cache_hot_min_region(void);
 
 /**
  * The node's response head: its status, length (negative: none) and `headers_len` headers,
- * Content-Type and Content-Encoding among them. 1: hold the plain body, for `rpcedge_cache_store`
- * and, where `rpcedge_cache_replaces_body` says so, `rpcedge_cache_batch_answer`; 0: do not.
+ * Content-Type and Content-Encoding among them. 1: pass the plain body through
+ * `rpcedge_cache_pass`, which holds it for `rpcedge_cache_store` or, where
+ * `rpcedge_cache_replaces_body` says so, to merge it; 0: do not.
  *
  * # Safety
  * `cache` is NULL or live; `headers` points to `headers_len` headers.
@@ -500,18 +512,8 @@ size_t rpcedge_cache_hot_min_region(void);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length, const rpcedge_header_t *headers, size_t headers_len);
 
 /**
- * The host holds `held` bytes of the node's body. 1: go on holding it; 0: stop, it is too large
- * to store (or, for a batch's answer to merge, to hold: give what is held to
- * `rpcedge_cache_batch_answer`, then pass the rest on).
- *
- * # Safety
- * `cache` is NULL or live.
- */
-int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
-
-/**
  * 1 when the node's answer (to a batch less the calls the cache answered) is held rather than
- * passed on, and the client gets `rpcedge_cache_batch_answer`'s body, with its own length.
+ * passed on, and the client gets the body `rpcedge_cache_pass` merges, with its own length.
  *
  * # Safety
  * `cache` is NULL or live.
@@ -519,25 +521,28 @@ int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
 
 /**
- * What the client gets in place of the node's answer `body`: with `whole` not 0 the node's whole
- * answer, merged with the cache's in the client's order; with 0 the start of an answer too long
- * to hold, after which the host passes the rest on as it comes.
+ * A piece of the node's body, `len` bytes at `piece` (`end` not 0: its last), once
+ * `rpcedge_cache_response_head` has said to hold it: `RPCEDGE_PASS_ON` or `RPCEDGE_PASS_KEPT`,
+ * the piece goes on as it came (kept for the store too, or no longer); `RPCEDGE_PASS_HELD`,
+ * nothing goes on yet; `RPCEDGE_PASS_MERGED`, `merged` goes on in place of all that was held: a
+ * split batch's answer merged with the cache's, whole where the node's ended with this piece,
+ * else its start, after which the rest of the node's body passes on as it comes.
  *
  * # Safety
- * `cache` is NULL or live; `body` points to `len` readable bytes; `answer` is NULL or writable.
+ * `cache` is NULL or live; `piece` points to `len` readable bytes; `merged` is NULL or writable.
  */
-void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole, rpcedge_str_t *answer);
+int32_t rpcedge_cache_pass(rpcedge_cache_t *cache, const uint8_t *piece, size_t len, int32_t end, rpcedge_str_t *merged);
 
 /**
- * The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
- * 1: `call` is filled with the first store, and `rpcedge_cache_next_store` gives the others (a
- * batch's answer may give several); 0: nothing is kept (an error, a null, too large, ...).
- * `rpcedge_count_refusal` counts what is not.
+ * The node's body has ended, whole, and passed through `rpcedge_cache_pass`. 1: `call` is filled
+ * with the first store, and `rpcedge_cache_next_store` gives the others (a batch's answer may
+ * give several); 0: nothing is kept (an error, a null, too large, ...). `rpcedge_count_refusal`
+ * counts what is not.
  *
  * # Safety
- * `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
+ * `cache` is NULL or live; `call` is NULL or writable.
  */
-int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 
 /**
  * The next store of those `rpcedge_cache_store` made: 1 with `call` filled, 0 past the last.

@@ -6,8 +6,8 @@ use std::ffi::c_void;
 use std::ptr;
 
 use rpcedge_core::cache::{
-    entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, HotTier, LookupStep, Refusal,
-    Status,
+    entry_bound, CacheExchange, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, HotTier, LookupStep, Passed,
+    Refusal, Status,
 };
 use rpcedge_core::config::MAX_ENTRY;
 use rpcedge_core::Coding;
@@ -439,8 +439,9 @@ unsafe fn hot_tier<'a>(region: *mut u8, len: usize) -> Option<HotTier<'a>> {
 }
 
 /// The node's response head: its status, length (negative: none) and `headers_len` headers,
-/// Content-Type and Content-Encoding among them. 1: hold the plain body, for `rpcedge_cache_store`
-/// and, where `rpcedge_cache_replaces_body` says so, `rpcedge_cache_batch_answer`; 0: do not.
+/// Content-Type and Content-Encoding among them. 1: pass the plain body through
+/// `rpcedge_cache_pass`, which holds it for `rpcedge_cache_store` or, where
+/// `rpcedge_cache_replaces_body` says so, to merge it; 0: do not.
 ///
 /// # Safety
 /// `cache` is NULL or live; `headers` points to `headers_len` headers.
@@ -468,19 +469,8 @@ unsafe fn header_list<'a>(headers: *const RpcedgeHeader, len: usize) -> Vec<(&'a
     headers.iter().map(|h| (bytes(h.name, h.name_len), bytes(h.value, h.value_len))).collect()
 }
 
-/// The host holds `held` bytes of the node's body. 1: go on holding it; 0: stop, it is too large
-/// to store (or, for a batch's answer to merge, to hold: give what is held to
-/// `rpcedge_cache_batch_answer`, then pass the rest on).
-///
-/// # Safety
-/// `cache` is NULL or live.
-#[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_keep_holding(cache: *mut RpcedgeCache, held: u64) -> i32 {
-    guard(0, || cache.as_mut().is_some_and(|cache| cache.exchange.keep_holding(held)).into())
-}
-
 /// 1 when the node's answer (to a batch less the calls the cache answered) is held rather than
-/// passed on, and the client gets `rpcedge_cache_batch_answer`'s body, with its own length.
+/// passed on, and the client gets the body `rpcedge_cache_pass` merges, with its own length.
 ///
 /// # Safety
 /// `cache` is NULL or live.
@@ -489,47 +479,58 @@ pub unsafe extern "C" fn rpcedge_cache_replaces_body(cache: *const RpcedgeCache)
     guard(0, || cache.as_ref().is_some_and(|cache| cache.exchange.replaces_body()).into())
 }
 
-/// What the client gets in place of the node's answer `body`: with `whole` not 0 the node's whole
-/// answer, merged with the cache's in the client's order; with 0 the start of an answer too long
-/// to hold, after which the host passes the rest on as it comes.
+/// A piece of the node's body, `len` bytes at `piece` (`end` not 0: its last), once
+/// `rpcedge_cache_response_head` has said to hold it: `RPCEDGE_PASS_ON` or `RPCEDGE_PASS_KEPT`,
+/// the piece goes on as it came (kept for the store too, or no longer); `RPCEDGE_PASS_HELD`,
+/// nothing goes on yet; `RPCEDGE_PASS_MERGED`, `merged` goes on in place of all that was held: a
+/// split batch's answer merged with the cache's, whole where the node's ended with this piece,
+/// else its start, after which the rest of the node's body passes on as it comes.
 ///
 /// # Safety
-/// `cache` is NULL or live; `body` points to `len` readable bytes; `answer` is NULL or writable.
+/// `cache` is NULL or live; `piece` points to `len` readable bytes; `merged` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_batch_answer(
+pub unsafe extern "C" fn rpcedge_cache_pass(
     cache: *mut RpcedgeCache,
-    body: *const u8,
+    piece: *const u8,
     len: usize,
-    whole: i32,
-    answer: *mut RpcedgeStr,
-) {
-    put(answer, RpcedgeStr::NONE);
-    guard((), || {
-        if let Some(cache) = cache.as_mut() {
-            cache.batch_answer = cache.exchange.batch_answer(bytes(body, len), whole != 0);
-            put(answer, RpcedgeStr::of(&cache.batch_answer));
+    end: i32,
+    merged: *mut RpcedgeStr,
+) -> i32 {
+    put(merged, RpcedgeStr::NONE);
+    guard(RPCEDGE_PASS_ON, || {
+        let Some(cache) = cache.as_mut() else { return RPCEDGE_PASS_ON };
+        match cache.exchange.pass(bytes(piece, len), end != 0) {
+            Passed::On => RPCEDGE_PASS_ON,
+            Passed::Kept => RPCEDGE_PASS_KEPT,
+            Passed::Held => RPCEDGE_PASS_HELD,
+            Passed::Merged(body) => {
+                cache.batch_answer = body;
+                put(merged, RpcedgeStr::of(&cache.batch_answer));
+                RPCEDGE_PASS_MERGED
+            }
         }
     })
 }
 
-/// The node's whole plain body (for a merged batch, any: its answers were taken as it was merged).
-/// 1: `call` is filled with the first store, and `rpcedge_cache_next_store` gives the others (a
-/// batch's answer may give several); 0: nothing is kept (an error, a null, too large, ...).
-/// `rpcedge_count_refusal` counts what is not.
+/// What `rpcedge_cache_pass` says of a piece of the node's body.
+pub const RPCEDGE_PASS_ON: i32 = 0;
+pub const RPCEDGE_PASS_KEPT: i32 = 1;
+pub const RPCEDGE_PASS_HELD: i32 = 2;
+pub const RPCEDGE_PASS_MERGED: i32 = 3;
+
+/// The node's body has ended, whole, and passed through `rpcedge_cache_pass`. 1: `call` is filled
+/// with the first store, and `rpcedge_cache_next_store` gives the others (a batch's answer may
+/// give several); 0: nothing is kept (an error, a null, too large, ...). `rpcedge_count_refusal`
+/// counts what is not.
 ///
 /// # Safety
-/// `cache` is NULL or live; `body` points to `len` readable bytes; `call` is NULL or writable.
+/// `cache` is NULL or live; `call` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_cache_store(
-    cache: *mut RpcedgeCache,
-    body: *const u8,
-    len: usize,
-    call: *mut RpcedgeDaemonCall,
-) -> i32 {
+pub unsafe extern "C" fn rpcedge_cache_store(cache: *mut RpcedgeCache, call: *mut RpcedgeDaemonCall) -> i32 {
     put(call, RpcedgeDaemonCall::NONE);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
-        for store in cache.exchange.stores(bytes(body, len)) {
+        for store in cache.exchange.stores_held() {
             match store {
                 Ok(store) => cache.stores.push_back(store),
                 Err(refusal) => cache.refusals.push(refusal),

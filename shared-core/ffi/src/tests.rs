@@ -366,7 +366,7 @@ fn the_cache_counts_its_status_with_the_reason_and_a_refusal_once() {
         assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         assert_eq!(counted(|counts| rpcedge_count_cache(cache, counts)), adds(&[("rpcedge_cache_responses_miss", 1)]));
         assert_eq!(rpcedge_cache_response_head(cache, 200, null.len() as i64, ptr::null(), 0), 1);
-        assert_eq!(rpcedge_cache_store(cache, null.as_ptr(), null.len(), ptr::null_mut()), 0);
+        assert_eq!(store(cache, null, ptr::null_mut()), 0);
         let refused = adds(&[("rpcedge_cache_stores_refused", 1), ("rpcedge_cache_stores_refused_null", 1)]);
         assert_eq!(counted(|counts| rpcedge_count_refusal(cache, counts)), refused);
         assert!(counted(|counts| rpcedge_count_refusal(cache, counts)).is_empty(), "once");
@@ -455,7 +455,7 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
             [c_header("Content-Type", "application/json; charset=utf-8"), c_header("Access-Control-Allow-Origin", "*")];
         assert_eq!(rpcedge_cache_response_head(miss, 200, answer.len() as i64, cors.as_ptr(), cors.len()), 1);
         let mut call = garbage();
-        assert_eq!(rpcedge_cache_store(miss, answer.as_ptr(), answer.len(), &mut call), 1);
+        assert_eq!(store(miss, answer.as_bytes(), &mut call), 1);
         assert_eq!((owned(&call.method), owned(&call.path)), (b"PUT".to_vec(), path.clone()));
         assert_eq!(call_headers(&call), [(b"x-rpcedge-namespace".to_vec(), b"h/mainnet".to_vec())], "no TTL, nothing to be final");
         assert_eq!(call.timeout_ms, 5000, "the store's timeout");
@@ -567,6 +567,14 @@ unsafe fn look_up(cache: *mut RpcedgeCache, hot: Option<&RpcedgeHotTier>, now_s:
     (step, next)
 }
 
+/// The node's whole `body`, passed in two pieces (each kept for the store), then its stores.
+unsafe fn store(cache: *mut RpcedgeCache, body: &[u8], call: *mut RpcedgeDaemonCall) -> i32 {
+    let (first, rest) = body.split_at(body.len() / 2);
+    assert_eq!(rpcedge_cache_pass(cache, first.as_ptr(), first.len(), 0, ptr::null_mut()), RPCEDGE_PASS_KEPT);
+    assert_eq!(rpcedge_cache_pass(cache, rest.as_ptr(), rest.len(), 1, ptr::null_mut()), RPCEDGE_PASS_KEPT);
+    rpcedge_cache_store(cache, call)
+}
+
 /// The next step after the daemon's answer (`status` 0: the lookup failed).
 unsafe fn looked_up(
     cache: *mut RpcedgeCache,
@@ -632,14 +640,14 @@ fn a_request_the_cache_does_not_take_has_no_lookup_and_null_handles_are_refused(
         assert_eq!(rpcedge_cache_look_up(spilled, ptr::null(), 0, 0, ptr::null_mut()), RPCEDGE_CACHE_NODE);
         rpcedge_cache_free(spilled);
         let null = ptr::null_mut();
-        assert_eq!(rpcedge_cache_keep_holding(null, 1), 0);
+        assert_eq!(rpcedge_cache_pass(null, b"x".as_ptr(), 1, 1, ptr::null_mut()), RPCEDGE_PASS_ON);
         assert_eq!(rpcedge_cache_keep(null, ptr::null(), 0, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_key(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_release(null, ptr::null_mut()), 0);
         assert_eq!(rpcedge_cache_look_up(null, ptr::null(), 0, 0, ptr::null_mut()), RPCEDGE_CACHE_NODE);
         assert_eq!(looked_up(null, 200, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         let mut call = garbage();
-        assert_eq!(rpcedge_cache_store(null, ptr::null(), 0, &mut call), 0);
+        assert_eq!(rpcedge_cache_store(null, &mut call), 0);
         assert!(call.path.data.is_null() && call.body.data.is_null());
         rpcedge_cache_free(null);
     }
@@ -694,7 +702,7 @@ fn the_cache_runs_with_the_settings_it_is_given() {
         assert_eq!(looked_up(cache, 404, &[], b"", None, 0), RPCEDGE_CACHE_NODE);
         assert_eq!(rpcedge_cache_response_head(cache, 200, answer.len() as i64, ptr::null(), 0), 1);
         let mut call = garbage();
-        assert_eq!(rpcedge_cache_store(cache, answer.as_ptr(), answer.len(), &mut call), 1);
+        assert_eq!(store(cache, answer, &mut call), 1);
         assert!(call_headers(&call).contains(&(b"x-rpcedge-ttl".to_vec(), b"60".to_vec())));
         rpcedge_cache_free(cache);
         // and the TTL a host that keeps entries itself is given

@@ -7,6 +7,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::answer::Held;
 use super::batch::{Batch, Failed};
 use super::beacon::{self, Answered};
 use super::head::{field, named, Head};
@@ -219,6 +220,8 @@ pub struct CacheExchange {
     looked_up: bool,
     /// A batch's node answer is held whole and merged with what the store answered.
     merge: bool,
+    /// What is held of the node's body ([`CacheExchange::pass`]).
+    pub(super) held: Held,
     /// What a merged batch stores, once merged.
     captures: Vec<Result<Capture, Refusal>>,
     lock: Lock,
@@ -305,6 +308,7 @@ impl CacheExchange {
             hot_hit: None,
             looked_up: false,
             merge: false,
+            held: Held::Nothing,
             captures: Vec::new(),
             lock: Lock::None,
             holder: 0,
@@ -579,6 +583,16 @@ impl CacheExchange {
                 self.answered = Answered::of(headers);
             }
         }
+        // the body's room is taken once a piece comes: a host that holds the body itself
+        // (`keep`) passes none
+        let expected = content_length.unwrap_or(0).min(self.settings.max_entry as u64) as usize;
+        self.held = if self.merge {
+            Held::ForMerge(Vec::new())
+        } else if self.capture {
+            Held::ForStore { body: Vec::new(), expected }
+        } else {
+            Held::Nothing
+        };
         self.capture || self.merge
     }
 
@@ -600,7 +614,7 @@ impl CacheExchange {
     /// whether to go on holding it. Past `max_entry` it will not be stored; a batch's answer to
     /// merge is held a little further, then given to [`CacheExchange::batch_answer`] as it is,
     /// with the rest passed on after it.
-    pub fn keep_holding(&mut self, held: u64) -> bool {
+    pub(super) fn keep_holding(&mut self, held: u64) -> bool {
         let max_entry = self.settings.max_entry as u64;
         if self.capture && held > max_entry {
             self.capture = false;
@@ -619,7 +633,7 @@ impl CacheExchange {
     /// of a longer one, the store's answers and then the node's, the rest of which the host
     /// passes on as it comes. A node's answer that is no array of answers to the calls it was
     /// sent goes as it came.
-    pub fn batch_answer(&mut self, node_body: &[u8], whole: bool) -> Vec<u8> {
+    pub(super) fn batch_answer(&mut self, node_body: &[u8], whole: bool) -> Vec<u8> {
         let Ok(Taken::Batch(batch)) = &self.request else { return node_body.to_vec() };
         let (body, kept) = batch.merge(node_body, whole);
         if self.capture && whole {
@@ -630,7 +644,7 @@ impl CacheExchange {
 
     /// The node's whole plain body, held as `response_head` said: the calls that store it (for a
     /// batch, one per answer it stores), or why the core refuses an answer (errors, nulls, ...).
-    pub fn stores(&mut self, body: &[u8]) -> Vec<Result<DaemonRequest, Refusal>> {
+    pub(super) fn stores(&mut self, body: &[u8]) -> Vec<Result<DaemonRequest, Refusal>> {
         let kept = self.kept(body);
         kept.into_iter().map(|kept| kept.map(|kept| self.store_call(kept))).collect()
     }

@@ -3,6 +3,7 @@
 //! around the client's own id. The store is the daemon's; hosts only carry bytes between the
 //! client, the node, the daemon and these functions.
 
+mod answer;
 mod batch;
 mod beacon;
 mod call;
@@ -27,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::negotiate::Coding;
 
+pub use answer::Passed;
 pub use entry::{encode, entry_bound, hit_codings, BadEntry, Entry, Envelope, Hit, MinLengths, PLAIN_HOT_MIN};
 pub use flow::{CacheExchange, DaemonAnswer, DaemonRequest, Kept, Status};
 pub use hit::HitResponse;

@@ -1093,13 +1093,17 @@ fn a_partly_stored_batch_sends_the_node_the_rest_and_merges_its_answer_in_the_cl
     );
     assert!(exchange.response_head(200, Some(node.len() as u64), NONE));
     assert!(exchange.replaces_body());
-    let merged: Value = serde_json::from_slice(&exchange.batch_answer(node.as_bytes(), true)).unwrap();
+    // held as it comes, until it ends
+    let (first, rest) = node.split_at(node.len() / 2);
+    assert_eq!(exchange.pass(first.as_bytes(), false), Passed::Held);
+    let Passed::Merged(merged) = exchange.pass(rest.as_bytes(), true) else { panic!("not merged") };
+    let merged: Value = serde_json::from_slice(&merged).unwrap();
     let ids: Vec<&Value> = merged.as_array().unwrap().iter().map(|answer| &answer["id"]).collect();
     assert_eq!(ids, [&serde_json::json!(1), &serde_json::json!(2), &serde_json::json!("x"), &serde_json::json!(4)]);
     assert_eq!(merged[0]["result"]["transactionHash"], TX);
     assert_eq!(merged[3]["error"]["message"], "busy");
     // the receipt the node gave is stored as if it had come alone; the error is not
-    let stores = exchange.stores(b"");
+    let stores = exchange.stores_held();
     let [Ok(store), Err(Refusal::Error)] = &stores[..] else { panic!("{stores:?}") };
     let alone = format!(r#"{{"jsonrpc":"2.0","id":"x","result":{}}}"#, receipt(TX2));
     let mut later = self::exchange(Some("n"), Some(request("eth_getTransactionReceipt", &receipt_params(TX2)).as_bytes()), false, false);
@@ -1126,7 +1130,8 @@ fn a_batch_the_store_answers_none_of_goes_whole_and_each_answer_is_stored() {
         receipt(TX)
     );
     assert!(exchange.response_head(200, None, NONE) && !exchange.replaces_body(), "held beside, passed as it came");
-    let stores = exchange.stores(node.as_bytes());
+    assert_eq!(exchange.pass(node.as_bytes(), true), Passed::Kept);
+    let stores = exchange.stores_held();
     assert_eq!(stores.len(), 2);
     assert!(stores.iter().all(Result::is_ok));
 
@@ -1164,11 +1169,12 @@ fn a_node_answer_that_cannot_be_merged_by_id_goes_after_the_stores_answers() {
     // past what is held (`max_entry`, or 64 KiB where that is less): the store's answers, then
     // the node's as they come
     let mut long = split(&CacheSettings { max_entry: 1000, ..settings() });
-    assert!(long.keep_holding(64 * 1024));
     let start = format!(r#"[{{"jsonrpc":"2.0","id":2,"result":"{}"#, "0".repeat(64 * 1024));
-    assert!(!long.keep_holding(start.len() as u64));
-    let out = long.batch_answer(start.as_bytes(), false);
+    assert_eq!(long.pass(&start.as_bytes()[..2000], false), Passed::Held, "held past max_entry, to 64 KiB");
+    let Passed::Merged(out) = long.pass(&start.as_bytes()[2000..], false) else { panic!("not merged") };
     assert_eq!(out, format!("[{hit},{}", &start[1..]).into_bytes());
+    assert_eq!(long.pass(b"0\"}]", true), Passed::On, "the rest goes on as it comes");
+    assert!(long.stores_held().is_empty(), "and nothing is stored");
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //! names in lower case.
 
 use crate::cache::{
-    Bypass, CacheExchange, CacheSettings, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, LookupStep, Refusal,
-    Status,
+    Bypass, CacheExchange, CacheSettings, DaemonAnswer, DaemonRequest, HitResponse, HotRegion, LookupStep, Passed,
+    Refusal, Status,
 };
 use crate::config::CacheConfig;
 
@@ -69,8 +69,6 @@ pub(crate) struct ProxyCacheRequest {
     exchange: CacheExchange,
     /// The request waits in the proxy until its body has come.
     awaiting_body: bool,
-    /// The node's plain body so far, while it may be stored.
-    held: Option<Vec<u8>>,
     hit: bool,
 }
 
@@ -99,7 +97,6 @@ impl ProxyCacheRequest {
             namespace,
             headers: if awaiting_body { headers.iter().map(own).collect() } else { Vec::new() },
             awaiting_body,
-            held: None,
             hit: false,
         }
     }
@@ -214,66 +211,35 @@ impl ProxyCacheRequest {
 
     /// The node's response head: the status to report, once the core knows whether the body is
     /// held for the store, or for a split batch to merge.
-    pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &mut self,
-        headers: &[(N, V)],
-        end_of_stream: bool,
-        settings: &CacheSettings,
-    ) -> Status {
+    pub fn on_response_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(&mut self, headers: &[(N, V)], end_of_stream: bool) -> Status {
         let status = number(headers, ":status").unwrap_or(0);
         let length = if end_of_stream { Some(0) } else { number(headers, "content-length") };
-        if self.exchange.response_head(status, length, headers) {
-            self.held = Some(Vec::with_capacity(length.unwrap_or(0).min(settings.max_entry as u64) as usize));
-        }
+        self.exchange.response_head(status, length, headers);
         self.exchange.status()
     }
 
-    /// Whether the node's body is being held.
-    pub fn holds(&self) -> bool {
-        self.held.is_some()
-    }
-
-    /// Whether the client gets [`ProxyCacheRequest::merge`]'s body instead of the node's.
+    /// Whether the client gets the merged body [`ProxyCacheRequest::pass`] gives instead of the
+    /// node's.
     pub fn replaces_body(&self) -> bool {
         self.exchange.replaces_body()
     }
 
-    /// More of the node's plain body.
-    pub fn hold(&mut self, chunk: &[u8]) {
-        if let Some(held) = &mut self.held {
-            held.extend_from_slice(chunk);
-            if !self.exchange.keep_holding(held.len() as u64) {
-                self.held = None;
-            }
-        }
+    /// Whether the node's body is being held.
+    pub fn holds(&self) -> bool {
+        self.exchange.holds()
     }
 
-    /// More of the node's answer to a split batch: once it has ended (`end`) or is longer than
-    /// is held, what the client gets in its place (the rest, if any, goes on as it comes).
-    pub fn merge(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
-        let held = self.held.as_mut()?;
-        held.extend_from_slice(chunk);
-        if !end && self.exchange.keep_holding(held.len() as u64) {
-            return None;
-        }
-        let held = self.held.take()?;
-        let answer = self.exchange.batch_answer(&held, end);
-        // a merged batch's stores were taken from the node's answer as it was merged
-        self.held = end.then(Vec::new);
-        Some(answer)
+    /// A piece of the node's body (`end`: its last): what the client gets in its place.
+    pub fn pass(&mut self, piece: &[u8], end: bool) -> Passed {
+        self.exchange.pass(piece, end)
     }
 
     /// The node's body has ended: the stores to make (a batch's answer may give several), or
     /// why the core refuses to keep an answer (none: nothing was held); and the release of a key
     /// this request held without an answer to store.
     pub fn stores(&mut self, config: &CacheConfig) -> Vec<Result<DaemonCall, Refusal>> {
-        let mut stores: Vec<_> = match self.held.take() {
-            Some(held) => {
-                let call = |store| DaemonCall { store: true, ..DaemonCall::new(config, store) };
-                self.exchange.stores(&held).into_iter().map(|store| store.map(call)).collect()
-            }
-            None => self.exchange.take_head_refusal().map(Err).into_iter().collect(),
-        };
+        let call = |store| DaemonCall { store: true, ..DaemonCall::new(config, store) };
+        let mut stores: Vec<_> = self.exchange.stores_held().into_iter().map(|store| store.map(call)).collect();
         stores.extend(self.release(config).map(Ok));
         stores
     }

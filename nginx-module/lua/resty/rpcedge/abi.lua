@@ -150,10 +150,9 @@ int32_t rpcedge_cache_looked_up(rpcedge_cache_t *cache, uint16_t status, const r
                                 size_t headers_len, const uint8_t *body, size_t body_len,
                                 const rpcedge_hot_tier_t *hot, uint64_t now_s, uint64_t min_length,
                                 rpcedge_cache_next_t *next);
-int32_t rpcedge_cache_keep_holding(rpcedge_cache_t *cache, uint64_t held);
 int32_t rpcedge_cache_replaces_body(const rpcedge_cache_t *cache);
-void rpcedge_cache_batch_answer(rpcedge_cache_t *cache, const uint8_t *body, size_t len, int32_t whole,
-                                rpcedge_str_t *answer);
+int32_t rpcedge_cache_pass(rpcedge_cache_t *cache, const uint8_t *piece, size_t len, int32_t end,
+                           rpcedge_str_t *merged);
 int32_t rpcedge_cache_next_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 int32_t rpcedge_cache_release(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 int32_t rpcedge_cache_hit(const rpcedge_cache_t *cache, uint16_t *status, rpcedge_str_t *body);
@@ -162,7 +161,7 @@ int32_t rpcedge_cache_hit_header(const rpcedge_cache_t *cache, size_t index, rpc
                                  rpcedge_str_t *value);
 int32_t rpcedge_cache_response_head(rpcedge_cache_t *cache, uint16_t status, int64_t content_length,
                                     const rpcedge_header_t *headers, size_t headers_len);
-int32_t rpcedge_cache_store(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_daemon_call_t *call);
+int32_t rpcedge_cache_store(rpcedge_cache_t *cache, rpcedge_daemon_call_t *call);
 int32_t rpcedge_cache_key(rpcedge_cache_t *cache, rpcedge_str_t *key);
 int32_t rpcedge_cache_found(rpcedge_cache_t *cache, const uint8_t *entry, size_t len, uint64_t min_length);
 int32_t rpcedge_cache_keep(rpcedge_cache_t *cache, const uint8_t *body, size_t len, rpcedge_kept_entry_t *kept);
@@ -211,6 +210,7 @@ local TRANSCODE_REFUSED = 2
 local COUNTS_MAX = 5
 local CACHE_MAX_ANSWER = 67117122
 local CACHE_NODE, CACHE_ASK, CACHE_HIT = 0, 1, 2
+local PASS_ON, PASS_KEPT, PASS_HELD, PASS_MERGED = 0, 1, 2, 3
 
 local _M = {
     lib = lib,
@@ -226,6 +226,10 @@ local _M = {
     CACHE_NODE = CACHE_NODE,
     CACHE_ASK = CACHE_ASK,
     CACHE_HIT = CACHE_HIT,
+    PASS_ON = PASS_ON,
+    PASS_KEPT = PASS_KEPT,
+    PASS_HELD = PASS_HELD,
+    PASS_MERGED = PASS_MERGED,
 }
 
 

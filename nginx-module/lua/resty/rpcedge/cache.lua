@@ -15,7 +15,6 @@ local tostring = tostring
 local tonumber = tonumber
 local error = error
 local setmetatable = setmetatable
-local table_concat = table.concat
 local table_remove = table.remove
 local io_open = io.open
 
@@ -26,6 +25,7 @@ local header_array, anchor = abi.header_array, abi.anchor
 local daemon_call_of, daemon_call = daemon.daemon_call_of, daemon.daemon_call
 local send_behind = daemon.send_behind
 local CACHE_ASK, CACHE_HIT = abi.CACHE_ASK, abi.CACHE_HIT
+local PASS_KEPT, PASS_HELD, PASS_MERGED = abi.PASS_KEPT, abi.PASS_HELD, abi.PASS_MERGED
 
 local _M = {}
 
@@ -326,34 +326,28 @@ end
 function Cache:head(status, content_length, headers)
     self.holding = self:response_head(status, content_length, headers)
     self.replacing = lib.rpcedge_cache_replaces_body(self.handle) ~= 0
-    self.held, self.held_len = {}, 0
 end
 
 
--- A piece of the node's body (`eof`: its last): what goes on in its place. The plain body is
--- held for the store while the core wants it; a split batch's answer is held until it ends (or
+-- A piece of the node's body (`eof`: its last): what goes on in its place. The core holds the
+-- plain body for the store while it may keep it; a split batch's answer is held until it ends (or
 -- is too long to hold), and the client gets it merged with the cache's in its own order.
 function Cache:pass(chunk, eof)
-    if not (self.holding or self.replacing) then
+    if not self.holding then
         return chunk
     end
-    self.held[#self.held + 1] = chunk
-    self.held_len = self.held_len + #chunk
-    local keep = lib.rpcedge_cache_keep_holding(self.handle, self.held_len) ~= 0
-    if self.replacing then
-        if keep and not eof then
-            return ""
-        end
-        local held = table_concat(self.held)
-        local answer = ffi_new("rpcedge_str_t")
-        lib.rpcedge_cache_batch_answer(self.handle, held, #held, eof and 1 or 0, answer)
-        -- past what is held, the rest passes on and nothing is stored
-        self.replacing, self.holding, self.held = false, eof, { held }
-        return lua_string(answer) or ""
+    local merged = ffi_new("rpcedge_str_t")
+    local passed = lib.rpcedge_cache_pass(self.handle, chunk, #chunk, eof and 1 or 0, merged)
+    if passed == PASS_HELD then
+        return ""
     end
-    if not keep then
-        self.holding, self.held = false, nil
+    if passed == PASS_MERGED then
+        -- past what was held, the rest passes on and nothing is stored; a whole answer's stores
+        -- were taken as it was merged
+        self.replacing, self.holding = false, eof
+        return lua_string(merged) or ""
     end
+    self.holding = passed == PASS_KEPT
     return chunk
 end
 
@@ -370,15 +364,14 @@ function Cache:ended()
     end
     local stores = {}
     if self.holding then
-        local body = table_concat(self.held)
         local call = ffi_new("rpcedge_daemon_call_t")
-        local more = lib.rpcedge_cache_store(self.handle, body, #body, call) ~= 0
+        local more = lib.rpcedge_cache_store(self.handle, call) ~= 0
         while more do
             stores[#stores + 1] = daemon_call_of(call)
             more = lib.rpcedge_cache_next_store(self.handle, call) ~= 0
         end
     end
-    self.holding, self.held = false, nil
+    self.holding = false
     repeat
         local n = lib.rpcedge_count_refusal(self.handle, counts)
         count(n)
