@@ -302,6 +302,39 @@ def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, repla
         daemon.process.stop()
 
 
+def test_finality_is_the_lowest_of_what_the_namespaces_nodes_say(tmp_path, replay):
+    """A node that says too much (a minority fork, a misconfigured backend) makes nothing final
+    alone: with two sources, the daemon takes the lower one's word."""
+    honest, lying = (f"cachetest-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    namespace = "127.0.0.1/mainnet"
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        arg for network in (honest, lying)
+        for arg in ("--finality-upstream", f"{namespace}=http://{LOOPBACK}:{replay.port}/{network}")
+    ] + ["--finality-poll", "100ms"])
+
+    def finalized(network, number):
+        assert replay.request("PUT", f"/head/{network}/finalized", str(number).encode())[0] == 200
+
+    def heard(number):
+        deadline = time.monotonic() + 10
+        while daemon.stats().get(f'finalized_block{{namespace="{namespace}"}}') != number:
+            assert time.monotonic() < deadline, f"the daemon never took {number} as final"
+            time.sleep(0.05)
+
+    try:
+        final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "100"}
+        finalized(lying, 5000)
+        finalized(honest, 99)
+        heard(99)
+        status, headers, _ = put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)
+        assert (status, headers["X-Rpcedge-Refusal"]) == (409, "not_final"), "the higher word is not taken"
+        finalized(honest, 150)
+        heard(150)
+        assert put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)[0] == 204
+    finally:
+        daemon.process.stop()
+
+
 def receipt_key(namespace, tx_hash):
     """The core's key of eth_getTransactionReceipt [tx_hash] in `namespace`."""
     parts = [namespace.encode(), b"eth_getTransactionReceipt"]

@@ -61,22 +61,31 @@ impl Chain {
     }
 }
 
-/// Per namespace and chain, the node and what it last called finalized, plus one (0: not heard
-/// yet).
+/// Per namespace and chain, the nodes that say what is final: each with what it last called
+/// finalized, plus one (0: not heard yet).
 pub struct Finality {
-    upstreams: HashMap<(String, Chain), (Upstream, AtomicU64)>,
+    upstreams: HashMap<(String, Chain), Vec<(Upstream, AtomicU64)>>,
 }
 
 impl Finality {
+    /// Several nodes for one namespace and chain are several sources, which all have to agree:
+    /// what is final is the lowest of what they say.
     pub fn new(upstreams: Vec<(String, Chain, Upstream)>) -> Finality {
-        let heard = |(ns, chain, up)| ((ns, chain), (up, AtomicU64::new(0)));
-        Finality { upstreams: upstreams.into_iter().map(heard).collect() }
+        let mut grouped: HashMap<(String, Chain), Vec<(Upstream, AtomicU64)>> = HashMap::new();
+        for (namespace, chain, upstream) in upstreams {
+            grouped.entry((namespace, chain)).or_default().push((upstream, AtomicU64::new(0)));
+        }
+        Finality { upstreams: grouped }
     }
 
-    /// The last finalized block (or slot) heard for `namespace`, if any.
+    /// The last finalized block (or slot) of `namespace`: the lowest of its nodes' last answers,
+    /// once every one of them has answered. So a node that says too much (misconfigured, on a
+    /// minority fork, another backend behind the same address) makes nothing final that its
+    /// peers do not call final too; a node that says too little only keeps answers out.
     pub fn finalized(&self, namespace: &str, chain: Chain) -> Option<u64> {
-        let (_, heard) = self.upstreams.get(&(namespace.to_string(), chain))?;
-        heard.load(Ordering::Relaxed).checked_sub(1)
+        let sources = self.upstreams.get(&(namespace.to_string(), chain))?;
+        let mut said = sources.iter().map(|(_, heard)| heard.load(Ordering::Relaxed).checked_sub(1));
+        said.try_fold(u64::MAX, |lowest, said| Some(lowest.min(said?)))
     }
 
     pub fn namespaces(&self) -> impl Iterator<Item = (&str, Chain, Option<u64>)> {
@@ -93,21 +102,25 @@ impl Finality {
         }
     }
 
-    /// Asks every namespace's nodes once, each within `timeout`. Finality never moves back: a
-    /// node that answers a lower number (a restart, a different node) leaves the known one
-    /// standing.
+    /// Asks every namespace's nodes once, each within `timeout`. A node's last answer stands
+    /// until it gives another, lower or higher: a node that lost its finality (a restart, a
+    /// different backend) keeps answers out until it has it again, rather than being outvoted by
+    /// what it said before. A node that does not answer keeps its last answer.
     async fn poll_once(&self, timeout: Duration) {
-        for ((namespace, chain), (upstream, heard)) in &self.upstreams {
-            let asked = match chain {
-                Chain::Execution => tokio::time::timeout(timeout, finalized_block(upstream)).await,
-                Chain::Beacon => tokio::time::timeout(timeout, finalized_slot(upstream)).await,
-            };
-            match asked {
-                Ok(Ok(number)) => {
-                    heard.fetch_max(number + 1, Ordering::Relaxed);
+        for ((namespace, chain), sources) in &self.upstreams {
+            for (upstream, heard) in sources {
+                let asked = match chain {
+                    Chain::Execution => tokio::time::timeout(timeout, finalized_block(upstream)).await,
+                    Chain::Beacon => tokio::time::timeout(timeout, finalized_slot(upstream)).await,
+                };
+                let node = &upstream.authority;
+                match asked {
+                    Ok(Ok(number)) => heard.store(number.saturating_add(1), Ordering::Relaxed),
+                    Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: {error}"),
+                    Err(_) => {
+                        eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: no answer within {timeout:?}")
+                    }
                 }
-                Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: {error}"),
-                Err(_) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace}: no answer within {timeout:?}"),
             }
         }
     }
@@ -115,9 +128,11 @@ impl Finality {
     /// The block of the transaction `hash` (lower case), by the receipt that `namespace`'s node
     /// gives: `Ok(None)` when it names none (unknown, pending, or the receipt of another one).
     pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
+        // (the block it names is then final only where every source says so)
         let (upstream, _) = self
             .upstreams
             .get(&(namespace.to_string(), Chain::Execution))
+            .and_then(|sources| sources.first())
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
         let answer = ask(upstream, Some(query.to_string())).await?;
@@ -236,7 +251,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn finality_is_unknown_until_heard_and_never_moves_back() {
+    async fn finality_is_unknown_until_heard_and_follows_the_nodes_last_answer() {
         let node = node_saying(vec![100, 50, 120]);
         let unheard = "http://127.0.0.1:1/".parse().unwrap();
         let finality = Finality::new(vec![("a".into(), Chain::Execution, node), ("a".into(), Chain::Beacon, unheard)]);
@@ -246,8 +261,26 @@ mod tests {
             finality.poll_once(Duration::from_secs(5)).await;
             heard.push(finality.finalized("a", Chain::Execution));
         }
-        assert_eq!(heard, [Some(100), Some(100), Some(120)], "a lower answer leaves the known one standing");
+        assert_eq!(heard, [Some(100), Some(50), Some(120)], "a lower answer is believed: it only keeps answers out");
         assert_eq!(finality.finalized("other", Chain::Execution), None);
         assert_eq!(finality.finalized("a", Chain::Beacon), None, "a slot is not a block number");
+    }
+
+    #[tokio::test]
+    async fn a_node_that_says_too_much_is_held_to_its_peers() {
+        let honest = node_saying(vec![100, 101]);
+        let lying = node_saying(vec![900, 901]);
+        let sources = |nodes: Vec<Upstream>| nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect();
+        let finality = Finality::new(sources(vec![lying, honest]));
+        finality.poll_once(Duration::from_secs(5)).await;
+        assert_eq!(finality.finalized("a", Chain::Execution), Some(100), "the lowest of what the nodes say");
+        finality.poll_once(Duration::from_secs(5)).await;
+        assert_eq!(finality.finalized("a", Chain::Execution), Some(101));
+
+        // a source never heard makes nothing final, whatever the others say
+        let silent = "http://127.0.0.1:1/".parse().unwrap();
+        let finality = Finality::new(sources(vec![node_saying(vec![900]), silent]));
+        finality.poll_once(Duration::from_secs(5)).await;
+        assert_eq!(finality.finalized("a", Chain::Execution), None);
     }
 }

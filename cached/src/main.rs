@@ -63,12 +63,13 @@ struct Cli {
     #[arg(long, default_value = "8MiB", value_parser = parse_size)]
     max_entry: u64,
     /// The node that says what is final in a namespace, as NAMESPACE=http://host:port/path;
-    /// repeat per namespace.
+    /// repeat per namespace. Several for one namespace are several sources: what is final is the
+    /// lowest of what they say, once each has answered.
     #[arg(long = "finality-upstream", value_parser = parse_upstream)]
     finality_upstreams: Vec<(String, Upstream)>,
     /// The beacon node that says which slots are final in a namespace of Beacon-API reads, as
     /// NAMESPACE=http://host:port/path (its `eth/v1/beacon/headers/finalized`); repeat per
-    /// namespace.
+    /// namespace, and within one as for `--finality-upstream`.
     #[arg(long = "beacon-upstream", value_parser = parse_upstream)]
     beacon_upstreams: Vec<(String, Upstream)>,
     /// How often to ask each namespace's nodes for their finalized block (or slot).
