@@ -142,11 +142,11 @@ test-rust: build
 
 # TEST_WORKERS pytest-xdist workers, each taking whole modules (tests/conftest.py): most tests wait
 # on their processes more than they compute. The slowest tests are listed at the end: where CI's
-# time goes.
+# time goes; so is every skip, with its reason (-rs), so that a tier that did not run shows.
 TEST_WORKERS ?= 2
 test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic
-	cd tests && ../$(VENV)/bin/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
+	cd tests && ../$(VENV)/bin/python -m pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 test: test-rust test-e2e test-fuzz test-nginx-stable
 
