@@ -125,18 +125,25 @@ impl Finality {
         }
     }
 
-    /// The block of the transaction `hash` (lower case), by the receipt that `namespace`'s node
-    /// gives: `Ok(None)` when it names none (unknown, pending, or the receipt of another one).
+    /// The block of the transaction `hash` (lower case), by the receipts `namespace`'s nodes
+    /// give: `Ok(None)` when one names none (unknown, pending, or the receipt of another one), or
+    /// when they name different blocks: as for finality, one node's word places nothing alone.
     pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
-        // (the block it names is then final only where every source says so)
-        let (upstream, _) = self
+        let sources = self
             .upstreams
             .get(&(namespace.to_string(), Chain::Execution))
-            .and_then(|sources| sources.first())
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
-        let answer = ask(upstream, Some(query.to_string())).await?;
-        Ok(cache::receipt_block(&answer, hash))
+        let mut placed = None;
+        for (upstream, _) in sources {
+            let answer = ask(upstream, Some(query.to_string())).await?;
+            match (cache::receipt_block(&answer, hash), placed) {
+                (None, _) => return Ok(None),
+                (Some(block), Some(other)) if block != other => return Ok(None),
+                (block, _) => placed = block,
+            }
+        }
+        Ok(placed)
     }
 }
 
@@ -229,20 +236,24 @@ mod tests {
     /// A node at a local port answering each connection's request with the next of `numbers`
     /// as its finalized block.
     fn node_saying(numbers: Vec<u64>) -> Upstream {
+        node_answering(numbers.into_iter().map(|n| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"number":"{n:#x}"}}}}"#)))
+    }
+
+    /// A node at a local port answering each connection's JSON-RPC call with the next of `bodies`.
+    fn node_answering(bodies: impl Iterator<Item = String> + Send + 'static) -> Upstream {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let upstream = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
         std::thread::spawn(move || {
-            for number in numbers {
+            for body in bodies {
                 let (mut stream, _) = listener.accept().unwrap();
-                // the whole request (its body ends the query), so that closing sends no reset
+                // the whole request (its JSON body ends it), so that closing sends no reset
                 let (mut request, mut chunk) = (Vec::new(), [0; 4096]);
-                while !request.ends_with(QUERY.as_bytes()) {
+                while !request.ends_with(b"}") {
                     let n = stream.read(&mut chunk).unwrap();
                     assert!(n > 0, "the request ended early");
                     request.extend_from_slice(&chunk[..n]);
                 }
-                let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"number":"{number:#x}"}}}}"#);
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
                 stream.write_all((head + &body).as_bytes()).unwrap();
             }
@@ -282,5 +293,17 @@ mod tests {
         let finality = Finality::new(sources(vec![node_saying(vec![900]), silent]));
         finality.poll_once(Duration::from_secs(5)).await;
         assert_eq!(finality.finalized("a", Chain::Execution), None);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_is_placed_only_where_every_node_names_the_same_block() {
+        const HASH: &str = "0xab";
+        let receipt = |block: u64| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"transactionHash":"{HASH}","blockNumber":"{block:#x}"}}}}"#);
+        let sources = |nodes: Vec<Upstream>| nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect();
+        let agree = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(7)].into_iter())]));
+        assert_eq!(agree.transaction_block("a", HASH).await, Ok(Some(7)));
+        let differ = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(3)].into_iter())]));
+        assert_eq!(differ.transaction_block("a", HASH).await, Ok(None), "one node's word places nothing");
+        assert!(differ.transaction_block("b", HASH).await.is_err(), "no node for that namespace");
     }
 }
