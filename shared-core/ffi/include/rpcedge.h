@@ -178,7 +178,8 @@ typedef struct {
 /**
  * A host's hot tier as it lends it: `len` bytes at `region`, laid out by
  * `rpcedge_cache_hot_init`, which the core touches only between `lock(data)` and `unlock(data)`
- * (NULL: the host needs no lock), and only while an entry is copied out or in.
+ * (both NULL: the host needs no lock; a tier with only one of them is not used), and only while
+ * an entry is copied out or in.
  */
 typedef struct {
   uint8_t *region;

@@ -223,7 +223,8 @@ pub struct RpcedgeCacheNext {
 
 /// A host's hot tier as it lends it: `len` bytes at `region`, laid out by
 /// `rpcedge_cache_hot_init`, which the core touches only between `lock(data)` and `unlock(data)`
-/// (NULL: the host needs no lock), and only while an entry is copied out or in.
+/// (both NULL: the host needs no lock; a tier with only one of them is not used), and only while
+/// an entry is copied out or in.
 #[repr(C)]
 pub struct RpcedgeHotTier {
     pub region: *mut u8,
@@ -235,7 +236,8 @@ pub struct RpcedgeHotTier {
 
 impl HotRegion for RpcedgeHotTier {
     fn with_region(&self, use_region: &mut dyn FnMut(&mut [u8])) {
-        if self.region.is_null() {
+        // a lock with no unlock (or the other way round) would leave the tier locked, or unguarded
+        if self.region.is_null() || self.lock.is_some() != self.unlock.is_some() {
             return;
         }
         /// Unlocks when dropped: a panic in the core still lets go of the host's lock.

@@ -536,6 +536,12 @@ fn a_cache_miss_is_stored_and_spliced_back_as_a_gzip_hit_through_the_c_abi() {
         rpcedge_cache_free(late);
         assert_eq!(look_up(ptr::null_mut(), Some(&hot), 1000).0, RPCEDGE_CACHE_NODE);
         assert_eq!(locks.get(), (3, 3));
+        // a tier lent with a lock and no unlock is not used: it would stay locked
+        let half = RpcedgeHotTier { unlock: None, ..hot_tier(&mut region, &locks) };
+        let fourth = rpcedge_cache_new(s.0, RpcedgeStr::of(b"h/mainnet"), POST, RpcedgeStr::of(b"/"), third.as_ptr(), third.len(), ptr::null(), 0);
+        assert_eq!(look_up(fourth, Some(&half), 1000).0, RPCEDGE_CACHE_ASK);
+        assert_eq!(locks.get(), (3, 3));
+        rpcedge_cache_free(fourth);
     }
 }
 
