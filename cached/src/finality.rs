@@ -277,11 +277,15 @@ mod tests {
         assert_eq!(finality.finalized("a", Chain::Beacon), None, "a slot is not a block number");
     }
 
+    /// `nodes` as the execution sources of namespace "a".
+    fn sources(nodes: Vec<Upstream>) -> Vec<(String, Chain, Upstream)> {
+        nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect()
+    }
+
     #[tokio::test]
     async fn a_node_that_says_too_much_is_held_to_its_peers() {
         let honest = node_saying(vec![100, 101]);
         let lying = node_saying(vec![900, 901]);
-        let sources = |nodes: Vec<Upstream>| nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect();
         let finality = Finality::new(sources(vec![lying, honest]));
         finality.poll_once(Duration::from_secs(5)).await;
         assert_eq!(finality.finalized("a", Chain::Execution), Some(100), "the lowest of what the nodes say");
@@ -299,7 +303,6 @@ mod tests {
     async fn a_transaction_is_placed_only_where_every_node_names_the_same_block() {
         const HASH: &str = "0xab";
         let receipt = |block: u64| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"transactionHash":"{HASH}","blockNumber":"{block:#x}"}}}}"#);
-        let sources = |nodes: Vec<Upstream>| nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect();
         let agree = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(7)].into_iter())]));
         assert_eq!(agree.transaction_block("a", HASH).await, Ok(Some(7)));
         let differ = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(3)].into_iter())]));
