@@ -2,7 +2,7 @@
 /*
  * What the compression filter's files share: its configuration, and one
  * response's state (ngx_http_rpcedge_filter_module.c, _exchange.c,
- * _request.c, _response.c, _offload.c).
+ * _request.c, _response.c, _edits.c, _offload.c).
  */
 
 
@@ -106,6 +106,11 @@ ngx_int_t ngx_http_rpcedge_ask_handler(ngx_http_request_t *r);
 
 /* ngx_http_rpcedge_response.c: the header and body filters */
 void ngx_http_rpcedge_install_filters(void);
+
+/* ngx_http_rpcedge_edits.c: the exchange's header edits, those it gave last,
+ * on the response's head */
+ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
+    rpcedge_exchange_t *ex);
 
 #if (NGX_THREADS)
 /* ngx_http_rpcedge_offload.c: ctx->job run in the location's thread pool;

@@ -1,10 +1,11 @@
 
 /*
  * The response through the core: the header filter feeds the exchange the
- * response's head and gets a plan (pass, buffer, stream) with its header
- * edits; the body filter feeds it the body and sends what the core returns,
- * holding the headers while the core buffers, and a timer sends held data
- * once it has waited stream_delay.
+ * response's head and gets a plan (pass, buffer, stream), its header edits
+ * applied as the headers go (ngx_http_rpcedge_edits.c); the body filter
+ * feeds it the body and sends what the core returns, holding the headers
+ * while the core buffers, and a timer sends held data once it has waited
+ * stream_delay.
  */
 
 
@@ -31,12 +32,8 @@
 static ngx_int_t ngx_http_rpcedge_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_rpcedge_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
-static ngx_int_t ngx_http_rpcedge_set_header(ngx_http_request_t *r,
-    const rpcedge_header_t *header);
-static ngx_int_t ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
-    rpcedge_header_edits_t *edits);
 static ngx_int_t ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
-    ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits);
+    ngx_http_rpcedge_ctx_t *ctx);
 static ngx_int_t ngx_http_rpcedge_fail(ngx_http_request_t *r,
     ngx_http_rpcedge_ctx_t *ctx, ngx_uint_t status);
 static ngx_int_t ngx_http_rpcedge_upstream_gave_up(ngx_http_request_t *r,
@@ -78,7 +75,6 @@ static ngx_int_t
 ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 {
     ngx_uint_t                plan;
-    rpcedge_header_edits_t    edits;
     ngx_http_rpcedge_ctx_t   *ctx;
     ngx_http_rpcedge_conf_t  *conf;
 #if (NGX_DEBUG)
@@ -157,8 +153,7 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     ngx_http_rpcedge_feed_response(r, ctx->exchange);
 
     plan = rpcedge_exchange_response_head(ctx->exchange,
-                                          (uint16_t) r->headers_out.status,
-                                          &edits);
+                                          (uint16_t) r->headers_out.status);
 
 #if (NGX_DEBUG)
     mode = rpcedge_exchange_mode(ctx->exchange);
@@ -169,7 +164,7 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 
     if (plan == RPCEDGE_PLAN_PASS) {
         ctx->done = 1;
-        return ngx_http_rpcedge_send_headers(r, ctx, &edits);
+        return ngx_http_rpcedge_send_headers(r, ctx);
     }
 
     r->main_filter_need_in_memory = 1;
@@ -189,7 +184,7 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
     ctx->timer.cancelable = 1;
 
     if (plan == RPCEDGE_PLAN_STREAM) {
-        return ngx_http_rpcedge_send_headers(r, ctx, &edits);
+        return ngx_http_rpcedge_send_headers(r, ctx);
     }
 
     /* RPCEDGE_PLAN_BUFFER: the headers wait for the body */
@@ -200,195 +195,15 @@ ngx_http_rpcedge_header_filter(ngx_http_request_t *r)
 
 static ngx_int_t
 ngx_http_rpcedge_send_headers(ngx_http_request_t *r,
-    ngx_http_rpcedge_ctx_t *ctx, rpcedge_header_edits_t *edits)
+    ngx_http_rpcedge_ctx_t *ctx)
 {
-    if (ngx_http_rpcedge_apply_edits(r, edits) != NGX_OK) {
+    if (ngx_http_rpcedge_apply_edits(r, ctx->exchange) != NGX_OK) {
         return NGX_ERROR;
     }
 
     ctx->headers_sent = 1;
 
     return ngx_http_next_header_filter(r);
-}
-
-
-static ngx_int_t
-ngx_http_rpcedge_apply_edits(ngx_http_request_t *r,
-    rpcedge_header_edits_t *edits)
-{
-    ngx_str_t                  vary;
-    ngx_uint_t                 i, vary_encoding;
-    ngx_table_elt_t           *h;
-#if (NGX_HTTP_GZIP)
-    ngx_http_core_loc_conf_t  *clcf;
-#endif
-
-    if (edits->content_type) {
-        /* static in the core */
-        r->headers_out.content_type.data = (u_char *) edits->content_type;
-        r->headers_out.content_type.len = edits->content_type_len;
-        r->headers_out.content_type_len = edits->content_type_len;
-        r->headers_out.content_type_lowcase = NULL;
-        r->headers_out.charset.len = 0;
-    }
-
-    /*
-     * Vary: what the core adds, in one field line; Available-Dictionary in
-     * a line of its own, below
-     */
-
-    vary_encoding = edits->add_vary;
-
-#if (NGX_HTTP_GZIP)
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-    if (vary_encoding && clcf->gzip_vary) {
-        /* gzip may ask for it too: nginx's header filter adds it once */
-        r->gzip_vary = 1;
-        vary_encoding = 0;
-    }
-#endif
-
-    if (edits->add_vary_accept || vary_encoding) {
-        if (!edits->add_vary_accept) {
-            ngx_str_set(&vary, "Accept-Encoding");
-
-        } else if (vary_encoding) {
-            ngx_str_set(&vary, "Accept, Accept-Encoding");
-
-        } else {
-            ngx_str_set(&vary, "Accept");
-        }
-
-        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
-                                         vary.data, vary.len)
-            == NULL)
-        {
-            return NGX_ERROR;
-        }
-    }
-
-    /* a field line of its own, as gzip_vary may have taken Accept-Encoding */
-
-    if (edits->vary_dictionary) {
-        if (ngx_http_rpcedge_push_header(&r->headers_out.headers, "Vary",
-                                         (u_char *) "Available-Dictionary",
-                                         sizeof("Available-Dictionary") - 1)
-            == NULL)
-        {
-            return NGX_ERROR;
-        }
-    }
-
-    for (i = 0; i < edits->set_len; i++) {
-        if (ngx_http_rpcedge_set_header(r, &edits->set[i]) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    /* the node's, for a body that was decoded */
-
-    if (edits->remove_content_encoding && r->headers_out.content_encoding) {
-        r->headers_out.content_encoding->hash = 0;
-        r->headers_out.content_encoding = NULL;
-    }
-
-    if (edits->content_encoding.data) {
-        h = ngx_http_rpcedge_push_header(&r->headers_out.headers,
-                                         "Content-Encoding",
-                                         (u_char *) edits->content_encoding.data,
-                                         edits->content_encoding.len);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
-        r->headers_out.content_encoding = h;
-    }
-
-    switch (edits->content_length_op) {
-
-    case RPCEDGE_EDIT_SET:
-        ngx_http_clear_content_length(r);
-        r->headers_out.content_length_n = edits->content_length;
-        break;
-
-    case RPCEDGE_EDIT_REMOVE:
-        ngx_http_clear_content_length(r);
-        break;
-    }
-
-    switch (edits->etag_op) {
-
-    case RPCEDGE_EDIT_SET:
-        if (r->headers_out.etag == NULL) {
-            break;
-        }
-
-        r->headers_out.etag->value.data = ngx_pnalloc(r->pool,
-                                                      edits->etag_len);
-        if (r->headers_out.etag->value.data == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(r->headers_out.etag->value.data, edits->etag,
-                   edits->etag_len);
-        r->headers_out.etag->value.len = edits->etag_len;
-        break;
-
-    case RPCEDGE_EDIT_REMOVE:
-        ngx_http_clear_etag(r);
-        break;
-    }
-
-    if (edits->remove_accept_ranges) {
-        ngx_http_clear_accept_ranges(r);
-    }
-
-    return NGX_OK;
-}
-
-
-/* sets a header the core names, replacing any of that name; the core's
- * strings live only until its next call, so they are copied */
-
-static ngx_int_t
-ngx_http_rpcedge_set_header(ngx_http_request_t *r,
-    const rpcedge_header_t *header)
-{
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash && h[i].key.len == header->name_len
-            && ngx_strncasecmp(h[i].key.data, (u_char *) header->name,
-                               header->name_len) == 0)
-        {
-            h[i].hash = 0;
-        }
-    }
-
-    if (ngx_http_rpcedge_push_copy(r->pool, &r->headers_out.headers, header)
-        == NULL)
-    {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
 }
 
 
@@ -778,7 +593,7 @@ output:
     }
 
     if (out.flags & RPCEDGE_OUT_HEADERS) {
-        if (ngx_http_rpcedge_send_headers(r, ctx, &out.edits) == NGX_ERROR) {
+        if (ngx_http_rpcedge_send_headers(r, ctx) == NGX_ERROR) {
             return NGX_ERROR;
         }
     }

@@ -1,5 +1,5 @@
-//! [`HeaderEdits`] as the ordered header operations a host applies one by one, so that every
-//! host that edits a header map in place (the Envoy adapters) edits it the same way.
+//! [`HeaderEdits`] as the ordered header operations a host applies one by one: the one protocol
+//! by which every host (nginx, Lua and both Envoy adapters) edits a response's head.
 
 use std::borrow::Cow;
 
@@ -15,16 +15,29 @@ pub enum HeaderOp<'a> {
     Remove(&'static str),
 }
 
+/// How the host writes `Vary: Accept-Encoding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodingVary {
+    /// In the one Vary field line the edits add.
+    InLine,
+    /// In a Vary operation of its own, which a host with its own way to say it may take that way:
+    /// nginx's `gzip_vary` writes it once for every module that varies by it.
+    OwnLine,
+}
+
 impl HeaderEdits {
     /// The edits in the order a host applies them: Vary's values come out as the node's, then
-    /// `Accept`, then `Accept-Encoding`, then `Available-Dictionary`, added as one field line.
-    pub fn operations(&self) -> Vec<HeaderOp<'_>> {
+    /// `Accept`, then `Accept-Encoding`, then `Available-Dictionary`, added as one field line
+    /// (`Accept-Encoding` apart from the others where `encoding_vary` says so).
+    pub fn operations(&self, encoding_vary: EncodingVary) -> Vec<HeaderOp<'_>> {
         let mut ops = Vec::new();
         if let Some(content_type) = self.content_type {
             ops.push(HeaderOp::Set("content-type", Cow::Borrowed(content_type.as_bytes())));
         }
         // with Accept, Vary goes first (the body's type changed); otherwise after the framing
-        let vary = self.vary().map(|vary| HeaderOp::Append("vary", vary));
+        let own_line = encoding_vary == EncodingVary::OwnLine && self.add_vary;
+        let vary = [self.vary(self.add_vary && !own_line), own_line.then_some("Accept-Encoding")];
+        let vary = vary.into_iter().flatten().map(|vary| HeaderOp::Append("vary", vary));
         if self.add_vary_accept {
             ops.extend(vary.clone());
         }
@@ -55,9 +68,9 @@ impl HeaderEdits {
         ops
     }
 
-    /// What the edits add to Vary, as one field line.
-    pub fn vary(&self) -> Option<&'static str> {
-        Some(match (self.add_vary_accept, self.add_vary, self.vary_dictionary) {
+    /// What the edits add to Vary, as one field line; `encoding`: `Accept-Encoding` among it.
+    fn vary(&self, encoding: bool) -> Option<&'static str> {
+        Some(match (self.add_vary_accept, encoding, self.vary_dictionary) {
             (true, true, true) => "Accept, Accept-Encoding, Available-Dictionary",
             (true, true, false) => "Accept, Accept-Encoding",
             (true, false, true) => "Accept, Available-Dictionary",
@@ -90,7 +103,7 @@ mod tests {
             remove_content_encoding: true,
         };
         assert_eq!(
-            edits.operations(),
+            edits.operations(EncodingVary::InLine),
             [
                 HeaderOp::Set("content-type", Cow::Borrowed(&b"application/octet-stream"[..])),
                 HeaderOp::Append("vary", "Accept, Accept-Encoding"),
@@ -101,6 +114,22 @@ mod tests {
                 HeaderOp::Remove("accept-ranges"),
             ]
         );
-        assert!(HeaderEdits::default().operations().is_empty());
+        assert!(HeaderEdits::default().operations(EncodingVary::InLine).is_empty());
+        assert!(HeaderEdits::default().operations(EncodingVary::OwnLine).is_empty());
+    }
+
+    #[test]
+    fn a_host_that_varies_by_encoding_its_own_way_gets_accept_encoding_in_an_operation_of_its_own() {
+        let vary = |edits: &HeaderEdits, encoding_vary| {
+            let ops = edits.operations(encoding_vary).into_iter();
+            ops.filter_map(|op| if let HeaderOp::Append("vary", vary) = op { Some(vary) } else { None }).collect::<Vec<_>>()
+        };
+        let dcz = HeaderEdits { add_vary: true, add_vary_accept: true, vary_dictionary: true, ..HeaderEdits::default() };
+        assert_eq!(vary(&dcz, EncodingVary::InLine), ["Accept, Accept-Encoding, Available-Dictionary"]);
+        assert_eq!(vary(&dcz, EncodingVary::OwnLine), ["Accept, Available-Dictionary", "Accept-Encoding"]);
+        let encoding = HeaderEdits { add_vary: true, ..HeaderEdits::default() };
+        assert_eq!(vary(&encoding, EncodingVary::OwnLine), ["Accept-Encoding"]);
+        let accept = HeaderEdits { add_vary_accept: true, ..HeaderEdits::default() };
+        assert_eq!(vary(&accept, EncodingVary::OwnLine), ["Accept"]);
     }
 }

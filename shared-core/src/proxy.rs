@@ -15,7 +15,7 @@ pub mod drive;
 
 use self::cache::{AfterBody, DaemonCall, LazyBody, ProxyCacheRequest};
 use crate::cache::{HitResponse, HotRegion, Passed, Status as CacheStatus};
-use crate::edits::HeaderOp;
+use crate::edits::{EncodingVary, HeaderOp};
 use crate::exchange::{BodyPlan, Exchange, Failure, Mode};
 use crate::metrics::{self, Counter};
 use crate::{dictionary, Node, Settings};
@@ -689,7 +689,7 @@ impl ProxyExchange {
 
     /// The exchange's header edits, less the removal of an Accept-Ranges the node did not send.
     fn edits(&self) -> Vec<HeaderOp<'_>> {
-        let mut ops = self.exchange.edits().operations();
+        let mut ops = self.exchange.edits().operations(EncodingVary::InLine);
         if !self.accept_ranges_sent {
             ops.retain(|op| *op != HeaderOp::Remove(ACCEPT_RANGES));
         }

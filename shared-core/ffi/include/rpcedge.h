@@ -54,18 +54,22 @@
 #define RPCEDGE_PLAN_STREAM 2
 
 /**
- * `rpcedge_header_edits.content_length_op` and `.etag_op`
+ * `rpcedge_header_op_t.op`: set the header (replacing any of that name), remove it, or add the
+ * value beside those of that name.
  */
-#define RPCEDGE_EDIT_KEEP 0
-
 #define RPCEDGE_EDIT_SET 1
 
 #define RPCEDGE_EDIT_REMOVE 2
 
-/**
- * `rpcedge_header_op_t.op` only: add the value beside those of that name.
- */
 #define RPCEDGE_EDIT_APPEND 3
+
+/**
+ * `rpcedge_exchange_header_ops`'s `vary`: `Vary: Accept-Encoding` in the one Vary line the edits
+ * add, or in an operation of its own for a host with its own way to say it (nginx's `gzip_vary`).
+ */
+#define RPCEDGE_VARY_IN_LINE 0
+
+#define RPCEDGE_VARY_ENCODING_OWN_LINE 1
 
 /**
  * What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
@@ -124,7 +128,7 @@ typedef struct rpcedge_cache_t rpcedge_cache_t;
 typedef struct rpcedge_dictionary_t rpcedge_dictionary_t;
 
 /**
- * Opaque per-request exchange, with the header list its last edits point to.
+ * Opaque per-request exchange, with the header operations it handed out last.
  */
 typedef struct rpcedge_exchange_t rpcedge_exchange_t;
 
@@ -149,7 +153,8 @@ typedef struct {
 } rpcedge_str_t;
 
 /**
- * A response header to set: `name` is static, `value` lives as the edits that list it.
+ * A header as a name and a value, in a list one side lends the other: each call that takes or
+ * gives one says how long it lives.
  */
 typedef struct {
   const uint8_t *name;
@@ -246,55 +251,6 @@ typedef struct {
 } rpcedge_dictionary_reply_t;
 
 /**
- * Header changes to apply before the headers go out. Pointers are valid until the next call on
- * the exchange.
- */
-typedef struct {
-  /**
-   * No data: leave Content-Encoding alone; otherwise the coding's token (static).
-   */
-  rpcedge_str_t content_encoding;
-  /**
-   * One of `RPCEDGE_EDIT_*`.
-   */
-  uint8_t content_length_op;
-  /**
-   * One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
-   */
-  uint8_t etag_op;
-  /**
-   * Append `Vary: Accept-Encoding`.
-   */
-  uint8_t add_vary;
-  uint8_t remove_accept_ranges;
-  /**
-   * Append `Vary: Accept`.
-   */
-  uint8_t add_vary_accept;
-  /**
-   * Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
-   */
-  uint8_t remove_content_encoding;
-  /**
-   * Append `Vary: Available-Dictionary` (the location makes dcz).
-   */
-  uint8_t vary_dictionary;
-  uint64_t content_length;
-  const uint8_t *etag;
-  size_t etag_len;
-  /**
-   * NULL: leave Content-Type alone; otherwise the new value (static).
-   */
-  const uint8_t *content_type;
-  size_t content_type_len;
-  /**
-   * Headers to set, replacing any of the same name.
-   */
-  const rpcedge_header_t *set;
-  size_t set_len;
-} rpcedge_header_edits_t;
-
-/**
  * One change to the response headers, of those `rpcedge_exchange_header_ops` gives in order:
  * `op` is `RPCEDGE_EDIT_SET` (replacing any of that name), `_REMOVE` or `_APPEND`; names in
  * lower case.
@@ -312,11 +268,10 @@ typedef struct {
   const uint8_t *data;
   size_t len;
   /**
-   * `RPCEDGE_OUT_*` bits. With `RPCEDGE_OUT_HEADERS`, `edits` holds the header changes and the
-   * held headers go out now, before `data`.
+   * `RPCEDGE_OUT_*` bits. With `RPCEDGE_OUT_HEADERS`, the held headers go out now, before
+   * `data`, edited as `rpcedge_exchange_header_ops` says.
    */
   uint32_t flags;
-  rpcedge_header_edits_t edits;
 } rpcedge_output_t;
 
 /**
@@ -738,24 +693,25 @@ int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
 
 /**
  * Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
- * and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
- * plan is pass and `edits` holds no change: the response goes out as it came.
+ * and stream, `rpcedge_exchange_header_ops` then gives the changes to apply now. Should the core
+ * fail here, the plan is pass with no change: the response goes out as it came.
  *
  * # Safety
- * `exchange` is NULL or live; `edits` is NULL or writable.
+ * `exchange` is NULL or live.
  */
-uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status, rpcedge_header_edits_t *edits);
+uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status);
 
 /**
  * The exchange's header edits, those `rpcedge_exchange_response_head` or a feed's
- * `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations a host without typed header slots
- * applies one by one (`HeaderEdits::operations`, as the Envoy adapters apply them): `*ops`
- * points to them, valid until the next call on the exchange; returns how many.
+ * `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations every host applies one by one
+ * (`HeaderEdits::operations`, as the Envoy adapters apply them); `vary` is one of
+ * `RPCEDGE_VARY_*`. `*ops` points to them, valid until the next call on the exchange; returns
+ * how many.
  *
  * # Safety
  * `exchange` is NULL or live; `ops` is NULL or writable.
  */
-size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, const rpcedge_header_op_t **ops);
+size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, uint8_t vary, const rpcedge_header_op_t **ops);
 
 /**
  * Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with

@@ -5,16 +5,16 @@ use std::ptr;
 use std::sync::Arc;
 
 use rpcedge_core::config::ConfigError;
-use rpcedge_core::exchange::{
-    BodyPlan, EtagEdit, Exchange, Failure, HeaderEdits, LengthEdit, Mode, Output, TranscodeOutcome, WholeBody,
-};
+use std::borrow::Cow;
 
+use rpcedge_core::edits::EncodingVary;
+use rpcedge_core::exchange::{BodyPlan, Exchange, Failure, Mode, Output, TranscodeOutcome, WholeBody};
 use rpcedge_core::HeaderOp;
 
-use crate::{bytes, guard, put, write_error, RpcedgeError, RpcedgeHeader, RpcedgeSettings, RpcedgeStr};
+use crate::{bytes, guard, put, write_error, RpcedgeError, RpcedgeSettings, RpcedgeStr};
 
-/// Opaque per-request exchange, with the header list its last edits point to.
-pub struct RpcedgeExchange(pub(crate) Exchange, pub(crate) Vec<RpcedgeHeader>, HeaderOps);
+/// Opaque per-request exchange, with the header operations it handed out last.
+pub struct RpcedgeExchange(pub(crate) Exchange, HeaderOps);
 
 /// Opaque whole-body compression job, owned by whoever holds it (see `RPCEDGE_OUT_WORK`).
 pub struct RpcedgeJob(WholeBody);
@@ -30,66 +30,19 @@ const _: () = assert!(
         && RPCEDGE_PLAN_STREAM == BodyPlan::Stream as u8
 );
 
-/// `rpcedge_header_edits.content_length_op` and `.etag_op`
-pub const RPCEDGE_EDIT_KEEP: u8 = 0;
+/// `rpcedge_header_op_t.op`: set the header (replacing any of that name), remove it, or add the
+/// value beside those of that name.
 pub const RPCEDGE_EDIT_SET: u8 = 1;
 pub const RPCEDGE_EDIT_REMOVE: u8 = 2;
-/// `rpcedge_header_op_t.op` only: add the value beside those of that name.
 pub const RPCEDGE_EDIT_APPEND: u8 = 3;
+
+/// `rpcedge_exchange_header_ops`'s `vary`: `Vary: Accept-Encoding` in the one Vary line the edits
+/// add, or in an operation of its own for a host with its own way to say it (nginx's `gzip_vary`).
+pub const RPCEDGE_VARY_IN_LINE: u8 = 0;
+pub const RPCEDGE_VARY_ENCODING_OWN_LINE: u8 = 1;
 
 /// What `rpcedge_exchange_failure` and `_abort` return for "reset the stream".
 pub const RPCEDGE_FAILURE_RESET: u16 = 0;
-
-/// Header changes to apply before the headers go out. Pointers are valid until the next call on
-/// the exchange.
-#[repr(C)]
-pub struct RpcedgeHeaderEdits {
-    /// No data: leave Content-Encoding alone; otherwise the coding's token (static).
-    pub content_encoding: RpcedgeStr,
-    /// One of `RPCEDGE_EDIT_*`.
-    pub content_length_op: u8,
-    /// One of `RPCEDGE_EDIT_*`; with `RPCEDGE_EDIT_SET`, the new value is `etag`.
-    pub etag_op: u8,
-    /// Append `Vary: Accept-Encoding`.
-    pub add_vary: u8,
-    pub remove_accept_ranges: u8,
-    /// Append `Vary: Accept`.
-    pub add_vary_accept: u8,
-    /// Remove the node's Content-Encoding (the body was decoded), before `content_encoding`.
-    pub remove_content_encoding: u8,
-    /// Append `Vary: Available-Dictionary` (the location makes dcz).
-    pub vary_dictionary: u8,
-    pub content_length: u64,
-    pub etag: *const u8,
-    pub etag_len: usize,
-    /// NULL: leave Content-Type alone; otherwise the new value (static).
-    pub content_type: *const u8,
-    pub content_type_len: usize,
-    /// Headers to set, replacing any of the same name.
-    pub set: *const RpcedgeHeader,
-    pub set_len: usize,
-}
-
-impl RpcedgeHeaderEdits {
-    /// No edits: what a host applies when it learns nothing else.
-    const NONE: RpcedgeHeaderEdits = RpcedgeHeaderEdits {
-        content_encoding: RpcedgeStr::NONE,
-        content_length_op: RPCEDGE_EDIT_KEEP,
-        etag_op: RPCEDGE_EDIT_KEEP,
-        add_vary: 0,
-        remove_accept_ranges: 0,
-        add_vary_accept: 0,
-        remove_content_encoding: 0,
-        vary_dictionary: 0,
-        content_length: 0,
-        etag: ptr::null(),
-        etag_len: 0,
-        content_type: ptr::null(),
-        content_type_len: 0,
-        set: ptr::null(),
-        set_len: 0,
-    };
-}
 
 /// `rpcedge_output.flags`
 pub const RPCEDGE_OUT_HEADERS: u32 = 1;
@@ -110,16 +63,14 @@ pub const RPCEDGE_FEED_FLUSH: u32 = 2;
 pub struct RpcedgeOutput {
     pub data: *const u8,
     pub len: usize,
-    /// `RPCEDGE_OUT_*` bits. With `RPCEDGE_OUT_HEADERS`, `edits` holds the header changes and the
-    /// held headers go out now, before `data`.
+    /// `RPCEDGE_OUT_*` bits. With `RPCEDGE_OUT_HEADERS`, the held headers go out now, before
+    /// `data`, edited as `rpcedge_exchange_header_ops` says.
     pub flags: u32,
-    pub edits: RpcedgeHeaderEdits,
 }
 
 impl RpcedgeOutput {
     /// Nothing to send: what every out-parameter holds when a call fails.
-    const NONE: RpcedgeOutput =
-        RpcedgeOutput { data: ptr::null(), len: 0, flags: 0, edits: RpcedgeHeaderEdits::NONE };
+    const NONE: RpcedgeOutput = RpcedgeOutput { data: ptr::null(), len: 0, flags: 0 };
 }
 
 /// A new exchange; NULL when `settings` is NULL (or on allocation failure).
@@ -131,7 +82,7 @@ pub unsafe extern "C" fn rpcedge_exchange_new(settings: *const RpcedgeSettings) 
     guard(ptr::null_mut(), || {
         let Some(settings) = settings.as_ref() else { return ptr::null_mut() };
         let exchange = Exchange::new(Arc::clone(&settings.0), Arc::clone(&settings.1));
-        Box::into_raw(Box::new(RpcedgeExchange(exchange, Vec::new(), HeaderOps::default())))
+        Box::into_raw(Box::new(RpcedgeExchange(exchange, HeaderOps::default())))
     })
 }
 
@@ -262,61 +213,17 @@ pub unsafe extern "C" fn rpcedge_exchange_node_identity(exchange: *const Rpcedge
 }
 
 /// Decides the body plan once the response headers are in: one of `RPCEDGE_PLAN_*`. For pass
-/// and stream, `edits` is filled with the changes to apply now. Should the core fail here, the
-/// plan is pass and `edits` holds no change: the response goes out as it came.
+/// and stream, `rpcedge_exchange_header_ops` then gives the changes to apply now. Should the core
+/// fail here, the plan is pass with no change: the response goes out as it came.
 ///
 /// # Safety
-/// `exchange` is NULL or live; `edits` is NULL or writable.
+/// `exchange` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn rpcedge_exchange_response_head(
-    exchange: *mut RpcedgeExchange,
-    status: u16,
-    edits: *mut RpcedgeHeaderEdits,
-) -> u8 {
-    put(edits, RpcedgeHeaderEdits::NONE);
+pub unsafe extern "C" fn rpcedge_exchange_response_head(exchange: *mut RpcedgeExchange, status: u16) -> u8 {
     guard(RPCEDGE_PLAN_PASS, || {
         let Some(exchange) = exchange.as_mut() else { return RPCEDGE_PLAN_PASS };
-        let plan = exchange.0.response_head(status);
-        put(edits, c_edits(exchange.0.edits(), &mut exchange.1));
-        plan as u8
+        exchange.0.response_head(status) as u8
     })
-}
-
-fn c_edits(edits: &HeaderEdits, set: &mut Vec<RpcedgeHeader>) -> RpcedgeHeaderEdits {
-    set.clear();
-    set.extend(edits.set.iter().map(|(name, value)| RpcedgeHeader {
-        name: name.as_ptr(),
-        name_len: name.len(),
-        value: value.as_ptr(),
-        value_len: value.len(),
-    }));
-    let (content_length_op, content_length) = match edits.content_length {
-        LengthEdit::Keep => (RPCEDGE_EDIT_KEEP, 0),
-        LengthEdit::Set(n) => (RPCEDGE_EDIT_SET, n),
-        LengthEdit::Remove => (RPCEDGE_EDIT_REMOVE, 0),
-    };
-    let (etag_op, etag) = match &edits.etag {
-        EtagEdit::Keep => (RPCEDGE_EDIT_KEEP, &[][..]),
-        EtagEdit::Set(value) => (RPCEDGE_EDIT_SET, &value[..]),
-        EtagEdit::Remove => (RPCEDGE_EDIT_REMOVE, &[][..]),
-    };
-    RpcedgeHeaderEdits {
-        content_encoding: edits.content_encoding.map_or(RpcedgeStr::NONE, |c| RpcedgeStr::of(c.token().as_bytes())),
-        content_length_op,
-        etag_op,
-        add_vary: edits.add_vary.into(),
-        remove_accept_ranges: edits.remove_accept_ranges.into(),
-        content_length,
-        etag: if etag.is_empty() { ptr::null() } else { etag.as_ptr() },
-        etag_len: etag.len(),
-        add_vary_accept: edits.add_vary_accept.into(),
-        remove_content_encoding: edits.remove_content_encoding.into(),
-        vary_dictionary: edits.vary_dictionary.into(),
-        content_type: edits.content_type.map_or(ptr::null(), str::as_ptr),
-        content_type_len: edits.content_type.map_or(0, str::len),
-        set: if set.is_empty() { ptr::null() } else { set.as_ptr() },
-        set_len: set.len(),
-    }
 }
 
 /// One change to the response headers, of those `rpcedge_exchange_header_ops` gives in order:
@@ -329,49 +236,53 @@ pub struct RpcedgeHeaderOp {
     pub value: RpcedgeStr,
 }
 
-/// The operations handed out last, owned, and as C reads them.
+/// The operations handed out last as C reads them, with the values they point to that the
+/// exchange's edits do not hold (a length, as digits).
 #[derive(Default)]
 pub(crate) struct HeaderOps {
-    owned: Vec<(u8, String, Vec<u8>)>,
     ops: Vec<RpcedgeHeaderOp>,
+    values: Vec<Vec<u8>>,
 }
 
 /// The exchange's header edits, those `rpcedge_exchange_response_head` or a feed's
-/// `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations a host without typed header slots
-/// applies one by one (`HeaderEdits::operations`, as the Envoy adapters apply them): `*ops`
-/// points to them, valid until the next call on the exchange; returns how many.
+/// `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations every host applies one by one
+/// (`HeaderEdits::operations`, as the Envoy adapters apply them); `vary` is one of
+/// `RPCEDGE_VARY_*`. `*ops` points to them, valid until the next call on the exchange; returns
+/// how many.
 ///
 /// # Safety
 /// `exchange` is NULL or live; `ops` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_header_ops(
     exchange: *mut RpcedgeExchange,
+    vary: u8,
     ops: *mut *const RpcedgeHeaderOp,
 ) -> usize {
     put(ops, ptr::null());
     guard(0, || {
-        let Some(exchange) = exchange.as_mut() else { return 0 };
-        let HeaderOps { owned, ops: c_ops } = &mut exchange.2;
-        *owned = exchange.0.edits().operations().into_iter().map(owned_op).collect();
-        *c_ops = owned
-            .iter()
-            .map(|(op, name, value)| RpcedgeHeaderOp {
-                op: *op,
-                name: RpcedgeStr::of(name.as_bytes()),
-                value: if *op == RPCEDGE_EDIT_REMOVE { RpcedgeStr::NONE } else { RpcedgeStr::of(value) },
-            })
-            .collect();
+        let Some(RpcedgeExchange(exchange, HeaderOps { ops: c_ops, values })) = exchange.as_mut() else { return 0 };
+        let vary = match vary {
+            RPCEDGE_VARY_ENCODING_OWN_LINE => EncodingVary::OwnLine,
+            _ => EncodingVary::InLine,
+        };
+        c_ops.clear();
+        values.clear();
+        for op in exchange.edits().operations(vary) {
+            let (op, name, value) = match op {
+                HeaderOp::Set(name, Cow::Borrowed(value)) => (RPCEDGE_EDIT_SET, name, RpcedgeStr::of(value)),
+                HeaderOp::Set(name, Cow::Owned(value)) => {
+                    // its bytes stay where they are while `values` grows
+                    values.push(value);
+                    (RPCEDGE_EDIT_SET, name, RpcedgeStr::of(values.last().map_or(&[][..], Vec::as_slice)))
+                }
+                HeaderOp::Append(name, value) => (RPCEDGE_EDIT_APPEND, name, RpcedgeStr::of(value.as_bytes())),
+                HeaderOp::Remove(name) => (RPCEDGE_EDIT_REMOVE, name, RpcedgeStr::NONE),
+            };
+            c_ops.push(RpcedgeHeaderOp { op, name: RpcedgeStr::of(name.as_bytes()), value });
+        }
         put(ops, c_ops.as_ptr());
         c_ops.len()
     })
-}
-
-fn owned_op(op: HeaderOp<'_>) -> (u8, String, Vec<u8>) {
-    match op {
-        HeaderOp::Set(name, value) => (RPCEDGE_EDIT_SET, name.to_string(), value.into_owned()),
-        HeaderOp::Append(name, value) => (RPCEDGE_EDIT_APPEND, name.to_string(), value.as_bytes().to_vec()),
-        HeaderOp::Remove(name) => (RPCEDGE_EDIT_REMOVE, name.to_string(), Vec::new()),
-    }
 }
 
 /// Feeds a body chunk (empty for a timer tick); `flags` are `RPCEDGE_FEED_*`. Returns 0 with
@@ -395,7 +306,7 @@ pub unsafe extern "C" fn rpcedge_exchange_feed(
         let exchange = exchange.as_mut().ok_or("no exchange")?;
         let (end, flush) = (flags & RPCEDGE_FEED_END != 0, flags & RPCEDGE_FEED_FLUSH != 0);
         let output = exchange.0.feed(bytes(data, len), end, flush, now_ms).map_err(|e| e.to_string())?;
-        put(out, c_output(&output, &mut exchange.1));
+        put(out, c_output(&output));
         Ok(())
     });
     output_result(result, error)
@@ -505,13 +416,13 @@ pub unsafe extern "C" fn rpcedge_exchange_complete_job(
         let exchange = exchange.as_mut().ok_or("no exchange")?;
         let job = job.ok_or("no job")?;
         let output = exchange.0.complete_whole_body(job).map_err(|e| e.to_string())?;
-        put(out, c_output(&output, &mut exchange.1));
+        put(out, c_output(&output));
         Ok(())
     });
     output_result(result, error)
 }
 
-fn c_output(output: &Output<'_>, set: &mut Vec<RpcedgeHeader>) -> RpcedgeOutput {
+fn c_output(output: &Output<'_>) -> RpcedgeOutput {
     let mut bits = 0;
     for (set, bit) in [
         (output.flush, RPCEDGE_OUT_FLUSH),
@@ -528,7 +439,6 @@ fn c_output(output: &Output<'_>, set: &mut Vec<RpcedgeHeader>) -> RpcedgeOutput 
         data: output.data.as_ptr(),
         len: output.data.len(),
         flags: bits,
-        edits: output.headers.map_or(RpcedgeHeaderEdits::NONE, |edits| c_edits(edits, set)),
     }
 }
 

@@ -50,7 +50,8 @@ pub struct RpcedgeError {
     pub message: [c_char; 224],
 }
 
-/// A response header to set: `name` is static, `value` lives as the edits that list it.
+/// A header as a name and a value, in a list one side lends the other: each call that takes or
+/// gives one says how long it lives.
 #[repr(C)]
 pub struct RpcedgeHeader {
     pub name: *const u8,

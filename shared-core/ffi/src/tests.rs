@@ -97,35 +97,31 @@ fn message(err: &RpcedgeError) -> String {
 }
 
 fn is_none(out: &RpcedgeOutput) -> bool {
-    out.data.is_null() && out.len == 0 && out.flags == 0 && is_no_edit(&out.edits)
+    out.data.is_null() && out.len == 0 && out.flags == 0
 }
 
-fn is_no_edit(edits: &RpcedgeHeaderEdits) -> bool {
-    edits.content_encoding.data.is_null()
-        && edits.content_length_op == RPCEDGE_EDIT_KEEP
-        && edits.etag_op == RPCEDGE_EDIT_KEEP
-        && edits.add_vary == 0
-        && edits.remove_accept_ranges == 0
-        && edits.etag.is_null()
-        && edits.etag_len == 0
+/// The exchange's header operations, as (op, name, value).
+unsafe fn header_ops(exchange: *mut RpcedgeExchange, vary: u8) -> Vec<(u8, String, String)> {
+    let mut ops = garbage::<*const RpcedgeHeaderOp>();
+    let n = rpcedge_exchange_header_ops(exchange, vary, &mut ops);
+    let text = |s: &RpcedgeStr| String::from_utf8(owned(s)).unwrap();
+    slice::from_raw_parts(ops, n).iter().map(|op| (op.op, text(&op.name), text(&op.value))).collect()
 }
 
 #[test]
 fn a_panic_in_response_head_leaves_a_pass_with_no_edits() {
     let h = Handles::new("");
-    let mut edits = garbage::<RpcedgeHeaderEdits>();
     panic_next();
-    let plan = unsafe { rpcedge_exchange_response_head(h.exchange, 200, &mut edits) };
+    let plan = unsafe { rpcedge_exchange_response_head(h.exchange, 200) };
     assert_eq!(plan, RPCEDGE_PLAN_PASS);
-    assert!(is_no_edit(&edits), "every field defined and empty");
+    assert_eq!(unsafe { header_ops(h.exchange, RPCEDGE_VARY_IN_LINE) }, []);
 }
 
 #[test]
 fn a_panic_in_feed_fails_with_nothing_to_send() {
     let h = Handles::new("");
     unsafe {
-        let mut edits = garbage::<RpcedgeHeaderEdits>();
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_BUFFER);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_BUFFER);
         panic_next();
         let (rc, out, err) = feed(h.exchange, &json(5000), RPCEDGE_FEED_END);
         assert_eq!(rc, -1);
@@ -169,10 +165,9 @@ fn null_arguments_are_refused_not_followed() {
         rpcedge_exchange_response_header(null, b"a".as_ptr(), 1, b"b".as_ptr(), 1);
         rpcedge_exchange_response_content_length(null, 10);
         rpcedge_exchange_offload(null);
-        let mut edits = garbage::<RpcedgeHeaderEdits>();
-        assert_eq!(rpcedge_exchange_response_head(null, 200, &mut edits), RPCEDGE_PLAN_PASS);
-        assert!(is_no_edit(&edits));
-        assert_eq!(rpcedge_exchange_response_head(null, 200, ptr::null_mut()), RPCEDGE_PLAN_PASS);
+        assert_eq!(rpcedge_exchange_response_head(null, 200), RPCEDGE_PLAN_PASS);
+        assert_eq!(header_ops(null, RPCEDGE_VARY_IN_LINE), []);
+        assert_eq!(rpcedge_exchange_header_ops(null, RPCEDGE_VARY_IN_LINE, ptr::null_mut()), 0);
         let (rc, out, err) = feed(null, b"x", 0);
         assert_eq!(rc, -1);
         assert!(is_none(&out));
@@ -209,8 +204,7 @@ fn a_job_is_taken_once_run_anywhere_and_given_back() {
     let body = json(300_000);
     unsafe {
         rpcedge_exchange_offload(h.exchange);
-        let mut edits = garbage::<RpcedgeHeaderEdits>();
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_BUFFER);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_BUFFER);
         assert!(rpcedge_exchange_take_job(h.exchange).is_null(), "no job before the body is in");
         let (rc, out, _) = feed(h.exchange, &body, RPCEDGE_FEED_END);
         assert_eq!((rc, out.flags, out.len), (0, RPCEDGE_OUT_WORK, 0));
@@ -223,24 +217,19 @@ fn a_job_is_taken_once_run_anywhere_and_given_back() {
         let mut err = garbage::<RpcedgeError>();
         assert_eq!(rpcedge_exchange_complete_job(h.exchange, job as *mut RpcedgeJob, &mut out, &mut err), 0);
         assert_eq!(out.flags, RPCEDGE_OUT_HEADERS | RPCEDGE_OUT_FLUSH | RPCEDGE_OUT_END);
-        assert_eq!(owned(&out.edits.content_encoding), b"gzip");
-        assert_eq!((out.edits.content_length_op, out.edits.content_length), (RPCEDGE_EDIT_SET, out.len as u64));
         assert_eq!(gunzip(slice::from_raw_parts(out.data, out.len)), body);
         assert_eq!(owned(&rpcedge_exchange_mode(h.exchange)), b"oneshot");
-        // the same edits, as the ordered operations a host without typed slots applies
-        let mut ops = ptr::null();
-        let n = rpcedge_exchange_header_ops(h.exchange, &mut ops);
-        let ops: Vec<_> =
-            slice::from_raw_parts(ops, n).iter().map(|op| (op.op, owned(&op.name), owned(&op.value))).collect();
-        let length = out.len.to_string().into_bytes();
+        // the edits that go with the headers, as the ordered operations every host applies
+        let op = |op, name: &str, value: &str| (op, name.to_string(), value.to_string());
         let expected = [
-            (RPCEDGE_EDIT_SET, b"content-encoding".to_vec(), b"gzip".to_vec()),
-            (RPCEDGE_EDIT_SET, b"content-length".to_vec(), length),
-            (RPCEDGE_EDIT_APPEND, b"vary".to_vec(), b"Accept-Encoding".to_vec()),
-            (RPCEDGE_EDIT_REMOVE, b"accept-ranges".to_vec(), Vec::new()),
+            op(RPCEDGE_EDIT_SET, "content-encoding", "gzip"),
+            op(RPCEDGE_EDIT_SET, "content-length", &out.len.to_string()),
+            op(RPCEDGE_EDIT_APPEND, "vary", "Accept-Encoding"),
+            op(RPCEDGE_EDIT_REMOVE, "accept-ranges", ""),
         ];
-        assert_eq!(ops, expected);
-        assert_eq!(rpcedge_exchange_header_ops(ptr::null_mut(), ptr::null_mut()), 0);
+        assert_eq!(header_ops(h.exchange, RPCEDGE_VARY_IN_LINE), expected);
+        // Vary's one value: the same for a host that says Accept-Encoding its own way
+        assert_eq!(header_ops(h.exchange, RPCEDGE_VARY_ENCODING_OWN_LINE), expected);
     }
 }
 
@@ -249,8 +238,8 @@ fn a_job_given_to_the_wrong_exchange_fails_and_is_freed() {
     let (a, b) = (Handles::new(r#"{"offload_min_length": 0}"#), Handles::new(""));
     unsafe {
         rpcedge_exchange_offload(a.exchange);
-        rpcedge_exchange_response_head(a.exchange, 200, ptr::null_mut());
-        rpcedge_exchange_response_head(b.exchange, 200, ptr::null_mut());
+        rpcedge_exchange_response_head(a.exchange, 200);
+        rpcedge_exchange_response_head(b.exchange, 200);
         assert_eq!(feed(a.exchange, &json(2000), RPCEDGE_FEED_END).1.flags, RPCEDGE_OUT_WORK);
         let job = rpcedge_exchange_take_job(a.exchange);
         let mut out = garbage::<RpcedgeOutput>();
@@ -263,7 +252,7 @@ fn a_job_given_to_the_wrong_exchange_fails_and_is_freed() {
         // A taken job that is never given back is freed by its holder.
         let c = Handles::new(r#"{"offload_min_length": 0}"#);
         rpcedge_exchange_offload(c.exchange);
-        rpcedge_exchange_response_head(c.exchange, 200, ptr::null_mut());
+        rpcedge_exchange_response_head(c.exchange, 200);
         feed(c.exchange, &json(2000), RPCEDGE_FEED_END);
         rpcedge_job_free(rpcedge_exchange_take_job(c.exchange));
     }
@@ -275,7 +264,7 @@ fn failures_say_respond_before_the_headers_and_reset_after() {
         // Held headers (a declared length), then a body that overruns it: answer 502.
         let h = Handles::new("");
         rpcedge_exchange_response_content_length(h.exchange, 2000);
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_BUFFER);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_BUFFER);
         let (rc, out, err) = feed(h.exchange, &json(3000), 0);
         assert_eq!(rc, -1);
         assert!(is_none(&out));
@@ -286,31 +275,41 @@ fn failures_say_respond_before_the_headers_and_reset_after() {
         // Streaming from the head: the headers are out, so an abort resets.
         let h = Handles::new(r#"{"max_buffer": 1024}"#);
         rpcedge_exchange_response_content_length(h.exchange, 5000);
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_STREAM);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_STREAM);
         assert_eq!(feed(h.exchange, &json(2000), 0).0, 0);
         assert_eq!(rpcedge_exchange_abort(h.exchange), RPCEDGE_FAILURE_RESET);
         assert_eq!(feed(h.exchange, &json(10), 0).0, -1, "nothing after a failure");
 
         // Buffering without a length: an abort before anything went out answers 502.
         let h = Handles::new("");
-        rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut());
+        rpcedge_exchange_response_head(h.exchange, 200);
         assert_eq!(feed(h.exchange, &json(2000), 0).0, 0);
         assert_eq!(rpcedge_exchange_abort(h.exchange), 502);
     }
 }
 
 #[test]
-fn edits_carry_the_coding_token_and_the_etag_op() {
+fn a_streamed_answers_edits_carry_the_coding_token_and_a_weakened_etag() {
     let h = Handles::new(r#"{"max_buffer": 1024}"#);
     unsafe {
         header(h.exchange, false, "ETag", "\"v1\"");
         rpcedge_exchange_response_content_length(h.exchange, 5000);
-        let mut edits = garbage::<RpcedgeHeaderEdits>();
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, &mut edits), RPCEDGE_PLAN_STREAM);
-        assert_eq!(owned(&edits.content_encoding), b"gzip");
-        assert_eq!(edits.content_length_op, RPCEDGE_EDIT_REMOVE);
-        assert_eq!(edits.etag_op, RPCEDGE_EDIT_SET);
-        assert_eq!(slice::from_raw_parts(edits.etag, edits.etag_len), b"W/\"v1\"");
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_STREAM);
+        let op = |op, name: &str, value: &str| (op, name.to_string(), value.to_string());
+        let ops = header_ops(h.exchange, RPCEDGE_VARY_IN_LINE);
+        assert_eq!(
+            ops,
+            [
+                op(RPCEDGE_EDIT_SET, "content-encoding", "gzip"),
+                op(RPCEDGE_EDIT_REMOVE, "content-length", ""),
+                op(RPCEDGE_EDIT_APPEND, "vary", "Accept-Encoding"),
+                op(RPCEDGE_EDIT_SET, "etag", "W/\"v1\""),
+                op(RPCEDGE_EDIT_REMOVE, "accept-ranges", ""),
+            ]
+        );
+        // Vary's one value: the same for a host that says Accept-Encoding its own way
+        let own_line = header_ops(h.exchange, RPCEDGE_VARY_ENCODING_OWN_LINE);
+        assert_eq!(own_line, ops);
     }
 }
 
@@ -335,7 +334,7 @@ fn counters_are_named_as_envoy_prints_them_and_each_event_says_what_it_adds() {
     let h = Handles::new("");
     unsafe {
         rpcedge_exchange_response_content_length(h.exchange, 10);
-        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200, ptr::null_mut()), RPCEDGE_PLAN_PASS);
+        assert_eq!(rpcedge_exchange_response_head(h.exchange, 200), RPCEDGE_PLAN_PASS);
         let ended = counted(|counts| rpcedge_count_exchange(h.exchange, 1, 0, counts));
         assert_eq!(ended, adds(&[("rpcedge_responses_small", 1)]), "no zeros");
         let aborted = counted(|counts| rpcedge_count_exchange(h.exchange, 0, 7, counts));

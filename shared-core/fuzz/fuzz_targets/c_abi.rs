@@ -18,6 +18,7 @@ enum Call<'a> {
     ResponseHeader(&'a [u8], &'a [u8]),
     ContentLength(i64),
     Head(u16),
+    HeaderOps(u8),
     Feed(&'a [u8], u32, u64),
     Offload,
     TakeRunComplete(bool),
@@ -44,11 +45,18 @@ fuzz_target!(|calls: Vec<Call>| unsafe {
             Call::RequestHeader(n, v) => rpcedge_exchange_request_header(ex, n.as_ptr(), n.len(), v.as_ptr(), v.len()),
             Call::ResponseHeader(n, v) => rpcedge_exchange_response_header(ex, n.as_ptr(), n.len(), v.as_ptr(), v.len()),
             Call::ContentLength(n) => rpcedge_exchange_response_content_length(ex, n),
-            Call::Head(status) => {
-                let mut edits: RpcedgeHeaderEdits = std::mem::zeroed();
-                let plan = rpcedge_exchange_response_head(ex, status, &mut edits);
-                assert!(plan <= RPCEDGE_PLAN_STREAM);
-                assert!(edits.etag_op <= RPCEDGE_EDIT_REMOVE && edits.content_length_op <= RPCEDGE_EDIT_REMOVE);
+            Call::Head(status) => assert!(rpcedge_exchange_response_head(ex, status) <= RPCEDGE_PLAN_STREAM),
+            Call::HeaderOps(vary) => {
+                let mut ops = ptr::null();
+                let n = rpcedge_exchange_header_ops(ex, vary, &mut ops);
+                for op in (n > 0).then(|| std::slice::from_raw_parts(ops, n)).unwrap_or_default() {
+                    assert!((RPCEDGE_EDIT_SET..=RPCEDGE_EDIT_APPEND).contains(&op.op));
+                    // The names and values are readable until the next call.
+                    let _ = std::slice::from_raw_parts(op.name.data, op.name.len).iter().fold(0u8, |a, b| a ^ b);
+                    if !op.value.data.is_null() {
+                        let _ = std::slice::from_raw_parts(op.value.data, op.value.len).iter().fold(0u8, |a, b| a ^ b);
+                    }
+                }
             }
             Call::Feed(data, flags, now) => {
                 if rpcedge_exchange_feed(ex, data.as_ptr(), data.len(), flags, now, &mut out, &mut err) != 0 {

@@ -41,24 +41,6 @@ typedef struct {
 } rpcedge_header_t;
 
 typedef struct {
-  rpcedge_str_t content_encoding;
-  uint8_t content_length_op;
-  uint8_t etag_op;
-  uint8_t add_vary;
-  uint8_t remove_accept_ranges;
-  uint8_t add_vary_accept;
-  uint8_t remove_content_encoding;
-  uint8_t vary_dictionary;
-  uint64_t content_length;
-  const uint8_t *etag;
-  size_t etag_len;
-  const uint8_t *content_type;
-  size_t content_type_len;
-  const rpcedge_header_t *set;
-  size_t set_len;
-} rpcedge_header_edits_t;
-
-typedef struct {
   uint8_t op;
   rpcedge_str_t name;
   rpcedge_str_t value;
@@ -68,7 +50,6 @@ typedef struct {
   const uint8_t *data;
   size_t len;
   uint32_t flags;
-  rpcedge_header_edits_t edits;
 } rpcedge_output_t;
 
 rpcedge_settings_t *rpcedge_settings_from_json(const uint8_t *json, size_t len, rpcedge_error_t *err);
@@ -88,9 +69,8 @@ void rpcedge_exchange_request_body(rpcedge_exchange_t *exchange, const uint8_t *
 rpcedge_str_t rpcedge_exchange_upstream_accept(rpcedge_exchange_t *exchange);
 void rpcedge_exchange_cache_may_keep(rpcedge_exchange_t *exchange);
 int32_t rpcedge_exchange_node_identity(const rpcedge_exchange_t *exchange);
-uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status,
-                                       rpcedge_header_edits_t *edits);
-size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, const rpcedge_header_op_t **ops);
+uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t status);
+size_t rpcedge_exchange_header_ops(rpcedge_exchange_t *exchange, uint8_t vary, const rpcedge_header_op_t **ops);
 int32_t rpcedge_exchange_feed(rpcedge_exchange_t *exchange, const uint8_t *data, size_t len, uint32_t flags,
                               uint64_t now_ms, rpcedge_output_t *out, rpcedge_error_t *error);
 uint16_t rpcedge_exchange_failure(const rpcedge_exchange_t *exchange);
@@ -203,6 +183,7 @@ local lib = ffi.load(os.getenv("RPCEDGE_LIB") or "rpcedge")
 -- rpcedge.h's constants
 local PLAN_PASS = 0
 local EDIT_REMOVE, EDIT_APPEND = 2, 3
+local VARY_IN_LINE = 0
 local OUT_MORE = 16
 local FEED_END = 1
 local FEED_FLUSH = 2
@@ -217,6 +198,7 @@ local _M = {
     PLAN_PASS = PLAN_PASS,
     EDIT_REMOVE = EDIT_REMOVE,
     EDIT_APPEND = EDIT_APPEND,
+    VARY_IN_LINE = VARY_IN_LINE,
     OUT_MORE = OUT_MORE,
     FEED_END = FEED_END,
     FEED_FLUSH = FEED_FLUSH,

@@ -22,7 +22,7 @@ local str_lower = string.lower
 local lib = abi.lib
 local count, counts = abi.count, abi.counts
 local PLAN_PASS = abi.PLAN_PASS
-local EDIT_REMOVE, EDIT_APPEND = abi.EDIT_REMOVE, abi.EDIT_APPEND
+local EDIT_REMOVE, EDIT_APPEND, VARY_IN_LINE = abi.EDIT_REMOVE, abi.EDIT_APPEND, abi.VARY_IN_LINE
 local OUT_MORE = abi.OUT_MORE
 local FEED_END = abi.FEED_END
 local TRANSCODE_REFUSED = abi.TRANSCODE_REFUSED
@@ -75,7 +75,7 @@ local ops_out = ffi_new("const rpcedge_header_op_t *[1]")
 local function apply_edits(exchange, length)
     ngx.header["Content-Length"] = length
     local ops = ops_out
-    for i = 0, tonumber(lib.rpcedge_exchange_header_ops(exchange, ops)) - 1 do
+    for i = 0, tonumber(lib.rpcedge_exchange_header_ops(exchange, VARY_IN_LINE, ops)) - 1 do
         local op = ops[0][i]
         local name = C_string(op.name.data, op.name.len)
         if op.op == EDIT_REMOVE then
@@ -293,7 +293,7 @@ function Exchange:respond(res)
     -- the whole body is here: its length is known whatever the node's framing was
     lib.rpcedge_exchange_response_content_length(exchange, #body)
 
-    if lib.rpcedge_exchange_response_head(exchange, res.status, nil) == PLAN_PASS then
+    if lib.rpcedge_exchange_response_head(exchange, res.status) == PLAN_PASS then
         apply_edits(exchange, #body)
         ngx.print(body)
         return self:ended(0)

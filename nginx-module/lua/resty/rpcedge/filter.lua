@@ -68,7 +68,7 @@ function _M.header_filter()
     -- (read again: the exchange takes the head as the cache left it, without the node's length
     -- where a batch's answer is merged)
     feed_headers(self.handle, lib.rpcedge_exchange_response_header, ngx.resp.get_headers(0, true))
-    local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status, nil)
+    local plan = lib.rpcedge_exchange_response_head(self.handle, ngx.status)
     apply_edits(self.handle, ngx.header["Content-Length"])
     if plan == PLAN_PASS then
         state.exchange = nil
