@@ -2,7 +2,7 @@
 fleet hit costs against a local hit, on a real Redis Cluster (3 masters, no replicas: a replica
 holds a copy, so a cluster with one replica per master needs twice the memory measured here).
 
-    .venv/bin/python loadtest/fleet_bench.py [--entries 20000] [--hits 3000]
+    .venv/bin/python loadtest/fleet_bench.py [--entries 20000] [--hits 10000]
 
 Memory: one daemon writes `--entries` entries (the corpus's recorded results up to 1 MiB, each
 under its own key, as a host sends them; the daemon compacts them as it keeps them) to the fleet;
@@ -34,12 +34,13 @@ import http.client
 import json
 import random
 import shutil
+import sys
 import time
 import types
 from pathlib import Path
 
 import cache_bench
-from bench import cpu_seconds
+from bench import CLOCK_TICKS, cpu_seconds
 from cached_bench import workload
 from testbed import cache_cases as cc
 from testbed import scenarios, wire
@@ -50,6 +51,9 @@ from testbed.stack import NETWORKS
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "fleet"
 RESULTS = LOADTEST / "results" / "fleet.json"
+# /proc counts CPU time in clock ticks (10 ms): a pass of the daemon's that used fewer than this
+# many is measured no closer than 4 %, and one that used none has no figure at all
+MIN_CPU_TICKS = 25
 CONNECTIONS = 16
 
 
@@ -149,12 +153,21 @@ def hits(cluster, count):
         wait_for_stores(writer, count)
         keys = [key(n, "hits") for n in range(count)]
         redis_pids = [process.proc.pid for process in cluster.processes.values()]
-        out = {}
+        out, too_short = {}, []
         for name in ("fleet_hit", "local_hit"):
             cpu_before = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
             elapsed, statuses = lookups(reader, keys)
             cpu_after = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
             assert statuses == [200] * count, f"{name}: {sorted(set(statuses))}"
+            ticks = round((cpu_after[0] - cpu_before[0]) * CLOCK_TICKS)
+            if ticks < MIN_CPU_TICKS:
+                wanted = -(-count * MIN_CPU_TICKS * 3 // (2 * max(ticks, 1)))
+                too_short.append(f"--hits {count} is too few to measure: the {name.replace('_', ' ')}s took "
+                                 f"{ticks} clock ticks of the daemon's CPU, under the {MIN_CPU_TICKS} a figure "
+                                 f"needs; about --hits {wanted} would do")
+                out[name] = {"lookups_per_s": count / elapsed, "daemon_cpu_us": None, "redis_cpu_us": None,
+                             "cpu_us": None}
+                continue
             daemon_us = (cpu_after[0] - cpu_before[0]) / count * 1e6
             redis_us = (cpu_after[1] - cpu_before[1]) / count * 1e6
             out[name] = {"lookups_per_s": count / elapsed, "daemon_cpu_us": daemon_us, "redis_cpu_us": redis_us,
@@ -162,7 +175,11 @@ def hits(cluster, count):
         stats = reader.stats()
         assert stats["fleet_hits_total"] == count, stats["fleet_hits_total"]
         out["fleet_round_trip_us_mean"] = stats["fleet_round_trip_microseconds_total"] / stats["fleet_round_trips_total"]
-        out["cpu_ratio_fleet_to_local"] = out["fleet_hit"]["cpu_us"] / out["local_hit"]["cpu_us"]
+        out["cpu_ratio_fleet_to_local"] = None if too_short else out["fleet_hit"]["cpu_us"] / out["local_hit"]["cpu_us"]
+        for message in too_short:
+            print(message, file=sys.stderr)
+        if too_short:
+            out["too_short"] = too_short
         return out
     finally:
         writer.process.stop()
@@ -198,6 +215,8 @@ def proxy_share(seconds, runs):
 
 def together(hits_out, proxy_out):
     """Proxy, daemon and Redis per request: a fleet hit, a local daemon hit and a hot-tier hit."""
+    if "too_short" in hits_out:
+        return {"too_short": hits_out["too_short"]}
     daemon_hit = proxy_out["daemon_hit"]["cpu_us"]
     out = {
         "fleet_hit_cpu_us": daemon_hit + hits_out["fleet_hit"]["cpu_us"],
@@ -248,7 +267,9 @@ def hosts(cluster):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--hits", type=int, default=3000)
+    parser.add_argument("--hits", type=int, default=10000,
+                        help="entries looked up, each once as a fleet hit and once as a local hit; enough for "
+                        f"each pass to take {MIN_CPU_TICKS} clock ticks of the daemon's CPU (a local hit takes 40 us)")
     parser.add_argument("--seconds", type=int, default=5, help="each wrk run of the proxy's share")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
