@@ -116,36 +116,38 @@ def load(fleet, cases, stop, seen):
             n += 1
 
 
-def test_a_master_killed_under_load_fails_over_and_every_answer_stays_right(fleet, cluster):
-    cases = fleet.cases[20:35]
+def under_load(fleet, cases, during):
+    """What `load` saw of `cases` while `during()` ran. Should the load itself fail (a reset, a
+    timeout), so does the test: a bare thread's exception would only be a warning."""
     stop, seen = threading.Event(), []
-    loader = threading.Thread(target=load, args=(fleet, cases, stop, seen))
-    loader.start()
-    try:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(load, fleet, cases, stop, seen)
+        try:
+            during()
+        finally:
+            stop.set()
+        loading.result(timeout=60)
+    return seen
+
+
+def test_a_master_killed_under_load_fails_over_and_every_answer_stays_right(fleet, cluster):
+    def kill_a_master():
         time.sleep(1)
-        victim = cluster.masters()[0]
-        cluster.kill(victim)
+        cluster.kill(cluster.masters()[0])
         # a replica takes over once the node timeout (1 s) has passed
         time.sleep(1)
         cluster.wait_until_ok(timeout=30)
         time.sleep(1)
-    finally:
-        stop.set()
-        loader.join(60)
+
+    seen = under_load(fleet, fleet.cases[20:35], kill_a_master)
     assert seen and all(right for _, _, right in seen), "every answer is the node's"
     assert "ERROR" not in {s for _, s, _ in seen}, sorted(seen, reverse=True)[:5]
     fleet_answers_again(fleet, fleet.cases[2:10], "openresty", "nginx")
 
 
 def test_a_stopped_cluster_costs_the_hosts_nothing_and_its_return_is_picked_up(fleet, cluster):
-    cases = fleet.cases[35:50]
     cluster.stop_all()
-    stop, seen = threading.Event(), []
-    loader = threading.Thread(target=load, args=(fleet, cases, stop, seen))
-    loader.start()
-    time.sleep(3)
-    stop.set()
-    loader.join(60)
+    seen = under_load(fleet, fleet.cases[35:50], lambda: time.sleep(3))
     assert seen and all(right for _, _, right in seen)
     # no lookup waited for the hosts' lookup timeout (1 s), which would show as ERROR
     assert "ERROR" not in {s for _, s, _ in seen}, sorted(seen, reverse=True)[:5]
