@@ -97,6 +97,19 @@ def wait_for_hit(port, case_, answered_at):
         time.sleep(0.02)
 
 
+NOT_FINAL = 'refusals_total{reason="not_final"}'
+
+
+def refused_as_not_final(stack, since, count):
+    """Waits until the daemon has refused `count` stores as not final since it had refused `since`:
+    each MISS's store came, and was refused. Exactly `count`: none came twice."""
+    deadline = time.monotonic() + VISIBLE_WITHIN
+    while (refused := stack.daemon.stats().get(NOT_FINAL, 0) - since) < count:
+        assert time.monotonic() < deadline, f"{refused} of {count} stores refused in time"
+        time.sleep(0.02)
+    assert refused == count
+
+
 def test_a_miss_is_answered_by_the_node_and_stored_then_hits_never_reach_it(proxies, stack):
     proxy = proxies()
     block = case("block_by_hash")
@@ -149,11 +162,12 @@ def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     # for a range of logs, the range's lower end is final: not enough
     block = final_block(name, receipt)
     stack.finalize_late(block - 1)
-    for _ in range(2):
+    since = stack.daemon.stats().get(NOT_FINAL, 0)
+    for n in (1, 2):
         response = post(proxy.port, receipt)
         assert (response.status, status(response)) == (200, "MISS")
         assert response.decoded() == receipt.answer()
-        time.sleep(0.3)  # a store, had it been taken, would have landed by now
+        refused_as_not_final(stack, since, n)
     stack.finalize_late(block)
     post(proxy.port, receipt)
     wait_for_hit(proxy.port, receipt, time.monotonic())
@@ -178,11 +192,11 @@ def test_a_trace_by_transaction_is_stored_once_the_block_of_its_transaction_is_f
     proxy = proxies(namespace=cc.CacheStack.LATE)
     trace = case("trace_by_transaction")
     stack.finalize_late(TRACE_BLOCK - 1)
-    for _ in range(2):
+    since = stack.daemon.stats().get(NOT_FINAL, 0)
+    for n in (1, 2):
         response = post(proxy.port, trace)
         assert (response.status, status(response), response.decoded()) == (200, "MISS", trace.answer())
-        time.sleep(0.3)  # a store, had it been taken, would have landed by now
-    assert stack.daemon.stats()['refusals_total{reason="not_final"}'] == 2
+        refused_as_not_final(stack, since, n)
     stack.finalize_late(TRACE_BLOCK)
     post(proxy.port, trace)
     hit = wait_for_hit(proxy.port, trace, time.monotonic())
