@@ -331,6 +331,12 @@ def test_finality_is_the_lowest_of_what_the_namespaces_nodes_say(tmp_path, repla
         finalized(honest, 150)
         heard(150)
         assert put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)[0] == 204
+        # how long since each source answered, by name: where an operator sees one fall silent
+        ages = {name: value for name, value in daemon.stats().items() if name.startswith("finality_source_age_seconds")}
+        assert sorted(ages) == sorted(
+            f'finality_source_age_seconds{{namespace="{namespace}",chain="execution",source="{LOOPBACK}:{replay.port}/{network}"}}'
+            for network in (honest, lying)), ages
+        assert all(age <= 10 for age in ages.values()), ages
     finally:
         daemon.process.stop()
 

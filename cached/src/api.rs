@@ -435,13 +435,19 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
     }
     for (namespace, chain, finalized) in state.finality.namespaces() {
         if let Some(number) = finalized {
-            let namespace = namespace.replace('\\', "\\\\").replace('"', "\\\"");
-            let name = format!("{}{{namespace=\"{namespace}\"}}", chain.finalized_name());
+            let name = format!("{}{{namespace=\"{}\"}}", chain.finalized_name(), label(namespace));
             let help = match chain {
                 Chain::Execution => "Last finalized block heard",
                 Chain::Beacon => "Last finalized slot heard",
             };
             out.push((name, help, "gauge", number));
+        }
+    }
+    for (namespace, chain, source, age) in state.finality.sources() {
+        if let Some(age) = age {
+            let labels = format!("namespace=\"{}\",chain=\"{}\",source=\"{}\"", label(namespace), chain.name(), label(&source));
+            let help = "Seconds since this finality source last answered (what is final waits for every source)";
+            out.push((format!("finality_source_age_seconds{{{labels}}}"), help, "gauge", age));
         }
     }
     if let Some(fleet) = &state.fleet {
@@ -452,6 +458,11 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         out.push((name.to_string(), help, kind, value));
     }
     out
+}
+
+/// A label's value as the text format writes it.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 fn metrics(state: &State) -> Response<Body> {

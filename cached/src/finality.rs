@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1;
 use hyper::{header, Method, Request};
@@ -52,6 +53,14 @@ pub enum Chain {
 }
 
 impl Chain {
+    /// As a metric's label names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Chain::Execution => "execution",
+            Chain::Beacon => "beacon",
+        }
+    }
+
     /// As the metrics name what is final.
     pub fn finalized_name(self) -> &'static str {
         match self {
@@ -61,21 +70,31 @@ impl Chain {
     }
 }
 
-/// Per namespace and chain, the nodes that say what is final: each with what it last called
-/// finalized, plus one (0: not heard yet).
+/// A node that says what is final, with what it last said and when.
+struct Source {
+    upstream: Upstream,
+    /// What it last called finalized, plus one (0: not heard yet).
+    heard: AtomicU64,
+    /// When it last answered, in milliseconds since the daemon began polling, plus one (0: never).
+    answered_ms: AtomicU64,
+}
+
+/// Per namespace and chain, the nodes that say what is final.
 pub struct Finality {
-    upstreams: HashMap<(String, Chain), Vec<(Upstream, AtomicU64)>>,
+    upstreams: HashMap<(String, Chain), Vec<Source>>,
+    started: Instant,
 }
 
 impl Finality {
     /// Several nodes for one namespace and chain are several sources, which all have to agree:
     /// what is final is the lowest of what they say.
     pub fn new(upstreams: Vec<(String, Chain, Upstream)>) -> Finality {
-        let mut grouped: HashMap<(String, Chain), Vec<(Upstream, AtomicU64)>> = HashMap::new();
+        let mut grouped: HashMap<(String, Chain), Vec<Source>> = HashMap::new();
         for (namespace, chain, upstream) in upstreams {
-            grouped.entry((namespace, chain)).or_default().push((upstream, AtomicU64::new(0)));
+            let source = Source { upstream, heard: AtomicU64::new(0), answered_ms: AtomicU64::new(0) };
+            grouped.entry((namespace, chain)).or_default().push(source);
         }
-        Finality { upstreams: grouped }
+        Finality { upstreams: grouped, started: Instant::now() }
     }
 
     /// The last finalized block (or slot) of `namespace`: the lowest of its nodes' last answers,
@@ -84,12 +103,26 @@ impl Finality {
     /// peers do not call final too; a node that says too little only keeps answers out.
     pub fn finalized(&self, namespace: &str, chain: Chain) -> Option<u64> {
         let sources = self.upstreams.get(&(namespace.to_string(), chain))?;
-        let mut said = sources.iter().map(|(_, heard)| heard.load(Ordering::Relaxed).checked_sub(1));
+        let mut said = sources.iter().map(|source| source.heard.load(Ordering::Relaxed).checked_sub(1));
         said.try_fold(u64::MAX, |lowest, said| Some(lowest.min(said?)))
     }
 
     pub fn namespaces(&self) -> impl Iterator<Item = (&str, Chain, Option<u64>)> {
         self.upstreams.keys().map(|(ns, chain)| (ns.as_str(), *chain, self.finalized(ns, *chain)))
+    }
+
+    /// Every source as (namespace, chain, `host:port/path`, seconds since it last answered; none
+    /// if it never has): a source that stops answering keeps its last word, so what is final
+    /// waits for it, and this is where an operator sees why.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, Chain, String, Option<u64>)> + '_ {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        self.upstreams.iter().flat_map(move |((namespace, chain), sources)| {
+            sources.iter().map(move |source| {
+                let age = source.answered_ms.load(Ordering::Relaxed).checked_sub(1).map(|at| now_ms.saturating_sub(at) / 1000);
+                let Upstream { authority, path } = &source.upstream;
+                (namespace.as_str(), *chain, format!("{authority}{path}"), age)
+            })
+        })
     }
 
     /// Polls every namespace's nodes every `every`, for ever.
@@ -102,42 +135,48 @@ impl Finality {
         }
     }
 
-    /// Asks every namespace's nodes once, each within `timeout`. A node's last answer stands
-    /// until it gives another, lower or higher: a node that lost its finality (a restart, a
-    /// different backend) keeps answers out until it has it again, rather than being outvoted by
-    /// what it said before. A node that does not answer keeps its last answer.
+    /// Asks every namespace's nodes once, all at once, each within `timeout`: one that does not
+    /// answer holds up no other. A node's last answer stands until it gives another, lower or
+    /// higher: a node that lost its finality (a restart, a different backend) keeps answers out
+    /// until it has it again, rather than being outvoted by what it said before. A node that
+    /// does not answer keeps its last answer.
     async fn poll_once(&self, timeout: Duration) {
-        for ((namespace, chain), sources) in &self.upstreams {
-            for (upstream, heard) in sources {
-                let asked = match chain {
-                    Chain::Execution => tokio::time::timeout(timeout, finalized_block(upstream)).await,
-                    Chain::Beacon => tokio::time::timeout(timeout, finalized_slot(upstream)).await,
-                };
-                let node = &upstream.authority;
-                match asked {
-                    Ok(Ok(number)) => heard.store(number.saturating_add(1), Ordering::Relaxed),
-                    Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: {error}"),
-                    Err(_) => {
-                        eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: no answer within {timeout:?}")
-                    }
+        let sources = self.upstreams.iter().flat_map(|(key, sources)| sources.iter().map(move |source| (key, source)));
+        join_all(sources.map(|((namespace, chain), source)| async move {
+            let asked = match chain {
+                Chain::Execution => tokio::time::timeout(timeout, finalized_block(&source.upstream)).await,
+                Chain::Beacon => tokio::time::timeout(timeout, finalized_slot(&source.upstream)).await,
+            };
+            let node = &source.upstream.authority;
+            match asked {
+                Ok(Ok(number)) => {
+                    source.heard.store(number.saturating_add(1), Ordering::Relaxed);
+                    let now_ms = self.started.elapsed().as_millis() as u64;
+                    source.answered_ms.store(now_ms.saturating_add(1), Ordering::Relaxed);
+                }
+                Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: {error}"),
+                Err(_) => {
+                    eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: no answer within {timeout:?}")
                 }
             }
-        }
+        }))
+        .await;
     }
 
     /// The block of the transaction `hash` (lower case), by the receipts `namespace`'s nodes
-    /// give: `Ok(None)` when one names none (unknown, pending, or the receipt of another one), or
-    /// when they name different blocks: as for finality, one node's word places nothing alone.
+    /// give, all asked at once: `Ok(None)` when one names none (unknown, pending, or the receipt
+    /// of another one), or when they name different blocks: as for finality, one node's word
+    /// places nothing alone.
     pub async fn transaction_block(&self, namespace: &str, hash: &str) -> Result<Option<u64>, String> {
         let sources = self
             .upstreams
             .get(&(namespace.to_string(), Chain::Execution))
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
-        let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]});
+        let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]}).to_string();
+        let answers = join_all(sources.iter().map(|source| ask(&source.upstream, Some(query.clone())))).await;
         let mut placed = None;
-        for (upstream, _) in sources {
-            let answer = ask(upstream, Some(query.to_string())).await?;
-            match (cache::receipt_block(&answer, hash), placed) {
+        for answer in answers {
+            match (cache::receipt_block(&answer?, hash), placed) {
                 (None, _) => return Ok(None),
                 (Some(block), Some(other)) if block != other => return Ok(None),
                 (block, _) => placed = block,
@@ -297,6 +336,34 @@ mod tests {
         let finality = Finality::new(sources(vec![node_saying(vec![900]), silent]));
         finality.poll_once(Duration::from_secs(5)).await;
         assert_eq!(finality.finalized("a", Chain::Execution), None);
+    }
+
+    /// A node at a local port that takes every connection and never answers.
+    fn node_hanging() -> Upstream {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
+        std::thread::spawn(move || listener.incoming().collect::<Vec<_>>());
+        upstream
+    }
+
+    #[tokio::test]
+    async fn a_node_that_does_not_answer_holds_up_no_other_and_shows_how_long_it_has_been_silent() {
+        // asked one after the other, the second would wait out the first's minute
+        let finality = Arc::new(Finality::new(sources(vec![node_hanging(), node_saying(vec![100])])));
+        let polling = tokio::spawn({
+            let finality = finality.clone();
+            async move { finality.poll_once(Duration::from_secs(60)).await }
+        });
+        let ages = || finality.sources().map(|(_, _, _, age)| age).collect::<Vec<_>>();
+        let heard = tokio::time::timeout(Duration::from_secs(10), async {
+            while ages()[1].is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        heard.await.expect("the answering node heard while the other one hangs");
+        assert_eq!(ages(), [None, Some(0)], "the silent one has never answered; the other just did");
+        assert_eq!(finality.finalized("a", Chain::Execution), None, "what is final waits for every source");
+        polling.abort();
     }
 
     #[tokio::test]
