@@ -443,12 +443,18 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
             out.push((name, help, "gauge", number));
         }
     }
-    for (namespace, chain, source, age) in state.finality.sources() {
-        if let Some(age) = age {
-            let labels = format!("namespace=\"{}\",chain=\"{}\",source=\"{}\"", label(namespace), chain.name(), label(&source));
-            let help = "Seconds since this finality source last answered (what is final waits for every source)";
-            out.push((format!("finality_source_age_seconds{{{labels}}}"), help, "gauge", age));
-        }
+    for source in state.finality.sources() {
+        let labels = format!(
+            "namespace=\"{}\",chain=\"{}\",source=\"{}\",host=\"{}\"",
+            label(source.namespace),
+            source.chain.name(),
+            source.place,
+            label(source.host)
+        );
+        let help = "Seconds since this finality source last answered, or since the daemon began asking (what is final waits for every source)";
+        out.push((format!("finality_source_silent_seconds{{{labels}}}"), help, "gauge", source.silent_s));
+        let help = "Whether this finality source has answered since the daemon started (1) or not yet (0)";
+        out.push((format!("finality_source_answered{{{labels}}}"), help, "gauge", source.answered.into()));
     }
     if let Some(fleet) = &state.fleet {
         out.extend(fleet.figures());
@@ -462,7 +468,7 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
 
 /// A label's value as the text format writes it.
 fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"")
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn metrics(state: &State) -> Response<Body> {

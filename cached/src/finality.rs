@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1;
 use hyper::{header, Method, Request};
@@ -79,6 +80,16 @@ struct Source {
     answered_ms: AtomicU64,
 }
 
+/// One finality source, as [`Finality::sources`] gives it.
+pub struct SourceFigures<'a> {
+    pub namespace: &'a str,
+    pub chain: Chain,
+    pub place: usize,
+    pub host: &'a str,
+    pub answered: bool,
+    pub silent_s: u64,
+}
+
 /// Per namespace and chain, the nodes that say what is final.
 pub struct Finality {
     upstreams: HashMap<(String, Chain), Vec<Source>>,
@@ -111,16 +122,25 @@ impl Finality {
         self.upstreams.keys().map(|(ns, chain)| (ns.as_str(), *chain, self.finalized(ns, *chain)))
     }
 
-    /// Every source as (namespace, chain, `host:port/path`, seconds since it last answered; none
-    /// if it never has): a source that stops answering keeps its last word, so what is final
-    /// waits for it, and this is where an operator sees why.
-    pub fn sources(&self) -> impl Iterator<Item = (&str, Chain, String, Option<u64>)> + '_ {
+    /// Every source, as the metrics name it: its namespace, chain, place among the namespace's
+    /// sources (from 1, as configured) and host (`host:port`: a path or a user may hold a key),
+    /// and whether it has answered, with the seconds since it last did (or since the daemon
+    /// began asking). A source that stops answering keeps its last word, so what is final waits
+    /// for it: this is where an operator sees why.
+    pub fn sources(&self) -> impl Iterator<Item = SourceFigures<'_>> {
         let now_ms = self.started.elapsed().as_millis() as u64;
         self.upstreams.iter().flat_map(move |((namespace, chain), sources)| {
-            sources.iter().map(move |source| {
-                let age = source.answered_ms.load(Ordering::Relaxed).checked_sub(1).map(|at| now_ms.saturating_sub(at) / 1000);
-                let Upstream { authority, path } = &source.upstream;
-                (namespace.as_str(), *chain, format!("{authority}{path}"), age)
+            sources.iter().enumerate().map(move |(at, source)| {
+                let answered_ms = source.answered_ms.load(Ordering::Relaxed).checked_sub(1);
+                let authority = &source.upstream.authority;
+                SourceFigures {
+                    namespace,
+                    chain: *chain,
+                    place: at + 1,
+                    host: authority.rsplit_once('@').map_or(authority.as_str(), |(_, host)| host),
+                    answered: answered_ms.is_some(),
+                    silent_s: now_ms.saturating_sub(answered_ms.unwrap_or(0)) / 1000,
+                }
             })
         })
     }
@@ -173,9 +193,10 @@ impl Finality {
             .get(&(namespace.to_string(), Chain::Execution))
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": cache::RECEIPT, "params": [hash]}).to_string();
-        let answers = join_all(sources.iter().map(|source| ask(&source.upstream, Some(query.clone())))).await;
+        let mut answers: FuturesUnordered<_> = sources.iter().map(|source| ask(&source.upstream, Some(query.clone()))).collect();
         let mut placed = None;
-        for answer in answers {
+        // the first that fails, names none or names another block decides, without the rest
+        while let Some(answer) = answers.next().await {
             match (cache::receipt_block(&answer?, hash), placed) {
                 (None, _) => return Ok(None),
                 (Some(block), Some(other)) if block != other => return Ok(None),
@@ -354,14 +375,15 @@ mod tests {
             let finality = finality.clone();
             async move { finality.poll_once(Duration::from_secs(60)).await }
         });
-        let ages = || finality.sources().map(|(_, _, _, age)| age).collect::<Vec<_>>();
+        let answered = || finality.sources().map(|source| (source.place, source.answered)).collect::<Vec<_>>();
         let heard = tokio::time::timeout(Duration::from_secs(10), async {
-            while ages()[1].is_none() {
+            while !answered()[1].1 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
         heard.await.expect("the answering node heard while the other one hangs");
-        assert_eq!(ages(), [None, Some(0)], "the silent one has never answered; the other just did");
+        assert!(!polling.is_finished(), "the other one still hangs");
+        assert_eq!(answered(), [(1, false), (2, true)]);
         assert_eq!(finality.finalized("a", Chain::Execution), None, "what is final waits for every source");
         polling.abort();
     }

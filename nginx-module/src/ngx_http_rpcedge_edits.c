@@ -110,8 +110,10 @@ ngx_http_rpcedge_apply_edits(ngx_http_request_t *r, rpcedge_exchange_t *ex)
 
     for (i = 0; i < n; i++) {
 
-        /* the core's strings live only until its next call: what is kept is
-         * copied */
+        /*
+         * the core's strings live only until its next call: what is kept is
+         * copied
+         */
 
         name.len = ops[i].name.len;
         name.data = (u_char *) ops[i].name.data;

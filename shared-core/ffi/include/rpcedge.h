@@ -706,7 +706,7 @@ uint8_t rpcedge_exchange_response_head(rpcedge_exchange_t *exchange, uint16_t st
  * `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations every host applies one by one
  * (`HeaderEdits::operations`, as the Envoy adapters apply them); `vary` is one of
  * `RPCEDGE_VARY_*`. `*ops` points to them, valid until the next call on the exchange; returns
- * how many.
+ * how many. What the last feed gave stays valid through this call.
  *
  * # Safety
  * `exchange` is NULL or live; `ops` is NULL or writable.

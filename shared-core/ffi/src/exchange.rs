@@ -220,9 +220,13 @@ pub unsafe extern "C" fn rpcedge_exchange_node_identity(exchange: *const Rpcedge
 /// `exchange` is NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn rpcedge_exchange_response_head(exchange: *mut RpcedgeExchange, status: u16) -> u8 {
+    let Some(RpcedgeExchange(exchange, ops)) = exchange.as_mut() else { return RPCEDGE_PLAN_PASS };
+    // until the core has decided, no edit goes out: a failure on the way may have left some
+    ops.withheld = true;
     guard(RPCEDGE_PLAN_PASS, || {
-        let Some(exchange) = exchange.as_mut() else { return RPCEDGE_PLAN_PASS };
-        exchange.0.response_head(status) as u8
+        let plan = exchange.response_head(status) as u8;
+        ops.withheld = false;
+        plan
     })
 }
 
@@ -242,13 +246,15 @@ pub struct RpcedgeHeaderOp {
 pub(crate) struct HeaderOps {
     ops: Vec<RpcedgeHeaderOp>,
     values: Vec<Vec<u8>>,
+    /// The core failed while it decided the head: the response passes as it came, unedited.
+    withheld: bool,
 }
 
 /// The exchange's header edits, those `rpcedge_exchange_response_head` or a feed's
 /// `RPCEDGE_OUT_HEADERS` gave last, as the ordered operations every host applies one by one
 /// (`HeaderEdits::operations`, as the Envoy adapters apply them); `vary` is one of
 /// `RPCEDGE_VARY_*`. `*ops` points to them, valid until the next call on the exchange; returns
-/// how many.
+/// how many. What the last feed gave stays valid through this call.
 ///
 /// # Safety
 /// `exchange` is NULL or live; `ops` is NULL or writable.
@@ -260,7 +266,12 @@ pub unsafe extern "C" fn rpcedge_exchange_header_ops(
 ) -> usize {
     put(ops, ptr::null());
     guard(0, || {
-        let Some(RpcedgeExchange(exchange, HeaderOps { ops: c_ops, values })) = exchange.as_mut() else { return 0 };
+        let Some(RpcedgeExchange(exchange, HeaderOps { ops: c_ops, values, withheld })) = exchange.as_mut() else {
+            return 0;
+        };
+        if *withheld {
+            return 0;
+        }
         let vary = match vary {
             RPCEDGE_VARY_ENCODING_OWN_LINE => EncodingVary::OwnLine,
             _ => EncodingVary::InLine,
