@@ -636,3 +636,55 @@ def test_both_forms_ask_the_node_alone_for_identity_and_give_the_client_its_head
     finally:
         process.stop()
         node.stop()
+
+
+def test_an_http2_request_the_cache_does_not_answer_reaches_the_node_as_sent(tmp_path):
+    """lua-nginx-module before 0.10.28 (Debian 12 has 0.10.23) makes no subrequest of an HTTP/2
+    request, and the subrequest form answered such a miss 500: it goes to the node as the client
+    sent it, neither compressed nor kept, its key let go; a hit still answers over HTTP/2."""
+    import subprocess
+    import time
+    from testbed import cache_cases as cc
+
+    block = cc.find(cc.block_by_hash)
+    (tmp_path / "stack").mkdir()
+    stack = cc.CacheStack(tmp_path / "stack", [block.network])
+    try:
+        port, process = start_openresty(tmp_path / "openresty", stack.replay.port, cached_port=stack.daemon.port)
+        h2_port = free_port()
+        conf = tmp_path / "openresty" / "nginx.conf"
+        conf.write_text(conf.read_text().replace(f"listen 127.0.0.1:{port};",
+                                                 f"listen 127.0.0.1:{port};\n        listen 127.0.0.1:{h2_port} http2;"))
+        process.stop()
+        process = Process("openresty", [NGINX_BIN, "-p", tmp_path / "openresty", "-c", conf],
+                          tmp_path / "openresty" / "openresty.out")
+        process.wait_for_port(h2_port)
+        try:
+            def over_h2(id_):
+                result = subprocess.run(
+                    ["curl", "-sS", "--http2-prior-knowledge", "-D", "-", "-o", tmp_path / "body",
+                     "-H", "Content-Type: application/json", "-H", "Accept-Encoding: gzip",
+                     "--data-binary", "@-", f"http://127.0.0.1:{h2_port}{block.path}"],
+                    input=block.body(id_), capture_output=True, check=True, timeout=30)
+                status, *lines = result.stdout.decode().strip().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines)
+                return status.strip(), {name.lower(): value for name, value in headers.items()}, \
+                    (tmp_path / "body").read_bytes()
+
+            status, headers, body = over_h2(1)
+            assert status == "HTTP/2 200", (status, (tmp_path / "openresty" / "error.log").read_text()[-2000:])
+            assert "content-encoding" not in headers and "x-rpcedge-cache" not in headers
+            assert body == block.answer(1)
+            miss = wire.request(port, block.path, method="POST", body=block.body(2),
+                                headers={"Content-Type": "application/json"})
+            assert (miss.header("x-rpcedge-cache"), miss.decoded()) == ("MISS", block.answer(2))
+            deadline = time.monotonic() + 5
+            while stack.daemon.stats()["stores_total"] < 1:
+                assert time.monotonic() < deadline, "never stored"
+                time.sleep(0.05)
+            status, headers, body = over_h2(3)
+            assert (status, headers.get("x-rpcedge-cache"), gzip.decompress(body)) == ("HTTP/2 200", "HIT", block.answer(3))
+        finally:
+            process.stop()
+    finally:
+        stack.stop()

@@ -202,6 +202,28 @@ end
 _M.ask_identity = ask_identity
 
 
+-- lua-nginx-module before 0.10.28 refuses ngx.location.capture in an HTTP/2 request.
+local CAPTURES_HTTP2 = (ngx.config.ngx_lua_version or 0) >= 10028
+local told_http2 = false
+
+
+-- The request goes to the node through `prefix` as the client sent it, as it would without
+-- rpcedge, where this nginx cannot make a subrequest of it: its answer is neither compressed nor
+-- kept, and a key the lookup held is let go at once.
+local function pass_untouched(exchange, prefix)
+    if not told_http2 then
+        told_http2 = true
+        ngx.log(ngx.WARN, "rpcedge: lua-nginx-module ", ngx.config.ngx_lua_version, " makes no subrequest of an ",
+                "HTTP/2 request (0.10.28 does): what the cache does not answer goes to the node untouched")
+    end
+    exchange:put_back_client_headers()
+    if exchange.cache then
+        exchange.cache:ended()
+    end
+    return ngx.exec(prefix .. ngx.var.uri, ngx.var.args)
+end
+
+
 -- The subrequest methods, by the client's method.
 local CAPTURE_METHODS = {
     GET = ngx.HTTP_GET, HEAD = ngx.HTTP_HEAD, POST = ngx.HTTP_POST, PUT = ngx.HTTP_PUT,
@@ -212,7 +234,9 @@ local CAPTURE_METHODS = {
 -- Asks the node through the internal location `prefix` (proxy_pass to it) as the client asked
 -- this server: its method, path and query, its headers (a subrequest inherits them, with the
 -- Accept of ask_upstream) and its body (read with ngx.req.read_body() first). Returns the
--- subrequest's response for respond; a method a subrequest cannot make answers 405.
+-- subrequest's response for respond; a method a subrequest cannot make answers 405. An HTTP/2
+-- request that the cache does not answer goes to the node untouched where this nginx's Lua module
+-- cannot capture it (pass_untouched).
 -- With a cache section in the settings, rpcedge-cached is asked first, for the request in
 -- `namespace` (the network whose node `prefix` reaches; default: the section's "namespace";
 -- neither: a BYPASS): a hit comes back as the response, a batch's calls the cache answered are
@@ -237,6 +261,9 @@ function Exchange:capture(prefix, namespace)
             return cache:hit_response()
         end
         options.body = body
+    end
+    if not CAPTURES_HTTP2 and ngx.req.http_version() == 2 then
+        return pass_untouched(self, prefix)
     end
     ask_identity(self, cache)
     local res = ngx.location.capture(prefix .. ngx.var.uri, options)
