@@ -33,6 +33,8 @@ READ_BEFORE_RESET = 1024
 # what the HTTP/2 client hands its connection at once (less than a frame's least size, 16 KiB)
 H2_PIECE = 1024
 JSON = {"Content-Type": "application/json"}
+# how long a smuggling client waits, after its answer, for a second one it never asked for
+SMUGGLE_LINGER_S = 1
 
 
 @dataclass
@@ -155,6 +157,83 @@ def h2_reset_one(port, requests, timeout):
     return [stream.seen() for stream in streams.values()]
 
 
+def chunked(body):
+    """`body` in one chunk, and the last."""
+    return f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+
+
+# One call framed two ways at once (RFC 9112 6.3; the request smuggling of "HTTP Desync
+# Attacks"): the framing headers and the body. Whichever way a proxy reads it, what follows its
+# reading of the body must be nothing, or it is a request the client's bytes smuggled in.
+SMUGGLED = {
+    # Content-Length covers an empty chunked body and a second call: read by length, the second
+    # call is the node's to find; read as chunked (TE wins), it is a second request here
+    "cl-te": lambda port, request: (
+        {"Transfer-Encoding": "chunked"},
+        b"0\r\n\r\n" + smuggled(port, request)),
+    # chunked says the whole call, Content-Length only its chunk's size line: read by length, the
+    # call is a second request
+    "te-cl": lambda port, request: (
+        {"Transfer-Encoding": "chunked", "Content-Length": str(len(f"{len(request.body):x}\r\n"))},
+        chunked(request.body)),
+    # two lengths: the call's, and the call's with a second call behind it
+    "duplicate-cl": lambda port, request: (
+        {"Content-Length": [str(len(request.body)), str(len(request.body) + len(smuggled(port, request)))]},
+        request.body + smuggled(port, request)),
+    # a length no grammar allows (RFC 9110 8.6: 1*DIGIT)
+    "signed-cl": lambda port, request: ({"Content-Length": f"+{len(request.body)}"}, request.body),
+}
+
+
+def smuggled(port, request):
+    """The second call a smuggling client hides in its first."""
+    return wire.head(port, request.path, "POST", JSON, request.body, ACCEPT_ENCODING)
+
+
+def smuggling(port, requests, timeout):
+    """Sends one call framed two ways at once, each of SMUGGLED's ways on a connection of its own
+    that it keeps open, and reads to its end or until SMUGGLE_LINGER_S passes after a whole answer:
+    bytes past that answer are garbled (an answer to a request the client never made)."""
+    seen = []
+    for request, framed in zip(requests, SMUGGLED.values()):
+        framing, body = framed(port, request)
+        if "Content-Length" not in framing:
+            framing["Content-Length"] = str(len(body))
+        data = wire.head(port, request.path, "POST", {**JSON, **framing}, b"", ACCEPT_ENCODING, keep_alive=True)
+        with socket.create_connection((wire.LOOPBACK, port), timeout=timeout) as sock:
+            sock.sendall(data + body)
+            received, reset = lingering(sock, timeout)
+        response = first_response(received, reset)
+        end = wire.framed_length(response) if response.complete else None
+        past = received[response.head_length + end:] if end is not None else b""
+        seen.append(Seen(response, request, garbled=bool(past)))
+    return seen
+
+
+def lingering(sock, timeout):
+    """What `sock` brings until it ends, or until SMUGGLE_LINGER_S passes with nothing more after
+    a whole response: (bytes, whether a reset ended it)."""
+    data, deadline = bytearray(), time.monotonic() + timeout
+    while True:
+        try:
+            response = first_response(bytes(data)) if data else None
+            whole = response is not None and response.complete
+        except (AssertionError, IndexError, ValueError):
+            whole = False
+        sock.settimeout(SMUGGLE_LINGER_S if whole else max(0.01, deadline - time.monotonic()))
+        try:
+            piece = sock.recv(1 << 16)
+        except ConnectionResetError:
+            return bytes(data), True
+        except TimeoutError:
+            if whole:
+                return bytes(data), False
+            raise
+        if not piece:
+            return bytes(data), False
+        data += piece
+
+
 @dataclass
 class H2Stream:
     """What came on one HTTP/2 stream."""
@@ -212,6 +291,9 @@ CLIENTS = {
                              frozenset({"left"})),
     "h2-reset": Client("resets one HTTP/2 stream 1 KiB into a streamed trace, reads another on the same connection",
                        "trace", 2, h2_reset_one, frozenset({"left", "right"}), http2=True),
+    "smuggling": Client("frames a call two ways at once (Content-Length with Transfer-Encoding either way, two "
+                        "lengths, a signed length), each on a connection it keeps open", "block", len(SMUGGLED),
+                        smuggling, frozenset({"refused", "right"})),
 }
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("load")
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
          "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header",
-         "client-close-mid-body", "client-h2-reset")
+         "client-close-mid-body", "client-h2-reset", "client-smuggling")
 SECONDS = 3
 
 
