@@ -161,7 +161,7 @@ FAULTS += [
 ]
 
 # The full disk's file system, and the daemon on it: small memtables, flushed often, so that a
-# short cell reaches the disk and, once it is freed, it has room for both memtables (what the
+# short cell reaches the disk and, once it is freed, it has room for every memtable (what the
 # daemon waits for before it opens its stopped store again).
 FULL_DISK_SIZE = "64m"
 FULL_DISK_ARGS = ("--flush-interval", "500ms", "--memtable-size", "8MiB")

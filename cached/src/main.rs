@@ -49,6 +49,11 @@ struct Cli {
     /// Bound on the store's files, e.g. 1GiB; the oldest entries go first.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     max_disk: u64,
+    /// The share of the store (per cent, of what entries with a TTL leave) for entries asked for
+    /// again after they were stored: a scan of keys asked once goes through the rest without
+    /// pushing them out. 0: every entry goes first in, first out.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(0..=95))]
+    protected_share: u8,
     /// Flush the memtables this often (and on SIGTERM/SIGINT): a crash loses at most this tail.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     flush_interval: Duration,
@@ -144,6 +149,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         &cli.db,
         &StoreOptions {
             max_disk: cli.max_disk,
+            protected_percent: cli.protected_share,
             max_ttl_s: cli.max_ttl.as_secs().max(1),
             memtable_size: usize::try_from(cli.memtable_size).map_err(|_| "--memtable-size: too large")?,
             wal: cli.wal,

@@ -1,13 +1,18 @@
-//! The store: RocksDB written without the WAL, in two column families flushed together.
+//! The store: RocksDB written without the WAL, in three column families flushed together.
 //!
-//! - `kept`: entries without expiry (what a block hash names, finalized data);
+//! - `kept`: entries without expiry (what a block hash names, finalized data), as they are stored;
+//! - `protected`: those of them asked for again while in `kept`, moved here (copied: the lookup
+//!   reads `protected` first), so that a scan of keys asked once (an indexer walking history)
+//!   passes through `kept` without pushing out what clients keep asking for: a segmented LRU's
+//!   probation and protected segments, each first-in-first-out;
 //! - `expiring`: entries with a TTL (chain properties), in their own family so that FIFO's `ttl`
-//!   drops their files on time without ever dropping the `kept` ones by age.
+//!   drops their files on time without ever dropping the others by age.
 //!
-//! Both use FIFO compaction: every byte is written once (to a blob or an SST file), and the
-//! oldest files go when a family reaches its share of `max_disk`. Without the WAL, a crash loses
-//! the memtables; `atomic_flush` makes the two families flush as one, so what survives a crash
-//! is a prefix of the write order across both, never a later write without an earlier one.
+//! All use FIFO compaction: every byte is written once (to a blob or an SST file; an entry asked
+//! again, twice), and the oldest files go when a family reaches its share of `max_disk`. Without
+//! the WAL, a crash loses the memtables; `atomic_flush` makes the families flush as one, so what
+//! survives a crash is a prefix of the write order across them, never a later write without an
+//! earlier one.
 //! Each value carries its expiry and a CRC-32 of the whole record: RocksDB keeps an expired
 //! entry readable until its file drops, and a torn or foreign value must read as a miss.
 //!
@@ -18,7 +23,7 @@
 //! RocksDB stops writing on an I/O error (a full disk among them) and, without the WAL, does not
 //! always start again once the disk has room (seen: a full file system freed, never written to
 //! again). After a flush that failed so, the store is closed and opened again once its file system
-//! has room for both memtables: what they held is lost (the close cannot flush it either), as in a
+//! has room for every memtable: what they held is lost (the close cannot flush it either), as in a
 //! crash.
 
 use std::ffi::CString;
@@ -32,11 +37,14 @@ use rocksdb::statistics::Ticker;
 use rpcedge_core::cache::Entry;
 use rocksdb::{
     BlockBasedOptions, ColumnFamilyDescriptor, ErrorKind, DBCompactionStyle, DBCompressionType, FifoCompactOptions,
-    FlushOptions, Options, WriteOptions, DB,
+    FlushOptions, Options, WriteBatch, WriteOptions, DB,
 };
 
 const KEPT: &str = "kept";
+const PROTECTED: &str = "protected";
 const EXPIRING: &str = "expiring";
+/// Every family, in the order a lookup reads them.
+const FAMILIES: [&str; 3] = [PROTECTED, KEPT, EXPIRING];
 /// Record version, expiry (Unix seconds, 0: none) and CRC-32 over both and the entry.
 const RECORD_HEAD: usize = 1 + 8 + 4;
 const RECORD_VERSION: u8 = 1;
@@ -45,8 +53,11 @@ const MIN_BLOB_SIZE: u64 = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
-    /// Bound on the files of both families (memtables come on top: 2 × `memtable_size`).
+    /// Bound on the files of every family (memtables come on top: 3 × `memtable_size`).
     pub max_disk: u64,
+    /// The share of `max_disk` (per cent, of what `expiring` leaves) that `protected` may take;
+    /// 0: none, every entry goes first in, first out.
+    pub protected_percent: u8,
     /// The `expiring` family's files drop after this many seconds; longer TTLs are cut to it.
     pub max_ttl_s: u64,
     pub memtable_size: usize,
@@ -78,6 +89,8 @@ pub struct Counters {
     pub stores: AtomicU64,
     pub stored_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// Entries asked for again while in `kept`, copied to `protected`.
+    pub promotions: AtomicU64,
     pub flushes: AtomicU64,
     /// Times the store was opened again after it stopped on an I/O error.
     pub reopens: AtomicU64,
@@ -119,12 +132,12 @@ impl Store {
     }
 
     /// After a flush that failed because the store stopped: closes it and opens it again if its
-    /// file system has room for both memtables; else leaves it as it is (still read) and returns
+    /// file system has room for every memtable; else leaves it as it is (still read) and returns
     /// `false`. If it cannot be opened, every lookup and store fails until a later call opens it.
     pub fn reopen_when_room(&self) -> Result<bool, String> {
         let folder = self.path.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let room = free_bytes(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-        if room < 2 * self.settings.memtable_size as u64 {
+        if room < FAMILIES.len() as u64 * self.settings.memtable_size as u64 {
             return Ok(false);
         }
         // Taken out under the lock, closed and opened outside it: lookups meanwhile fail at once
@@ -138,9 +151,20 @@ impl Store {
         Ok(true)
     }
 
-    /// A proxy's lookup, counted as a hit, a miss or an expired entry.
+    /// A proxy's lookup, counted as a hit, a miss or an expired entry. A hit in `kept` is asked
+    /// for again: it moves to `protected`.
     pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
-        let lookup = self.read(key, now_s)?;
+        let (lookup, family) = self.with(|db| self.look_up(db, key, now_s))?;
+        if let (Lookup::Hit(entry, None), KEPT, true) = (&lookup, family, self.settings.protected_percent > 0) {
+            let promoted = self.with(|db| {
+                let protected = db.cf_handle(PROTECTED).expect("opened with it");
+                db.put_cf_opt(&protected, key, record(0, entry), &self.write_options()).map_err(|e| e.to_string())
+            });
+            // a store that cannot write (a full disk) still answers with what it holds
+            if promoted.is_ok() {
+                self.counters.promotions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let counter = match lookup {
             Lookup::Hit(..) => &self.counters.hits,
             Lookup::Absent => &self.counters.misses,
@@ -154,35 +178,41 @@ impl Store {
     /// The entry under `key`, uncounted unless it is bad (the daemon's own reads: a receipt that
     /// places a transaction).
     pub fn read(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
-        self.with(|db| {
-            for name in [KEPT, EXPIRING] {
-                let family = db.cf_handle(name).expect("opened with it");
-                let record = match db.get_pinned_cf(&family, key) {
-                    Ok(Some(record)) => Some(record),
-                    Ok(None) => continue,
-                    // A damaged block or blob file: RocksDB's own checksum caught it.
-                    Err(error) if error.kind() == ErrorKind::Corruption => None,
-                    Err(error) => return Err(error.to_string()),
-                };
-                // an intact record whose entry this version cannot read (one of an older format,
-                // kept before an upgrade) goes as a damaged one does: the node's answer replaces it
-                let opened = record.as_deref().and_then(open_record).filter(|(_, entry)| Entry::decode(entry).is_ok());
-                let Some((expires_s, entry)) = opened else {
-                    db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
-                    self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Lookup::Bad);
-                };
-                if expires_s != 0 && expires_s <= now_s {
-                    return Ok(Lookup::Expired);
-                }
-                let left_s = (expires_s != 0).then(|| expires_s - now_s);
-                return Ok(Lookup::Hit(entry.to_vec(), left_s));
-            }
-            Ok(Lookup::Absent)
-        })
+        self.with(|db| self.look_up(db, key, now_s)).map(|(lookup, _)| lookup)
     }
 
-    /// Stores `entry` (the core's stored form); with a TTL in the `expiring` family.
+    /// The entry under `key`, and the family it was found in.
+    fn look_up(&self, db: &DB, key: &[u8], now_s: u64) -> Result<(Lookup, &'static str), String> {
+        for name in FAMILIES {
+            let family = db.cf_handle(name).expect("opened with it");
+            let record = match db.get_pinned_cf(&family, key) {
+                Ok(Some(record)) => Some(record),
+                Ok(None) => continue,
+                // A damaged block or blob file: RocksDB's own checksum caught it.
+                Err(error) if error.kind() == ErrorKind::Corruption => None,
+                Err(error) => return Err(error.to_string()),
+            };
+            // an intact record whose entry this version cannot read (one of an older format,
+            // kept before an upgrade) goes as a damaged one does: the node's answer replaces it
+            let opened = record.as_deref().and_then(open_record).filter(|(_, entry)| Entry::decode(entry).is_ok());
+            let Some((expires_s, entry)) = opened else {
+                // `kept`'s copy too, if this was `protected`'s: the node's answer replaces it
+                self.delete_every_copy(db, key)?;
+                self.counters.bad_entries.fetch_add(1, Ordering::Relaxed);
+                return Ok((Lookup::Bad, name));
+            };
+            if expires_s != 0 && expires_s <= now_s {
+                return Ok((Lookup::Expired, name));
+            }
+            let left_s = (expires_s != 0).then(|| expires_s - now_s);
+            return Ok((Lookup::Hit(entry.to_vec(), left_s), name));
+        }
+        Ok((Lookup::Absent, KEPT))
+    }
+
+    /// Stores `entry` (the core's stored form); with a TTL in the `expiring` family. An entry
+    /// stored again in `kept` takes the place of its copy in `protected`, which a lookup would
+    /// read first.
     pub fn put(&self, key: &[u8], entry: &[u8], ttl_s: Option<u64>, now_s: u64) -> Result<(), String> {
         let (name, expires_s) = match ttl_s {
             None => (KEPT, 0),
@@ -190,8 +220,14 @@ impl Store {
         };
         let record = record(expires_s, entry);
         self.with(|db| {
-            let family = db.cf_handle(name).expect("opened with it");
-            db.put_cf_opt(&family, key, &record, &self.write_options()).map_err(|e| e.to_string())
+            let mut batch = WriteBatch::default();
+            batch.put_cf(&db.cf_handle(name).expect("opened with it"), key, &record);
+            let protected = db.cf_handle(PROTECTED).expect("opened with it");
+            // the bloom filter answers for nearly every key, which was never asked for again
+            if name == KEPT && db.key_may_exist_cf(&protected, key) {
+                batch.delete_cf(&protected, key);
+            }
+            db.write_opt(batch, &self.write_options()).map_err(|e| e.to_string())
         })?;
         self.counters.stores.fetch_add(1, Ordering::Relaxed);
         self.counters.stored_bytes.fetch_add(record.len() as u64, Ordering::Relaxed);
@@ -199,26 +235,28 @@ impl Store {
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<(), String> {
-        self.with(|db| {
-            for name in [KEPT, EXPIRING] {
-                let family = db.cf_handle(name).expect("opened with it");
-                db.delete_cf_opt(&family, key, &self.write_options()).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        })?;
+        self.with(|db| self.delete_every_copy(db, key))?;
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Writes both memtables out (as one, with `atomic_flush`) and waits for it.
+    /// Deletes `key` from every family, at once.
+    fn delete_every_copy(&self, db: &DB, key: &[u8]) -> Result<(), String> {
+        let mut batch = WriteBatch::default();
+        for name in FAMILIES {
+            batch.delete_cf(&db.cf_handle(name).expect("opened with it"), key);
+        }
+        db.write_opt(batch, &self.write_options()).map_err(|e| e.to_string())
+    }
+
+    /// Writes every memtable out (as one, with `atomic_flush`) and waits for it.
     pub fn flush(&self) -> Result<(), FlushFailure> {
         let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
         let db = &open.as_ref().ok_or(FlushFailure { stopped: true, reason: CLOSED.into() })?.db;
-        let kept = db.cf_handle(KEPT).expect("opened with it");
-        let expiring = db.cf_handle(EXPIRING).expect("opened with it");
+        let families: Vec<_> = FAMILIES.iter().map(|name| db.cf_handle(name).expect("opened with it")).collect();
         let mut flush = FlushOptions::default();
         flush.set_wait(true);
-        db.flush_cfs_opt(&[&kept, &expiring], &flush)
+        db.flush_cfs_opt(&families.iter().collect::<Vec<_>>(), &flush)
             .map_err(|e| FlushFailure { stopped: e.kind() == ErrorKind::IOError, reason: e.to_string() })?;
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -231,7 +269,7 @@ impl Store {
             return Vec::new();
         };
         let property = |name: &str| {
-            [KEPT, EXPIRING]
+            FAMILIES
                 .iter()
                 .filter_map(|family| db.cf_handle(family))
                 .filter_map(|family| db.property_int_value_cf(&family, name).ok().flatten())
@@ -282,12 +320,12 @@ impl Opened {
         options.set_atomic_flush(settings.atomic_flush);
         options.enable_statistics();
         options.set_max_background_jobs(2);
-        let expiring_share = (settings.max_disk / 16).max(1);
+        let shares = shares(settings);
         let families = || {
-            [
-                ColumnFamilyDescriptor::new(KEPT, family_options(settings, settings.max_disk - expiring_share, 0)),
-                ColumnFamilyDescriptor::new(EXPIRING, family_options(settings, expiring_share, settings.max_ttl_s)),
-            ]
+            shares.map(|(name, share)| {
+                let ttl_s = if name == EXPIRING { settings.max_ttl_s } else { 0 };
+                ColumnFamilyDescriptor::new(name, family_options(settings, share, ttl_s))
+            })
         };
         let db = match DB::open_cf_descriptors(&options, path, families()) {
             Err(error) if error.kind() == ErrorKind::Corruption => {
@@ -302,7 +340,7 @@ impl Opened {
             opened => opened,
         }
         .map_err(|e| format!("cannot open the store at {}: {e}", path.display()))?;
-        for (name, share) in [(KEPT, settings.max_disk - expiring_share), (EXPIRING, expiring_share)] {
+        for (name, share) in shares {
             // The C API sets only `max_table_files_size`, which leaves blob files out of the bound.
             let family = db.cf_handle(name).expect("opened with it");
             let fifo = format!("{{max_table_files_size={share};max_data_files_size={share};allow_compaction=false}}");
@@ -311,6 +349,15 @@ impl Opened {
         }
         Ok(Opened { db, options })
     }
+}
+
+/// Each family's share of `max_disk`: `expiring` 1/16, `protected` its per cent of the rest,
+/// `kept` what is left (at least a byte each: FIFO takes no bound of 0).
+fn shares(settings: &StoreOptions) -> [(&'static str, u64); 3] {
+    let expiring = (settings.max_disk / 16).max(1);
+    let rest = settings.max_disk.saturating_sub(expiring);
+    let protected = rest / 100 * u64::from(settings.protected_percent);
+    [(PROTECTED, protected.max(1)), (KEPT, (rest - protected).max(1)), (EXPIRING, expiring)]
 }
 
 fn family_options(settings: &StoreOptions, share: u64, ttl_s: u64) -> Options {
@@ -403,7 +450,14 @@ mod tests {
     use super::*;
 
     fn small_store() -> StoreOptions {
-        StoreOptions { max_disk: 64 << 20, max_ttl_s: 3600, memtable_size: 1 << 20, wal: false, atomic_flush: true }
+        StoreOptions {
+            max_disk: 64 << 20,
+            protected_percent: 80,
+            max_ttl_s: 3600,
+            memtable_size: 1 << 20,
+            wal: false,
+            atomic_flush: true,
+        }
     }
 
     #[test]
@@ -458,6 +512,52 @@ mod tests {
         assert_eq!(store.counters.reopens.load(Ordering::Relaxed), 1);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The bytes of the store's files, once RocksDB has dropped what is past `max_disk` (it does
+    /// so behind each flush).
+    fn files_within_bound(store: &Store) -> u64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let figures = store.figures();
+            let figure = |wanted| figures.iter().find(|(name, ..)| *name == wanted).map_or(0, |(.., value)| *value);
+            let files = figure("rocksdb_sst_bytes") + figure("rocksdb_blob_bytes");
+            if files <= store.settings.max_disk || std::time::Instant::now() > deadline {
+                return files;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// A scan of keys asked for once, four times the store's size, passes through `kept`: the
+    /// entries asked for again stay, where first-in-first-out (`protected_percent` 0) loses every
+    /// one; the files stay within `max_disk` either way.
+    #[test]
+    fn a_scan_four_times_the_store_keeps_what_was_asked_for_again_within_the_bound() {
+        let body = format!("\"{}\"}}", "a".repeat(4000));
+        let entry = rpcedge_core::cache::encode(&Default::default(), &Default::default(), body.as_bytes());
+        for (protected_percent, kept) in [(80, 50), (0, 0)] {
+            let dir = std::env::temp_dir().join(format!("rpcedge-scan-test-{}-{protected_percent}", std::process::id()));
+            let options = StoreOptions { max_disk: 8 << 20, protected_percent, memtable_size: 256 << 10, ..small_store() };
+            let store = Store::open(&dir, &options).unwrap();
+            let hot: Vec<_> = (0..50u32).map(|n| format!("hot {n}").into_bytes()).collect();
+            for key in &hot {
+                store.put(key, &entry, None, 0).unwrap();
+                assert!(matches!(store.get(key, 0), Ok(Lookup::Hit(..))));
+            }
+            let scanned = 4 * options.max_disk / entry.len() as u64;
+            for n in 0..scanned {
+                store.put(format!("cold {n}").as_bytes(), &entry, None, 0).unwrap();
+            }
+            store.flush().unwrap();
+            let files = files_within_bound(&store);
+            assert!(files <= options.max_disk, "{files} bytes of files, past {}", options.max_disk);
+            let hits = hot.iter().filter(|key| matches!(store.get(key, 0), Ok(Lookup::Hit(..)))).count();
+            assert_eq!(hits, kept, "protected_percent {protected_percent}: hot keys left after the scan");
+            assert_eq!(store.counters.promotions.load(Ordering::Relaxed), kept as u64);
+            drop(store);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     /// Files RocksDB cannot open (their ends, where the footer and properties are, overwritten):
