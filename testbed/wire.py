@@ -138,8 +138,10 @@ def head(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip
 
 def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
             host=LOOPBACK, rcvbuf=None, read_after=0, host_header=None):
-    """One request on a fresh connection, read to the end of the connection. A slow client:
-    `rcvbuf` bytes of socket receive buffer, and no reading for `read_after` seconds."""
+    """One request on a fresh connection, read until its response is whole as its framing says
+    (as clients read: Envoy holds a connection it closes up to a second for the client to close
+    first), or else to the end of the connection. A slow client: `rcvbuf` bytes of socket receive
+    buffer, and no reading for `read_after` seconds."""
     arrivals = []
     with socket.socket() as sock:
         if rcvbuf:
@@ -149,13 +151,14 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
         sent_at = time.monotonic()
         sock.sendall(head(port, path, method, headers, body, accept_encoding, host, host_header=host_header))
         time.sleep(read_after)
-        data, reset = receive(sock, lambda total: arrivals.append((time.monotonic() - sent_at, total)))
+        data, reset = receive(sock, lambda total: arrivals.append((time.monotonic() - sent_at, total)),
+                              whole=lambda data: whole_response(data, head_only=method == "HEAD"))
     return parse(data, arrivals, reset, head_only=method == "HEAD")
 
 
-def receive(sock, arrived=None):
-    """Everything `sock` brings until it ends: (bytes, whether a reset ended it); `arrived` is
-    called with the bytes so far after each read."""
+def receive(sock, arrived=None, whole=None):
+    """Everything `sock` brings until it ends, or until `whole` says so of the bytes so far:
+    (bytes, whether a reset ended it); `arrived` is called with the bytes so far after each read."""
     data, reset = bytearray(), False
     while True:
         try:
@@ -168,7 +171,28 @@ def receive(sock, arrived=None):
         data += piece
         if arrived:
             arrived(len(data))
+        if whole and whole(data):
+            break
     return bytes(data), reset
+
+
+def whole_response(data, head_only=False):
+    """Whether `data` holds a response whose framing (a length, or chunks) says it is whole; one
+    that ends where the connection does never is."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    response = parse(bytes(data[:end + 4]), head_only=True)
+    body = len(data) - end - 4
+    if response.status < 200:
+        return False  # an interim response (101 switches the connection: read to its end)
+    if head_only or response.status in (204, 304):
+        return True
+    if response.chunked:
+        # the last chunk, checked only where the bytes end as it does
+        return data.endswith(b"0\r\n\r\n") and parse(bytes(data)).complete
+    length = response.header("content-length")
+    return length is not None and body >= int(length)
 
 
 def keep_alive(port, paths, headers=None, accept_encoding="gzip", timeout=60, host=LOOPBACK):
