@@ -286,6 +286,7 @@ bench: build
 	$(VENV)/bin/python loadtest/bench.py
 	$(VENV)/bin/python loadtest/instructions.py
 	$(VENV)/bin/python loadtest/cached_bench.py
+	$(VENV)/bin/python loadtest/scan_bench.py
 	$(VENV)/bin/python loadtest/cache_bench.py
 	$(VENV)/bin/python loadtest/herd_bench.py
 	$(VENV)/bin/python loadtest/fleet_bench.py

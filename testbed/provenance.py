@@ -11,7 +11,8 @@ from testbed.harness import REPO
 
 
 def git(*args):
-    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, check=True).stdout.strip()
+    # only the last newline goes: a porcelain line begins with a space where the index is clean
+    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, check=True).stdout.rstrip("\n")
 
 
 def sha256(path):
