@@ -212,7 +212,8 @@ def smuggling(port, requests, timeout):
 
 def lingering(sock, timeout):
     """What `sock` brings until it ends, or until SMUGGLE_LINGER_S passes with nothing more after
-    a whole response: (bytes, whether a reset ended it)."""
+    a whole response, or `timeout` in all: (bytes, whether a reset ended it); a TimeoutError where
+    no whole response came by then."""
     data, deadline = bytearray(), time.monotonic() + timeout
     while True:
         try:
@@ -220,7 +221,12 @@ def lingering(sock, timeout):
             whole = response is not None and response.complete
         except (AssertionError, IndexError, ValueError):
             whole = False
-        sock.settimeout(SMUGGLE_LINGER_S if whole else max(0.01, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if whole:
+                return bytes(data), False
+            raise TimeoutError(f"no whole response within {timeout} s")
+        sock.settimeout(min(SMUGGLE_LINGER_S, left) if whole else left)
         try:
             piece = sock.recv(1 << 16)
         except ConnectionResetError:

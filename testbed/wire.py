@@ -139,9 +139,9 @@ def head(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip
 def request(port, path, method="GET", headers=None, body=b"", accept_encoding="gzip", timeout=60,
             host=LOOPBACK, rcvbuf=None, read_after=0, host_header=None):
     """One request on a fresh connection, read until its response is whole as its framing says
-    (as clients read: Envoy holds a connection it closes up to a second for the client to close
-    first), or else to the end of the connection. A slow client: `rcvbuf` bytes of socket receive
-    buffer, and no reading for `read_after` seconds."""
+    and AFTER_WHOLE_S has passed with nothing more (Envoy holds a connection it closes up to a
+    second for the client to close first), or else to the end of the connection. A slow client:
+    `rcvbuf` bytes of socket receive buffer, and no reading for `read_after` seconds."""
     arrivals = []
     with socket.socket() as sock:
         if rcvbuf:
@@ -157,8 +157,9 @@ def request(port, path, method="GET", headers=None, body=b"", accept_encoding="g
 
 
 def receive(sock, arrived=None, whole=None):
-    """Everything `sock` brings until it ends, or until `whole` says so of the bytes so far:
-    (bytes, whether a reset ended it); `arrived` is called with the bytes so far after each read."""
+    """Everything `sock` brings until it ends, or until AFTER_WHOLE_S passes with nothing more
+    once `whole` says so of the bytes so far: (bytes, whether a reset ended it); `arrived` is
+    called with the bytes so far after each read."""
     data, reset = bytearray(), False
     while True:
         try:
@@ -166,14 +167,23 @@ def receive(sock, arrived=None, whole=None):
         except ConnectionResetError:
             reset = True
             break
+        except TimeoutError:
+            if sock.gettimeout() == AFTER_WHOLE_S:
+                break
+            raise
         if not piece:
             break
         data += piece
         if arrived:
             arrived(len(data))
         if whole and whole(data):
-            break
+            # bytes past the framed end (a body after a HEAD's head, a reset) still show
+            sock.settimeout(AFTER_WHOLE_S)
     return bytes(data), reset
+
+
+# how long a request waits, once its response is whole, for bytes that should not come
+AFTER_WHOLE_S = 0.05
 
 
 def whole_response(data, head_only=False):

@@ -673,11 +673,19 @@ def test_an_http2_request_the_cache_does_not_answer_reaches_the_node_as_sent(tmp
 
             status, headers, body = over_h2(1)
             assert status == "HTTP/2 200", (status, (tmp_path / "openresty" / "error.log").read_text()[-2000:])
-            assert "content-encoding" not in headers and "x-rpcedge-cache" not in headers
-            assert body == block.answer(1)
+            untouched = "x-rpcedge-cache" not in headers
+            if untouched:
+                # a module that makes no subrequest of it: the node's answer, as it came
+                assert "content-encoding" not in headers
+                assert "makes no subrequest of an HTTP/2 request" in (tmp_path / "openresty" / "error.log").read_text()
+            else:
+                assert headers["x-rpcedge-cache"] == "MISS"  # lua-nginx-module 0.10.28 and later
+            assert (gzip.decompress(body) if headers.get("content-encoding") else body) == block.answer(1)
             miss = wire.request(port, block.path, method="POST", body=block.body(2),
                                 headers={"Content-Type": "application/json"})
-            assert (miss.header("x-rpcedge-cache"), miss.decoded()) == ("MISS", block.answer(2))
+            assert miss.decoded() == block.answer(2)
+            # what went untouched was not kept
+            assert miss.header("x-rpcedge-cache") in (("MISS",) if untouched else ("MISS", "HIT"))
             deadline = time.monotonic() + 5
             while stack.daemon.stats()["stores_total"] < 1:
                 assert time.monotonic() < deadline, "never stored"

@@ -412,7 +412,7 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         ("stores_total".into(), "Entries stored", "counter", load(&counters.stores)),
         ("stored_bytes_total".into(), "Bytes of entries stored", "counter", load(&counters.stored_bytes)),
         ("deletes_total".into(), "Deletes", "counter", load(&counters.deletes)),
-        ("promotions_total".into(), "Entries asked for again after they were stored, moved to the protected family", "counter", load(&counters.promotions)),
+        ("promotions_total".into(), "Entries asked for again after they were stored, copied to the protected family", "counter", load(&counters.promotions)),
         ("flushes_total".into(), "Flushes of the memtables", "counter", load(&counters.flushes)),
         ("store_reopens_total".into(), "Times the store was opened again after it stopped on an I/O error (a full disk)", "counter", load(&counters.reopens)),
     ];

@@ -29,8 +29,9 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::statistics::Ticker;
@@ -45,6 +46,9 @@ const PROTECTED: &str = "protected";
 const EXPIRING: &str = "expiring";
 /// Every family, in the order a lookup reads them.
 const FAMILIES: [&str; 3] = [PROTECTED, KEPT, EXPIRING];
+/// Locks over the keys, each for the keys that hash to it: a promotion and a write of the same
+/// key never interleave.
+const KEY_LOCKS: usize = 64;
 /// Record version, expiry (Unix seconds, 0: none) and CRC-32 over both and the entry.
 const RECORD_HEAD: usize = 1 + 8 + 4;
 const RECORD_VERSION: u8 = 1;
@@ -68,6 +72,8 @@ pub struct StoreOptions {
 pub struct Store {
     path: PathBuf,
     settings: StoreOptions,
+    key_locks: [Mutex<()>; KEY_LOCKS],
+    key_hasher: RandomState,
     /// `None` once a stopped store is closed, until it opens again.
     open: RwLock<Option<Opened>>,
     pub counters: Counters,
@@ -123,9 +129,19 @@ pub enum Lookup {
 
 impl Store {
     pub fn open(path: &Path, settings: &StoreOptions) -> Result<Store, String> {
+        let [(_, protected), (_, kept), _] = shares(settings);
+        if protected > 1 && kept < 2 * settings.memtable_size as u64 {
+            // a flush can then be all of kept's share: what it wrote goes straight after it
+            eprintln!(
+                "rpcedge-cached: kept's share of --max-disk ({kept} bytes, after --protected-share) is under two \
+                 memtables (--memtable-size): new entries may go before anyone asks for them again"
+            );
+        }
         Ok(Store {
             path: path.to_owned(),
             settings: settings.clone(),
+            key_locks: std::array::from_fn(|_| Mutex::new(())),
+            key_hasher: RandomState::new(),
             open: RwLock::new(Some(Opened::new(path, settings)?)),
             counters: Counters::default(),
         })
@@ -152,18 +168,11 @@ impl Store {
     }
 
     /// A proxy's lookup, counted as a hit, a miss or an expired entry. A hit in `kept` is asked
-    /// for again: it moves to `protected`.
+    /// for again: it is copied to `protected`.
     pub fn get(&self, key: &[u8], now_s: u64) -> Result<Lookup, String> {
         let (lookup, family) = self.with(|db| self.look_up(db, key, now_s))?;
         if let (Lookup::Hit(entry, None), KEPT, true) = (&lookup, family, self.settings.protected_percent > 0) {
-            let promoted = self.with(|db| {
-                let protected = db.cf_handle(PROTECTED).expect("opened with it");
-                db.put_cf_opt(&protected, key, record(0, entry), &self.write_options()).map_err(|e| e.to_string())
-            });
-            // a store that cannot write (a full disk) still answers with what it holds
-            if promoted.is_ok() {
-                self.counters.promotions.fetch_add(1, Ordering::Relaxed);
-            }
+            self.promote(key, entry);
         }
         let counter = match lookup {
             Lookup::Hit(..) => &self.counters.hits,
@@ -173,6 +182,37 @@ impl Store {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(lookup)
+    }
+
+    /// Copies `entry`, read from `kept`, to `protected`, unless that would wait: for the key's
+    /// lock (a write of it is under way: the next hit will do), or for RocksDB (a write stall:
+    /// lookups run on the daemon's async threads). Under the lock `kept` still holds the same
+    /// record, so that a delete or a newer store of the key made since the read is never undone.
+    /// A promotion that fails (a full disk) leaves the hit answered all the same.
+    fn promote(&self, key: &[u8], entry: &[u8]) {
+        let Ok(_locked) = self.key_lock(key).try_lock() else {
+            return;
+        };
+        let record = record(0, entry);
+        let promoted = self.with(|db| {
+            let kept = db.cf_handle(KEPT).expect("opened with it");
+            if db.get_pinned_cf(&kept, key).map_err(|e| e.to_string())?.as_deref() != Some(&record[..]) {
+                return Ok(false);
+            }
+            let mut write = self.write_options();
+            write.set_no_slowdown(true);
+            let protected = db.cf_handle(PROTECTED).expect("opened with it");
+            db.put_cf_opt(&protected, key, &record, &write).map_err(|e| e.to_string())?;
+            Ok(true)
+        });
+        if promoted == Ok(true) {
+            self.counters.promotions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The lock of the keys that hash as `key` does.
+    fn key_lock(&self, key: &[u8]) -> &Mutex<()> {
+        &self.key_locks[self.key_hasher.hash_one(key) as usize % KEY_LOCKS]
     }
 
     /// The entry under `key`, uncounted unless it is bad (the daemon's own reads: a receipt that
@@ -219,6 +259,7 @@ impl Store {
             Some(ttl) => (EXPIRING, now_s + ttl.clamp(1, self.settings.max_ttl_s)),
         };
         let record = record(expires_s, entry);
+        let _locked = self.key_lock(key).lock().unwrap_or_else(PoisonError::into_inner);
         self.with(|db| {
             let mut batch = WriteBatch::default();
             batch.put_cf(&db.cf_handle(name).expect("opened with it"), key, &record);
@@ -235,6 +276,7 @@ impl Store {
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<(), String> {
+        let _locked = self.key_lock(key).lock().unwrap_or_else(PoisonError::into_inner);
         self.with(|db| self.delete_every_copy(db, key))?;
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -356,8 +398,8 @@ impl Opened {
 fn shares(settings: &StoreOptions) -> [(&'static str, u64); 3] {
     let expiring = (settings.max_disk / 16).max(1);
     let rest = settings.max_disk.saturating_sub(expiring);
-    let protected = rest / 100 * u64::from(settings.protected_percent);
-    [(PROTECTED, protected.max(1)), (KEPT, (rest - protected).max(1)), (EXPIRING, expiring)]
+    let protected = rest / 100 * u64::from(settings.protected_percent.min(100));
+    [(PROTECTED, protected.max(1)), (KEPT, rest.saturating_sub(protected).max(1)), (EXPIRING, expiring)]
 }
 
 fn family_options(settings: &StoreOptions, share: u64, ttl_s: u64) -> Options {
@@ -558,6 +600,27 @@ mod tests {
             drop(store);
             std::fs::remove_dir_all(&dir).unwrap();
         }
+    }
+
+    /// A promotion of what a lookup read, made after the key was deleted or stored anew, brings
+    /// back neither the deleted entry nor the older one.
+    #[test]
+    fn a_promotion_never_undoes_a_delete_or_a_newer_store() {
+        let dir = std::env::temp_dir().join(format!("rpcedge-promotion-test-{}", std::process::id()));
+        let store = Store::open(&dir, &small_store()).unwrap();
+        let older = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x1\"}");
+        let newer = rpcedge_core::cache::encode(&Default::default(), &Default::default(), b"\"0x2\"}");
+        store.put(b"deleted", &older, None, 0).unwrap();
+        store.delete(b"deleted").unwrap();
+        store.promote(b"deleted", &older);
+        assert!(matches!(store.get(b"deleted", 0), Ok(Lookup::Absent)));
+        store.put(b"stored anew", &older, None, 0).unwrap();
+        store.put(b"stored anew", &newer, None, 0).unwrap();
+        store.promote(b"stored anew", &older);
+        assert!(matches!(store.get(b"stored anew", 0), Ok(Lookup::Hit(entry, None)) if entry == newer));
+        assert_eq!(store.counters.promotions.load(Ordering::Relaxed), 1, "the newer one, on the hit above");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Files RocksDB cannot open (their ends, where the footer and properties are, overwritten):
