@@ -436,6 +436,11 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid], envoy=envoy)
 
 
+# A daemon that hears finality move within a test: polled often, each word believed at once (a
+# jump is not held: tests/test_cached.py tests the hold).
+QUICK_FINALITY = ("--finality-poll", "100ms", "--finality-hold", "0s")
+
+
 class CacheStack:
     """The node (a replay of the corpus, which counts the requests it answers), a second replay
     without recordings that only says which block is finalized (so that the daemon's polls are
@@ -503,7 +508,7 @@ class CacheStack:
                       f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
         upstreams += ["--beacon-upstream", f"{self.BEACON}=http://{LOOPBACK}:{self.heads.port}/"]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
-                                   args=[*upstreams, "--finality-poll", "100ms", *self.daemon_args, *args])
+                                   args=[*upstreams, *QUICK_FINALITY, *self.daemon_args, *args])
         for network in self.networks:
             self.wait_for_finality(network, FINAL)
         self.wait_for_finality(self.BEACON, self.BEACON_FINAL, what="finalized_slot")

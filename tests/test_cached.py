@@ -3,6 +3,7 @@ files, and what survives kill -9. The hosts' use of it is tested in test_cache_*
 
 import hashlib
 import http.client
+import itertools
 import json
 import os
 import random
@@ -13,6 +14,7 @@ import struct
 import time
 import uuid
 import zlib
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,8 @@ import zstandard
 
 from testbed import cache_cases as cc
 from testbed.cache_entry import cache_entry
-from testbed.harness import (CACHED_BIN, LOOPBACK, Process, fill, free_port, one_request, small_tmpfs, start_cached,
-                             start_replay)
+from testbed.harness import (CACHED_BIN, LOOPBACK, Process, StandIn, fill, free_port, one_request, small_tmpfs,
+                             start_cached, start_replay)
 
 def stored_tail(stored):
     """The tail of an entry as the daemon returns it, checked against its CRC-32 (its zstd form,
@@ -273,7 +275,7 @@ def test_entries_above_finality_are_refused_until_it_passes_them(tmp_path, repla
     namespace = "127.0.0.1/mainnet"
     daemon = start_cached(tmp_path, tmp_path / "db", args=[
         "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{replay.port}/{network}",
-        "--finality-poll", "100ms"])
+        *cc.QUICK_FINALITY])
     try:
         final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "100"}
         status, headers, _ = put(daemon, key("a"), cache_entry(b'{"n":1}}'), final)
@@ -310,7 +312,7 @@ def test_finality_is_the_lowest_of_what_the_namespaces_nodes_say(tmp_path, repla
     daemon = start_cached(tmp_path, tmp_path / "db", args=[
         arg for network in (honest, lying)
         for arg in ("--finality-upstream", f"{namespace}=http://{LOOPBACK}:{replay.port}/{network}")
-    ] + ["--finality-poll", "100ms"])
+    ] + list(cc.QUICK_FINALITY))
 
     def finalized(network, number):
         assert replay.request("PUT", f"/head/{network}/finalized", str(number).encode())[0] == 200
@@ -342,6 +344,94 @@ def test_finality_is_the_lowest_of_what_the_namespaces_nodes_say(tmp_path, repla
         daemon.process.stop()
 
 
+# The hold of the tests of the hold: past each test's end, so that a jump is never believed
+# there; an environment variable to see each fail without it (RPCEDGE_TEST_HOLD=0s).
+HOLD = os.environ.get("RPCEDGE_TEST_HOLD", "30s")
+
+
+def finality_watch(daemon, namespace):
+    """What the daemon calls final in `namespace`, and its sources' rewinds, now."""
+    stats = daemon.stats()
+    rewinds = sum(value for name, value in stats.items() if name.startswith("finality_source_rewinds_total"))
+    return stats.get(f'finalized_block{{namespace="{namespace}"}}'), rewinds
+
+
+def behind_one_address(replay, networks):
+    """A stand-in load balancer: each request goes to the replay as the next of `networks` (each
+    a backend with a finality of its own), in turn."""
+    turn = itertools.count()
+
+    class Backends(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            network = networks[next(turn) % len(networks)]
+            status, _, answer = replay.request("POST", f"/{network}", body, {"Content-Type": "application/json"})
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    return StandIn(Backends)
+
+
+def test_behind_one_address_the_backend_furthest_behind_says_what_is_final(tmp_path, replay):
+    """Two backends at different heights behind one upstream name (a load balancer): the daemon
+    takes the lower one's word, whichever answers a poll, and so keeps no answer the backend
+    behind could still replace."""
+    behind, ahead = (f"cachetest-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    assert replay.request("PUT", f"/head/{behind}/finalized", b"99")[0] == 200
+    assert replay.request("PUT", f"/head/{ahead}/finalized", b"150")[0] == 200
+    balancer = behind_one_address(replay, [behind, ahead])
+    namespace = "127.0.0.1/mainnet"
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{balancer.port}/", "--finality-poll", "100ms",
+        "--finality-hold", HOLD])
+    try:
+        # once each backend has answered (the first word counts at once, whichever it is)
+        until(lambda: finality_watch(daemon, namespace)[1] >= 1, 10, "the daemon never heard both backends")
+        seen = set()
+        for _ in range(20):
+            seen.add(finality_watch(daemon, namespace)[0])
+            time.sleep(0.1)
+        final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "120"}
+        status, headers, _ = put(daemon, key("ahead"), cache_entry(b'{"n":1}}'), final)
+        assert (seen, status, headers.get("X-Rpcedge-Refusal")) == ({99}, 409, "not_final")
+    finally:
+        daemon.process.stop()
+        balancer.stop()
+
+
+def test_a_lone_node_that_jumps_ahead_and_takes_it_back_within_the_hold_makes_nothing_final(tmp_path, replay):
+    """A single node says finality is 1,000 blocks ahead, then takes it back (a lie, a fork it
+    left): nothing is kept on its word meanwhile, and the rewind shows in /metrics."""
+    network, namespace = f"cachetest-{uuid.uuid4().hex[:8]}", "127.0.0.1/mainnet"
+
+    def node_says(number):
+        assert replay.request("PUT", f"/head/{network}/finalized", str(number).encode())[0] == 200
+
+    node_says(100)
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{replay.port}/{network}", "--finality-poll", "100ms",
+        "--finality-hold", HOLD])
+    labels = f'namespace="{namespace}",chain="execution",source="1",host="{LOOPBACK}:{replay.port}"'
+    try:
+        until(lambda: finality_watch(daemon, namespace)[0] == 100, 10, "the daemon never heard finality")
+        node_says(1100)
+        until(lambda: daemon.stats().get(f"finality_source_said{{{labels}}}") == 1100, 10, "the jump was never heard")
+        final = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": "600"}
+        status, headers, _ = put(daemon, key("forked"), cache_entry(b'{"n":1}}'), final)
+        assert (status, headers.get("X-Rpcedge-Refusal")) == (409, "not_final"), "kept on the jump's word"
+        node_says(100)
+        until(lambda: finality_watch(daemon, namespace) == (100, 1), 10, "the rewind was never counted")
+        assert daemon.request("GET", f"/v1/entries/{key('forked')}")[0] == 404
+        assert put(daemon, key("final"), cache_entry(b'{"n":1}}'), {**final, "X-Rpcedge-Requires-Final": "100"})[0] == 204
+    finally:
+        daemon.process.stop()
+
+
 def receipt_key(namespace, tx_hash):
     """The core's key of eth_getTransactionReceipt [tx_hash] in `namespace`."""
     parts = [namespace.encode(), b"eth_getTransactionReceipt"]
@@ -362,7 +452,7 @@ def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_o
     namespace = "127.0.0.1/traces"
     daemon = start_cached(tmp_path, tmp_path / "db", args=[
         "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{node.port}/{receipt.network}",
-        "--finality-poll", "100ms"])
+        *cc.QUICK_FINALITY])
 
     def finalize(number):
         assert node.request("PUT", f"/head/{receipt.network}/finalized", str(number).encode())[0] == 200

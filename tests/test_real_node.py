@@ -56,7 +56,7 @@ def proxy(request, tmp_path, chain):
     """A proxy of the test's host before geth, with a daemon of its own that takes geth's
     finality."""
     daemon = start_cached(tmp_path, tmp_path / "db",
-                          args=["--finality-upstream", f"mainnet={chain.geth.url}", "--finality-poll", "100ms"])
+                          args=["--finality-upstream", f"mainnet={chain.geth.url}", *cc.QUICK_FINALITY])
     in_front = types.SimpleNamespace(replay=types.SimpleNamespace(port=chain.geth.port), daemon=daemon)
     options = {"transcode": True} if request.param.startswith("openresty") else {"hot": True, "transcode": True}
     proxy = cc.start_proxy(request.param, tmp_path / request.param, in_front, **options)
@@ -316,7 +316,7 @@ def test_an_http2_client_gets_geths_answers(host, tmp_path, chain):
     """HTTP/2 clients (prior knowledge, h2c) through nginx (`listen ... http2`, as the example's
     18443) and Envoy (its codec AUTO): a final block MISS then HIT, gzip with its exact length."""
     daemon = start_cached(tmp_path, tmp_path / "db",
-                          args=["--finality-upstream", f"mainnet={chain.geth.url}", "--finality-poll", "100ms"])
+                          args=["--finality-upstream", f"mainnet={chain.geth.url}", *cc.QUICK_FINALITY])
     in_front = types.SimpleNamespace(replay=types.SimpleNamespace(port=chain.geth.port), daemon=daemon)
     h2_port = cc.free_port()
     options = {"extra": f"listen {LOOPBACK}:{h2_port} http2;"} if host == "nginx" else {}

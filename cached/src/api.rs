@@ -456,6 +456,12 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         out.push((format!("finality_source_silent_seconds{{{labels}}}"), help, "gauge", source.silent_s));
         let help = "Whether this finality source has answered since the daemon started (1) or not yet (0)";
         out.push((format!("finality_source_answered{{{labels}}}"), help, "gauge", source.answered.into()));
+        if let Some(said) = source.said {
+            let help = "What this finality source last called final: above what is final, a jump still held (--finality-hold)";
+            out.push((format!("finality_source_said{{{labels}}}"), help, "gauge", said));
+        }
+        let help = "Times this finality source called final less than it had before (a lie taken back, another backend, a restart)";
+        out.push((format!("finality_source_rewinds_total{{{labels}}}"), help, "counter", source.rewinds));
     }
     if let Some(fleet) = &state.fleet {
         out.extend(fleet.figures());

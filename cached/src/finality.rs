@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,6 +15,8 @@ use hyper::{header, Method, Request};
 use hyper_util::rt::TokioIo;
 use rpcedge_core::cache;
 use tokio::net::TcpStream;
+
+use crate::finality_hold::Hold;
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["finalized",false]}"#;
 /// The finalized block's header, whose slot is the last finalized one (the checkpoint's epoch
@@ -74,8 +76,13 @@ impl Chain {
 /// A node that says what is final, with what it last said and when.
 struct Source {
     upstream: Upstream,
-    /// What it last called finalized, plus one (0: not heard yet).
+    /// What it is believed to call finalized (`Hold`), plus one (0: not heard yet).
     heard: AtomicU64,
+    /// What it last called finalized, plus one (0: not heard yet).
+    said: AtomicU64,
+    /// Times it called finalized less than it had before.
+    rewinds: AtomicU64,
+    hold: Mutex<Hold>,
     /// When it last answered, in milliseconds since the daemon began polling, plus one (0: never).
     answered_ms: AtomicU64,
 }
@@ -88,6 +95,9 @@ pub struct SourceFigures<'a> {
     pub host: &'a str,
     pub answered: bool,
     pub silent_s: u64,
+    /// What it last called final, if it has answered.
+    pub said: Option<u64>,
+    pub rewinds: u64,
 }
 
 /// Per namespace and chain, the nodes that say what is final.
@@ -98,18 +108,27 @@ pub struct Finality {
 
 impl Finality {
     /// Several nodes for one namespace and chain are several sources, which all have to agree:
-    /// what is final is the lowest of what they say.
-    pub fn new(upstreams: Vec<(String, Chain, Upstream)>) -> Finality {
+    /// what is final is the lowest of what they say. Each is held to what it said over the last
+    /// `hold` (`Hold`).
+    pub fn new(upstreams: Vec<(String, Chain, Upstream)>, hold: Duration) -> Finality {
+        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
         let mut grouped: HashMap<(String, Chain), Vec<Source>> = HashMap::new();
         for (namespace, chain, upstream) in upstreams {
-            let source = Source { upstream, heard: AtomicU64::new(0), answered_ms: AtomicU64::new(0) };
+            let source = Source {
+                upstream,
+                heard: AtomicU64::new(0),
+                said: AtomicU64::new(0),
+                rewinds: AtomicU64::new(0),
+                hold: Mutex::new(Hold::new(hold_ms)),
+                answered_ms: AtomicU64::new(0),
+            };
             grouped.entry((namespace, chain)).or_default().push(source);
         }
         Finality { upstreams: grouped, started: Instant::now() }
     }
 
-    /// The last finalized block (or slot) of `namespace`: the lowest of its nodes' last answers,
-    /// once every one of them has answered. So a node that says too much (misconfigured, on a
+    /// The last finalized block (or slot) of `namespace`: the lowest of what its nodes are
+    /// believed to call final, once every one of them has answered. So a node that says too much (misconfigured, on a
     /// minority fork, another backend behind the same address) makes nothing final that its
     /// peers do not call final too; a node that says too little only keeps answers out.
     pub fn finalized(&self, namespace: &str, chain: Chain) -> Option<u64> {
@@ -140,6 +159,8 @@ impl Finality {
                     host: authority.rsplit_once('@').map_or(authority.as_str(), |(_, host)| host),
                     answered: answered_ms.is_some(),
                     silent_s: now_ms.saturating_sub(answered_ms.unwrap_or(0)) / 1000,
+                    said: source.said.load(Ordering::Relaxed).checked_sub(1),
+                    rewinds: source.rewinds.load(Ordering::Relaxed),
                 }
             })
         })
@@ -156,10 +177,10 @@ impl Finality {
     }
 
     /// Asks every namespace's nodes once, all at once, each within `timeout`: one that does not
-    /// answer holds up no other. A node's last answer stands until it gives another, lower or
-    /// higher: a node that lost its finality (a restart, a different backend) keeps answers out
-    /// until it has it again, rather than being outvoted by what it said before. A node that
-    /// does not answer keeps its last answer.
+    /// answer holds up no other. A node's word stands until it gives another: a lower one at
+    /// once, so a node that lost its finality (a restart, a different backend) keeps answers out
+    /// until it has it again, rather than being outvoted by what it said before; a higher one
+    /// once held (`Hold`). A node that does not answer keeps its last answer.
     async fn poll_once(&self, timeout: Duration) {
         let sources = self.upstreams.iter().flat_map(|(key, sources)| sources.iter().map(move |source| (key, source)));
         join_all(sources.map(|((namespace, chain), source)| async move {
@@ -170,8 +191,13 @@ impl Finality {
             let node = &source.upstream.authority;
             match asked {
                 Ok(Ok(number)) => {
-                    source.heard.store(number.saturating_add(1), Ordering::Relaxed);
                     let now_ms = self.started.elapsed().as_millis() as u64;
+                    let believed = source.hold.lock().unwrap_or_else(PoisonError::into_inner).hear(now_ms, number);
+                    source.heard.store(believed.saturating_add(1), Ordering::Relaxed);
+                    let before = source.said.swap(number.saturating_add(1), Ordering::Relaxed);
+                    if before > number.saturating_add(1) {
+                        source.rewinds.fetch_add(1, Ordering::Relaxed);
+                    }
                     source.answered_ms.store(now_ms.saturating_add(1), Ordering::Relaxed);
                 }
                 Ok(Err(error)) => eprintln!("rpcedge-cached: {chain:?} finality of {namespace} from {node}: {error}"),
@@ -325,7 +351,7 @@ mod tests {
     async fn finality_is_unknown_until_heard_and_follows_the_nodes_last_answer() {
         let node = node_saying(vec![100, 50, 120]);
         let unheard = "http://127.0.0.1:1/".parse().unwrap();
-        let finality = Finality::new(vec![("a".into(), Chain::Execution, node), ("a".into(), Chain::Beacon, unheard)]);
+        let finality = Finality::new(vec![("a".into(), Chain::Execution, node), ("a".into(), Chain::Beacon, unheard)], NO_HOLD);
         assert_eq!(finality.finalized("a", Chain::Execution), None);
         let mut heard = Vec::new();
         for _ in 0..3 {
@@ -337,6 +363,31 @@ mod tests {
         assert_eq!(finality.finalized("a", Chain::Beacon), None, "a slot is not a block number");
     }
 
+    const NO_HOLD: Duration = Duration::ZERO;
+
+    #[tokio::test]
+    async fn a_lone_node_that_jumps_and_takes_it_back_within_the_hold_is_never_believed() {
+        let node = node_saying(vec![100, 1_100, 1_100, 100, 101]);
+        let finality = Finality::new(sources(vec![node]), Duration::from_secs(3600));
+        let mut believed = Vec::new();
+        for _ in 0..5 {
+            finality.poll_once(Duration::from_secs(5)).await;
+            let source = finality.sources().next().unwrap();
+            believed.push((finality.finalized("a", Chain::Execution), source.said, source.rewinds));
+        }
+        assert_eq!(
+            believed,
+            [
+                (Some(100), Some(100), 0),
+                (Some(100), Some(1_100), 0),
+                (Some(100), Some(1_100), 0),
+                (Some(100), Some(100), 1),
+                (Some(100), Some(101), 1),
+            ],
+            "(final, the node's word, its rewinds)"
+        );
+    }
+
     /// `nodes` as the execution sources of namespace "a".
     fn sources(nodes: Vec<Upstream>) -> Vec<(String, Chain, Upstream)> {
         nodes.into_iter().map(|node| ("a".to_string(), Chain::Execution, node)).collect()
@@ -346,7 +397,7 @@ mod tests {
     async fn a_node_that_says_too_much_is_held_to_its_peers() {
         let honest = node_saying(vec![100, 101]);
         let lying = node_saying(vec![900, 901]);
-        let finality = Finality::new(sources(vec![lying, honest]));
+        let finality = Finality::new(sources(vec![lying, honest]), NO_HOLD);
         finality.poll_once(Duration::from_secs(5)).await;
         assert_eq!(finality.finalized("a", Chain::Execution), Some(100), "the lowest of what the nodes say");
         finality.poll_once(Duration::from_secs(5)).await;
@@ -354,7 +405,7 @@ mod tests {
 
         // a source never heard makes nothing final, whatever the others say
         let silent = "http://127.0.0.1:1/".parse().unwrap();
-        let finality = Finality::new(sources(vec![node_saying(vec![900]), silent]));
+        let finality = Finality::new(sources(vec![node_saying(vec![900]), silent]), NO_HOLD);
         finality.poll_once(Duration::from_secs(5)).await;
         assert_eq!(finality.finalized("a", Chain::Execution), None);
     }
@@ -370,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn a_node_that_does_not_answer_holds_up_no_other_and_shows_how_long_it_has_been_silent() {
         // asked one after the other, the second would wait out the first's minute
-        let finality = Arc::new(Finality::new(sources(vec![node_hanging(), node_saying(vec![100])])));
+        let finality = Arc::new(Finality::new(sources(vec![node_hanging(), node_saying(vec![100])]), NO_HOLD));
         let polling = tokio::spawn({
             let finality = finality.clone();
             async move { finality.poll_once(Duration::from_secs(60)).await }
@@ -392,9 +443,9 @@ mod tests {
     async fn a_transaction_is_placed_only_where_every_node_names_the_same_block() {
         const HASH: &str = "0xab";
         let receipt = |block: u64| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"transactionHash":"{HASH}","blockNumber":"{block:#x}"}}}}"#);
-        let agree = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(7)].into_iter())]));
+        let agree = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(7)].into_iter())]), NO_HOLD);
         assert_eq!(agree.transaction_block("a", HASH).await, Ok(Some(7)));
-        let differ = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(3)].into_iter())]));
+        let differ = Finality::new(sources(vec![node_answering([receipt(7)].into_iter()), node_answering([receipt(3)].into_iter())]), NO_HOLD);
         assert_eq!(differ.transaction_block("a", HASH).await, Ok(None), "one node's word places nothing");
         assert!(differ.transaction_block("b", HASH).await.is_err(), "no node for that namespace");
     }

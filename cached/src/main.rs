@@ -3,6 +3,7 @@
 
 mod api;
 mod finality;
+mod finality_hold;
 mod fleet;
 mod flights;
 mod read_through;
@@ -28,7 +29,7 @@ use tokio::sync::Semaphore;
 
 use finality::{Chain, Finality, Upstream};
 use store::{Store, StoreOptions};
-use units::{parse_duration, parse_size};
+use units::{parse_duration, parse_duration_or_zero, parse_size};
 
 /// The response cache daemon of rpcedge.
 #[derive(Debug, Parser)]
@@ -80,6 +81,12 @@ struct Cli {
     /// How often to ask each namespace's nodes for their finalized block (or slot).
     #[arg(long, default_value = "12s", value_parser = parse_duration)]
     finality_poll: Duration,
+    /// How long a source must keep saying more is final before it is believed: the lowest it
+    /// said over this time counts, so a jump it takes back sooner (a lie, a backend ahead of the
+    /// others behind its address) never makes anything final. Its first word counts at once;
+    /// `0s`: every word at once.
+    #[arg(long, default_value = "1m", value_parser = parse_duration_or_zero)]
+    finality_hold: Duration,
     /// Connections served at once; more wait to be accepted.
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
@@ -158,7 +165,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     )?;
     let execution = cli.finality_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Execution, up));
     let beacon = cli.beacon_upstreams.into_iter().map(|(ns, up)| (ns, Chain::Beacon, up));
-    let finality = Arc::new(Finality::new(execution.chain(beacon).collect()));
+    let finality = Arc::new(Finality::new(execution.chain(beacon).collect(), cli.finality_hold));
     let fleet = match fleet_settings {
         Some(settings) => Some(fleet::Fleet::start(settings).await?),
         None => None,

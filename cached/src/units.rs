@@ -10,16 +10,19 @@ pub fn now_s() -> u64 {
 
 /// A number and the unit right after it, e.g. `64MiB` or `200ms`; the unit's multiple of its
 /// base (bytes, milliseconds) is looked up in `units`.
-fn scaled(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
+fn scaled_or_zero(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let &(_, scale) = units.iter().find(|(name, _)| *name == unit).ok_or(format!("{text:?}: expected {expected}"))?;
-    let value = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or(format!("{text:?}: not {expected}"))?;
-    if value == 0 {
-        return Err(format!("{text:?}: must be above zero"));
+    digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or(format!("{text:?}: not {expected}"))
+}
+
+fn scaled(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
+    match scaled_or_zero(text, units, expected)? {
+        0 => Err(format!("{:?}: must be above zero", text.trim())),
+        value => Ok(value),
     }
-    Ok(value)
 }
 
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -28,9 +31,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     scaled(text, &units, "bytes, or a number with KiB, MiB or GiB")
 }
 
+const DURATION_UNITS: [(&str, u64); 5] = [("ms", 1), ("", 1000), ("s", 1000), ("m", 60_000), ("h", 3_600_000)];
+const DURATION: &str = "a number with ms, s, m or h";
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let units = [("ms", 1), ("", 1000), ("s", 1000), ("m", 60_000), ("h", 3_600_000)];
-    scaled(text, &units, "a number with ms, s, m or h").map(Duration::from_millis)
+    scaled(text, &DURATION_UNITS, DURATION).map(Duration::from_millis)
+}
+
+/// A duration where none (`0s`) turns something off.
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    scaled_or_zero(text, &DURATION_UNITS, DURATION).map(Duration::from_millis)
 }
 
 #[cfg(test)]
@@ -47,6 +57,9 @@ mod tests {
         assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("0s").is_err() && parse_duration("5 days").is_err());
+        assert_eq!(parse_duration_or_zero("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_zero("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration_or_zero("-1s").is_err());
         assert!(parse_duration("99999999999999999h").is_err() && parse_size("99999999999GiB").is_err(), "no overflow");
     }
 }
