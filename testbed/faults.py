@@ -6,7 +6,8 @@ cache daemon, or the daemon and each node of the fleet's Redis Cluster; a lie is
 testbed.liar, which the link then leads to), one more client
 that misbehaves (testbed.bad_clients; what it sees is judged apart, judged_load.CLIENT_OUTCOMES),
 or the proxy's own processes or configuration (testbed.proxy_faults: reloaded with a good
-configuration or a bad one, a worker killed, Envoy's Wasm VM failing). While it is on, the mix
+configuration or a bad one, a worker killed, Envoy's Wasm VM failing), or the descriptors the
+daemon's or the proxy's processes may open (testbed.descriptors). While it is on, the mix
 runs (judged_load.load); then the fault is removed and the recovery measured
 (judged_load.recovery).
 """
@@ -22,11 +23,12 @@ from types import SimpleNamespace
 
 from testbed import bad_clients
 from testbed import cache_cases as cc
+from testbed import descriptors
 from testbed import fleet_cell
 from testbed import proxy_faults
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
-from testbed.harness import fill, free_port, small_tmpfs
+from testbed.harness import children, fill, free_port, small_tmpfs
 from testbed.judged_load import NEVER, RECOVERY_LIMIT, load, networks, recovery
 from testbed.liar import Liar
 from testbed.redis_cluster import RedisCluster
@@ -48,7 +50,8 @@ class Fault:
     Redis master killed (`kill_master`; its replica takes over), a signal to the daemon's process (SIGSTOP: hung
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
-    file system that is then filled (`full_disk`), or a `lie` (a name in liar.LIES) on LIE_SHARE
+    file system that is then filled (`full_disk`), the daemon's or the proxy's processes held to
+    the descriptors they have (`descriptors`, on the link "daemon" or "proxy"), or a `lie` (a name in liar.LIES) on LIE_SHARE
     of the answers that come over the link; or a misbehaving `client` (a name in
     bad_clients.CLIENTS) beside the load's clients; or done to the proxy itself (`proxy`, an
     action of proxy_faults)."""
@@ -61,6 +64,7 @@ class Fault:
     corrupt_store: bool = False
     full_disk: bool = False
     kill_master: bool = False
+    descriptors: bool = False
     lie: str = ""
     client: str = ""
     # what is done to the proxy's own processes or configuration (proxy_faults.ACTIONS)
@@ -100,6 +104,8 @@ FAULTS = [
     Fault("daemon-down", "daemon", "the daemon refuses connections", down=True, all_right=True),
     Fault("daemon-sigstop", "daemon", "the daemon's process is stopped (SIGSTOP), then continued",
           daemon_signal=signal.SIGSTOP, all_right=True),
+    Fault("daemon-out-of-descriptors", "daemon", "the daemon may open only a few more descriptors (EMFILE past "
+          "them), then has its limit back", descriptors=True, all_right=True),
     Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
           daemon_signal=signal.SIGKILL, all_right=True),
 ]
@@ -154,6 +160,8 @@ FAULTS += [
     Fault("proxy-bad-config", "proxy", "the proxy is given a configuration with a bad compression level every "
           "second (nginx: SIGHUP; Envoy: its listener file), which it must refuse", proxy="bad-config",
           all_right=True),
+    Fault("proxy-out-of-descriptors", "proxy", "the proxy's processes may open only a few more descriptors (EMFILE "
+          "past them), then have their limit back", descriptors=True),
     Fault("proxy-worker-killed", "proxy", "an nginx worker is killed (SIGKILL) every second; the master starts "
           "another", proxy="worker-killed"),
     Fault("proxy-vm-panic", "proxy", "Envoy's Wasm VM panics every second (a build that panics on a request "
@@ -382,12 +390,25 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
             if fault.link == "fleet":
                 stack.fleet = fleet_cell.FleetDaemon(stack, proxy, cases)
             stack.inject(fault)
+            if fault.descriptors:
+                faulted.enter_context(descriptors.limited(*processes(stack, proxy, fault.link)))
             if fault.proxy:
                 faulted.enter_context(proxy_faults.faulting(proxy, fault.proxy, seconds))
             tally = load(proxy, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
         finally:
             stack.heal(fault)
     return tally, recovery(proxy, cases, tally)
+
+
+def processes(stack, proxy, link):
+    """The pids of the daemon's process, or the proxy's (nginx's master and workers), and the
+    logs where they say what failed."""
+    if link == "daemon":
+        return [stack.stack.daemon.process.proc.pid], [stack.stack.daemon.process.log]
+    if proxy.nginx:
+        master = proxy.nginx.process.proc.pid
+        return [master, *children(master)], [proxy.nginx.prefix / "error.log"]
+    return [proxy.envoy.process.proc.pid], [proxy.envoy.process.log]
 
 
 def failures(fault, tally, recovered):

@@ -3,7 +3,8 @@ RELIABILITY.md's table): each host under the mix while the node or the cache dae
 behind Toxiproxy, or the daemon's link to the fleet's Redis Cluster does, or one of them lies
 (testbed/liar.py), or one more client misbehaves
 (testbed/bad_clients.py), or the proxy itself is reconfigured (well or badly), loses a worker or its
-Wasm VM (testbed/proxy_faults.py). No answer may be wrong (a corrupt or cut body presented as
+Wasm VM (testbed/proxy_faults.py), or the proxy or the daemon runs out of descriptors
+(testbed/descriptors.py). No answer may be wrong (a corrupt or cut body presented as
 whole, or in a coding the client did not ask for) or garbled, the misbehaving client's included;
 no client may be left waiting for nothing but where a failed VM held its request; where the fault
 is the cache's, a harmless lie's, a client's or a good reload, every other answer must still be
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.xdist_group("load")
 SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers", "node-long-length", "node-garbage",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
          "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header",
-         "client-close-mid-body", "client-h2-reset", "client-smuggling")
+         "client-close-mid-body", "client-h2-reset", "client-smuggling", "daemon-out-of-descriptors",
+         "proxy-out-of-descriptors")
 SECONDS = 3
 
 
