@@ -15,7 +15,8 @@ the proxy's processes (nginx's master and workers, or Envoy) and the daemon are 
 memory, open descriptors, the store's bytes on disk.
 
 A form passes when no answer is wrong (wrk's, the judged clients', and those of the round asked
-once it is over), and no sampled series grows (`grows`); each reload must have been taken.
+once it is over), no answer is anything but right where no fault allows it (`unexplained`), and
+no sampled series grows (`grows`); each reload must have been taken.
 """
 
 import json
@@ -50,6 +51,12 @@ RELOAD = "proxy-reload"
 # run's quarter, so each reload's hold would show as growth (`grows`). With this one the soak sees
 # whether they are let go.
 DRAIN_TIME_S = 30
+# A failed answer (a status other than 200) counts against a fault that was on within this many
+# seconds of it: wrk counts by the whole second, and an answer the fault began may end after it
+FAILED_MARGIN_S = 2
+# what the judged clients may see while the form's faults come and go (each fault's cell allows
+# no more: a node's faults cut or fail answers, the daemon's and a reload cost none, none hangs)
+JUDGED_ALLOWED = {"right", "error", "cut"}
 # how much a series may rise from its second quarter to its last (`grows`): at least the first
 # figure, or the second as a share of where it was
 ALLOWANCE = {"proxy_rss": (16 << 20, 0.10), "daemon_rss": (32 << 20, 0.10), "proxy_fds": (8, 0.0),
@@ -147,6 +154,9 @@ class Soak:
     rates: list = field(default_factory=list)
     wrong_examples: list = field(default_factory=list)
     seconds: float = 0.0
+    # wrk's failed answers by the second (Unix time) they came, and when each fault was on
+    failed_at: Counter = field(default_factory=Counter)
+    fault_windows: list = field(default_factory=list)
 
     SERIES = ("proxy_rss", "proxy_fds", "daemon_rss", "daemon_fds", "store_bytes")
 
@@ -163,8 +173,30 @@ class Soak:
         return (self.wrk["wrong"] + sum(self.judged[o] for o in judged_load.NEVER)
                 + sum(n for o, n in self.after.items() if o != "right"))
 
+    def unexplained(self):
+        """What no fault allows, by kind: wrk's failed answers that came while no fault was on (nor
+        within FAILED_MARGIN_S of one), wrk's timeouts, the judged clients' outcomes beyond
+        JUDGED_ALLOWED."""
+        def under_a_fault(second):
+            return any(start - FAILED_MARGIN_S <= second <= end + FAILED_MARGIN_S for start, end in self.fault_windows)
+        found = {
+            "failed with no fault on": sum(n for second, n in self.failed_at.items() if not under_a_fault(second)),
+            "wrk timeouts": self.errors["timeout"],
+            "judged beyond what a fault allows": sum(n for o, n in self.judged.items() if o not in JUDGED_ALLOWED),
+        }
+        return {kind: n for kind, n in found.items() if n}
+
     def passed(self):
-        return not self.wrong() and not self.growing()
+        return not self.wrong() and not self.unexplained() and not self.growing()
+
+
+def failed_seconds(text):
+    """soak.lua's "second:count," list as a Counter."""
+    counts = Counter()
+    for item in filter(None, text.split(",")):
+        second, count = item.split(":")
+        counts[int(second)] += int(count)
+    return counts
 
 
 def form_faults(form):
@@ -219,6 +251,7 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
             raise RuntimeError(f"no request was answered in {WRK_SEGMENT_S} s: {run['errors']}")
         result.wrk.update({name: run[name] for name in ("requests", "right", "wrong", "failed", "carried_right")})
         result.errors.update(run["errors"])
+        result.failed_at.update(failed_seconds(run["failed_at"]))
         result.rates.append((time.monotonic() - started, run["requests"] / run["seconds"]))
         if run["first_wrong"] and len(result.wrong_examples) < 5:
             result.wrong_examples.append(f"wrk: {run['first_wrong']}")
@@ -237,11 +270,15 @@ def soak(faulted, proxy, form, cases, requests_file, requests, seed=0, fault_eve
             if chosen == RELOAD:
                 reloads.act("reload")
             else:
+                began = time.time()
                 faulted.inject(chosen)
                 try:
                     stopping.wait(FAULT_SECONDS)
                 finally:
-                    faulted.heal(chosen)
+                    try:
+                        faulted.heal(chosen)
+                    finally:
+                        result.fault_windows.append((began, time.time()))
             result.faults[chosen if chosen == RELOAD else chosen.name] += 1
     finally:
         stop_all(workers, stopping)

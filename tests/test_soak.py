@@ -35,6 +35,7 @@ def test_no_answer_is_wrong_while_faults_come_and_go(tmp_path, faulted_stack, mi
     finally:
         proxy.stop()
     assert result.wrong() == 0, (result.wrk, result.judged, result.after, result.wrong_examples)
+    assert not result.unexplained(), (result.unexplained(), result.wrk, result.judged, result.fault_windows)
     assert result.wrk["requests"] >= SHORT and result.wrk["right"] > 1000, (result.wrk, result.errors)
     assert result.judged["right"] > 0, result.judged
     assert set(result.after) == {"right"}, result.after

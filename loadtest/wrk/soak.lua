@@ -12,7 +12,8 @@
 --
 -- A 200 is right when the body a client decodes is the node's answer, byte for byte: as it came,
 -- or gzip (where asked for) decoded (gunzip.lua). Anything else with a 200 is wrong; other
--- statuses are counted as failed (the proxy said so). done() prints one RESULT line of JSON.
+-- statuses are counted as failed (the proxy said so), by the second (Unix time) they came in:
+-- the soak allows them only while a fault is on. done() prints one RESULT line of JSON.
 --
 -- A response cut short never reaches response(), but wrk (4.1) keeps what it read of it, head
 -- and body, and puts it before the next response's on the connection it opens again. So the
@@ -28,6 +29,8 @@ local threads = {}
 local current, next_record
 local answered, carried, verifying = true, false, false
 right, wrong, failed, carried_right, first_wrong = 0, 0, 0, 0, ""
+-- the failures of the seconds before this one, "second:count," each, and this second's
+failed_seconds, failed_second, failed_in_second = "", 0, 0
 
 function setup(thread)
   thread:set("offset", #threads)
@@ -88,12 +91,23 @@ local function ends_with_answer(body)
   return false
 end
 
+local function count_failed()
+  local now = os.time()
+  if now ~= failed_second then
+    if failed_in_second > 0 then
+      failed_seconds = failed_seconds .. failed_second .. ":" .. failed_in_second .. ","
+    end
+    failed_second, failed_in_second = now, 0
+  end
+  failed, failed_in_second = failed + 1, failed_in_second + 1
+end
+
 function response(status, headers, body)
   answered = true
   local after_cut = carried
   carried = false
   if status ~= 200 then
-    failed = failed + 1
+    count_failed()
     return
   end
   local coding
@@ -115,15 +129,19 @@ end
 
 function done(summary, latency, requests)
   local totals = {right = 0, wrong = 0, failed = 0, carried_right = 0}
-  local example = ""
+  local example, failed_at = "", ""
   for _, thread in ipairs(threads) do
     for name in pairs(totals) do totals[name] = totals[name] + thread:get(name) end
     if example == "" then example = thread:get("first_wrong") end
+    failed_at = failed_at .. thread:get("failed_seconds")
+    if thread:get("failed_in_second") > 0 then
+      failed_at = failed_at .. thread:get("failed_second") .. ":" .. thread:get("failed_in_second") .. ","
+    end
   end
   local e = summary.errors
   io.write(string.format(
     'RESULT {"requests":%.0f,"seconds":%f,"right":%.0f,"wrong":%.0f,"failed":%.0f,"carried_right":%.0f,' ..
-    '"errors":{"connect":%.0f,"read":%.0f,"write":%.0f,"timeout":%.0f},"first_wrong":"%s"}\n',
+    '"errors":{"connect":%.0f,"read":%.0f,"write":%.0f,"timeout":%.0f},"first_wrong":"%s","failed_at":"%s"}\n',
     summary.requests, summary.duration / 1e6, totals.right, totals.wrong, totals.failed, totals.carried_right,
-    e.connect, e.read, e.write, e.timeout, (example:gsub("[%c\"\\]", "?"))))
+    e.connect, e.read, e.write, e.timeout, (example:gsub("[%c\"\\]", "?")), failed_at))
 end
