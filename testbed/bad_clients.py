@@ -35,6 +35,10 @@ H2_PIECE = 1024
 JSON = {"Content-Type": "application/json"}
 # how long a smuggling client waits, after its answer, for a second one it never asked for
 SMUGGLE_LINGER_S = 1
+# the slowloris client's connections, and how long each round keeps them, one byte of each one's
+# request sent a second
+SLOWLORIS_CONNECTIONS = 1000
+SLOWLORIS_S = 5
 
 
 @dataclass
@@ -274,6 +278,64 @@ class H2Stream:
         return Seen(response, self.request, left=self.left)
 
 
+def slowloris(port, requests, timeout):
+    """SLOWLORIS_CONNECTIONS connections at once, each sent its request a byte a second for
+    SLOWLORIS_S seconds (never whole), then left: on each, what the proxy sent meanwhile (a 408 or
+    400, a close), or that the client left with nothing."""
+    request = requests[0]
+    data = wire.head(port, request.path, "POST", JSON, request.body, ACCEPT_ENCODING)
+    connections = []
+    try:
+        for _ in range(SLOWLORIS_CONNECTIONS):
+            sock = socket.create_connection((wire.LOOPBACK, port), timeout=timeout)
+            sock.setblocking(False)
+            connections.append(SlowConnection(sock))
+        deadline = time.monotonic() + SLOWLORIS_S
+        for sent in range(len(data) - 1):
+            for connection in connections:
+                connection.trickle(data[sent:sent + 1])
+            if time.monotonic() + 1 >= deadline:
+                break
+            time.sleep(1)
+        for connection in connections:
+            connection.trickle(b"")
+    finally:
+        for connection in connections:
+            connection.sock.close()
+    return [connection.seen() for connection in connections]
+
+
+@dataclass
+class SlowConnection:
+    """One of the slowloris client's connections, and what came back on it."""
+    sock: socket.socket
+    received: bytearray = field(default_factory=bytearray)
+    closed: bool = False
+    reset: bool = False
+
+    def trickle(self, byte):
+        """Sends `byte` (unless the proxy closed), then takes what came."""
+        if self.closed:
+            return
+        try:
+            self.sock.send(byte)
+            while data := self.sock.recv(65536):
+                self.received += data
+            self.closed = True
+        except BlockingIOError:
+            pass
+        except (BrokenPipeError, ConnectionResetError):
+            self.closed = self.reset = True
+
+    def seen(self):
+        if not self.closed and not self.received:
+            return Seen(wire.parse(b""), left=True)
+        try:
+            return Seen(first_response(bytes(self.received), self.reset), left=not self.closed)
+        except (AssertionError, IndexError, ValueError):
+            return Seen(garbled=True)
+
+
 @dataclass(frozen=True)
 class Client:
     what: str
@@ -297,6 +359,8 @@ CLIENTS = {
                              frozenset({"left"})),
     "h2-reset": Client("resets one HTTP/2 stream 1 KiB into a streamed trace, reads another on the same connection",
                        "trace", 2, h2_reset_one, frozenset({"left", "right"}), http2=True),
+    "slowloris": Client(f"holds {SLOWLORIS_CONNECTIONS:,} connections, each sent its request a byte a second",
+                        "block", 1, slowloris, frozenset({"left", "refused", "cut"})),
     "smuggling": Client("frames a call two ways at once (Content-Length with Transfer-Encoding either way, two "
                         "lengths, a signed length), each on a connection it keeps open", "block", len(SMUGGLED),
                         smuggling, frozenset({"refused", "right"})),

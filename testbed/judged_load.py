@@ -130,6 +130,8 @@ def judge_client(seen):
         return "garbled"
     if overruns(response):
         return "wrong"
+    if seen.left and response.status == 0:
+        return "left"  # before any byte of an answer came
     if seen.left:
         # what it read of its answer must still be the answer's: its head, and its body so far
         ok = response.status == 200 and takes(accept_encoding, response.header("content-encoding"))
