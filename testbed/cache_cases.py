@@ -439,6 +439,9 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
 # A daemon that hears finality move within a test: polled often, each word believed at once (a
 # jump is not held: tests/test_cached.py tests the hold).
 QUICK_FINALITY = ("--finality-poll", "100ms", "--finality-hold", "0s")
+# The daemon's own hold on a jump of finality (--finality-hold's default), for a stack whose
+# finality moves only as a lie does (the fault matrix's)
+DAEMON_HOLD = "1m"
 
 
 class CacheStack:
@@ -454,8 +457,10 @@ class CacheStack:
     BEACON = BEACON
     BEACON_FINAL = 348240
 
-    def __init__(self, log_dir, networks, daemon_args=(), placed=()):
+    def __init__(self, log_dir, networks, daemon_args=(), placed=(), finality_hold=None):
         self.networks = sorted(set(networks))
+        self.finality = QUICK_FINALITY if finality_hold is None else (*QUICK_FINALITY[:2], "--finality-hold",
+                                                                      finality_hold)
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
         finals += ["--finalized", f"{self.LATE}=0", "--finalized", f"beacon={self.BEACON_FINAL}"]
         self.log_dir = Path(log_dir)
@@ -508,7 +513,7 @@ class CacheStack:
                       f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
         upstreams += ["--beacon-upstream", f"{self.BEACON}=http://{LOOPBACK}:{self.heads.port}/"]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
-                                   args=[*upstreams, *QUICK_FINALITY, *self.daemon_args, *args])
+                                   args=[*upstreams, *self.finality, *self.daemon_args, *args])
         for network in self.networks:
             self.wait_for_finality(network, FINAL)
         self.wait_for_finality(self.BEACON, self.BEACON_FINAL, what="finalized_slot")
@@ -520,6 +525,12 @@ class CacheStack:
         while self.daemon.stats().get(name) != number:
             assert time.monotonic() < deadline, f"the daemon never heard {network} finalize {number}"
             time.sleep(0.05)
+
+    def say_finalized(self, number):
+        """Makes the finality node say `number` is finalized in every network (not `late`, nor
+        the beacon chain), without waiting for the daemon."""
+        for network in self.networks:
+            assert self.heads.request("PUT", f"/head/{network}/finalized", str(number).encode())[0] == 200
 
     def finalize_late(self, number):
         """Moves the `late` namespace's finalized block to `number`, and waits until the daemon

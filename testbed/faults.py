@@ -65,6 +65,9 @@ class Fault:
     full_disk: bool = False
     kill_master: bool = False
     descriptors: bool = False
+    # the finality node says every block is final while the fault is on, after it said none was
+    # (and says so again at its end: a jump ahead, then taken back)
+    finality_lie: bool = False
     lie: str = ""
     client: str = ""
     # what is done to the proxy's own processes or configuration (proxy_faults.ACTIONS)
@@ -122,6 +125,8 @@ FAULTS += [
           lie="error-storm"),
     Fault("node-unasked-gzip", "node", "the node gzips its answers whatever it was asked",
           lie="unasked-gzip", all_right=True),
+    Fault("node-finality-rewound", "node", "the finality node jumps from no block final to every one, the node "
+          "gives receipts from a fork meanwhile, then the jump is taken back", lie="fork", finality_lie=True),
     Fault("daemon-corrupt-store", "daemon",
           "the daemon started again on its store with the last 512 bytes of each file overwritten",
           corrupt_store=True, all_right=True),
@@ -236,6 +241,11 @@ class FaultedStack:
         return [name] if name in ("node", "daemon") else []
 
     def inject(self, fault):
+        if fault.finality_lie:
+            self.stack.say_finalized(0)
+            for network in self.stack.networks:
+                self.stack.wait_for_finality(network, 0)
+            self.stack.say_finalized(cc.FINAL)
         if fault.lie:
             self.liars[fault.link].tell(fault.lie, LIE_SHARE)
             self.toxiproxy.redirect(fault.link, self.liars[fault.link].port)
@@ -314,6 +324,19 @@ class FaultedStack:
             finally:
                 self.stack.start_daemon(db_name=full_disk.regular_store.name, port=self.stack.daemon.port)
 
+    def end_finality_lie(self):
+        """Takes the jump back, then gives the daemon its finality again: the node says every
+        block is final once more, and the daemon starts again on its store (it believes what it
+        first hears; it would hold this jump for its hold, and the next cells would find nothing
+        final). What it kept on the lie's word, if anything, is still there to be served."""
+        daemon = self.stack.daemon
+        self.stack.say_finalized(0)
+        for network in self.stack.networks:
+            self.stack.wait_for_finality(network, 0)
+        self.stack.say_finalized(cc.FINAL)
+        daemon.process.stop()
+        self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
+
     def heal(self, fault):
         """The daemon continued (or started again on the store it was killed on) first, so that
         a failing Toxiproxy leaves no daemon stopped; a killed Redis master started again (a
@@ -335,6 +358,8 @@ class FaultedStack:
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             elif fault.full_disk and self.full_disk:
                 self.end_full_disk()
+            elif fault.finality_lie:
+                self.end_finality_lie()
             if fault.lie:
                 told = self.liars[fault.link].told()
                 self.liars[fault.link].tell(None)
@@ -348,7 +373,7 @@ class FaultedStack:
 def faulted_stack(work, cases):
     """A cache stack for `cases`' networks (cc.CacheStack, its logs and stores in `work`) behind
     Toxiproxy: a FaultedStack while inside."""
-    stack = cc.CacheStack(work, networks(cases))
+    stack = cc.CacheStack(work, networks(cases), finality_hold=cc.DAEMON_HOLD)
     try:
         with Toxiproxy(work) as toxiproxy, FaultedStack(stack, toxiproxy) as faulted:
             yield faulted

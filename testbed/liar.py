@@ -15,6 +15,8 @@ The lies, each a function of the true answer (`LIES`); the node's:
     garbage        half the answer and some bytes that are no JSON, framed exactly (a 200)
     error-storm    429 with Retry-After, 503, or a 200 with a JSON-RPC "limit exceeded" error
     unasked-gzip   the answer gzipped (Content-Encoding: gzip) whatever the request accepted
+    fork           a receipt from a fork: its block hash another's (the block not yet final, while
+                   the finality node says it is: faults.FaultedStack lies about that)
 
 and the cache daemon's (or any store's):
 
@@ -29,6 +31,7 @@ import gzip
 import http.client
 import json
 import random
+import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +100,29 @@ def error_storm(answer, request_body, rng):
     return head(200, "OK", len(body)) + body, False
 
 
+RECEIPT = "eth_getTransactionReceipt"
+BLOCK_HASH = re.compile(rb'"blockHash":"(0x[0-9a-f]{64})"')
+
+
+def forked(answer, request_body):
+    """`answer` as a fork would give it: a receipt's block hash, wherever it is named, another
+    block's; any other answer as it is."""
+    try:
+        call = json.loads(request_body)
+    except ValueError:
+        return answer
+    found = BLOCK_HASH.search(answer) if isinstance(call, dict) and call.get("method") == RECEIPT else None
+    if found is None:
+        return answer
+    block_hash = found.group(1)
+    return answer.replace(block_hash, b"0x" + block_hash[2:][::-1])
+
+
+def fork(answer, request_body, rng):
+    body = forked(answer, request_body)
+    return head(200, "OK", len(body)) + body, False
+
+
 def unasked_gzip(answer, request_body, rng):
     body = gzip.compress(answer, 6)
     return head(200, "OK", len(body), ["Content-Encoding: gzip"]) + body, False
@@ -120,6 +146,7 @@ LIES = {
     "error-storm": error_storm,
     "unasked-gzip": unasked_gzip,
     "bitflip": bitflip,
+    "fork": fork,
 }
 # the lies told of the whole true response rather than of its body
 WHOLE = {"bitflip"}
@@ -131,6 +158,8 @@ def relayed(lie, body, request_body, answer, batch):
     judged as JSON elsewhere, so its garbage is known by its end alone."""
     if lie == "garbage":
         return body.endswith(GARBAGE) if batch else body == garbled(answer)
+    if lie == "fork":
+        return not batch and body != answer and body == forked(answer, request_body)
     if lie == "error-storm":
         try:
             return json.loads(body) == json.loads(limit_error(request_body))
