@@ -140,17 +140,20 @@ def main():
                 for seed, fault in enumerate(chosen):
                     if not faults.applies(fault, host):
                         continue
+                    if reason := faults.unavailable(fault):
+                        print(f"{host:13} {fault.name:26} skipped: {reason}", flush=True)
+                        continue
                     tally, recovered = faults.run_cell(faulted, proxy, fault, cases, args.seconds, seed)
                     cell = {"fault": fault.name, "what": fault.what, "host": host, "counts": dict(tally.counts),
                             "after": dict(tally.after), "client": dict(tally.client), "recovery_s": recovered,
-                            "wrong_examples": [repr(w) for w in tally.wrong],
+                            "wrong_examples": [repr(w) for w in tally.wrong], "notes": tally.notes,
                             "failures": faults.failures(fault, tally, recovered)}
                     if fault.link == "fleet":
                         cell["fleet"] = {name: faulted.fleet_counts[name] for name in FLEET_SHOWN}
                     cells.append(cell)
                     total, shares, wrong, recovery = cell_text(cell)
                     print(f"{host:13} {fault.name:26} {total:6} answers: {shares}; wrong {wrong}; "
-                          f"recovery {recovery}", flush=True)
+                          f"recovery {recovery}{''.join(f'; {note}' for note in tally.notes)}", flush=True)
             finally:
                 proxy.stop()
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": args.seconds,

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from testbed import bad_clients
 from testbed import cache_cases as cc
 from testbed import descriptors
+from testbed import memory_limit
 from testbed import fleet_cell
 from testbed import proxy_faults
 from testbed import wire
@@ -65,6 +66,8 @@ class Fault:
     full_disk: bool = False
     kill_master: bool = False
     descriptors: bool = False
+    # the daemon in a memory cgroup of its own, limited to what it uses plus a little (memory_limit)
+    memory_limit: bool = False
     # the finality node says every block is final while the fault is on, after it said none was
     # (and says so again at its end: a jump ahead, then taken back)
     finality_lie: bool = False
@@ -109,6 +112,9 @@ FAULTS = [
           daemon_signal=signal.SIGSTOP, all_right=True),
     Fault("daemon-out-of-descriptors", "daemon", "the daemon may open only a few more descriptors (EMFILE past "
           "them), then has its limit back", descriptors=True, all_right=True),
+    Fault("daemon-memory-limit", "daemon", "the daemon is held to 2 MiB more memory (a cgroup of its own): its page cache "
+          "reclaimed, its allocations slowed, killed by the cgroup as it outgrows it, then started again", memory_limit=True,
+          all_right=True),
     Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
           daemon_signal=signal.SIGKILL, all_right=True),
 ]
@@ -360,6 +366,9 @@ class FaultedStack:
                 self.end_full_disk()
             elif fault.finality_lie:
                 self.end_finality_lie()
+            elif fault.memory_limit and daemon.process.proc.poll() is not None:
+                # killed by its cgroup: started again on its store, as after a kill -9
+                self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             if fault.lie:
                 told = self.liars[fault.link].told()
                 self.liars[fault.link].tell(None)
@@ -403,6 +412,11 @@ def applies(fault, host):
     return proxy_faults.applies(fault.proxy, host)
 
 
+def unavailable(fault):
+    """Why this machine cannot put `fault` on, or None."""
+    return memory_limit.unavailable() if fault.memory_limit else None
+
+
 def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     """One cell: the tally under the fault (a node's on an empty cache) through `proxy` (a
     cache_cases.Proxy), then the recovery (seconds) once it is gone."""
@@ -417,9 +431,16 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
             stack.inject(fault)
             if fault.descriptors:
                 faulted.enter_context(descriptors.limited(*processes(stack, proxy, fault.link)))
+            if fault.memory_limit:
+                pressure = faulted.enter_context(memory_limit.limited(stack.stack.daemon.process.proc.pid))
             if fault.proxy:
                 faulted.enter_context(proxy_faults.faulting(proxy, fault.proxy, seconds))
             tally = load(proxy, cases, seconds, seed, lie=fault.lie, misbehaving=fault.client)
+            if fault.memory_limit:
+                met, killed = pressure()
+                if not met:
+                    raise RuntimeError("the daemon never met its memory limit: the cell tested nothing")
+                tally.notes.append(f"limit met {met:,} times, {killed} OOM kills")
         finally:
             stack.heal(fault)
     return tally, recovery(proxy, cases, tally)

@@ -204,6 +204,8 @@ class Tally:
     client: Counter = field(default_factory=Counter)  # what a misbehaving client saw
     # (kind, accept_encoding, status, headers) of the first answers that must never be
     wrong: list = field(default_factory=list)
+    # what the cell saw of its fault, in words (how often a memory limit was met)
+    notes: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, outcome, kind, accept_encoding, response, counts=None):
