@@ -328,10 +328,12 @@ class SlowConnection:
             self.closed = self.reset = True
 
     def seen(self):
-        if not self.closed and not self.received:
-            return Seen(wire.parse(b""), left=True)
+        """Left with nothing; or the proxy's answer, judged by its framing (a head cut short, or a
+        body the proxy had not finished, is cut)."""
+        if not self.received:
+            return Seen(wire.parse(b""), left=not self.closed)
         try:
-            return Seen(first_response(bytes(self.received), self.reset), left=not self.closed)
+            return Seen(first_response(bytes(self.received), self.reset))
         except (AssertionError, IndexError, ValueError):
             return Seen(garbled=True)
 

@@ -438,7 +438,12 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
 
 # A daemon that hears finality move within a test: polled often, each word believed at once (a
 # jump is not held: tests/test_cached.py tests the hold).
-QUICK_FINALITY = ("--finality-poll", "100ms", "--finality-hold", "0s")
+def finality_args(hold):
+    """A daemon's finality polled every 100 ms, each node held to what it said over `hold`."""
+    return ("--finality-poll", "100ms", "--finality-hold", hold)
+
+
+QUICK_FINALITY = finality_args("0s")
 # The daemon's own hold on a jump of finality (--finality-hold's default), for a stack whose
 # finality moves only as a lie does (the fault matrix's)
 DAEMON_HOLD = "1m"
@@ -459,8 +464,7 @@ class CacheStack:
 
     def __init__(self, log_dir, networks, daemon_args=(), placed=(), finality_hold=None):
         self.networks = sorted(set(networks))
-        self.finality = QUICK_FINALITY if finality_hold is None else (*QUICK_FINALITY[:2], "--finality-hold",
-                                                                      finality_hold)
+        self.finality = QUICK_FINALITY if finality_hold is None else finality_args(finality_hold)
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
         finals += ["--finalized", f"{self.LATE}=0", "--finalized", f"beacon={self.BEACON_FINAL}"]
         self.log_dir = Path(log_dir)

@@ -1,5 +1,5 @@
 """Descriptor exhaustion (EMFILE) for the fault matrix: a running process's RLIMIT_NOFILE lowered to
-the descriptors it holds, plus SLACK, for the length of a cell, then given back. What it holds
+the number of descriptors it holds, plus SLACK, for the length of a cell, then given back. What it holds
 stays open; each new socket or file past the limit fails with EMFILE ("Too many open files"), as
 on a host whose limit a load outgrew."""
 
@@ -13,14 +13,15 @@ EMFILE = "Too many open files"
 
 
 def held(pid):
-    """The descriptors `pid` holds, by its highest number (a new one takes the lowest free
-    number, and the limit bounds the number)."""
-    return max((int(fd.name) for fd in Path(f"/proc/{pid}/fd").iterdir()), default=-1) + 1
+    """How many descriptors `pid` holds. A new one takes the lowest free number, and the limit
+    bounds the number: under a limit of this count it may open as many as it holds above it (and
+    what it closes), however many gaps lie below its highest."""
+    return sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
 
 
 @contextlib.contextmanager
 def limited(pids, logs, slack=SLACK):
-    """Each of `pids` limited to what it holds plus `slack` while inside. A RuntimeError after, if
+    """Each of `pids` limited to the descriptors it holds plus `slack` while inside. A RuntimeError after, if
     none of `logs` (paths) grew a line saying EMFILE: the cell tested nothing."""
     given, logged = {}, {log: log.stat().st_size if log.exists() else 0 for log in logs}
     try:

@@ -68,8 +68,8 @@ class Fault:
     descriptors: bool = False
     # the daemon in a memory cgroup of its own, limited to what it uses plus a little (memory_limit)
     memory_limit: bool = False
-    # the finality node says every block is final while the fault is on, after it said none was
-    # (and says so again at its end: a jump ahead, then taken back)
+    # the finality node says every block is final while the fault is on, after it said none was:
+    # a jump ahead, which ends with the fault
     finality_lie: bool = False
     lie: str = ""
     client: str = ""
@@ -131,8 +131,8 @@ FAULTS += [
           lie="error-storm"),
     Fault("node-unasked-gzip", "node", "the node gzips its answers whatever it was asked",
           lie="unasked-gzip", all_right=True),
-    Fault("node-finality-rewound", "node", "the finality node jumps from no block final to every one, the node "
-          "gives receipts from a fork meanwhile, then the jump is taken back", lie="fork", finality_lie=True),
+    Fault("node-finality-lie", "node", "the finality node jumps from no block final to every one while the node "
+          "gives receipts from a fork, then the lie ends", lie="fork", finality_lie=True),
     Fault("daemon-corrupt-store", "daemon",
           "the daemon started again on its store with the last 512 bytes of each file overwritten",
           corrupt_store=True, all_right=True),
@@ -248,6 +248,7 @@ class FaultedStack:
 
     def inject(self, fault):
         if fault.finality_lie:
+            # nothing final, heard; then the lie: everything final
             self.stack.say_finalized(0)
             for network in self.stack.networks:
                 self.stack.wait_for_finality(network, 0)
@@ -331,14 +332,11 @@ class FaultedStack:
                 self.stack.start_daemon(db_name=full_disk.regular_store.name, port=self.stack.daemon.port)
 
     def end_finality_lie(self):
-        """Takes the jump back, then gives the daemon its finality again: the node says every
-        block is final once more, and the daemon starts again on its store (it believes what it
-        first hears; it would hold this jump for its hold, and the next cells would find nothing
-        final). What it kept on the lie's word, if anything, is still there to be served."""
+        """Ends the lie as the test bed's truth: every block final, as before the cell. The
+        daemon starts again on its store, since it believes what it first hears (it would hold
+        this move for its hold, and the next cells would find nothing final); what it kept on the
+        lie's word, if anything, is still there to be served."""
         daemon = self.stack.daemon
-        self.stack.say_finalized(0)
-        for network in self.stack.networks:
-            self.stack.wait_for_finality(network, 0)
         self.stack.say_finalized(cc.FINAL)
         daemon.process.stop()
         self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
@@ -420,12 +418,15 @@ def unavailable(fault):
 def run_cell(stack, proxy, fault, cases, seconds, seed=0):
     """One cell: the tally under the fault (a node's on an empty cache) through `proxy` (a
     cache_cases.Proxy), then the recovery (seconds) once it is gone."""
-    if fault.link == "node":
+    if fault.link == "node" or fault.memory_limit:
         # an empty cache, on the daemon's port (its link's far end): the node's faults then meet
-        # misses (and their herds) as well as answers the cache never keeps
+        # misses (and their herds) as well as answers the cache never keeps; a memory limit meets
+        # a daemon that keeps what it is sent, not one that answers from what it has
         stack.stack.fresh_daemon(port=stack.stack.daemon.port)
-    with contextlib.ExitStack() as faulted:
-        try:
+    try:
+        # what holds the processes (their limits, the proxy's own faults) lets go before the
+        # heal, which then finds the daemon as the cell left it (killed by its cgroup, say)
+        with contextlib.ExitStack() as faulted:
             if fault.link == "fleet":
                 stack.fleet = fleet_cell.FleetDaemon(stack, proxy, cases)
             stack.inject(fault)
@@ -441,8 +442,8 @@ def run_cell(stack, proxy, fault, cases, seconds, seed=0):
                 if not met:
                     raise RuntimeError("the daemon never met its memory limit: the cell tested nothing")
                 tally.notes.append(f"limit met {met:,} times, {killed} OOM kills")
-        finally:
-            stack.heal(fault)
+    finally:
+        stack.heal(fault)
     return tally, recovery(proxy, cases, tally)
 
 

@@ -101,7 +101,7 @@ def error_storm(answer, request_body, rng):
 
 
 RECEIPT = "eth_getTransactionReceipt"
-BLOCK_HASH = re.compile(rb'"blockHash":"(0x[0-9a-f]{64})"')
+BLOCK_HASH = re.compile(rb'"blockHash"\s*:\s*"(0x[0-9a-fA-F]{64})"')
 
 
 def forked(answer, request_body):
@@ -120,7 +120,7 @@ def forked(answer, request_body):
 
 def fork(answer, request_body, rng):
     body = forked(answer, request_body)
-    return head(200, "OK", len(body)) + body, False
+    return None if body == answer else (head(200, "OK", len(body)) + body, False)
 
 
 def unasked_gzip(answer, request_body, rng):
@@ -208,13 +208,16 @@ class LyingHandler(BaseHTTPRequestHandler):
         with self.lock:
             lie = self.lie if self.lie and status == 200 and self.rng.random() < self.share else None
             rng = random.Random(self.rng.random())
-            LyingHandler.told += lie is not None
         passed = [f"{name}: {value}" for name, value in headers if name.lower() not in NOT_RETURNED]
         wire = ("\r\n".join([f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(answer)}", *passed])
                 + "\r\n\r\n").encode() + answer
-        if lie is None:
+        # a lie with nothing to tell of this answer (a fork of no receipt) gives None
+        told = LIES[lie](wire if lie in WHOLE else answer, body, rng) if lie else None
+        if told is None:
             return self.send(wire, False)
-        return self.send(*LIES[lie](wire if lie in WHOLE else answer, body, rng))
+        with self.lock:
+            LyingHandler.told += 1
+        return self.send(*told)
 
     do_GET = do_PUT = do_DELETE = do_POST
 

@@ -20,10 +20,10 @@ def unavailable():
         return "making a memory cgroup needs root"
     if (V1 / "memory.limit_in_bytes").exists() or (V1 / "tasks").exists():
         return None if os.access(V1, os.W_OK) else f"{V1} is read-only"
-    controllers = CGROUPS / "cgroup.controllers"
-    if controllers.exists() and "memory" in controllers.read_text().split():
+    enabled = CGROUPS / "cgroup.subtree_control"
+    if enabled.exists() and "memory" in enabled.read_text().split():
         return None if os.access(CGROUPS, os.W_OK) else f"{CGROUPS} is read-only"
-    return "no cgroup memory controller (neither v1's hierarchy nor v2's controller)"
+    return "no memory controller for a cgroup of our own (v1's hierarchy, or v2's enabled below the root)"
 
 
 def current(pid):
@@ -53,16 +53,14 @@ def limited(pid, headroom=HEADROOM):
             # holds stays charged where it was, and the limit bounds what it takes from now on)
             with contextlib.suppress(OSError):
                 (cgroup / "memory.move_charge_at_immigrate").write_text("3")
-        else:
-            with contextlib.suppress(OSError):
-                (CGROUPS / "cgroup.subtree_control").write_text("+memory")
         (cgroup / "cgroup.procs").write_text(str(pid))
         try:
             usage = int((cgroup / ("memory.usage_in_bytes" if v1 else "memory.current")).read_text())
             (cgroup / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(usage + headroom))
             yield lambda: pressure(cgroup, v1)
         finally:
-            with contextlib.suppress(ProcessLookupError, OSError):
+            # back where it was, unless the cgroup killed it
+            with contextlib.suppress(ProcessLookupError):
                 (home / "cgroup.procs").write_text(str(pid))
     finally:
         with contextlib.suppress(OSError):

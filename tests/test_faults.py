@@ -26,7 +26,7 @@ SHORT = ("node-reset-before-headers", "node-cut-mid-body", "node-never-answers",
          "node-unasked-gzip", "daemon-cut", "daemon-sigstop", "daemon-corrupt-store", "daemon-bitflip",
          "daemon-full-disk", "fleet-hung", "client-pipelining", "client-deep-json", "client-long-header",
          "client-close-mid-body", "client-h2-reset", "client-smuggling", "daemon-out-of-descriptors",
-         "proxy-out-of-descriptors", "client-slowloris", "node-finality-rewound",
+         "proxy-out-of-descriptors", "client-slowloris", "node-finality-lie",
          "daemon-memory-limit")
 SECONDS = 3
 

@@ -144,7 +144,7 @@ impl Finality {
     /// Every source, as the metrics name it: its namespace, chain, place among the namespace's
     /// sources (from 1, as configured) and host (`host:port`: a path or a user may hold a key),
     /// and whether it has answered, with the seconds since it last did (or since the daemon
-    /// began asking). A source that stops answering keeps its last word, so what is final waits
+    /// began asking). A source that stops answering keeps its word, so what is final waits
     /// for it: this is where an operator sees why.
     pub fn sources(&self) -> impl Iterator<Item = SourceFigures<'_>> {
         let now_ms = self.started.elapsed().as_millis() as u64;
@@ -180,7 +180,7 @@ impl Finality {
     /// answer holds up no other. A node's word stands until it gives another: a lower one at
     /// once, so a node that lost its finality (a restart, a different backend) keeps answers out
     /// until it has it again, rather than being outvoted by what it said before; a higher one
-    /// once held (`Hold`). A node that does not answer keeps its last answer.
+    /// once held (`Hold`). A node that does not answer keeps its word.
     async fn poll_once(&self, timeout: Duration) {
         let sources = self.upstreams.iter().flat_map(|(key, sources)| sources.iter().map(move |source| (key, source)));
         join_all(sources.map(|((namespace, chain), source)| async move {

@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 
 pub struct Hold {
     hold_ms: u64,
-    /// The words that can still be the lowest of the window, (since when said, what), rising:
-    /// the first is the lowest, and was in force at the window's start.
+    /// The words that can still be the lowest of the window, rising, each with the time since
+    /// which the source has said no less: the first is the window's lowest.
     words: VecDeque<(u64, u64)>,
 }
 
@@ -28,13 +28,16 @@ impl Hold {
     /// The source said `said` at `now_ms` (from any fixed start, never going back): what it is
     /// now believed to call final.
     pub fn hear(&mut self, now_ms: u64, said: u64) -> u64 {
-        // a word above this later one can no longer be the window's lowest; one equal to it
-        // says since when the source has said it
-        while self.words.back().is_some_and(|&(_, word)| word > said) {
+        // A word above this later one can no longer be the window's lowest: since it was said,
+        // the source has said no less than this one, which takes its time. One equal to it
+        // already says since when.
+        let mut since = now_ms;
+        while let Some(&(at, _)) = self.words.back().filter(|&&(_, word)| word > said) {
+            since = at;
             self.words.pop_back();
         }
         if self.words.back().is_none_or(|&(_, word)| word < said) {
-            self.words.push_back((now_ms, said));
+            self.words.push_back((since, said));
         }
         // the first word stops counting once the next was said by the window's start (none
         // while the window reaches back past the first word ever heard)
@@ -71,6 +74,16 @@ mod tests {
         let mut no_hold = Hold::new(0);
         assert_eq!(no_hold.hear(0, 95), 95);
         assert_eq!(no_hold.hear(12_000, 100), 100, "without a hold, the last word");
+    }
+
+    #[test]
+    fn a_jump_partly_taken_back_counts_from_the_jump() {
+        let mut hold = Hold::new(60_000);
+        hold.hear(0, 100);
+        hold.hear(12_000, 1_100);
+        assert_eq!(hold.hear(24_000, 500), 100);
+        assert_eq!(hold.hear(71_000, 500), 100, "100 was said within the hold");
+        assert_eq!(hold.hear(72_000, 500), 500, "no less than 500 since the jump, a hold ago");
     }
 
     #[test]

@@ -18,6 +18,7 @@ fn scaled_or_zero(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u
     digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or(format!("{text:?}: not {expected}"))
 }
 
+/// As `scaled_or_zero`, refusing zero.
 fn scaled(text: &str, units: &[(&str, u64)], expected: &str) -> Result<u64, String> {
     match scaled_or_zero(text, units, expected)? {
         0 => Err(format!("{:?}: must be above zero", text.trim())),

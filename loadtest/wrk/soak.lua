@@ -30,7 +30,7 @@ local current, next_record
 local answered, carried, verifying = true, false, false
 right, wrong, failed, carried_right, first_wrong = 0, 0, 0, 0, ""
 -- the failures of the seconds before this one, "second:count," each, and this second's
-failed_seconds, failed_second, failed_in_second = "", 0, 0
+failed_before, this_second, failed_this_second = "", 0, 0
 
 function setup(thread)
   thread:set("offset", #threads)
@@ -93,13 +93,13 @@ end
 
 local function count_failed()
   local now = os.time()
-  if now ~= failed_second then
-    if failed_in_second > 0 then
-      failed_seconds = failed_seconds .. failed_second .. ":" .. failed_in_second .. ","
+  if now ~= this_second then
+    if failed_this_second > 0 then
+      failed_before = failed_before .. this_second .. ":" .. failed_this_second .. ","
     end
-    failed_second, failed_in_second = now, 0
+    this_second, failed_this_second = now, 0
   end
-  failed, failed_in_second = failed + 1, failed_in_second + 1
+  failed, failed_this_second = failed + 1, failed_this_second + 1
 end
 
 function response(status, headers, body)
@@ -133,9 +133,9 @@ function done(summary, latency, requests)
   for _, thread in ipairs(threads) do
     for name in pairs(totals) do totals[name] = totals[name] + thread:get(name) end
     if example == "" then example = thread:get("first_wrong") end
-    failed_at = failed_at .. thread:get("failed_seconds")
-    if thread:get("failed_in_second") > 0 then
-      failed_at = failed_at .. thread:get("failed_second") .. ":" .. thread:get("failed_in_second") .. ","
+    failed_at = failed_at .. thread:get("failed_before")
+    if thread:get("failed_this_second") > 0 then
+      failed_at = failed_at .. thread:get("this_second") .. ":" .. thread:get("failed_this_second") .. ","
     end
   end
   local e = summary.errors
