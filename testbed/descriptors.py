@@ -1,7 +1,7 @@
 """Descriptor exhaustion (EMFILE) for the fault matrix: a running process's RLIMIT_NOFILE lowered to
-the number of descriptors it holds, plus SLACK, for the length of a cell, then given back. What it holds
-stays open; each new socket or file past the limit fails with EMFILE ("Too many open files"), as
-on a host whose limit a load outgrew."""
+the number of descriptors it holds, plus SLACK, for the length of a cell, then given back. What it
+holds stays open; each new socket or file past the limit fails with EMFILE ("Too many open
+files"), as on a host whose limit a load outgrew."""
 
 import contextlib
 import resource
@@ -21,8 +21,9 @@ def held(pid):
 
 @contextlib.contextmanager
 def limited(pids, logs, slack=SLACK):
-    """Each of `pids` limited to the descriptors it holds plus `slack` while inside. A RuntimeError after, if
-    none of `logs` (paths) grew a line saying EMFILE: the cell tested nothing."""
+    """Each of `pids` limited to the descriptors it holds plus `slack` while inside. A
+    RuntimeError after, if none of `logs` (paths) grew a line saying EMFILE: the cell tested
+    nothing."""
     given, logged = {}, {log: log.stat().st_size if log.exists() else 0 for log in logs}
     try:
         for pid in pids:

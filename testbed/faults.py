@@ -24,8 +24,8 @@ from types import SimpleNamespace
 from testbed import bad_clients
 from testbed import cache_cases as cc
 from testbed import descriptors
-from testbed import memory_limit
 from testbed import fleet_cell
+from testbed import memory_limit
 from testbed import proxy_faults
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
@@ -52,8 +52,9 @@ class Fault:
     until SIGCONT; SIGKILL: dead until started again on its store), the daemon started again on
     its store with the store's files corrupt (`corrupt_store`), the daemon moved onto a small
     file system that is then filled (`full_disk`), the daemon's or the proxy's processes held to
-    the descriptors they have (`descriptors`, on the link "daemon" or "proxy"), or a `lie` (a name in liar.LIES) on LIE_SHARE
-    of the answers that come over the link; or a misbehaving `client` (a name in
+    the descriptors they have (`descriptors`, on the link "daemon" or "proxy"), the daemon held to
+    a memory limit (`memory_limit`), the finality node lying (`finality_lie`), or a `lie` (a name
+    in liar.LIES) on LIE_SHARE of the answers that come over the link; or a misbehaving `client` (a name in
     bad_clients.CLIENTS) beside the load's clients; or done to the proxy itself (`proxy`, an
     action of proxy_faults)."""
     name: str
@@ -112,9 +113,9 @@ FAULTS = [
           daemon_signal=signal.SIGSTOP, all_right=True),
     Fault("daemon-out-of-descriptors", "daemon", "the daemon may open only a few more descriptors (EMFILE past "
           "them), then has its limit back", descriptors=True, all_right=True),
-    Fault("daemon-memory-limit", "daemon", "the daemon is held to 2 MiB more memory (a cgroup of its own): its page cache "
-          "reclaimed, its allocations slowed, killed by the cgroup as it outgrows it, then started again", memory_limit=True,
-          all_right=True),
+    Fault("daemon-memory-limit", "daemon", "the daemon is held to 2 MiB more memory (a cgroup of its own): its "
+          "page cache reclaimed, its allocations slowed, killed by the cgroup as it outgrows it, then started again",
+          memory_limit=True, all_right=True),
     Fault("daemon-kill-9", "daemon", "the daemon is killed (SIGKILL), then started again on its store",
           daemon_signal=signal.SIGKILL, all_right=True),
 ]
@@ -357,16 +358,15 @@ class FaultedStack:
                     self.fleet_counts = fleet.stop()
             if fault.daemon_signal == signal.SIGSTOP:
                 daemon.process.proc.send_signal(signal.SIGCONT)
-            elif fault.daemon_signal == signal.SIGKILL:
+            elif fault.daemon_signal == signal.SIGKILL or (fault.memory_limit
+                                                           and daemon.process.proc.poll() is not None):
+                # killed, by the fault or by its cgroup: started again on its store
                 daemon.process.proc.wait()
                 self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             elif fault.full_disk and self.full_disk:
                 self.end_full_disk()
             elif fault.finality_lie:
                 self.end_finality_lie()
-            elif fault.memory_limit and daemon.process.proc.poll() is not None:
-                # killed by its cgroup: started again on its store, as after a kill -9
-                self.stack.start_daemon(db_name=daemon.db.name, port=daemon.port)
             if fault.lie:
                 told = self.liars[fault.link].told()
                 self.liars[fault.link].tell(None)
