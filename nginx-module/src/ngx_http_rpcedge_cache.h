@@ -93,6 +93,10 @@ typedef struct {
     rpcedge_header_t           *headers;
     size_t                      nheaders;
     ngx_http_rpcedge_cache_bytes_t  answer;
+    /* the daemon that answered a lookup, where it can be reached again
+     * without its location (0: not known) */
+    ngx_sockaddr_t              daemon;
+    socklen_t                   daemon_len;
     unsigned                    lookup:1;
     unsigned                    complete:1;
     unsigned                    too_large:1;
@@ -114,6 +118,10 @@ void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
 void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
 void ngx_http_rpcedge_cache_cleanup(void *data);
 void ngx_http_rpcedge_cache_stop_timer(void *data);
+
+/* ngx_http_rpcedge_cache_release.c */
+ngx_int_t ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
+    rpcedge_daemon_call_t *release);
 
 /* ngx_http_rpcedge_cache_filter.c */
 ngx_int_t ngx_http_rpcedge_cache_filter_init(ngx_conf_t *cf);

@@ -17,6 +17,8 @@
 #include "ngx_http_rpcedge_cache.h"
 
 
+static void ngx_http_rpcedge_cache_answered_by(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_call_t *call);
 static ngx_int_t ngx_http_rpcedge_cache_replace(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_chain_t *in);
 static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
@@ -25,6 +27,35 @@ static ngx_int_t ngx_http_rpcedge_cache_hold(ngx_pool_t *pool,
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+/* the daemon that answered a lookup: a key it let the request hold is
+ * released there should the request go away (the upstream forgets its peer
+ * once finalized) */
+
+static void
+ngx_http_rpcedge_cache_answered_by(ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_call_t *call)
+{
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (u == NULL || u->peer.sockaddr == NULL
+        || u->peer.socklen > sizeof(ngx_sockaddr_t))
+    {
+        return;
+    }
+
+#if (NGX_HTTP_SSL)
+    if (u->ssl) {
+        return;
+    }
+#endif
+
+    ngx_memcpy(&call->daemon, u->peer.sockaddr, u->peer.socklen);
+    call->daemon_len = u->peer.socklen;
+}
 
 
 static ngx_int_t
@@ -62,6 +93,8 @@ ngx_http_rpcedge_cache_header_filter(ngx_http_request_t *r)
             if (call->headers == NULL) {
                 call->status = 0;
             }
+
+            ngx_http_rpcedge_cache_answered_by(r, call);
         }
 
         length = r->headers_out.content_length_n;

@@ -18,7 +18,8 @@
  * concurrent miss of the same key waits, at most rpcedge_cache_lock_timeout,
  * for the answer the store hands over, and a holder with none to store
  * releases the key with one more background subrequest (a holder whose
- * client went away leaves that to the worker's next lookup). With
+ * client went away has the worker release it on a connection of its own).
+ * With
  * rpcedge_cache_hot, the daemon's hits are also kept in a shared memory
  * zone (the core's hot tier), which answers them again without the trip.
  * The filter sits just above postpone, so that it sees the daemon's answers
@@ -28,7 +29,8 @@
  * This file: the directives, their configuration and the variables. The
  * lookup (ngx_http_rpcedge_cache_lookup.c), the calls to the daemon and the
  * stores (ngx_http_rpcedge_cache_store.c), the filter over the answers
- * (ngx_http_rpcedge_cache_filter.c) and the hot tier
+ * (ngx_http_rpcedge_cache_filter.c), the release of a key whose request
+ * went away (ngx_http_rpcedge_cache_release.c) and the hot tier
  * (ngx_http_rpcedge_cache_hot.c) each have a file; what they share is in
  * ngx_http_rpcedge_cache.h.
  */

@@ -5,7 +5,8 @@
  * Once the node's answer has gone out, its stores are made one after the
  * other, each ended if it outlives its timeout; a key the request held
  * without an answer to store is released, and one held by a request that
- * went away without it is released by the worker's next lookup.
+ * went away without it is released at once by the worker
+ * (ngx_http_rpcedge_cache_release.c), or else by the worker's next lookup.
  */
 
 
@@ -331,8 +332,9 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
 }
 
 
-/* a key r held and can no longer release itself (it is being freed): kept
- * for the worker's next lookup to release */
+/* a key r held and can no longer release itself (it is being freed), nor
+ * could the worker release it at once: kept for the worker's next lookup to
+ * release */
 
 static void
 ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
@@ -436,7 +438,9 @@ ngx_http_rpcedge_cache_cleanup(void *data)
 
     ngx_http_rpcedge_cache_stop_timer(ctx);
 
-    if (ctx->cache && rpcedge_cache_release(ctx->cache, &release)) {
+    if (ctx->cache && rpcedge_cache_release(ctx->cache, &release)
+        && ngx_http_rpcedge_cache_release_now(ctx, &release) != NGX_OK)
+    {
         ngx_http_rpcedge_cache_orphan(ctx->request, &release);
     }
 
