@@ -9,14 +9,17 @@ faults.json), which RELIABILITY.md explains.
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from testbed import faults
 from testbed import judged_load
-from testbed.harness import REPO
+from testbed import provenance
+from testbed.cache_cases import CORE_LIB
+from testbed.envoy_harness import NATIVE, WASM
+from testbed.harness import CACHED_BIN, REPO
+from testbed.nginx_harness import MODULE
 
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
@@ -88,11 +91,17 @@ def matrix(cells):
     return lines
 
 
+def dirty_text(session):
+    """What the run measured beyond its commit: files that differed from it."""
+    dirty = session.get("provenance", {}).get("dirty")
+    return f" (**and changes not committed:** {', '.join(dirty)})" if dirty else ""
+
+
 def markdown(session, cells):
     lines = [
         "# The fault matrix",
         "",
-        f"{session['date']}; head {session['head']}; {session['seconds']} s of load per cell from "
+        f"{session['date']}; head {session['head']}{dirty_text(session)}; {session['seconds']} s of load per cell from "
         f"{judged_load.LOAD_THREADS} clients on fresh connections (the mix: blocks and receipts the cache keeps, "
         "calls at `latest` it passes, traces over max_buffer that stream, a batch; gzip, identity and "
         f"zstd clients); the node's timeout {faults.NODE_TIMEOUT_S} s in every host; recovery is the time "
@@ -129,6 +138,7 @@ def main():
     unknown = set(args.faults.split(",")) - {f.name for f in chosen} | set(hosts) - set(faults.HOSTS)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    started = provenance.now()
     cases = judged_load.mix_cases()
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
@@ -156,9 +166,11 @@ def main():
                           f"recovery {recovery}{''.join(f'; {note}' for note in tally.notes)}", flush=True)
             finally:
                 proxy.stop()
+    # the modules of hosts not run are hashed too: each is what `make faults` built
+    measured = [MODULE, WASM, NATIVE, CORE_LIB, CACHED_BIN]
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": args.seconds,
-               "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                      cwd=REPO).stdout.strip()}
+               "head": provenance.git("rev-parse", "--short", "HEAD"),
+               "provenance": provenance.of_run(started, measured)}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "faults.json").write_text(json.dumps({"session": session, "cells": cells}, indent=1) + "\n")
     (args.results / "faults.md").write_text(markdown(session, cells))
