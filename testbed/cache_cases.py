@@ -411,9 +411,11 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     node_timeout_s = options.pop("node_timeout_s", None)
     if node_timeout_s and not host.startswith("envoy"):
         options["extra"] = options.get("extra", "") + f"\n        proxy_read_timeout {node_timeout_s}s;"
+    # `cache_pass`: the shipped location rpcedge_cache_pass names, changed (a function of its text)
+    cache_pass = options.pop("cache_pass", lambda text: text)
     if host == "nginx":
         port = free_port()
-        (workdir / "rpcedge-cache.conf").write_text((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text())
+        (workdir / "rpcedge-cache.conf").write_text(cache_pass((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text()))
         nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
                             argv_prefix=argv_prefix, workers=workers)
         return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()], nginx=nginx)

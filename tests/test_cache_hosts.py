@@ -6,6 +6,7 @@ one goes from one to another."""
 
 import concurrent.futures
 import gzip
+import http.client
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from testbed import wire
 from testbed.cache_cases import start_proxy
 from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.nginx_harness import free_port
-from testbed.harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn
+from testbed.harness import LOOPBACK, REPO, SSZ_EXAMPLES, StandIn, one_request
 from testbed.toxiproxy import Toxiproxy
 
 # a store lands within this long of the answer's end (the issue's bound)
@@ -529,13 +530,8 @@ def test_a_holder_slower_than_the_lock_timeout_leaves_the_waiters_to_the_node(st
     assert node.requests >= 2
 
 
-def test_a_holder_whose_client_goes_away_releases_its_key_at_once(stand_in):
-    # the default lock timeout (5 s): a key left held would make every other client of the daemon
-    # wait for it. The next client comes through another proxy on the same daemon, so nothing on
-    # the holder's side asks for the key again.
-    node, proxy = stand_in(delays=[1.5, 0.0])
-    other = stand_in.beside(node)
-    block = case("block_by_hash")
+def leave_while_the_node_answers(proxy, node, block):
+    """A client asks `proxy` for `block` and goes away once its request has reached `node`."""
     body = block.body("gone")
     with socket.create_connection((LOOPBACK, proxy.port)) as gone:
         gone.sendall(b"POST %s HTTP/1.1\r\nHost: rpc\r\nContent-Type: application/json\r\n"
@@ -545,6 +541,16 @@ def test_a_holder_whose_client_goes_away_releases_its_key_at_once(stand_in):
             time.sleep(0.01)
         assert node.requests == 1, "the holder's request reached the node"
     time.sleep(0.2)
+
+
+def test_a_holder_whose_client_goes_away_releases_its_key_at_once(stand_in):
+    # the default lock timeout (5 s): a key left held would make every other client of the daemon
+    # wait for it. The next client comes through another proxy on the same daemon, so nothing on
+    # the holder's side asks for the key again.
+    node, proxy = stand_in(delays=[1.5, 0.0])
+    other = stand_in.beside(node)
+    block = case("block_by_hash")
+    leave_while_the_node_answers(proxy, node, block)
     started = time.monotonic()
     response = post(other.port, block, id_=7)
     waited = time.monotonic() - started
@@ -555,6 +561,68 @@ def test_a_holder_whose_client_goes_away_releases_its_key_at_once(stand_in):
         assert (node.requests, status(response)) in ((1, "COALESCED"), (1, "HIT"))
     else:
         assert node.requests == 2
+
+
+class PrefixedDaemon(StandIn):
+    """The daemon one hop away, under /cache-api/ (as behind a router); anything else is a 404
+    here, counted in `refused`."""
+
+    def __init__(self, daemon_port):
+        hop = self
+        self.refused = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                status, headers, answer = 404, [], b""
+                if self.path.startswith("/cache-api/"):
+                    sent = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "host")}
+                    status, headers, answer = one_request(http.client.HTTPConnection(LOOPBACK, daemon_port, timeout=30),
+                                                          self.command, self.path.removeprefix("/cache-api"), body, sent)
+                else:
+                    hop.refused += 1
+                self.send_response(status)
+                for name, value in headers.items() if headers else ():
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_GET = do_PUT = do_POST = do_DELETE = forward
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(Handler)
+
+
+@pytest.mark.parametrize("proxies", ["nginx"], indirect=True)
+def test_a_release_the_daemon_would_not_take_at_once_is_left_to_the_next_lookup(proxies, stack):
+    """nginx: the worker's own release goes to the daemon's own path, which a daemon one hop away
+    under a prefix refuses; the key is then released by the worker's next lookup, through the
+    location."""
+    hop = PrefixedDaemon(stack.daemon.port)
+    node = StandInNode(case("block_by_hash"), delays=[1.5, 0.0])
+    prefixed = lambda text: text.replace("rewrite ^/_rpcedge_cache(/.*)$ $1 break;",  # noqa: E731
+                                         "rewrite ^/_rpcedge_cache(/.*)$ /cache-api$1 break;")
+    try:
+        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=hop), cache_pass=prefixed)
+        block = case("block_by_hash")
+        leave_while_the_node_answers(proxy, node, block)
+        started = time.monotonic()
+        response = post(proxy.port, block, id_=7)
+        waited = time.monotonic() - started
+    finally:
+        node.stop()
+        hop.stop()
+    assert hop.refused >= 1, "the worker sent no release of its own"
+    assert (response.status, response.decoded()) == (200, block.answer(7))
+    assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
+    assert node.requests == 2
 
 
 @pytest.mark.parametrize("proxies", list(ENVOY_HOSTS), indirect=True)

@@ -115,13 +115,13 @@ ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
     ngx_uint_t lookup);
 void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
-void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
 void ngx_http_rpcedge_cache_cleanup(void *data);
 void ngx_http_rpcedge_cache_stop_timer(void *data);
 
 /* ngx_http_rpcedge_cache_release.c */
-ngx_int_t ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
+void ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_daemon_call_t *release);
+void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
 
 /* ngx_http_rpcedge_cache_filter.c */
 ngx_int_t ngx_http_rpcedge_cache_filter_init(ngx_conf_t *cf);

@@ -1,51 +1,220 @@
 
 /*
- * rpcedge cache: a key held by a request that went away, released at once.
+ * rpcedge cache: the key of a request that went away, released.
  *
- * nginx drops the subrequests of a request it terminates (its client left
- * while the node answered), so the request cannot release its key itself.
- * The worker sends the release on a connection of its own, with no request
- * behind it, to the daemon that answered the request's lookup; the answer is
- * read and dropped.  Where there is no such daemon address (the request went
- * before its lookup's answer, or the lookup went over TLS) the caller leaves
- * the key to the worker's next lookup.
+ * nginx ends a request whose client went away with its subrequests unrun,
+ * so such a request cannot release the key it held with one.  The worker
+ * sends the release at once on a connection of its own, with no request
+ * behind it, to the daemon that answered the request's lookup, at the
+ * daemon's own path (the location rpcedge_cache_pass names must pass paths
+ * on unchanged, as configs/nginx/rpcedge-cache.conf does).  Where it has no
+ * such address (the request went before its lookup's answer, or the lookup
+ * went over TLS), or the daemon does not take the release, the key is kept
+ * for the worker's next lookup to release with a subrequest.
  */
 
 
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_event.h>
-#include <ngx_event_connect.h>
 #include <ngx_http.h>
 
 #include "ngx_http_rpcedge_cache.h"
 
 
+/* a release, kept whole: a method, a path and the one header (the holder it
+ * names, its name static) */
 typedef struct {
+    ngx_http_core_srv_conf_t   *server;
+    ngx_str_t                   pass;
+    size_t                      method_len;
+    u_char                      method[16];
+    size_t                      path_len;
+    u_char                      path[128];
+    rpcedge_header_t            header;
+    u_char                      value[32];
+} ngx_http_rpcedge_cache_orphan_t;
+
+
+typedef struct {
+    ngx_http_rpcedge_cache_orphan_t  orphan;
     ngx_peer_connection_t       peer;
     ngx_sockaddr_t              sockaddr;
     ngx_str_t                   name;
     ngx_buf_t                  *request;
+    /* "HTTP/1.1 204", as much of it as has come */
+    u_char                      status[12];
+    size_t                      status_len;
     ngx_pool_t                 *pool;
-    /* to send the release, then again to have its answer */
-    ngx_msec_t                  timeout;
 } ngx_http_rpcedge_cache_release_t;
 
 
-static ngx_buf_t *ngx_http_rpcedge_cache_release_request(ngx_pool_t *pool,
+/* past this many, the daemon lets a key go at the lock's time */
+#define NGX_HTTP_RPCEDGE_CACHE_ORPHANS  16
+
+
+static ngx_int_t ngx_http_rpcedge_cache_orphan_init(
+    ngx_http_rpcedge_cache_orphan_t *orphan, ngx_http_request_t *r,
     rpcedge_daemon_call_t *release);
+static void ngx_http_rpcedge_cache_orphan_keep(
+    ngx_http_rpcedge_cache_orphan_t *orphan, ngx_log_t *log);
+static ngx_int_t ngx_http_rpcedge_cache_release_now(
+    ngx_http_rpcedge_cache_ctx_t *ctx, ngx_http_rpcedge_cache_orphan_t *orphan,
+    ngx_msec_t timeout);
+static ngx_buf_t *ngx_http_rpcedge_cache_release_request(ngx_pool_t *pool,
+    ngx_http_rpcedge_cache_orphan_t *orphan);
 static void ngx_http_rpcedge_cache_release_send(ngx_event_t *wev);
 static void ngx_http_rpcedge_cache_release_sent(ngx_event_t *wev);
 static void ngx_http_rpcedge_cache_release_read(ngx_event_t *rev);
-static void ngx_http_rpcedge_cache_release_timed_out(
-    ngx_http_rpcedge_cache_release_t *rel);
 static void ngx_http_rpcedge_cache_release_close(
-    ngx_http_rpcedge_cache_release_t *rel);
+    ngx_http_rpcedge_cache_release_t *rel, ngx_uint_t taken);
 
 
-ngx_int_t
-ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
+static ngx_http_rpcedge_cache_orphan_t
+    ngx_http_rpcedge_cache_orphans[NGX_HTTP_RPCEDGE_CACHE_ORPHANS];
+static ngx_uint_t  ngx_http_rpcedge_cache_norphans;
+
+
+/* a key the request held and can no longer release with a subrequest */
+
+void
+ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_daemon_call_t *release)
+{
+    ngx_log_t                        *log;
+    ngx_http_rpcedge_cache_orphan_t   orphan;
+
+    log = ctx->request->connection->log;
+
+    if (ngx_http_rpcedge_cache_orphan_init(&orphan, ctx->request, release)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, log, 0,
+                      "rpcedge cache: a held key is left to the daemon's "
+                      "lock time");
+        return;
+    }
+
+    if (ngx_http_rpcedge_cache_release_now(ctx, &orphan,
+                                           (ngx_msec_t) release->timeout_ms)
+        != NGX_OK)
+    {
+        ngx_http_rpcedge_cache_orphan_keep(&orphan, log);
+    }
+}
+
+
+/* the keys of ended requests that r can reach: those of its own server and
+ * rpcedge_cache_pass */
+
+void
+ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
+{
+    ngx_uint_t                        i, n;
+    rpcedge_daemon_call_t             release;
+    ngx_http_core_srv_conf_t         *server;
+    ngx_http_rpcedge_cache_conf_t    *conf;
+    ngx_http_rpcedge_cache_orphan_t  *orphan;
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+    server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    n = 0;
+
+    for (i = 0; i < ngx_http_rpcedge_cache_norphans; i++) {
+        orphan = &ngx_http_rpcedge_cache_orphans[i];
+
+        if (orphan->server != server
+            || orphan->pass.len != conf->pass.len
+            || ngx_strncmp(orphan->pass.data, conf->pass.data, conf->pass.len)
+               != 0)
+        {
+            ngx_http_rpcedge_cache_orphans[n++] = *orphan;
+            continue;
+        }
+
+        ngx_memzero(&release, sizeof(rpcedge_daemon_call_t));
+
+        release.method.data = orphan->method;
+        release.method.len = orphan->method_len;
+        release.path.data = orphan->path;
+        release.path.len = orphan->path_len;
+
+        if (orphan->header.name_len) {
+            release.headers = &orphan->header;
+            release.headers_len = 1;
+        }
+
+        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
+    }
+
+    ngx_http_rpcedge_cache_norphans = n;
+}
+
+
+/* the release copied out of the core's handle, which is freed after this */
+
+static ngx_int_t
+ngx_http_rpcedge_cache_orphan_init(ngx_http_rpcedge_cache_orphan_t *orphan,
+    ngx_http_request_t *r, rpcedge_daemon_call_t *release)
+{
+    ngx_http_rpcedge_cache_conf_t  *conf;
+
+    if (release->method.len > sizeof(orphan->method)
+        || release->path.len > sizeof(orphan->path)
+        || release->headers_len > 1
+        || (release->headers_len
+            && release->headers[0].value_len > sizeof(orphan->value))
+        || release->body.data)
+    {
+        return NGX_DECLINED;
+    }
+
+    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
+
+    ngx_memzero(orphan, sizeof(ngx_http_rpcedge_cache_orphan_t));
+
+    orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+    orphan->pass = conf->pass;
+    orphan->method_len = release->method.len;
+    ngx_memcpy(orphan->method, release->method.data, release->method.len);
+    orphan->path_len = release->path.len;
+    ngx_memcpy(orphan->path, release->path.data, release->path.len);
+
+    if (release->headers_len) {
+        orphan->header = release->headers[0];
+        orphan->header.value = orphan->value;
+        ngx_memcpy(orphan->value, release->headers[0].value,
+                   release->headers[0].value_len);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_cache_orphan_keep(ngx_http_rpcedge_cache_orphan_t *orphan,
+    ngx_log_t *log)
+{
+    ngx_http_rpcedge_cache_orphan_t  *kept;
+
+    if (ngx_http_rpcedge_cache_norphans == NGX_HTTP_RPCEDGE_CACHE_ORPHANS) {
+        ngx_log_error(NGX_LOG_INFO, log, 0,
+                      "rpcedge cache: a held key is left to the daemon's "
+                      "lock time");
+        return;
+    }
+
+    kept = &ngx_http_rpcedge_cache_orphans[ngx_http_rpcedge_cache_norphans++];
+
+    *kept = *orphan;
+    kept->header.value = kept->value;
+}
+
+
+static ngx_int_t
+ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
+    ngx_http_rpcedge_cache_orphan_t *orphan, ngx_msec_t timeout)
 {
     ngx_int_t                          rc;
     ngx_pool_t                        *pool;
@@ -55,9 +224,12 @@ ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
 
     /* the daemon that answered the lookup: the one that holds the key */
 
-    call = ctx->call ? ngx_http_get_module_ctx(ctx->call,
-                                               ngx_http_rpcedge_cache_module)
-                     : NULL;
+    call = NULL;
+
+    if (ctx->call) {
+        call = ngx_http_get_module_ctx(ctx->call,
+                                       ngx_http_rpcedge_cache_module);
+    }
 
     if (call == NULL || call->daemon_len == 0) {
         return NGX_DECLINED;
@@ -74,10 +246,9 @@ ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
     }
 
     rel->pool = pool;
+    rel->orphan = *orphan;
 
-    /* the call's bytes live in the core's handle, freed after this */
-
-    rel->request = ngx_http_rpcedge_cache_release_request(pool, release);
+    rel->request = ngx_http_rpcedge_cache_release_request(pool, orphan);
     if (rel->request == NULL) {
         goto failed;
     }
@@ -101,11 +272,9 @@ ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
 
     rc = ngx_event_connect_peer(&rel->peer);
 
-    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
-        if (rel->peer.connection) {
-            ngx_close_connection(rel->peer.connection);
-        }
+    /* it closes a connection it could not make */
 
+    if (rc != NGX_OK && rc != NGX_AGAIN) {
         goto failed;
     }
 
@@ -115,10 +284,10 @@ ngx_http_rpcedge_cache_release_now(ngx_http_rpcedge_cache_ctx_t *ctx,
     c->write->handler = ngx_http_rpcedge_cache_release_send;
     c->read->handler = ngx_http_rpcedge_cache_release_read;
 
-    rel->timeout = release->timeout_ms ? (ngx_msec_t) release->timeout_ms
-                                       : 1000;
+    /* one bound on the whole exchange, the core's for the release; the
+     * connection closed in time is how it ends */
 
-    ngx_add_timer(c->write, rel->timeout);
+    ngx_add_timer(c->read, timeout);
 
     if (rc == NGX_OK) {
         ngx_http_rpcedge_cache_release_send(c->write);
@@ -134,29 +303,25 @@ failed:
 }
 
 
-/* the call as HTTP/1.1 on a connection that ends with its answer */
+/* the release as HTTP/1.1 on a connection that ends with its answer */
 
 static ngx_buf_t *
 ngx_http_rpcedge_cache_release_request(ngx_pool_t *pool,
-    rpcedge_daemon_call_t *release)
+    ngx_http_rpcedge_cache_orphan_t *orphan)
 {
-    size_t      len, i;
+    size_t      len;
     ngx_buf_t  *b;
 
     static u_char  tail[] = " HTTP/1.1" CRLF
                             "Host: rpcedge-cached" CRLF
                             "Connection: close" CRLF;
 
-    if (release->body.data != NULL) {
-        return NULL;
-    }
-
-    len = release->method.len + 1 + release->path.len + sizeof(tail) - 1
+    len = orphan->method_len + 1 + orphan->path_len + sizeof(tail) - 1
           + sizeof(CRLF) - 1;
 
-    for (i = 0; i < release->headers_len; i++) {
-        len += release->headers[i].name_len + sizeof(": ") - 1
-               + release->headers[i].value_len + sizeof(CRLF) - 1;
+    if (orphan->header.name_len) {
+        len += orphan->header.name_len + sizeof(": ") - 1
+               + orphan->header.value_len + sizeof(CRLF) - 1;
     }
 
     b = ngx_create_temp_buf(pool, len);
@@ -164,18 +329,17 @@ ngx_http_rpcedge_cache_release_request(ngx_pool_t *pool,
         return NULL;
     }
 
-    b->last = ngx_cpymem(b->last, release->method.data, release->method.len);
+    b->last = ngx_cpymem(b->last, orphan->method, orphan->method_len);
     *b->last++ = ' ';
-    b->last = ngx_cpymem(b->last, release->path.data, release->path.len);
+    b->last = ngx_cpymem(b->last, orphan->path, orphan->path_len);
     b->last = ngx_cpymem(b->last, tail, sizeof(tail) - 1);
 
-    for (i = 0; i < release->headers_len; i++) {
-        b->last = ngx_cpymem(b->last, release->headers[i].name,
-                             release->headers[i].name_len);
+    if (orphan->header.name_len) {
+        b->last = ngx_cpymem(b->last, orphan->header.name,
+                             orphan->header.name_len);
         *b->last++ = ':';
         *b->last++ = ' ';
-        b->last = ngx_cpymem(b->last, release->headers[i].value,
-                             release->headers[i].value_len);
+        b->last = ngx_cpymem(b->last, orphan->value, orphan->header.value_len);
         *b->last++ = CR;
         *b->last++ = LF;
     }
@@ -199,8 +363,10 @@ ngx_http_rpcedge_cache_release_send(ngx_event_t *wev)
     rel = c->data;
     b = rel->request;
 
-    if (wev->timedout) {
-        ngx_http_rpcedge_cache_release_timed_out(rel);
+    /* a worker shutting down closes what it still has */
+
+    if (c->close) {
+        ngx_http_rpcedge_cache_release_close(rel, 1);
         return;
     }
 
@@ -209,32 +375,29 @@ ngx_http_rpcedge_cache_release_send(ngx_event_t *wev)
 
         if (n == NGX_AGAIN) {
             if (ngx_handle_write_event(wev, 0) != NGX_OK) {
-                ngx_http_rpcedge_cache_release_close(rel);
+                ngx_http_rpcedge_cache_release_close(rel, 0);
             }
 
             return;
         }
 
         if (n == NGX_ERROR) {
-            ngx_http_rpcedge_cache_release_close(rel);
+            ngx_http_rpcedge_cache_release_close(rel, 0);
             return;
         }
 
         b->pos += n;
     }
 
-    /* sent: the daemon answers and closes */
-
-    if (wev->timer_set) {
-        ngx_del_timer(wev);
-    }
+    /* sent: the daemon answers and closes; a level-triggered write event is
+     * let go of */
 
     wev->handler = ngx_http_rpcedge_cache_release_sent;
 
-    ngx_add_timer(c->read, rel->timeout);
-
-    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-        ngx_http_rpcedge_cache_release_close(rel);
+    if (ngx_handle_write_event(wev, 0) != NGX_OK
+        || ngx_handle_read_event(c->read, 0) != NGX_OK)
+    {
+        ngx_http_rpcedge_cache_release_close(rel, 0);
         return;
     }
 
@@ -252,12 +415,14 @@ ngx_http_rpcedge_cache_release_sent(ngx_event_t *wev)
 }
 
 
-/* the answer is not needed: read to the daemon's close */
+/* the answer's status line says whether the daemon took it; the rest is read
+ * to the daemon's close */
 
 static void
 ngx_http_rpcedge_cache_release_read(ngx_event_t *rev)
 {
     u_char                             buf[512];
+    size_t                             copy;
     ssize_t                            n;
     ngx_connection_t                  *c;
     ngx_http_rpcedge_cache_release_t  *rel;
@@ -265,8 +430,16 @@ ngx_http_rpcedge_cache_release_read(ngx_event_t *rev)
     c = rev->data;
     rel = c->data;
 
+    if (c->close) {
+        ngx_http_rpcedge_cache_release_close(rel, 1);
+        return;
+    }
+
     if (rev->timedout) {
-        ngx_http_rpcedge_cache_release_timed_out(rel);
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "rpcedge cache: the daemon %V did not answer a release "
+                      "in time", &rel->name);
+        ngx_http_rpcedge_cache_release_close(rel, 0);
         return;
     }
 
@@ -275,35 +448,40 @@ ngx_http_rpcedge_cache_release_read(ngx_event_t *rev)
 
         if (n == NGX_AGAIN) {
             if (ngx_handle_read_event(rev, 0) != NGX_OK) {
-                ngx_http_rpcedge_cache_release_close(rel);
+                ngx_http_rpcedge_cache_release_close(rel, 0);
             }
 
             return;
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            ngx_http_rpcedge_cache_release_close(rel);
+            /* "HTTP/1.1 2xx" */
+            ngx_http_rpcedge_cache_release_close(rel,
+                rel->status_len == sizeof(rel->status)
+                && ngx_strncmp(rel->status, "HTTP/1.", 7) == 0
+                && rel->status[9] == '2');
             return;
         }
+
+        copy = ngx_min((size_t) n, sizeof(rel->status) - rel->status_len);
+        rel->status_len += copy;
+        ngx_memcpy(rel->status + rel->status_len - copy, buf, copy);
     }
 }
 
 
-static void
-ngx_http_rpcedge_cache_release_timed_out(ngx_http_rpcedge_cache_release_t *rel)
-{
-    ngx_log_error(NGX_LOG_INFO, rel->peer.connection->log, NGX_ETIMEDOUT,
-                  "rpcedge cache: the daemon %V did not take a release in "
-                  "time: it lets the key go at the lock's time", &rel->name);
-
-    ngx_http_rpcedge_cache_release_close(rel);
-}
-
+/* a release the daemon did not take is left to the worker's next lookup */
 
 static void
-ngx_http_rpcedge_cache_release_close(ngx_http_rpcedge_cache_release_t *rel)
+ngx_http_rpcedge_cache_release_close(ngx_http_rpcedge_cache_release_t *rel,
+    ngx_uint_t taken)
 {
     ngx_pool_t  *pool;
+
+    if (!taken) {
+        ngx_http_rpcedge_cache_orphan_keep(&rel->orphan,
+                                           rel->peer.connection->log);
+    }
 
     pool = rel->pool;
 

@@ -4,9 +4,8 @@
  * headers, body) made as a background subrequest to rpcedge_cache_pass.
  * Once the node's answer has gone out, its stores are made one after the
  * other, each ended if it outlives its timeout; a key the request held
- * without an answer to store is released, and one held by a request that
- * went away without it is released at once by the worker
- * (ngx_http_rpcedge_cache_release.c), or else by the worker's next lookup.
+ * without an answer to store is released (that of a request that went away,
+ * by ngx_http_rpcedge_cache_release.c).
  */
 
 
@@ -15,28 +14,6 @@
 #include <ngx_http.h>
 
 #include "ngx_http_rpcedge_cache.h"
-
-
-/*
- * a key held by a request that ended without its answer (its client went
- * away: nginx drops the subrequests of a request it terminates), released
- * by this worker's next lookup through the same server and daemon
- */
-typedef struct {
-    ngx_http_core_srv_conf_t   *server;
-    ngx_str_t                   pass;
-    size_t                      method_len;
-    u_char                      method[16];
-    size_t                      path_len;
-    u_char                      path[128];
-    /* the release's one header (the holder it names), its name static */
-    rpcedge_header_t            header;
-    u_char                      value[32];
-} ngx_http_rpcedge_cache_orphan_t;
-
-
-/* past this many, the daemon lets a key go at the lock's time */
-#define NGX_HTTP_RPCEDGE_CACHE_ORPHANS  16
 
 
 static void ngx_http_rpcedge_cache_store_timed_out(ngx_event_t *ev);
@@ -48,13 +25,6 @@ static ngx_int_t ngx_http_rpcedge_cache_stored(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
     rpcedge_str_t body);
-static void ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
-    rpcedge_daemon_call_t *release);
-
-
-static ngx_http_rpcedge_cache_orphan_t
-    ngx_http_rpcedge_cache_orphans[NGX_HTTP_RPCEDGE_CACHE_ORPHANS];
-static ngx_uint_t  ngx_http_rpcedge_cache_norphans;
 
 
 static void
@@ -324,108 +294,17 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
 
     /* a key held without an answer to store: released, so that the requests
      * waiting for it go to the node themselves; the answer is not waited
-     * for (the daemon drops a held key at the lock's time anyway) */
+     * for (the daemon drops a held key at the lock's time anyway). A request
+     * whose client is gone is ended with its subrequests unrun. */
 
     if (rpcedge_cache_release(ctx->cache, &release)) {
-        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
-    }
-}
+        if (rc == NGX_ERROR || r->connection->error) {
+            ngx_http_rpcedge_cache_let_go(ctx, &release);
 
-
-/* a key r held and can no longer release itself (it is being freed), nor
- * could the worker release it at once: kept for the worker's next lookup to
- * release */
-
-static void
-ngx_http_rpcedge_cache_orphan(ngx_http_request_t *r,
-    rpcedge_daemon_call_t *release)
-{
-    ngx_http_rpcedge_cache_conf_t    *conf;
-    ngx_http_rpcedge_cache_orphan_t  *orphan;
-
-    /* an orphan keeps a method, a path and a header, all a release has */
-
-    if (ngx_http_rpcedge_cache_norphans == NGX_HTTP_RPCEDGE_CACHE_ORPHANS
-        || release->method.len > sizeof(orphan->method)
-        || release->path.len > sizeof(orphan->path)
-        || release->headers_len > 1
-        || (release->headers_len
-            && release->headers[0].value_len > sizeof(orphan->value))
-        || release->body.data)
-    {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "rpcedge cache: a held key is left to the daemon's "
-                      "lock time");
-        return;
-    }
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
-
-    orphan = &ngx_http_rpcedge_cache_orphans[ngx_http_rpcedge_cache_norphans++];
-
-    orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
-    orphan->pass = conf->pass;
-    orphan->method_len = release->method.len;
-    ngx_memcpy(orphan->method, release->method.data, release->method.len);
-    orphan->path_len = release->path.len;
-    ngx_memcpy(orphan->path, release->path.data, release->path.len);
-
-    ngx_memzero(&orphan->header, sizeof(rpcedge_header_t));
-
-    if (release->headers_len) {
-        orphan->header = release->headers[0];
-        orphan->header.value = orphan->value;
-        ngx_memcpy(orphan->value, release->headers[0].value,
-                   release->headers[0].value_len);
-    }
-}
-
-
-/* the keys of ended requests that r can reach: those of its own server and
- * rpcedge_cache_pass */
-
-void
-ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
-{
-    ngx_uint_t                        i, n;
-    rpcedge_daemon_call_t             release;
-    ngx_http_core_srv_conf_t         *server;
-    ngx_http_rpcedge_cache_conf_t    *conf;
-    ngx_http_rpcedge_cache_orphan_t  *orphan;
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
-    server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
-
-    n = 0;
-
-    for (i = 0; i < ngx_http_rpcedge_cache_norphans; i++) {
-        orphan = &ngx_http_rpcedge_cache_orphans[i];
-
-        if (orphan->server != server
-            || orphan->pass.len != conf->pass.len
-            || ngx_strncmp(orphan->pass.data, conf->pass.data, conf->pass.len)
-               != 0)
-        {
-            ngx_http_rpcedge_cache_orphans[n++] = *orphan;
-            continue;
+        } else {
+            (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
         }
-
-        ngx_memzero(&release, sizeof(rpcedge_daemon_call_t));
-
-        release.method.data = orphan->method;
-        release.method.len = orphan->method_len;
-        release.path.data = orphan->path;
-        release.path.len = orphan->path_len;
-
-        if (orphan->header.name_len) {
-            release.headers = &orphan->header;
-            release.headers_len = 1;
-        }
-
-        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
     }
-
-    ngx_http_rpcedge_cache_norphans = n;
 }
 
 
@@ -438,10 +317,8 @@ ngx_http_rpcedge_cache_cleanup(void *data)
 
     ngx_http_rpcedge_cache_stop_timer(ctx);
 
-    if (ctx->cache && rpcedge_cache_release(ctx->cache, &release)
-        && ngx_http_rpcedge_cache_release_now(ctx, &release) != NGX_OK)
-    {
-        ngx_http_rpcedge_cache_orphan(ctx->request, &release);
+    if (ctx->cache && rpcedge_cache_release(ctx->cache, &release)) {
+        ngx_http_rpcedge_cache_let_go(ctx, &release);
     }
 
     rpcedge_cache_free(ctx->cache);
