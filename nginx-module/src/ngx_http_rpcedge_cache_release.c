@@ -23,7 +23,7 @@
 
 
 /* a release, kept whole: a method, a path and the one header (the holder it
- * names, its name static) */
+ * names: its name static, its value in `value`) */
 typedef struct {
     ngx_http_core_srv_conf_t   *server;
     ngx_str_t                   pass;
@@ -95,9 +95,12 @@ ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
         return;
     }
 
-    if (ngx_http_rpcedge_cache_release_now(ctx, &orphan,
-                                           (ngx_msec_t) release->timeout_ms)
-        != NGX_OK)
+    /* a worker shutting down (closing its connections) opens none */
+
+    if (ctx->request->connection->close
+        || ngx_http_rpcedge_cache_release_now(ctx, &orphan,
+                                              (ngx_msec_t) release->timeout_ms)
+           != NGX_OK)
     {
         ngx_http_rpcedge_cache_orphan_keep(&orphan, log);
     }
@@ -111,6 +114,7 @@ void
 ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
 {
     ngx_uint_t                        i, n;
+    rpcedge_header_t                  header;
     rpcedge_daemon_call_t             release;
     ngx_http_core_srv_conf_t         *server;
     ngx_http_rpcedge_cache_conf_t    *conf;
@@ -140,8 +144,13 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
         release.path.data = orphan->path;
         release.path.len = orphan->path_len;
 
-        if (orphan->header.name_len) {
-            release.headers = &orphan->header;
+        /* the value is the orphan's own, wherever the orphan was copied */
+
+        header = orphan->header;
+        header.value = orphan->value;
+
+        if (header.name_len) {
+            release.headers = &header;
             release.headers_len = 1;
         }
 
@@ -181,9 +190,12 @@ ngx_http_rpcedge_cache_orphan_init(ngx_http_rpcedge_cache_orphan_t *orphan,
     orphan->path_len = release->path.len;
     ngx_memcpy(orphan->path, release->path.data, release->path.len);
 
+    /* the header's value is copied into the orphan: its own pointer is not
+     * used */
+
     if (release->headers_len) {
         orphan->header = release->headers[0];
-        orphan->header.value = orphan->value;
+        orphan->header.value = NULL;
         ngx_memcpy(orphan->value, release->headers[0].value,
                    release->headers[0].value_len);
     }
@@ -208,7 +220,6 @@ ngx_http_rpcedge_cache_orphan_keep(ngx_http_rpcedge_cache_orphan_t *orphan,
     kept = &ngx_http_rpcedge_cache_orphans[ngx_http_rpcedge_cache_norphans++];
 
     *kept = *orphan;
-    kept->header.value = kept->value;
 }
 
 

@@ -278,12 +278,17 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc)
 {
     size_t                 n;
+    ngx_uint_t             gone;
     rpcedge_count_t        counts[RPCEDGE_COUNTS_MAX];
     rpcedge_daemon_call_t  release;
 
     ctx->ended = 1;
 
-    if (ctx->holding && rc != NGX_ERROR) {
+    /* nginx ends a request whose client is gone with its subrequests unrun */
+
+    gone = (rc == NGX_ERROR || r->connection->error);
+
+    if (ctx->holding && !gone) {
         ctx->holding = 0;
         ngx_http_rpcedge_cache_store(r, ctx);
     }
@@ -294,11 +299,10 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
 
     /* a key held without an answer to store: released, so that the requests
      * waiting for it go to the node themselves; the answer is not waited
-     * for (the daemon drops a held key at the lock's time anyway). A request
-     * whose client is gone is ended with its subrequests unrun. */
+     * for (the daemon drops a held key at the lock's time anyway) */
 
     if (rpcedge_cache_release(ctx->cache, &release)) {
-        if (rc == NGX_ERROR || r->connection->error) {
+        if (gone) {
             ngx_http_rpcedge_cache_let_go(ctx, &release);
 
         } else {
