@@ -109,10 +109,12 @@ extern ngx_module_t  ngx_http_rpcedge_cache_module;
 /* ngx_http_rpcedge_cache_lookup.c */
 ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
 
-/* ngx_http_rpcedge_cache_store.c */
+/* ngx_http_rpcedge_cache_call.c */
 ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
     rpcedge_daemon_call_t *dc, ngx_http_post_subrequest_t *ps,
     ngx_uint_t lookup);
+
+/* ngx_http_rpcedge_cache_store.c */
 void ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
     ngx_http_rpcedge_cache_ctx_t *ctx, ngx_int_t rc);
 void ngx_http_rpcedge_cache_cleanup(void *data);

@@ -27,8 +27,9 @@
  * compresses it.
  *
  * This file: the directives, their configuration and the variables. The
- * lookup (ngx_http_rpcedge_cache_lookup.c), the calls to the daemon and the
- * stores (ngx_http_rpcedge_cache_store.c), the filter over the answers
+ * lookup (ngx_http_rpcedge_cache_lookup.c), a call to the daemon
+ * (ngx_http_rpcedge_cache_call.c), the stores
+ * (ngx_http_rpcedge_cache_store.c), the filter over the answers
  * (ngx_http_rpcedge_cache_filter.c), the release of a key whose request
  * went away (ngx_http_rpcedge_cache_release.c) and the hot tier
  * (ngx_http_rpcedge_cache_hot.c) each have a file; what they share is in
