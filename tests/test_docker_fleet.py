@@ -100,12 +100,19 @@ def test_an_answer_through_host_a_is_a_hit_through_host_b_without_its_node(fleet
             time.sleep(0.2)
         for proxy, port in HOST_B.items():
             answer = ask(port, case, 31)
-            assert answer.header("x-rpcedge-cache") == "HIT", (proxy, answer.header("x-rpcedge-cache"))
+            # a miss here failed CI once on a loaded machine, and passed alone and beside two busy
+            # loops: what B's daemon saw of the fleet says whether it timed out (20 ms) or found none
+            status = answer.header("x-rpcedge-cache")
+            assert status == "HIT", (proxy, status, fleet_counters("cached-b"))
             assert answer.decoded() == case.answer(31), proxy
             assert answer.header("x-replay-recording") == first.header("x-replay-recording")
     # host B's daemon had none of them: the first of each came from the fleet, the second was its own
     counters = daemon_counters("cached-b")
     assert (counters["rpcedge_cached_fleet_hits_total"], counters["rpcedge_cached_hits_total"]) == ("3", "3")
+
+
+def fleet_counters(service):
+    return {name: value for name, value in daemon_counters(service).items() if "fleet" in name}
 
 
 def daemon_counters(service):
