@@ -6,7 +6,9 @@ and the same corpus always gives the same sample:
   rpc/      per method and network, the smallest recording with a real (not placeholder) answer;
             per method of the load test's mix, the smallest recordings it can use; per load-test
             size bucket (testbed/scenarios.py), the smallest recordings with an
-            answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; of the
+            answer in it; the smallest bzip2 tarballs holding a trace answer over 1 MiB; the
+            smallest block by hash of 64 KiB or more (the daemon keeps such an answer plain
+            beside its stream: tests/test_cache_hosts.py's big-answer test); of the
             witnesses whose headers are JSON objects (geth's form) and whose call no other
             recording makes, the smallest of the latest fork (most header fields); and the
             recordings that the README's examples ask for. index.jsonl keeps their rows.
@@ -37,6 +39,7 @@ PER_MIX_METHOD = 3  # recordings per method of the load test's mix
 PER_BUCKET = 6  # recordings per load-test size bucket, each a file of at most:
 BUCKET_FILE_MAX = 512 * 1024  # (the big answers come as bzip2 tarballs, which fit)
 BIG_TRACES = 4  # tarballs holding a trace answer over 1 MiB
+BIG_BLOCK = 64 * 1024  # the smallest answer the cache daemon keeps plain beside its stream
 # Recordings that the README and `make run`'s banner ask for.
 EXAMPLES = ["eth_getBlockByNumber/erigon-rpc-tests__mainnet__test_04.json"]
 WITNESS = "witness/ethrex-replay/cache_hoodi_1265656.json"
@@ -69,6 +72,9 @@ def rpc_choice(rows, *also):
     big_traces = [row for row in by_size if row["format"].endswith("tar.bz2") and "trace" in row["method"].lower()
                   and max(pair["resp_bytes"] for pair in real_pairs(row)) > MiB]
     picked.update(row["path"] for row in big_traces[:BIG_TRACES])
+    big_blocks = [row for row in by_size if row["method"] == "eth_getBlockByHash" and any(
+        not (pair["error"] or pair["batch"]) and pair["resp_bytes"] >= BIG_BLOCK for pair in real_pairs(row))]
+    picked.update(row["path"] for row in big_blocks[:1])
     picked.update(EXAMPLES)
     picked.update(also)
     return [row for row in rows if row["path"] in picked]
