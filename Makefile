@@ -151,7 +151,8 @@ test-rust: build
 
 # TEST_WORKERS pytest-xdist workers, each taking whole modules (tests/conftest.py): most tests wait
 # on their processes more than they compute. The slowest tests are listed at the end: where CI's
-# time goes; so is every skip, with its reason (-rs), so that a tier that did not run shows.
+# time goes; so is every skip, with its reason (-rs), and a skip tests/skips_allowed.txt does not
+# list fails the run: a tier that did not run is an install step that failed.
 TEST_WORKERS ?= 2
 test-e2e: build $(GETH) $(TOXIPROXY) $(STAMPS)/clients
 	$(MAKE) -C envoy-filter wasm-test-panic

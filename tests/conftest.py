@@ -1,6 +1,8 @@
 """pytest fixtures over the harness (testbed/harness.py): the replay upstream for the session, the
-fault matrix's mix and stack for a module; and how `make test` shares the tests between its
-pytest-xdist workers."""
+fault matrix's mix and stack for a module; how `make test` shares the tests between its
+pytest-xdist workers; and which skips it allows (skips_allowed.txt)."""
+
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,43 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+ALLOWED_SKIPS = Path(__file__).with_name("skips_allowed.txt")
+skips = []  # (test file, reason) of every skip; under xdist, the controller hears its workers'
+
+
+def allowed_skips():
+    """(test file, the reason's beginning) of each skip skips_allowed.txt allows."""
+    lines = [line for line in ALLOWED_SKIPS.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [tuple(line.split(": ", 1)) for line in lines]
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        skips.append((Path(report.nodeid.split("::")[0]).name, reason))
+
+
+def unlisted_skips():
+    allowed = allowed_skips()
+    return sorted({(test_file, reason) for test_file, reason in skips
+                   if not any(test_file == listed and reason.startswith(start) for listed, start in allowed)})
+
+
+def pytest_sessionfinish(session):
+    # the controller judges the whole run; a pytest-xdist worker ran only part of it
+    if hasattr(session.config, "workerinput"):
+        return
+    if unlisted_skips() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if unlisted := unlisted_skips():
+        terminalreporter.section(f"skips not allowed by {ALLOWED_SKIPS.name}: the run fails", red=True)
+        for test_file, reason in unlisted:
+            terminalreporter.line(f"{test_file}: {reason}")
 
 
 @pytest.fixture(scope="session")
