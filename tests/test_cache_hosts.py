@@ -625,6 +625,40 @@ def test_a_release_the_daemon_would_not_take_at_once_is_left_to_the_next_lookup(
     assert node.requests == 2
 
 
+@pytest.mark.parametrize("proxies", ["nginx"], indirect=True)
+def test_a_holder_an_error_page_took_elsewhere_is_released_where_its_lookup_went(proxies, stack):
+    """nginx: a miss whose node failed ends in an error_page's location, which names an
+    rpcedge_cache_pass of its own; the release the daemon (one hop away under a prefix) refuses
+    is left to the next lookup through the location that looked up, not the one it ended in."""
+    hop = PrefixedDaemon(stack.daemon.port)
+    node = StandInNode(case("block_by_hash"), delays=[0.0], failing=(0,))
+    prefixed = lambda text: text.replace("rewrite ^/_rpcedge_cache(/.*)$ $1 break;",  # noqa: E731
+                                         "rewrite ^/_rpcedge_cache(/.*)$ /cache-api$1 break;")
+    error_page = """
+        proxy_intercept_errors on;
+        error_page 503 = /overloaded;
+        location = /overloaded {
+            rpcedge_cache_pass /_rpcedge_elsewhere;
+            return 503 "overloaded\\n";
+        }"""
+    try:
+        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=hop), cache_pass=prefixed, extra=error_page)
+        block = case("block_by_hash")
+        failed = post(proxy.port, block, id_=1)
+        time.sleep(1.0)  # the worker's release has been refused: the key waits for a lookup
+        started = time.monotonic()
+        response = post(proxy.port, block, id_=7)
+        waited = time.monotonic() - started
+    finally:
+        node.stop()
+        hop.stop()
+    assert (failed.status, failed.decoded()) == (503, b"overloaded\n")
+    assert hop.refused >= 1, "the worker sent no release of its own"
+    assert (response.status, response.decoded()) == (200, block.answer(7))
+    assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
+    assert node.requests == 2
+
+
 @pytest.mark.parametrize("proxies", list(ENVOY_HOSTS), indirect=True)
 def test_a_client_that_leaves_during_its_lookup_leaves_the_key_to_the_next_request(proxies, stack, tmp_path):
     # Envoy drops the answer to a lookup whose stream is gone: had the daemon made that request

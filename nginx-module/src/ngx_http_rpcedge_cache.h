@@ -70,6 +70,10 @@ typedef struct {
 typedef struct {
     ngx_http_request_t         *request;
     rpcedge_cache_t            *cache;
+    /* the looking-up location's rpcedge_cache_pass: its stores and its
+     * release go there, in whatever location the request ends (an
+     * error_page's) */
+    ngx_str_t                   pass;
     ngx_http_rpcedge_cache_state_e  state;
     /* the lookup, then the store: ended if it outlives its timeout */
     ngx_http_request_t         *call;
@@ -111,7 +115,7 @@ ngx_int_t ngx_http_rpcedge_cache_handler(ngx_http_request_t *r);
 
 /* ngx_http_rpcedge_cache_call.c */
 ngx_http_request_t *ngx_http_rpcedge_cache_call(ngx_http_request_t *r,
-    rpcedge_daemon_call_t *dc, ngx_http_post_subrequest_t *ps,
+    ngx_str_t *pass, rpcedge_daemon_call_t *dc, ngx_http_post_subrequest_t *ps,
     ngx_uint_t lookup);
 
 /* ngx_http_rpcedge_cache_store.c */
@@ -123,7 +127,8 @@ void ngx_http_rpcedge_cache_stop_timer(void *data);
 /* ngx_http_rpcedge_cache_release.c */
 void ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_daemon_call_t *release);
-void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r);
+void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r,
+    ngx_str_t *pass);
 
 /* ngx_http_rpcedge_cache_filter.c */
 ngx_int_t ngx_http_rpcedge_cache_filter_init(ngx_conf_t *cf);

@@ -18,36 +18,34 @@ static ngx_int_t ngx_http_rpcedge_cache_set_body(ngx_http_request_t *sr,
 
 /*
  * the core's call to the daemon as a background subrequest: its method,
- * rpcedge_cache_pass + its path and its headers (none of the client's),
+ * `pass` (an rpcedge_cache_pass) + its path and its headers (none of the client's),
  * copied into the request's pool; its body, which stays in ctx->cache until
  * the request's pool goes
  */
 
 ngx_http_request_t *
-ngx_http_rpcedge_cache_call(ngx_http_request_t *r, rpcedge_daemon_call_t *dc,
-    ngx_http_post_subrequest_t *ps, ngx_uint_t lookup)
+ngx_http_rpcedge_cache_call(ngx_http_request_t *r, ngx_str_t *pass,
+    rpcedge_daemon_call_t *dc, ngx_http_post_subrequest_t *ps,
+    ngx_uint_t lookup)
 {
     u_char                         *p;
     size_t                          i;
     ngx_str_t                       uri;
     ngx_http_request_t             *sr;
     ngx_http_rpcedge_cache_call_t  *call;
-    ngx_http_rpcedge_cache_conf_t  *conf;
-
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
 
     call = ngx_pcalloc(r->pool, sizeof(ngx_http_rpcedge_cache_call_t));
     if (call == NULL) {
         return NULL;
     }
 
-    uri.len = conf->pass.len + dc->path.len;
+    uri.len = pass->len + dc->path.len;
     uri.data = ngx_pnalloc(r->pool, uri.len);
     if (uri.data == NULL) {
         return NULL;
     }
 
-    p = ngx_cpymem(uri.data, conf->pass.data, conf->pass.len);
+    p = ngx_cpymem(uri.data, pass->data, pass->len);
     ngx_memcpy(p, dc->path.data, dc->path.len);
 
     if (ngx_http_subrequest(r, &uri, NULL, &sr, ps,

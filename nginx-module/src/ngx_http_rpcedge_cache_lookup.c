@@ -105,6 +105,7 @@ ngx_http_rpcedge_cache_handler(ngx_http_request_t *r)
     hcln->data = ctx;
 
     ctx->request = r;
+    ctx->pass = conf->pass;
     ctx->timer.handler = ngx_http_rpcedge_cache_timed_out;
     ctx->timer.data = ctx;
     ctx->timer.log = r->connection->log;
@@ -233,7 +234,7 @@ ngx_http_rpcedge_cache_lookup(ngx_http_request_t *r,
         return;
     }
 
-    ngx_http_rpcedge_cache_release_orphans(r);
+    ngx_http_rpcedge_cache_release_orphans(r, &ctx->pass);
 
     step = rpcedge_cache_look_up(ctx->cache,
                                  ngx_http_rpcedge_cache_lend_hot(conf->hot,
@@ -299,7 +300,7 @@ ngx_http_rpcedge_cache_ask(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_looked_up;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, lookup, ps, 1);
+    sr = ngx_http_rpcedge_cache_call(r, &ctx->pass, lookup, ps, 1);
     if (sr == NULL) {
         return NGX_ERROR;
     }

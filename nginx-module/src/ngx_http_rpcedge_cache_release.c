@@ -54,7 +54,7 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_rpcedge_cache_orphan_init(
-    ngx_http_rpcedge_cache_orphan_t *orphan, ngx_http_request_t *r,
+    ngx_http_rpcedge_cache_orphan_t *orphan, ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_daemon_call_t *release);
 static void ngx_http_rpcedge_cache_orphan_keep(
     ngx_http_rpcedge_cache_orphan_t *orphan, ngx_log_t *log);
@@ -86,7 +86,7 @@ ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
 
     log = ctx->request->connection->log;
 
-    if (ngx_http_rpcedge_cache_orphan_init(&orphan, ctx->request, release)
+    if (ngx_http_rpcedge_cache_orphan_init(&orphan, ctx, release)
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_INFO, log, 0,
@@ -107,20 +107,18 @@ ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
 }
 
 
-/* the keys of ended requests that r can reach: those of its own server and
- * rpcedge_cache_pass */
+/* the keys of ended requests that r, looking up through `pass`, can reach:
+ * those of its own server and rpcedge_cache_pass */
 
 void
-ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
+ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r, ngx_str_t *pass)
 {
     ngx_uint_t                        i, n;
     rpcedge_header_t                  header;
     rpcedge_daemon_call_t             release;
     ngx_http_core_srv_conf_t         *server;
-    ngx_http_rpcedge_cache_conf_t    *conf;
     ngx_http_rpcedge_cache_orphan_t  *orphan;
 
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
     server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
 
     n = 0;
@@ -129,9 +127,8 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
         orphan = &ngx_http_rpcedge_cache_orphans[i];
 
         if (orphan->server != server
-            || orphan->pass.len != conf->pass.len
-            || ngx_strncmp(orphan->pass.data, conf->pass.data, conf->pass.len)
-               != 0)
+            || orphan->pass.len != pass->len
+            || ngx_strncmp(orphan->pass.data, pass->data, pass->len) != 0)
         {
             ngx_http_rpcedge_cache_orphans[n++] = *orphan;
             continue;
@@ -154,7 +151,7 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
             release.headers_len = 1;
         }
 
-        (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
+        (void) ngx_http_rpcedge_cache_call(r, pass, &release, NULL, 0);
     }
 
     ngx_http_rpcedge_cache_norphans = n;
@@ -165,10 +162,8 @@ ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r)
 
 static ngx_int_t
 ngx_http_rpcedge_cache_orphan_init(ngx_http_rpcedge_cache_orphan_t *orphan,
-    ngx_http_request_t *r, rpcedge_daemon_call_t *release)
+    ngx_http_rpcedge_cache_ctx_t *ctx, rpcedge_daemon_call_t *release)
 {
-    ngx_http_rpcedge_cache_conf_t  *conf;
-
     if (release->method.len > sizeof(orphan->method)
         || release->path.len > sizeof(orphan->path)
         || release->headers_len > 1
@@ -179,12 +174,13 @@ ngx_http_rpcedge_cache_orphan_init(ngx_http_rpcedge_cache_orphan_t *orphan,
         return NGX_DECLINED;
     }
 
-    conf = ngx_http_get_module_loc_conf(r, ngx_http_rpcedge_cache_module);
-
     ngx_memzero(orphan, sizeof(ngx_http_rpcedge_cache_orphan_t));
 
-    orphan->server = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
-    orphan->pass = conf->pass;
+    /* a request keeps its server through an error_page, not its location */
+
+    orphan->server = ngx_http_get_module_srv_conf(ctx->request,
+                                                  ngx_http_core_module);
+    orphan->pass = ctx->pass;
     orphan->method_len = release->method.len;
     ngx_memcpy(orphan->method, release->method.data, release->method.len);
     orphan->path_len = release->path.len;

@@ -82,7 +82,7 @@ ngx_http_rpcedge_cache_put(ngx_http_request_t *r,
     ps->handler = ngx_http_rpcedge_cache_stored;
     ps->data = ctx;
 
-    sr = ngx_http_rpcedge_cache_call(r, put, ps, 0);
+    sr = ngx_http_rpcedge_cache_call(r, &ctx->pass, put, ps, 0);
     if (sr == NULL) {
         goto failed;
     }
@@ -178,7 +178,7 @@ ngx_http_rpcedge_cache_ended(ngx_http_request_t *r,
             ngx_http_rpcedge_cache_let_go(ctx, &release);
 
         } else {
-            (void) ngx_http_rpcedge_cache_call(r, &release, NULL, 0);
+            (void) ngx_http_rpcedge_cache_call(r, &ctx->pass, &release, NULL, 0);
         }
     }
 }
