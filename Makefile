@@ -304,6 +304,8 @@ bench: build
 	$(VENV)/bin/python loadtest/transcode_bench.py
 	$(VENV)/bin/python loadtest/witness_bench.py
 	$(VENV)/bin/python loadtest/dictionary_bench.py
+	@echo "results no figure may cite as they stand (tools/stale_figures.py):"
+	$(VENV)/bin/python tools/stale_figures.py
 
 clean:
 	$(CARGO) clean

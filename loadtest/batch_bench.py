@@ -24,6 +24,7 @@ from pathlib import Path
 from bench import pinned
 from cache_bench import measure, write_list
 from testbed import cache_cases as cc
+from testbed import provenance
 from testbed import wire
 from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import REPO
@@ -31,6 +32,8 @@ from testbed.harness import REPO
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "batch"
 RESULTS = LOADTEST / "results" / "batch.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 NAMESPACE = cc.CacheStack.LATE  # finality moved by the run: half the calls final, then all
 CALLS = 20
 # batches sent one at a time, for the node's exact count
@@ -110,6 +113,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--call-delay-ms", type=int, default=5)
     args = parser.parse_args()
+    started = provenance.now()
 
     proxy_cpu, prefix = pinned(WORK)
     calls = receipts()
@@ -158,8 +162,8 @@ def main():
             print(f"{host}, node {delay_ms} ms per call: all cached / cache off "
                   f"{by_case['all cached']['req_s'] / by_case['cache off']['req_s']:.1f}x req/s, "
                   f"half cached {by_case['half cached']['req_s'] / by_case['cache off']['req_s']:.1f}x")
-    RESULTS.write_text(json.dumps({"calls": CALLS, "seconds": args.seconds, "runs": args.runs,
-                                   "proxy_cpu": proxy_cpu, "rows": rows}, indent=1) + "\n")
+    provenance.write(RESULTS, {"calls": CALLS, "seconds": args.seconds, "runs": args.runs,
+                               "proxy_cpu": proxy_cpu, "rows": rows}, started)
     print(f"results: {RESULTS.relative_to(REPO)}")
 
 

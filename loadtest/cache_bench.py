@@ -22,7 +22,6 @@ milliseconds for the same calls: a miss here is cheap.
 
 import argparse
 import base64
-import json
 import random
 import statistics
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import bench
 from bench import cpu_seconds, pinned
 from testbed import cache_cases as cc
+from testbed import provenance
 from testbed import scenarios, variants, wire
 from testbed.envoy_harness import render_config, replace_rpcedge_entry, start_envoy
 from testbed.harness import LOOPBACK, REPO, free_port
@@ -40,6 +40,8 @@ from testbed.wrk import run_wrk
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 SCRIPT = LOADTEST / "wrk" / "cache_mix.lua"
 NAMESPACE = cc.CacheStack.LATE  # one namespace for every call, whose finality the run moves
 CONNECTIONS = 16
@@ -388,6 +390,7 @@ def main():
     parser.add_argument("--part", choices=PARTS, help="one part only (default: all)")
     parser.add_argument("--call-delay-ms", type=int, default=5, help="the slow node's time per call (warm mix)")
     args = parser.parse_args()
+    started = provenance.now()
 
     proxy_cpu, prefix = pinned(WORK)
     print(f"proxy on CPU {proxy_cpu}", flush=True)
@@ -402,8 +405,8 @@ def main():
     finally:
         stack.stop()
     if args.part is None:
-        RESULTS.write_text(json.dumps({"calls": counted, "seconds": args.seconds, "runs": args.runs,
-                                       "proxy_cpu": proxy_cpu, "rows": results}, indent=1) + "\n")
+        provenance.write(RESULTS, {"calls": counted, "seconds": args.seconds, "runs": args.runs,
+                                   "proxy_cpu": proxy_cpu, "rows": results}, started)
         print(f"results: {RESULTS.relative_to(REPO)}")
 
 

@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from testbed import provenance
 from testbed import replay_corpus as rc
 from testbed.cache_entry import DEFLATED, cache_entry
 from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_cached
@@ -26,6 +27,8 @@ from testbed.wrk import run_wrk
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cached"
 RESULTS = LOADTEST / "results" / "cached.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "Cargo.lock"]
 SCRIPT = LOADTEST / "wrk" / "cache_put.lua"
 ENTRIES = WORK / "entries.bin"
 FLUSH_S = 2
@@ -79,6 +82,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    started = provenance.now()
     WORK.mkdir(parents=True, exist_ok=True)
     entries = workload()
     ENTRIES.write_bytes(b"".join(b"%010d" % len(entry) + entry for entry in entries))
@@ -101,7 +105,7 @@ def main():
     }
     print(f"WAL off / WAL on (medians of {args.runs}): disk bytes per payload byte "
           f"{ratios['disk_bytes_per_payload_byte']:.2f}x, puts/s {ratios['puts_s']:.2f}x")
-    RESULTS.write_text(json.dumps({"runs": rows, "median": median, "off_over_on": ratios}, indent=1) + "\n")
+    provenance.write(RESULTS, {"runs": rows, "median": median, "off_over_on": ratios}, started)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,18 @@ only: the mix's CPU per request, browser against gzip-only, is bench.py's.
     .venv/bin/python loadtest/dictionary_bench.py
 """
 
-import json
 import random
 from pathlib import Path
 
-from testbed import scenarios, wire
+from testbed import provenance, scenarios, wire
 from testbed.harness import CORPUS, LOOPBACK, REPO, free_port, start_replay
 from testbed.nginx_harness import start_nginx
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "dictionary"
 RESULTS = LOADTEST / "results" / "dictionary.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 SMALL = 1024
 BROWSER = "gzip, deflate, br, zstd"
 CLIENTS = {
@@ -39,6 +40,7 @@ NGINX = """
 
 
 def main():
+    started = provenance.now()
     WORK.mkdir(parents=True, exist_ok=True)
     replay = start_replay(WORK)
     port = free_port()
@@ -63,7 +65,7 @@ def main():
     identity = sent["identity"]
     rows = [{"client": name, "small_bytes_per_answer": s / small, "small_of_identity": s / identity[0],
              "bytes_per_answer": a / len(requests), "of_identity": a / identity[1]} for name, (s, a) in sent.items()]
-    RESULTS.write_text(json.dumps({"answers": len(requests), "small_answers": small, "rows": rows}, indent=1) + "\n")
+    provenance.write(RESULTS, {"answers": len(requests), "small_answers": small, "rows": rows}, started)
     print(f"the mix, {len(requests)} answers ({small} under {SMALL} B), through nginx + rpcedge:\n")
     print("| client | B per answer under 1 KiB | of identity | B per answer, whole mix | of identity |")
     print("| --- | ---: | ---: | ---: | ---: |")

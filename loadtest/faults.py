@@ -23,6 +23,8 @@ from testbed.nginx_harness import MODULE
 
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 WORK = REPO / "build" / "faults"
 
 

@@ -43,7 +43,7 @@ import cache_bench
 from bench import CLOCK_TICKS, cpu_seconds
 from cached_bench import workload
 from testbed import cache_cases as cc
-from testbed import scenarios, wire
+from testbed import provenance, scenarios, wire
 from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached
 from testbed.redis_cluster import RedisCluster
 from testbed.stack import NETWORKS
@@ -51,6 +51,8 @@ from testbed.stack import NETWORKS
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "fleet"
 RESULTS = LOADTEST / "results" / "fleet.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 # /proc counts CPU time in clock ticks (10 ms): a pass of the daemon's that used fewer than this
 # many is measured no closer than 4 %, and one that used none has no figure at all
 MIN_CPU_TICKS = 25
@@ -273,6 +275,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=5, help="each wrk run of the proxy's share")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    started = provenance.now()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     cluster = RedisCluster(WORK / "cluster", masters=3, replicas=0)
@@ -283,7 +286,7 @@ def main():
         results["together"] = together(results["hits"], results["proxy"])
     finally:
         cluster.stop()
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    provenance.write(RESULTS, results, started)
     print(json.dumps(results, indent=2))
 
 

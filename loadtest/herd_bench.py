@@ -23,13 +23,15 @@ import threading
 from pathlib import Path
 
 from testbed import cache_cases as cc
-from testbed import wire
+from testbed import provenance, wire
 from testbed.envoy_harness import ENVOY_HOSTS
 from testbed.harness import REPO
 
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "herd"
 RESULTS = LOADTEST / "results" / "herd.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 
 
 def herd(port, case, clients):
@@ -55,6 +57,7 @@ def main():
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    started = provenance.now()
     blocks = cc.find_all(cc.block_by_hash, limit=args.rounds)
     if len(blocks) < args.rounds:
         sys.exit(f"the corpus has {len(blocks)} blocks by hash; {args.rounds} are needed")
@@ -87,7 +90,7 @@ def main():
                 rows.append(row)
     finally:
         stack.stop()
-    RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+    provenance.write(RESULTS, {"rows": rows}, started)
     print(f"written to {RESULTS.relative_to(REPO)}")
 
 

@@ -34,11 +34,13 @@ from pathlib import Path
 
 from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality
 from testbed import cache_cases as cc
-from testbed import scenarios, variants
+from testbed import provenance, scenarios, variants
 from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay
 
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results" / "instructions.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 WORK = REPO / "build" / "instructions"
 CORE_PATHS = {"untouched": 2000, "one_shot_30k": 200}  # path: exchanges
 PROXIES = ["nginx", "nginx-rpcedge-default", "envoy", "envoy-rpcedge-wasm-default", "envoy-rpcedge-native-default"]
@@ -175,6 +177,7 @@ def main():
     parser.add_argument("--runs", type=int, default=1,
                         help="runs per figure; with more than one the JSON keeps each and the figure is the median")
     args = parser.parse_args()
+    started = provenance.now()
     paths, names = args.paths.split(","), args.variants.split(",")
     known = {variant.name: variant for variant in variants.VARIANTS}
     unknown = [n for n in names if n not in known and n not in CACHE_VARIANTS] + [p for p in paths if p not in PATHS]
@@ -216,7 +219,7 @@ def main():
         replay.process.stop()
         if stack:
             stack.stop()
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    provenance.write(RESULTS, results, started)
     print(f"wrote {RESULTS}")
 
 

@@ -28,6 +28,8 @@ from testbed.harness import CACHED_BIN, LOOPBACK, REPO, start_cached
 
 WORK = REPO / "build" / "bench" / "scan"
 RESULTS = REPO / "loadtest" / "results" / "scan.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "Cargo.lock"]
 HOT_PER_S = 10
 SCAN_PER_S = 2000
 # a result of random hex digits: what the daemon keeps (deflated) is about half of it

@@ -9,7 +9,6 @@ import argparse
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,10 +18,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
-from testbed import faults, judged_load, soak  # noqa: E402
+from testbed import faults, judged_load, provenance, soak  # noqa: E402
 from testbed.harness import REPO  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 WORK = REPO / "build" / "soak"
 MiB = 1 << 20
 
@@ -106,6 +107,7 @@ def main():
     unknown = set(hosts) - set(faults.HOSTS) | set(forms) - set(soak.FORMS)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    started = provenance.now()
     cases = judged_load.mix_cases()
     shutil.rmtree(WORK, ignore_errors=True)  # the stores of an earlier run among them
     WORK.mkdir(parents=True)
@@ -121,8 +123,7 @@ def main():
             results.append(result)
             print(row(result), flush=True)
     session = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "requests": args.requests,
-               "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                      cwd=REPO).stdout.strip()}
+               "head": provenance.git("rev-parse", "--short", "HEAD"), "provenance": provenance.of_run(started)}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "soak.json").write_text(json.dumps(
         {"session": session, "runs": [as_json(result) for result in results]}, indent=1) + "\n")

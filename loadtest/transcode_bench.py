@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 from bench import split_cpus
-from testbed import wire
+from testbed import provenance, wire
 from testbed.envoy_harness import run_envoy
 from testbed.harness import LOOPBACK, REPO, corpus_description, free_port, start_replay
 from testbed.nginx_harness import start_nginx
@@ -29,6 +29,8 @@ from testbed.wrk import run_wrk
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "transcode"
 RESULTS = LOADTEST / "results" / "transcode.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 SCRIPT = LOADTEST / "wrk" / "transcode.lua"
 BLOCKS = ["0x134ff8", "0x138c2d"]
 # the replay's Beacon-API blocks: the largest deneb ssz_static case, and the real blinded block
@@ -107,6 +109,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    started = provenance.now()
     WORK.mkdir(parents=True, exist_ok=True)
     proxy_cpu, _ = split_cpus()
     pin = ("taskset", "-c", str(proxy_cpu)) if proxy_cpu is not None else ()
@@ -139,7 +142,7 @@ def main():
                     "p50_ms": statistics.median(r["p50_us"] for r in runs) / 1000,
                     "p99_ms": statistics.median(r["p99_us"] for r in runs) / 1000,
                 })
-        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        provenance.write(RESULTS, results, started)
         print("| object | JSON | JSON gzip | SSZ | SSZ gzip | SSZ/JSON | SSZ gzip/JSON gzip |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in results["wire_bytes"]:

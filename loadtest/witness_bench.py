@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import pinned
+from testbed import provenance
 from testbed.envoy_harness import run_envoy
 from testbed.harness import LOOPBACK, REPO, free_port, start_replay
 from testbed.nginx_harness import start_nginx
@@ -36,6 +37,8 @@ from testbed.nginx_harness import start_nginx
 LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "witness"
 RESULTS = LOADTEST / "results" / "witness.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"debug_executionWitness","params":["0x1"]}'
 SSZ = "application/octet-stream"
 MB = 1_000_000
@@ -236,12 +239,13 @@ def main():
     if args.inside:
         Path(args.inside).write_text(json.dumps(measure(args, LINK)))
         return
+    started = provenance.now()
     loopback = measure(args, "loopback")
     shaped = shaped_run(args)
     if "skipped" in shaped:
         print(f"{LINK} link: {shaped['skipped']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"loopback": loopback, "link": shaped}, indent=1) + "\n")
+    provenance.write(RESULTS, {"loopback": loopback, "link": shaped}, started)
     report(loopback, shaped)
 
 

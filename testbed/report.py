@@ -240,12 +240,12 @@ PLOTS = {
 }
 
 
-def write(directory, session, rows, problems, descriptions):
-    """results.md, results.json and the plots into `directory`."""
+def write(directory, session, rows, problems, descriptions, provenance):
+    """results.md, results.json (with the run's `provenance`) and the plots into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "results.json").write_text(json.dumps(
         {"session": asdict(session), "scenarios": descriptions, "rows": [asdict(r) for r in rows],
-         "log_problems": problems}, indent=1) + "\n")
+         "log_problems": problems, "provenance": provenance}, indent=1) + "\n")
     bar_panels(rows, lambda r: r.req_s, PLOTS["throughput.png"], directory / "throughput.png")
     bar_panels(rows, lambda r: r.wire_bytes, PLOTS["wire_bytes.png"], directory / "wire_bytes.png")
     bar_panels(rows, lambda r: r.cpu_us, PLOTS["cpu_per_request.png"], directory / "cpu_per_request.png")

@@ -1,0 +1,41 @@
+"""tools/stale_figures.py: a result is stale when what its bench measures changed after the commit
+it was measured on, when it was measured on changes not committed, or when it says neither."""
+
+import json
+import subprocess
+import sys
+
+from testbed.harness import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import stale_figures  # noqa: E402
+
+
+def commit_of(*args):
+    return subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%H", *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def result(tmp_path, commit, dirty=()):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"rows": [], "provenance": {"commit": commit, "dirty": list(dirty)}}))
+    return path
+
+
+def test_a_result_is_stale_once_what_it_measures_changes_and_fresh_until_then(tmp_path):
+    # the last commit that changed the nginx module, and the one before it
+    changed = commit_of("--", "nginx-module/src")
+    before = commit_of(f"{changed}~1")
+    stale = stale_figures.why_stale(result(tmp_path, before), ["nginx-module"])
+    assert stale and "nginx-module/src/" in stale, stale
+    assert stale_figures.why_stale(result(tmp_path, changed), ["nginx-module"]) is None
+    # what it does not measure changed since, not what it does
+    assert stale_figures.why_stale(result(tmp_path, before), ["corpus-reader/no-such-path"]) is None
+
+
+def test_a_result_without_provenance_or_measured_on_changes_not_committed_is_stale(tmp_path):
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"rows": []}))
+    assert "no provenance" in stale_figures.why_stale(bare, ["nginx-module"])
+    dirty = stale_figures.why_stale(result(tmp_path, commit_of(), dirty=["cached/src/store.rs"]), ["cached"])
+    assert "cached/src/store.rs" in dirty

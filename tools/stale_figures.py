@@ -1,0 +1,74 @@
+"""Lists every result under loadtest/results/ that BENCHMARKS.md and RELIABILITY.md may not cite as
+it stands: one with no provenance (testbed/provenance.py), one measured on a tree that differed
+from its commit, and one whose commit is older than the last change to what its bench measures
+(the bench's MEASURES). Prints nothing when every result is fresh; `make bench` runs it last.
+
+    .venv/bin/python tools/stale_figures.py
+"""
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOADTEST = REPO / "loadtest"
+RESULTS = LOADTEST / "results"
+# the benches that write into a folder: their results by name (several runs each, kept apart)
+FOLDER_BENCHES = {"bench": "results.json", "faults": "faults*.json", "soak": "soak*.json"}
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True).stdout.strip()
+
+
+def benches():
+    """(result file, the paths its figures measure) for each result a bench wrote."""
+    sys.path.insert(0, str(LOADTEST))
+    for script in sorted(LOADTEST.glob("*.py")):
+        bench = importlib.import_module(script.stem)
+        if not hasattr(bench, "MEASURES"):
+            continue
+        files = (sorted(RESULTS.glob(FOLDER_BENCHES[script.stem])) if script.stem in FOLDER_BENCHES
+                 else [bench.RESULTS] if bench.RESULTS.exists() else [])
+        for result in files:
+            yield result, [*bench.MEASURES, str(script.relative_to(REPO))]
+
+
+def provenance_of(result):
+    record = json.loads(result.read_text())
+    if isinstance(record, dict):
+        return record.get("provenance") or record.get("session", {}).get("provenance")
+    return None
+
+
+def why_stale(result, measures):
+    found = provenance_of(result)
+    if not found:
+        return "no provenance: the commit and binaries it measured are unknown"
+    commit = found["commit"]
+    if found["dirty"]:
+        return f"measured on {commit[:9]} with changes not committed: {', '.join(found['dirty'])}"
+    if subprocess.run(["git", "-C", REPO, "merge-base", "--is-ancestor", commit, "HEAD"],
+                      capture_output=True).returncode != 0:
+        return f"measured on {commit[:9]}, which is not in this branch's history"
+    # what is measured is code: a change to its documentation leaves the figures as they were
+    code = [*measures, ":(exclude)*.md"]
+    changed = git("log", "--format=%h", f"{commit}..HEAD", "--", *code).split()
+    if changed:
+        files = git("diff", "--name-only", commit, "HEAD", "--", *code).split()
+        shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+        return (f"measured on {commit[:9]}; {len(changed)} commit{'s' * (len(changed) > 1)} since changed what it "
+                f"measures: {shown}")
+    return None
+
+
+def main():
+    for result, measures in benches():
+        if reason := why_stale(result, measures):
+            print(f"stale: {result.relative_to(REPO)}: {reason}")
+
+
+if __name__ == "__main__":
+    main()
