@@ -329,15 +329,16 @@ class Cached(LoopbackService):
         return json.loads(body)
 
 
-def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached", tcp=True):
-    """Starts the cache daemon with its store in `db` and waits until it serves. With tcp=False it
-    listens on `socket_path` alone (`--listen none`) and `.port` is None: talk to it over the socket."""
+def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached", tcp=True, argv_prefix=()):
+    """Starts the cache daemon with its store in `db` (under `argv_prefix`, a command that runs
+    it) and waits until it serves. With tcp=False it listens on `socket_path` alone (`--listen
+    none`) and `.port` is None: talk to it over the socket."""
     if not CACHED_BIN.exists():
         raise StartError(f"{CACHED_BIN} is missing: run `cargo build --release -p rpcedge-cached`")
     if not tcp and not socket_path:
         raise ValueError("a daemon without TCP (tcp=False) needs a socket_path")
     port = (port or free_port()) if tcp else None
-    argv = [CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}" if tcp else "none", *args]
+    argv = [*argv_prefix, CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}" if tcp else "none", *args]
     if socket_path:
         argv += ["--socket", socket_path]
     process = Process(name, argv, Path(log_dir) / f"{name}-{port or 'socket'}.log")

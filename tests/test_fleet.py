@@ -89,6 +89,32 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
     assert status == 200 and [outcome for outcome, _, _ in looked(body)] == ["hit", "hit", "absent"]
 
 
+# Debian's faketime: the daemon's wall clock set off by an offset, its monotonic clock left alone
+# (tokio's timers run on it).
+CLOCK_SET_OFF = ["env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f"]
+
+
+@pytest.mark.parametrize("offset", ["+5m", "-5m"])
+def test_an_entry_from_a_host_whose_clock_is_off_is_kept_for_its_ttl_and_not_refused(tmp_path, cluster, offset):
+    """A host's clock 5 minutes off its writer's (--fleet-clock-skew's default): an entry with a
+    3 s TTL is a hit there, and gone there once the 3 s have passed."""
+    writer = start_cached(tmp_path, tmp_path / "writer", args=fleet_args(tmp_path, cluster), name="writer")
+    reader = start_cached(tmp_path, tmp_path / "reader", args=fleet_args(tmp_path, cluster), name="reader",
+                          argv_prefix=[*CLOCK_SET_OFF, offset])
+    try:
+        k = key(f"clock off {offset}")
+        assert put(writer, k, cache_entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "3"})[0] == 204
+        in_fleet(cluster, k)
+        status, headers, _ = reader.request("GET", f"/v1/entries/{k}")
+        assert status == 200, f"refused: {reader.stats()['fleet_expired_total']} expired"
+        assert 0 < int(headers["X-Rpcedge-Ttl"]) <= 3
+        time.sleep(3.5)
+        assert reader.request("GET", f"/v1/entries/{k}")[0] == 404, "served past its TTL"
+    finally:
+        writer.process.stop()
+        reader.process.stop()
+
+
 def test_values_planted_in_the_cluster_are_never_served(daemons, cluster):
     a, b = daemons(2)
     donor = key("fleet donor")

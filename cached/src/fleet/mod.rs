@@ -162,6 +162,7 @@ pub struct Fleet {
     sealer: Sealer,
     timeout: Duration,
     ttl: Duration,
+    clock_skew_s: u64,
     max_entry: usize,
     queue: mpsc::UnboundedSender<Write>,
     queued_bytes: AtomicUsize,
@@ -203,6 +204,7 @@ impl Fleet {
             sealer: settings.sealer,
             timeout: settings.timeout,
             ttl: settings.ttl,
+            clock_skew_s: settings.clock_skew.as_secs(),
             max_entry: settings.max_entry,
             queue,
             queued_bytes: AtomicUsize::new(0),
@@ -316,9 +318,9 @@ impl Fleet {
     pub async fn get(&self, key: &[u8; 32]) -> Found {
         let name = name(key, "e");
         let bound = self.read_bound();
-        let value = self.round(self.timeout, |mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
-        let Some(value) = value else { return Found::Unanswered };
-        match self.open(Kind::Entry, key, &value) {
+        let read = self.round(self.timeout, |mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
+        let Some((value, left_ms)) = read else { return Found::Unanswered };
+        match self.open(Kind::Entry, key, &value, left_ms) {
             Some((entry, expires_s)) => {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
                 Found::Entry(entry, expires_s)
@@ -336,8 +338,9 @@ impl Fleet {
         futures_util::future::join_all(keys.iter().map(|key| self.get(key))).await
     }
 
-    /// A value's entry and expiry, if it opens, has not expired and is not empty (absent).
-    fn open(&self, kind: Kind, key: &[u8; 32], value: &[u8]) -> Option<(Vec<u8>, Option<u64>)> {
+    /// A value's entry and expiry (this host's clock), if it opens, has not expired and is not
+    /// empty (absent); `left_ms`, what Redis said is left of its time to live.
+    fn open(&self, kind: Kind, key: &[u8; 32], value: &[u8], left_ms: i64) -> Option<(Vec<u8>, Option<u64>)> {
         if value.is_empty() {
             return None;
         }
@@ -346,11 +349,13 @@ impl Fleet {
             false => self.sealer.open(kind, key, value),
         };
         match refused {
-            Ok(opened) if opened.expires_s.is_some_and(|at| at <= now_s()) => {
-                self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            Ok(opened) => Some((opened.entry.to_vec(), opened.expires_s)),
+            Ok(opened) => match kept_until(opened.expires_s, left_ms, now_s(), self.clock_skew_s) {
+                Some(expires_s) => Some((opened.entry.to_vec(), expires_s)),
+                None => {
+                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            },
             Err(refused) => {
                 self.counters.refused[refused as usize].fetch_add(1, Ordering::Relaxed);
                 None
@@ -511,24 +516,30 @@ impl Fleet {
                     .cmd("PTTL")
                     .arg(lock)
                     .cmd("GETRANGE")
-                    .arg(entry)
+                    .arg(&entry)
                     .arg(0)
                     .arg(bound)
+                    .cmd("PTTL")
+                    .arg(&entry)
                     .cmd("GETRANGE")
-                    .arg(answer)
+                    .arg(&answer)
                     .arg(0)
                     .arg(bound)
+                    .cmd("PTTL")
+                    .arg(&answer)
                     .cmd("EXISTS")
                     .arg(released)
-                    .query_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut connection)
+                    .query_async::<(i64, Vec<u8>, i64, Vec<u8>, i64, i64)>(&mut connection)
                     .await
             })
             .await;
-        let Some((lock_ms, entry, answer, released)) = found else { return Polled::Unanswered };
-        if let Some((entry, expires_s)) = self.open(Kind::Entry, key, &entry) {
+        let Some((lock_ms, entry, entry_left_ms, answer, answer_left_ms, released)) = found else {
+            return Polled::Unanswered;
+        };
+        if let Some((entry, expires_s)) = self.open(Kind::Entry, key, &entry, entry_left_ms) {
             return Polled::Entry(entry, expires_s);
         }
-        if let Some((answer, _)) = self.open(Kind::Answer, key, &answer) {
+        if let Some((answer, _)) = self.open(Kind::Answer, key, &answer, answer_left_ms) {
             return Polled::Answer(answer);
         }
         lock_state(lock_ms, released > 0)
@@ -601,8 +612,26 @@ fn answered_about_the_keys(error: &redis::RedisError) -> bool {
 
 /// A value, at most `bound` + 1 bytes of it (a longer one is refused without reading it all);
 /// empty when absent.
-async fn read_value(connection: &mut ClusterConnection, name: &str, bound: usize) -> RedisResult<Vec<u8>> {
-    redis::cmd("GETRANGE").arg(name).arg(0).arg(bound).query_async(connection).await
+/// A value, at most `bound` bytes of it, and what is left of its time to live (PTTL), in one round.
+async fn read_value(connection: &mut ClusterConnection, name: &str, bound: usize) -> RedisResult<(Vec<u8>, i64)> {
+    redis::pipe().cmd("GETRANGE").arg(name).arg(0).arg(bound).cmd("PTTL").arg(name).query_async(connection).await
+}
+
+/// Until when (this host's clock, in seconds) a value whose writer sealed it to expire at
+/// `sealed_s` (its own clock; `None`: never) may be kept, or `None` if it has expired. What Redis
+/// says is left of it (`left_ms`, PTTL) counts, Redis's clock being the one every host shares,
+/// within `skew_s` past the seal. Gone since it was read (-2), or at its last millisecond:
+/// expired. No time to live (-1), which no daemon writes: the seal's bound alone.
+fn kept_until(sealed_s: Option<u64>, left_ms: i64, now_s: u64, skew_s: u64) -> Option<Option<u64>> {
+    let Some(sealed_s) = sealed_s else { return Some(None) };
+    let latest = sealed_s.saturating_add(skew_s);
+    let until = match u64::try_from(left_ms) {
+        Ok(0) => return None,
+        Ok(ms) => now_s.saturating_add(ms.div_ceil(1000)).min(latest),
+        Err(_) if left_ms == -1 => latest,
+        Err(_) => return None,
+    };
+    (until > now_s).then_some(Some(until))
 }
 
 fn name(key: &[u8; 32], suffix: &str) -> String {
@@ -619,6 +648,29 @@ fn name(key: &[u8; 32], suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_kept_for_what_redis_says_is_left_within_the_skew_past_its_seal() {
+        const NOW: u64 = 1_800_000_000;
+        const SKEW: u64 = 300;
+        // its writer's clock 5 minutes behind (sealed 300 s ago by this clock, 20 s to live):
+        // not refused, and kept for the 20 s left
+        assert_eq!(kept_until(Some(NOW - 280), 20_000, NOW, SKEW), Some(Some(NOW + 20)));
+        // its writer's clock 5 minutes ahead: kept for the 20 s left, not 5 minutes more
+        assert_eq!(kept_until(Some(NOW + 320), 20_000, NOW, SKEW), Some(Some(NOW + 20)));
+        // a Redis that says more is left than the seal allows gains the skew at most
+        assert_eq!(kept_until(Some(NOW + 20), 86_400_000, NOW, SKEW), Some(Some(NOW + 20 + SKEW)));
+        assert_eq!(kept_until(Some(NOW + 20), -1, NOW, SKEW), Some(Some(NOW + 20 + SKEW)));
+        assert_eq!(kept_until(Some(NOW - SKEW), 86_400_000, NOW, SKEW), None, "past its seal by the skew");
+        assert_eq!(kept_until(Some(NOW - 10), 20_000, NOW, 0), None, "no skew allowed");
+        // gone since it was read, or at its last millisecond
+        assert_eq!(kept_until(Some(NOW + 20), -2, NOW, SKEW), None);
+        assert_eq!(kept_until(Some(NOW + 20), 0, NOW, SKEW), None);
+        // a part of a second left is a second
+        assert_eq!(kept_until(Some(NOW + 20), 1, NOW, SKEW), Some(Some(NOW + 1)));
+        // sealed without an expiry: kept as final, whatever Redis's time to live
+        assert_eq!(kept_until(None, 5_000, NOW, SKEW), Some(None));
+    }
 
     #[test]
     fn a_lock_gone_without_its_release_marked_ran_out_of_time() {

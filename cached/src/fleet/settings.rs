@@ -31,6 +31,12 @@ pub struct FleetArgs {
     /// Every fleet value expires within this (an entry with a shorter TTL, within that).
     #[arg(long, default_value = "6h", value_parser = crate::units::parse_duration)]
     pub fleet_ttl: Duration,
+    /// How far apart the clocks of the fleet's hosts may be. A value's expiry is sealed on its
+    /// writer's clock: a reader keeps the value for what Redis says is left of it (its own clock
+    /// needs no agreement), and never past the sealed expiry by more than this, so a Redis that
+    /// lies about a time to live gains at most this.
+    #[arg(long, default_value = "5m", value_parser = crate::units::parse_duration_or_zero)]
+    pub fleet_clock_skew: Duration,
     /// Entries larger than this stay local.
     #[arg(long, default_value = "1MiB", value_parser = crate::units::parse_size)]
     pub fleet_max_entry: u64,
@@ -49,6 +55,7 @@ pub struct FleetSettings {
     pub ca: Option<Vec<u8>>,
     pub timeout: Duration,
     pub ttl: Duration,
+    pub clock_skew: Duration,
     pub max_entry: usize,
     pub queue_bytes: usize,
 }
@@ -106,6 +113,7 @@ impl FleetArgs {
             ca,
             timeout: self.fleet_timeout,
             ttl: self.fleet_ttl,
+            clock_skew: self.fleet_clock_skew,
             max_entry: bytes(self.fleet_max_entry, "--fleet-max-entry")?,
             queue_bytes: bytes(self.fleet_queue, "--fleet-queue")?,
         }))
