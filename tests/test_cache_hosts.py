@@ -600,27 +600,35 @@ class PrefixedDaemon(StandIn):
         super().__init__(Handler)
 
 
+def the_next_client_through_a_prefixed_hop(proxies, stack, node, before, extra=""):
+    """nginx with the daemon one hop away under a prefix, which refuses the daemon's own paths (the
+    worker's own release), and the location rewriting to it: `before(proxy, block)`, then the next
+    client asks for the block. How many the hop refused, that client's answer and its wait."""
+    hop = PrefixedDaemon(stack.daemon.port)
+    under_the_prefix = lambda text: text.replace("rewrite ^/_rpcedge_cache(/.*)$ $1 break;",  # noqa: E731
+                                                 "rewrite ^/_rpcedge_cache(/.*)$ /cache-api$1 break;")
+    block = case("block_by_hash")
+    try:
+        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=hop), cache_pass=under_the_prefix, extra=extra)
+        before(proxy, block)
+        started = time.monotonic()
+        response = post(proxy.port, block, id_=7)
+        return hop.refused, response, time.monotonic() - started
+    finally:
+        node.stop()
+        hop.stop()
+
+
 @pytest.mark.parametrize("proxies", ["nginx"], indirect=True)
 def test_a_release_the_daemon_would_not_take_at_once_is_left_to_the_next_lookup(proxies, stack):
     """nginx: the worker's own release goes to the daemon's own path, which a daemon one hop away
     under a prefix refuses; the key is then released by the worker's next lookup, through the
     location."""
-    hop = PrefixedDaemon(stack.daemon.port)
     node = StandInNode(case("block_by_hash"), delays=[1.5, 0.0])
-    prefixed = lambda text: text.replace("rewrite ^/_rpcedge_cache(/.*)$ $1 break;",  # noqa: E731
-                                         "rewrite ^/_rpcedge_cache(/.*)$ /cache-api$1 break;")
-    try:
-        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=hop), cache_pass=prefixed)
-        block = case("block_by_hash")
-        leave_while_the_node_answers(proxy, node, block)
-        started = time.monotonic()
-        response = post(proxy.port, block, id_=7)
-        waited = time.monotonic() - started
-    finally:
-        node.stop()
-        hop.stop()
-    assert hop.refused >= 1, "the worker sent no release of its own"
-    assert (response.status, response.decoded()) == (200, block.answer(7))
+    refused, response, waited = the_next_client_through_a_prefixed_hop(
+        proxies, stack, node, lambda proxy, block: leave_while_the_node_answers(proxy, node, block))
+    assert refused >= 1, "the worker sent no release of its own"
+    assert (response.status, response.decoded()) == (200, case("block_by_hash").answer(7))
     assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
     assert node.requests == 2
 
@@ -630,10 +638,7 @@ def test_a_holder_an_error_page_took_elsewhere_is_released_where_its_lookup_went
     """nginx: a miss whose node failed ends in an error_page's location, which names an
     rpcedge_cache_pass of its own; the release the daemon (one hop away under a prefix) refuses
     is left to the next lookup through the location that looked up, not the one it ended in."""
-    hop = PrefixedDaemon(stack.daemon.port)
     node = StandInNode(case("block_by_hash"), delays=[0.0], failing=(0,))
-    prefixed = lambda text: text.replace("rewrite ^/_rpcedge_cache(/.*)$ $1 break;",  # noqa: E731
-                                         "rewrite ^/_rpcedge_cache(/.*)$ /cache-api$1 break;")
     error_page = """
         proxy_intercept_errors on;
         error_page 503 = /overloaded;
@@ -641,20 +646,16 @@ def test_a_holder_an_error_page_took_elsewhere_is_released_where_its_lookup_went
             rpcedge_cache_pass /_rpcedge_elsewhere;
             return 503 "overloaded\\n";
         }"""
-    try:
-        proxy = proxies(stack=types.SimpleNamespace(replay=node, daemon=hop), cache_pass=prefixed, extra=error_page)
-        block = case("block_by_hash")
-        failed = post(proxy.port, block, id_=1)
+    failed = []
+
+    def fail_then_wait(proxy, block):
+        failed.append(post(proxy.port, block, id_=1))
         time.sleep(1.0)  # the worker's release has been refused: the key waits for a lookup
-        started = time.monotonic()
-        response = post(proxy.port, block, id_=7)
-        waited = time.monotonic() - started
-    finally:
-        node.stop()
-        hop.stop()
-    assert (failed.status, failed.decoded()) == (503, b"overloaded\n")
-    assert hop.refused >= 1, "the worker sent no release of its own"
-    assert (response.status, response.decoded()) == (200, block.answer(7))
+
+    refused, response, waited = the_next_client_through_a_prefixed_hop(proxies, stack, node, fail_then_wait, error_page)
+    assert (failed[0].status, failed[0].decoded()) == (503, b"overloaded\n")
+    assert refused >= 1, "the worker sent no release of its own"
+    assert (response.status, response.decoded()) == (200, case("block_by_hash").answer(7))
     assert waited < 2.5, f"the next client waited {waited:.1f}s for a key no one would answer"
     assert node.requests == 2
 
