@@ -41,9 +41,12 @@ export RPCEDGE_CORPUS := $(CORPUS)
 # which takes the same wrapper. Its cache is the user's (~/.cache/sccache), so a later run, from
 # any clone on the machine, compiles again only what changed: the cold build is most of a cold
 # `make test` (BENCHMARKS.md, "The build"). Where sccache is not installed yet (the apt packages'
-# first run), or RUSTC_WRAPPER is set, even empty, cargo runs as it would without it.
+# first run), or RUSTC_WRAPPER is set, even empty, cargo runs as it would without it (and with
+# the wrapper of its own configuration, if it names one).
 ifeq ($(origin RUSTC_WRAPPER),undefined)
-export RUSTC_WRAPPER := $(if $(shell command -v sccache),sccache)
+ifneq ($(shell command -v sccache),)
+export RUSTC_WRAPPER := sccache
+endif
 endif
 
 # A real node for the tests (tests/test_real_node.py) and `make run NODE=geth`: geth, pinned, built

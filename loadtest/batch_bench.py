@@ -33,7 +33,8 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "batch"
 RESULTS = LOADTEST / "results" / "batch.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/cache_cases.py",
+            "testbed/wrk.py", "loadtest/wrk"]
 NAMESPACE = cc.CacheStack.LATE  # finality moved by the run: half the calls final, then all
 CALLS = 20
 # batches sent one at a time, for the node's exact count

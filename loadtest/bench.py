@@ -31,7 +31,8 @@ from testbed.wrk import run_wrk
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/variants.py",
+            "testbed/scenarios.py", "testbed/wrk.py", "loadtest/wrk"]
 WORK = REPO / "build" / "bench"
 SCRIPT = LOADTEST / "wrk" / "replay.lua"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -156,7 +157,7 @@ def main():
     raw = args.results / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
-    started = provenance.now()
+    run_started = provenance.now()
     session = report.Session.now(proxy_cpu, other_cpus, args.duration, args.warmup, args.runs)
     print(f"rpcedge load test: {len(args.variants)} variants x {len(args.scenarios)} scenarios x {args.runs} rounds, "
           f"{args.warmup} s warm-up + {args.duration} s each; proxy on CPU {proxy_cpu}, "
@@ -211,7 +212,7 @@ def main():
     rows = [report.Row.median(runs[(v.name, s.name)]) for v in args.variants for s in args.scenarios]
     steal_after, total_after = report.cpu_ticks()
     session.steal = f"{100 * (steal_after - steal_before) / (total_after - total_before):.1f}%"
-    report.write(args.results, session, rows, problems, descriptions, provenance.of_run(started))
+    report.write(args.results, session, rows, problems, descriptions, provenance.of_run(run_started))
     print()
     print(report.ratios_text(rows))
     print(f"\nresults in {args.results} ({time.monotonic() - started:.0f} s)")

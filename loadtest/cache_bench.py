@@ -41,7 +41,8 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cache"
 RESULTS = LOADTEST / "results" / "cache.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/cache_cases.py",
+            "testbed/variants.py", "testbed/scenarios.py", "testbed/wrk.py", "loadtest/wrk"]
 SCRIPT = LOADTEST / "wrk" / "cache_mix.lua"
 NAMESPACE = cc.CacheStack.LATE  # one namespace for every call, whose finality the run moves
 CONNECTIONS = 16

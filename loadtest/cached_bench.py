@@ -28,7 +28,7 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "cached"
 RESULTS = LOADTEST / "results" / "cached.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "Cargo.lock", "testbed/cache_entry.py", "testbed/wrk.py", "loadtest/wrk"]
 SCRIPT = LOADTEST / "wrk" / "cache_put.lua"
 ENTRIES = WORK / "entries.bin"
 FLUSH_S = 2

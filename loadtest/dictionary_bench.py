@@ -19,7 +19,7 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "dictionary"
 RESULTS = LOADTEST / "results" / "dictionary.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/scenarios.py"]
 SMALL = 1024
 BROWSER = "gzip, deflate, br, zstd"
 CLIENTS = {

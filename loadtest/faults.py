@@ -24,7 +24,8 @@ from testbed.nginx_harness import MODULE
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/faults.py",
+            "testbed/judged_load.py", "testbed/cache_cases.py"]
 WORK = REPO / "build" / "faults"
 
 

@@ -52,7 +52,8 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "fleet"
 RESULTS = LOADTEST / "results" / "fleet.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/cache_cases.py",
+            "testbed/redis_cluster.py", "testbed/wrk.py", "loadtest/wrk"]
 # /proc counts CPU time in clock ticks (10 ms): a pass of the daemon's that used fewer than this
 # many is measured no closer than 4 %, and one that used none has no figure at all
 MIN_CPU_TICKS = 25

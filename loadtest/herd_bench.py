@@ -31,7 +31,7 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "herd"
 RESULTS = LOADTEST / "results" / "herd.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/cache_cases.py"]
 
 
 def herd(port, case, clients):

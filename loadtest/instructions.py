@@ -40,7 +40,8 @@ from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_re
 LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results" / "instructions.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/variants.py",
+            "testbed/scenarios.py"]
 WORK = REPO / "build" / "instructions"
 CORE_PATHS = {"untouched": 2000, "one_shot_30k": 200}  # path: exchanges
 PROXIES = ["nginx", "nginx-rpcedge-default", "envoy", "envoy-rpcedge-wasm-default", "envoy-rpcedge-native-default"]

@@ -23,7 +23,8 @@ from testbed.harness import REPO  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/faults.py",
+            "testbed/judged_load.py", "testbed/soak.py", "testbed/cache_cases.py"]
 WORK = REPO / "build" / "soak"
 MiB = 1 << 20
 

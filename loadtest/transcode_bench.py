@@ -30,7 +30,7 @@ LOADTEST = Path(__file__).resolve().parent
 WORK = REPO / "build" / "bench" / "transcode"
 RESULTS = LOADTEST / "results" / "transcode.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
-MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock"]
+MEASURES = ["shared-core", "nginx-module", "envoy-filter", "configs", "Cargo.lock", "testbed/wrk.py", "loadtest/wrk"]
 SCRIPT = LOADTEST / "wrk" / "transcode.lua"
 BLOCKS = ["0x134ff8", "0x138c2d"]
 # the replay's Beacon-API blocks: the largest deneb ssz_static case, and the real blinded block

@@ -26,11 +26,11 @@ def test_a_result_is_stale_once_what_it_measures_changes_and_fresh_until_then(tm
     # the last commit that changed the nginx module, and the one before it
     changed = commit_of("--", "nginx-module/src")
     before = commit_of(f"{changed}~1")
-    stale = stale_figures.why_stale(result(tmp_path, before), ["nginx-module"])
+    stale = stale_figures.why_stale(result(tmp_path, before), ["nginx-module/src"])
     assert stale and "nginx-module/src/" in stale, stale
-    assert stale_figures.why_stale(result(tmp_path, changed), ["nginx-module"]) is None
+    assert stale_figures.why_stale(result(tmp_path, changed), ["nginx-module/src"]) is None
     # what it does not measure changed since, not what it does
-    assert stale_figures.why_stale(result(tmp_path, before), ["corpus-reader/no-such-path"]) is None
+    assert stale_figures.why_stale(result(tmp_path, before), ["nginx-module/no-such-path"]) is None
 
 
 def test_a_result_without_provenance_or_measured_on_changes_not_committed_is_stale(tmp_path):

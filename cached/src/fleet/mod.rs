@@ -349,7 +349,7 @@ impl Fleet {
             false => self.sealer.open(kind, key, value),
         };
         match refused {
-            Ok(opened) => match kept_until(opened.expires_s, left_ms, now_s(), self.clock_skew_s) {
+            Ok(opened) => match kept_until(opened.expires_s, left_ms, now_s(), self.clock_skew_s, self.ttl.as_secs()) {
                 Some(expires_s) => Some((opened.entry.to_vec(), expires_s)),
                 None => {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
@@ -610,9 +610,8 @@ fn answered_about_the_keys(error: &redis::RedisError) -> bool {
     )
 }
 
-/// A value, at most `bound` + 1 bytes of it (a longer one is refused without reading it all);
-/// empty when absent.
-/// A value, at most `bound` bytes of it, and what is left of its time to live (PTTL), in one round.
+/// A value, at most `bound` + 1 bytes of it (a longer one is refused without reading it all;
+/// empty when absent), and what is left of its time to live (PTTL), in one round.
 async fn read_value(connection: &mut ClusterConnection, name: &str, bound: usize) -> RedisResult<(Vec<u8>, i64)> {
     redis::pipe().cmd("GETRANGE").arg(name).arg(0).arg(bound).cmd("PTTL").arg(name).query_async(connection).await
 }
@@ -620,13 +619,16 @@ async fn read_value(connection: &mut ClusterConnection, name: &str, bound: usize
 /// Until when (this host's clock, in seconds) a value whose writer sealed it to expire at
 /// `sealed_s` (its own clock; `None`: never) may be kept, or `None` if it has expired. What Redis
 /// says is left of it (`left_ms`, PTTL) counts, Redis's clock being the one every host shares,
-/// within `skew_s` past the seal. Gone since it was read (-2), or at its last millisecond:
-/// expired. No time to live (-1), which no daemon writes: the seal's bound alone.
-fn kept_until(sealed_s: Option<u64>, left_ms: i64, now_s: u64, skew_s: u64) -> Option<Option<u64>> {
+/// within `skew_s` past the seal; but a seal that leaves more than the fleet keeps anything
+/// (`fleet_ttl_s`), beyond the skew, says Redis's time was the fleet's, cut short: the seal counts.
+/// Gone since it was read (-2), or at its last millisecond: expired. No time to live (-1), which
+/// no daemon writes: the seal's bound alone.
+fn kept_until(sealed_s: Option<u64>, left_ms: i64, now_s: u64, skew_s: u64, fleet_ttl_s: u64) -> Option<Option<u64>> {
     let Some(sealed_s) = sealed_s else { return Some(None) };
     let latest = sealed_s.saturating_add(skew_s);
     let until = match u64::try_from(left_ms) {
         Ok(0) => return None,
+        Ok(_) if sealed_s.saturating_sub(now_s) > fleet_ttl_s.saturating_add(skew_s) => sealed_s,
         Ok(ms) => now_s.saturating_add(ms.div_ceil(1000)).min(latest),
         Err(_) if left_ms == -1 => latest,
         Err(_) => return None,
@@ -653,6 +655,8 @@ mod tests {
     fn a_value_is_kept_for_what_redis_says_is_left_within_the_skew_past_its_seal() {
         const NOW: u64 = 1_800_000_000;
         const SKEW: u64 = 300;
+        const FLEET_TTL: u64 = 6 * 3600;
+        let kept_until = |sealed, left_ms, now, skew| kept_until(sealed, left_ms, now, skew, FLEET_TTL);
         // its writer's clock 5 minutes behind (sealed 300 s ago by this clock, 20 s to live):
         // not refused, and kept for the 20 s left
         assert_eq!(kept_until(Some(NOW - 280), 20_000, NOW, SKEW), Some(Some(NOW + 20)));
@@ -670,6 +674,11 @@ mod tests {
         assert_eq!(kept_until(Some(NOW + 20), 1, NOW, SKEW), Some(Some(NOW + 1)));
         // sealed without an expiry: kept as final, whatever Redis's time to live
         assert_eq!(kept_until(None, 5_000, NOW, SKEW), Some(None));
+        // an entry of a day, which the fleet keeps 6 h: kept as its seal says, not Redis's 6 h
+        assert_eq!(kept_until(Some(NOW + 86_400), 21_600_000, NOW, SKEW), Some(Some(NOW + 86_400)));
+        assert_eq!(kept_until(Some(NOW + 86_400), 60_000, NOW + 21_540, SKEW), Some(Some(NOW + 86_400)));
+        // one of the fleet's own length: Redis's time
+        assert_eq!(kept_until(Some(NOW + FLEET_TTL), 21_600_000, NOW, SKEW), Some(Some(NOW + FLEET_TTL)));
     }
 
     #[test]
