@@ -4,6 +4,7 @@ every fleet value has a TTL, nothing planted in the cluster is served, a miss he
 is followed by the others, and a refused login stops the daemon at start. Through the hosts:
 test_fleet_hosts.py."""
 
+import glob
 import os
 import signal
 import threading
@@ -89,9 +90,15 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
     assert status == 200 and [outcome for outcome, _, _ in looked(body)] == ["hit", "hit", "absent"]
 
 
-# Debian's faketime: the daemon's wall clock set off by an offset, its monotonic clock left alone
-# (tokio's timers run on it).
-CLOCK_SET_OFF = ["env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f"]
+# Debian's libfaketime, preloaded: the daemon's wall clock set off by an offset, its monotonic clock
+# left alone (tokio's timers run on it). Not its `faketime` command, which runs the daemon as a
+# child of its own: stopping the command left the daemon running.
+LIBFAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), None)
+
+
+def clock_set_off(offset):
+    assert LIBFAKETIME, "no libfaketime: make deps installs Debian's faketime"
+    return ["env", f"LD_PRELOAD={LIBFAKETIME}", f"FAKETIME={offset}", "FAKETIME_DONT_FAKE_MONOTONIC=1"]
 
 
 @pytest.mark.parametrize("offset", ["+5m", "-5m"])
@@ -100,7 +107,7 @@ def test_an_entry_from_a_host_whose_clock_is_off_is_kept_for_its_ttl_and_not_ref
     3 s TTL is a hit there, and gone there once the 3 s have passed."""
     writer = start_cached(tmp_path, tmp_path / "writer", args=fleet_args(tmp_path, cluster), name="writer")
     reader = start_cached(tmp_path, tmp_path / "reader", args=fleet_args(tmp_path, cluster), name="reader",
-                          argv_prefix=[*CLOCK_SET_OFF, offset])
+                          argv_prefix=clock_set_off(offset))
     try:
         k = key(f"clock off {offset}")
         assert put(writer, k, cache_entry(b'"0x1"}'), {"X-Rpcedge-Ttl": "3"})[0] == 204
