@@ -19,7 +19,7 @@ CARGO := cargo
 # filters, wrk, clang/lld/wasi-libc for libdeflate inside the Envoy Wasm module and binaryen to
 # optimize that module, clang++ and libclang for RocksDB's C++ and its bindings (the cache daemon;
 # .cargo/config.toml), Docker's engine, Compose and debootstrap for the reference stack (docker/),
-# debhelper for `make deb`, sccache (the compiler cache, below), faketime (a fleet host's clock set off,
+# debhelper for `make deb`, sccache (the compiler cache, below), libfaketime (a fleet host's clock set off,
 # tests/test_fleet.py), Redis (in cluster mode, for the fleet tier's tests), openssl (their TLS
 # certificates) and Chromium (a real browser's fetch() through the proxies, tests/test_browser.py);
 # for nginx's own test suite beside the module (tests/test_nginx_suite.py): Debian's dynamic nginx
@@ -27,7 +27,7 @@ CARGO := cargo
 # not ffmpeg, whose mp4 tests then skip).
 APT_PACKAGES := build-essential pkg-config curl golang-go python3-venv nginx nginx-dev \
 	libnginx-mod-http-lua lua-resty-core libnginx-mod-http-brotli-filter wrk \
-	clang lld llvm wasi-libc binaryen valgrind libclang1-14 sccache faketime docker.io docker-compose debootstrap \
+	clang lld llvm wasi-libc binaryen valgrind libclang1-14 sccache libfaketime docker.io docker-compose debootstrap \
 	debhelper dpkg-dev redis-server redis-tools openssl chromium \
 	libnginx-mod-http-geoip libnginx-mod-http-image-filter libnginx-mod-http-xslt-filter \
 	libnginx-mod-http-perl libnginx-mod-mail libnginx-mod-stream libnginx-mod-stream-geoip \
