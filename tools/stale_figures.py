@@ -10,17 +10,14 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from testbed.harness import REPO
+from testbed.provenance import git
+
 LOADTEST = REPO / "loadtest"
 RESULTS = LOADTEST / "results"
 # the benches that write into a folder: their results by name (several runs each, kept apart)
 FOLDER_BENCHES = {"bench": "results.json", "faults": "faults*.json", "soak": "soak*.json"}
-
-
-def git(*args):
-    return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True).stdout.strip()
 
 
 def benches():
@@ -50,8 +47,9 @@ def why_stale(result, measures):
     commit = found["commit"]
     if found["dirty"]:
         return f"measured on {commit[:9]} with changes not committed: {', '.join(found['dirty'])}"
-    if subprocess.run(["git", "-C", REPO, "merge-base", "--is-ancestor", commit, "HEAD"],
-                      capture_output=True).returncode != 0:
+    try:
+        git("merge-base", "--is-ancestor", commit, "HEAD")
+    except subprocess.CalledProcessError:
         return f"measured on {commit[:9]}, which is not in this branch's history"
     # what is measured is code: a change to its documentation leaves the figures as they were
     code = [*measures, ":(exclude)*.md"]
