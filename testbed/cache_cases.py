@@ -453,8 +453,8 @@ DAEMON_HOLD = "1m"
 
 class CacheStack:
     """The node (a replay of the corpus, which counts the requests it answers), a second replay
-    without recordings that only says which block is finalized (so that the daemon's polls are
-    not counted as the node's work), and a cache daemon that polls it for the namespaces, one per
+    without recordings that only says which block is finalized, and each recorded block's hash
+    (so that the daemon's polls and pins are not counted as the node's work), and a cache daemon that polls it for the namespaces, one per
     network and named after it: every recorded block is final there. The namespace `late` starts
     at block 0: finality never moves back, so tests move this one forward."""
 
@@ -464,7 +464,7 @@ class CacheStack:
     BEACON = BEACON
     BEACON_FINAL = 348240
 
-    def __init__(self, log_dir, networks, daemon_args=(), placed=(), finality_hold=None):
+    def __init__(self, log_dir, networks, daemon_args=(), placed=(), pinned=(), finality_hold=None):
         self.networks = sorted(set(networks))
         self.finality = QUICK_FINALITY if finality_hold is None else finality_args(finality_hold)
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
@@ -483,8 +483,14 @@ class CacheStack:
             "response": {"jsonrpc": "2.0", "id": 1,
                          "result": {"transactionHash": tx.lower(), "blockNumber": hex(block), "status": "0x1"}},
         } for tx, block in placed]))
+        # and the headers of `pinned` (block number, hash): the hash of a block its answers name
+        (heads_only / f"test__{self.LATE}__headers.json").write_text(json.dumps([{
+            "request": {"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [hex(number), False]},
+            "response": {"jsonrpc": "2.0", "id": 1, "result": {"number": hex(number), "hash": block_hash}},
+        } for number, block_hash in pinned]))
         self.replay = start_replay(log_dir, name="rpcedge-replay-node")
-        self.heads = start_replay(log_dir, corpus=heads_only, args=finals,
+        # and the hash of each recorded block, by which the daemon pins what it keeps
+        self.heads = start_replay(log_dir, corpus=heads_only, args=[*finals, "--hashes-from", CORPUS],
                                   name="rpcedge-replay-heads")
         self.daemon_args = list(daemon_args)
         self.daemon = None

@@ -48,7 +48,12 @@ def stack(tmp_path_factory):
     networks = [case(name).network for name in ("block_by_hash", "receipt", "null_result", "error_answer",
                                                  "logs_by_hash", "logs_by_range")]
     placed = [(case("trace_by_transaction").request["params"][0], TRACE_BLOCK)]
-    stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks, placed=placed)
+    # the blocks whose answers the tests keep in `late`, by the hash the daemon pins them to
+    pinned = [(final_block(name, found), found.response["result"]["hash" if name == "by_number" else "blockHash"])
+              for name, found in (("receipt", case("receipt")), ("by_number", cc.find(by_number)))]
+    # and one the node answers from another fork: the finality nodes give the block another hash
+    pinned.append((final_block("by_number", forked_block()), "0x" + "ee" * 32))
+    stack = cc.CacheStack(tmp_path_factory.mktemp("cache-stack"), networks, placed=placed, pinned=pinned)
     yield stack
     stack.stop()
 
@@ -99,13 +104,14 @@ def wait_for_hit(port, case_, answered_at):
 
 
 NOT_FINAL = 'refusals_total{reason="not_final"}'
+FORKED = 'refusals_total{reason="forked"}'
 
 
-def refused_as_not_final(stack, since, count):
-    """Waits until the daemon has refused `count` stores as not final since it had refused `since`:
-    each MISS's store came, and was refused. Exactly `count`: none came twice."""
+def refused_as_not_final(stack, since, count, reason=NOT_FINAL):
+    """Waits until the daemon has refused `count` stores as not final (or for `reason`) since it
+    had refused `since`: each MISS's store came, and was refused. Exactly `count`: none came twice."""
     deadline = time.monotonic() + VISIBLE_WITHIN
-    while (refused := stack.daemon.stats().get(NOT_FINAL, 0) - since) < count:
+    while (refused := stack.daemon.stats().get(reason, 0) - since) < count:
         assert time.monotonic() < deadline, f"{refused} of {count} stores refused in time"
         time.sleep(0.02)
     assert refused == count
@@ -172,6 +178,27 @@ def test_an_entry_is_stored_only_once_its_block_is_final(proxies, stack, name):
     stack.finalize_late(block)
     post(proxy.port, receipt)
     wait_for_hit(proxy.port, receipt, time.monotonic())
+
+
+def forked_block():
+    """A block by number whose answer the tests of `late` keep nowhere else."""
+    taken = {final_block("receipt", case("receipt")), final_block("by_number", cc.find(by_number))}
+    return next(found for found in cc.find_all(by_number) if final_block("by_number", found) not in taken)
+
+
+def test_a_final_blocks_answer_from_another_fork_is_the_clients_and_never_kept(proxies, stack):
+    """The node's answer names a final block by a hash that the finality nodes do not give it (a
+    backend on a minority fork behind the node's address): each client gets it as the node sent
+    it, and the daemon keeps none."""
+    proxy = proxies(namespace=cc.CacheStack.LATE)
+    forked = forked_block()
+    stack.finalize_late(final_block("by_number", forked))
+    since, asked = stack.daemon.stats().get(FORKED, 0), stack.node_requests()
+    for n in (1, 2):
+        response = post(proxy.port, forked)
+        assert (response.status, status(response), response.decoded()) == (200, "MISS", forked.answer())
+        refused_as_not_final(stack, since, n, reason=FORKED)
+    assert stack.node_requests() - asked == 2
 
 
 @pytest.mark.parametrize("name", ["logs_by_hash", "logs_by_range"])

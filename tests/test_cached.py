@@ -492,6 +492,44 @@ def test_an_entry_that_needs_a_transaction_final_is_placed_by_a_stored_receipt_o
         node.process.stop()
 
 
+def test_an_entry_that_names_its_blocks_hash_is_kept_only_if_the_finality_nodes_give_the_block_that_hash(tmp_path):
+    block, block_hash = 0x10, "0x" + "ab" * 32
+    # the node that says what is final has recorded a receipt in that block: the replay answers
+    # the block's header by number from it
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "test__pins__receipt.json").write_text(json.dumps([{
+        "request": {"jsonrpc": "2.0", "id": 1, "method": "eth_getTransactionReceipt", "params": ["0x" + "01" * 32]},
+        "response": {"jsonrpc": "2.0", "id": 1, "result": {
+            "transactionHash": "0x" + "01" * 32, "blockNumber": hex(block), "blockHash": block_hash}}}]))
+    node = start_replay(tmp_path, corpus=corpus, args=["--finalized", f"pins={block}"], name="rpcedge-replay-pins")
+    namespace = "127.0.0.1/pins"
+    daemon = start_cached(tmp_path, tmp_path / "db", args=[
+        "--finality-upstream", f"{namespace}=http://{LOOPBACK}:{node.port}/pins", *cc.QUICK_FINALITY])
+
+    def put_block(name, number, named):
+        needs = {"X-Rpcedge-Namespace": namespace, "X-Rpcedge-Requires-Final": str(number),
+                 "X-Rpcedge-Block-Hash": named}
+        status, headers, _ = put(daemon, key(name), cache_entry(b'{"n":1}}'), needs)
+        return status, headers.get("X-Rpcedge-Refusal")
+
+    try:
+        until(lambda: daemon.stats().get(f'finalized_block{{namespace="{namespace}"}}') == block, 10,
+              "the daemon never heard finality")
+        assert put_block("chain", block, block_hash.upper().replace("0X", "0x")) == (204, None)
+        assert daemon.request("GET", f"/v1/entries/{key('chain')}")[0] == 200
+        assert put_block("fork", block, "0x" + "cd" * 32) == (409, "forked")
+        assert daemon.request("GET", f"/v1/entries/{key('fork')}")[0] == 404
+        assert put_block("unknown", block - 1, block_hash) == (409, "unpinned"), "the nodes give no hash"
+        assert put_block("not final", block + 1, block_hash) == (409, "not_final")
+        assert put_block("bad", block, "0x12")[0] == 400
+        stats = daemon.stats()
+        assert (stats['refusals_total{reason="forked"}'], stats['refusals_total{reason="unpinned"}']) == (1, 1)
+    finally:
+        daemon.process.stop()
+        node.process.stop()
+
+
 def test_bad_requests_get_a_4xx_and_the_daemon_serves_on(tmp_path):
     daemon = start_cached(tmp_path, tmp_path / "db", args=["--max-entry", "64KiB"])
     try:

@@ -5,8 +5,8 @@
 //! - `PUT /v1/entries/{key}`: the entry as a host encodes it (`rpcedge_core::cache::encode`), with
 //!   `X-Rpcedge-Namespace`, and `X-Rpcedge-Ttl` (seconds) or `X-Rpcedge-Requires-Final` (a block
 //!   number, a transaction hash whose block the daemon finds, or `slot:` and a Beacon-chain slot)
-//!   as the core's capture says: 204
-//!   stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
+//!   as the core's capture says, and `X-Rpcedge-Block-Hash` where the answer names that block's
+//!   hash: 204 stored, 409 refused (`X-Rpcedge-Refusal`), 400 bad;
 //! - `DELETE /v1/entries/{key}`: 204;
 //! - coalescing (`protocol::LOCK_HEADER`): a `GET` of an entry with `X-Rpcedge-Lock: <ms>` that
 //!   misses holds the key (`X-Rpcedge-Lock: held` on the 404) or is told another request holds it
@@ -19,6 +19,7 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,11 +32,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final, MinLengths};
 
-use crate::finality::Chain;
+use crate::finality::{self, Chain};
 use crate::fleet::{Hold, Outcome};
 use crate::flights::{Landing, Lock};
 use crate::read_through;
-use crate::state::State;
+use crate::state::{Refusals, State};
 use crate::store::Lookup;
 use crate::units::now_s;
 
@@ -230,7 +231,40 @@ fn delete(state: &State, key: &[u8]) -> Response<Body> {
 /// How long to keep a PUT's entry, or why not at all.
 enum Admission {
     Keep(Option<u64>),
-    Refuse(&'static str),
+    Refuse(Refused),
+}
+
+/// Why an admission refuses an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    NotFinal,
+    NoFinality,
+    Unplaced,
+    Forked,
+    Unpinned,
+}
+
+impl Refused {
+    /// As `X-Rpcedge-Refusal` and the metrics name it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Refused::NotFinal => "not_final",
+            Refused::NoFinality => "no_finality",
+            Refused::Unplaced => "unplaced",
+            Refused::Forked => "forked",
+            Refused::Unpinned => "unpinned",
+        }
+    }
+
+    fn counter(self, refusals: &Refusals) -> &AtomicU64 {
+        match self {
+            Refused::NotFinal => &refusals.not_final,
+            Refused::NoFinality => &refusals.no_finality,
+            Refused::Unplaced => &refusals.unplaced,
+            Refused::Forked => &refusals.forked,
+            Refused::Unpinned => &refusals.unpinned,
+        }
+    }
 }
 
 async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> {
@@ -245,21 +279,38 @@ async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> 
         .parse()
         .map_err(|()| format!("{}: not a block number, a transaction hash or a slot", protocol::REQUIRES_FINAL_HEADER))?;
     let namespace = value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
+    let block_hash = value(protocol::BLOCK_HASH_HEADER).transpose()?;
+    if block_hash.is_some_and(|hash| !finality::is_block_hash(hash)) {
+        return Err(format!("{}: not a block hash", protocol::BLOCK_HASH_HEADER));
+    }
     let chain = if matches!(requirement, Final::Slot(_)) { Chain::Beacon } else { Chain::Execution };
     let Some(finalized) = state.finality.finalized(namespace, chain) else {
-        return Ok(Admission::Refuse("no_finality"));
+        return Ok(Admission::Refuse(Refused::NoFinality));
     };
-    let at = match requirement {
-        Final::Block(number) | Final::Slot(number) => number,
-        Final::Transaction(hash) => match transaction_block(state, namespace, &hash).await {
+    let at = match &requirement {
+        Final::Block(number) | Final::Slot(number) => *number,
+        Final::Transaction(hash) => match transaction_block(state, namespace, hash).await {
             Some(number) => number,
-            None => return Ok(Admission::Refuse("unplaced")),
+            None => return Ok(Admission::Refuse(Refused::Unplaced)),
         },
     };
-    Ok(if at > finalized { Admission::Refuse("not_final") } else { Admission::Keep(ttl_s) })
+    if at > finalized {
+        return Ok(Admission::Refuse(Refused::NotFinal));
+    }
+    // a final block by another hash is another fork's: its node's answer is not the chain's
+    if let (Final::Block(number), Some(named)) = (requirement, block_hash) {
+        let what = format!("the hash of block {number}");
+        match in_time(namespace, &what, state.finality.block_hash(namespace, number)).await.flatten() {
+            Some(hash) if hash.eq_ignore_ascii_case(named) => {}
+            Some(_) => return Ok(Admission::Refuse(Refused::Forked)),
+            None => return Ok(Admission::Refuse(Refused::Unpinned)),
+        }
+    }
+    Ok(Admission::Keep(ttl_s))
 }
 
-/// How long the namespace's node may take to say which block holds a transaction.
+/// How long the namespace's nodes may take to say which block holds a transaction, or a block's
+/// hash.
 const PLACE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The block of the transaction `hash`: by its receipt in the store, else by the namespace's
@@ -272,14 +323,20 @@ async fn transaction_block(state: &State, namespace: &str, hash: &str) -> Option
             return Some(number);
         }
     }
-    match tokio::time::timeout(PLACE_TIMEOUT, state.finality.transaction_block(namespace, hash)).await {
-        Ok(Ok(number)) => number,
+    in_time(namespace, &format!("placing {hash}"), state.finality.transaction_block(namespace, hash)).await.flatten()
+}
+
+/// What `asking` the namespace's finality nodes gives within [`PLACE_TIMEOUT`]; `None`, said on
+/// stderr, when it fails or takes longer.
+async fn in_time<T>(namespace: &str, what: &str, asking: impl Future<Output = Result<T, String>>) -> Option<T> {
+    match tokio::time::timeout(PLACE_TIMEOUT, asking).await {
+        Ok(Ok(answer)) => Some(answer),
         Ok(Err(error)) => {
-            eprintln!("rpcedge-cached: placing {hash} in {namespace}: {error}");
+            eprintln!("rpcedge-cached: {what} in {namespace}: {error}");
             None
         }
         Err(_) => {
-            eprintln!("rpcedge-cached: placing {hash} in {namespace}: no answer within {PLACE_TIMEOUT:?}");
+            eprintln!("rpcedge-cached: {what} in {namespace}: no answer within {PLACE_TIMEOUT:?}");
             None
         }
     }
@@ -365,15 +422,9 @@ async fn keep(headers: &HeaderMap, sent: Bytes, compacted: bool, state: Arc<Stat
     let ttl_s = match admit(headers, &state).await {
         Ok(Admission::Keep(ttl_s)) => ttl_s,
         Ok(Admission::Refuse(reason)) => {
-            let refusals = &state.refusals;
-            let counter = match reason {
-                "not_final" => &refusals.not_final,
-                "unplaced" => &refusals.unplaced,
-                _ => &refusals.no_finality,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
+            reason.counter(&state.refusals).fetch_add(1, Ordering::Relaxed);
             let mut response = empty(StatusCode::CONFLICT);
-            response.headers_mut().insert(protocol::REFUSAL_HEADER, HeaderValue::from_static(reason));
+            response.headers_mut().insert(protocol::REFUSAL_HEADER, HeaderValue::from_static(reason.as_str()));
             return (response, Kept::Refused);
         }
         Err(reason) => return (text(StatusCode::BAD_REQUEST, &format!("{reason}\n")), Kept::Failed),
@@ -429,6 +480,8 @@ fn figures(state: &State) -> Vec<(String, &'static str, &'static str, u64)> {
         ("not_final", &refusals.not_final),
         ("no_finality", &refusals.no_finality),
         ("unplaced", &refusals.unplaced),
+        ("forked", &refusals.forked),
+        ("unpinned", &refusals.unpinned),
         ("bad_entry", &refusals.bad_entry),
         ("too_large", &refusals.too_large),
     ] {

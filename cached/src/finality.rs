@@ -1,7 +1,7 @@
 //! The last finalized block per namespace, polled from each namespace's execution node, and the
 //! last finalized slot, from its beacon node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -104,6 +104,37 @@ pub struct SourceFigures<'a> {
 pub struct Finality {
     upstreams: HashMap<(String, Chain), Vec<Source>>,
     started: Instant,
+    /// The hashes of final blocks the nodes agreed on, which never change.
+    hashes: Mutex<KnownHashes>,
+}
+
+/// Block hashes by namespace and number, the oldest forgotten past [`KNOWN_HASHES`]: a bound
+/// rather than a policy, since the entries of one block are stored close together (a block, its
+/// receipts, its transactions) and a scan asks for each block once.
+#[derive(Default)]
+struct KnownHashes {
+    by_block: HashMap<(String, u64), String>,
+    order: VecDeque<(String, u64)>,
+}
+
+const KNOWN_HASHES: usize = 4096;
+
+impl KnownHashes {
+    fn get(&self, namespace: &str, number: u64) -> Option<&String> {
+        self.by_block.get(&(namespace.to_string(), number))
+    }
+
+    fn insert(&mut self, namespace: &str, number: u64, hash: String) {
+        let block = (namespace.to_string(), number);
+        if self.by_block.insert(block.clone(), hash).is_none() {
+            self.order.push_back(block);
+        }
+        while self.order.len() > KNOWN_HASHES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.by_block.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl Finality {
@@ -124,7 +155,7 @@ impl Finality {
             };
             grouped.entry((namespace, chain)).or_default().push(source);
         }
-        Finality { upstreams: grouped, started: Instant::now() }
+        Finality { upstreams: grouped, started: Instant::now(), hashes: Mutex::default() }
     }
 
     /// The last finalized block (or slot) of `namespace`: the lowest of what its nodes are
@@ -231,6 +262,46 @@ impl Finality {
         }
         Ok(placed)
     }
+
+    /// The hash of block `number` (final), by `namespace`'s nodes, all asked at once: `Ok(None)`
+    /// when one gives none or they give different ones: as for finality, one node's word pins
+    /// nothing. A final block's hash never changes, so each is asked for once.
+    pub async fn block_hash(&self, namespace: &str, number: u64) -> Result<Option<String>, String> {
+        if let Some(hash) = self.hashes.lock().unwrap_or_else(PoisonError::into_inner).get(namespace, number) {
+            return Ok(Some(hash.clone()));
+        }
+        let sources = self
+            .upstreams
+            .get(&(namespace.to_string(), Chain::Execution))
+            .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
+        let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [format!("{number:#x}"), false]});
+        let query = query.to_string();
+        let mut answers: FuturesUnordered<_> = sources.iter().map(|source| ask(&source.upstream, Some(query.clone()))).collect();
+        let mut agreed: Option<String> = None;
+        while let Some(answer) = answers.next().await {
+            match (header_hash(&answer?, number), &agreed) {
+                (None, _) => return Ok(None),
+                (Some(hash), Some(other)) if hash != *other => return Ok(None),
+                (hash, _) => agreed = hash,
+            }
+        }
+        if let Some(hash) = &agreed {
+            self.hashes.lock().unwrap_or_else(PoisonError::into_inner).insert(namespace, number, hash.clone());
+        }
+        Ok(agreed)
+    }
+}
+
+/// Whether `hash` spells a block hash: `0x` and 64 hex digits.
+pub fn is_block_hash(hash: &str) -> bool {
+    hash.len() == 66 && hash.strip_prefix("0x").is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `result.hash` (in lower case) of an `eth_getBlockByNumber` answer, if it is block `number`'s.
+fn header_hash(body: &[u8], number: u64) -> Option<String> {
+    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let hash = answer.pointer("/result/hash")?.as_str().filter(|hash| is_block_hash(hash))?;
+    (number_of(&answer).ok()? == number).then(|| hash.to_ascii_lowercase())
 }
 
 async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
@@ -270,10 +341,15 @@ async fn ask(upstream: &Upstream, query: Option<String>) -> Result<Bytes, String
 /// `result.number` of an `eth_getBlockByNumber` answer.
 fn block_number(body: &[u8]) -> Result<u64, String> {
     let answer: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    number_of(&answer).map_err(|e| format!("{e} in {}", String::from_utf8_lossy(&body[..body.len().min(200)])))
+}
+
+/// `result.number` of an `eth_getBlockByNumber` answer, read.
+fn number_of(answer: &serde_json::Value) -> Result<u64, String> {
     let number = answer
         .pointer("/result/number")
         .and_then(|n| n.as_str())
-        .ok_or_else(|| format!("no result.number in {}", String::from_utf8_lossy(&body[..body.len().min(200)])))?;
+        .ok_or("no result.number")?;
     let digits = number.strip_prefix("0x").ok_or_else(|| format!("{number:?} is not a hex quantity"))?;
     u64::from_str_radix(digits, 16).map_err(|_| format!("{number:?} is not a hex quantity"))
 }
@@ -437,6 +513,38 @@ mod tests {
         assert_eq!(answered(), [(1, false), (2, true)]);
         assert_eq!(finality.finalized("a", Chain::Execution), None, "what is final waits for every source");
         polling.abort();
+    }
+
+    #[tokio::test]
+    async fn a_blocks_hash_is_the_one_every_node_gives_it_and_is_asked_for_once() {
+        const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
+        let header = |number: u64, hash: &str| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"number":"{number:#x}","hash":"{hash}"}}}}"#);
+        let node = |number: u64, hash: &str| node_answering([header(number, hash)].into_iter());
+        let upper = HASH.to_ascii_uppercase().replace("0X", "0x");
+        let agree = Finality::new(sources(vec![node(7, HASH), node(7, &upper)]), NO_HOLD);
+        assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())));
+        // each node answers one connection: a second ask would fail
+        assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())), "known");
+        assert!(agree.block_hash("a", 8).await.is_err(), "not known: asked again");
+        let other = HASH.replace("88", "11");
+        let differ = Finality::new(sources(vec![node(7, HASH), node(7, &other)]), NO_HOLD);
+        assert_eq!(differ.block_hash("a", 7).await, Ok(None), "one node's word pins nothing");
+        let another_block = Finality::new(sources(vec![node(8, HASH)]), NO_HOLD);
+        assert_eq!(another_block.block_hash("a", 7).await, Ok(None), "the header of another block");
+        let no_hash = Finality::new(sources(vec![node_saying(vec![7])]), NO_HOLD);
+        assert_eq!(no_hash.block_hash("a", 7).await, Ok(None));
+        assert!(agree.block_hash("b", 7).await.is_err(), "no node for that namespace");
+    }
+
+    #[test]
+    fn known_hashes_keep_the_newest() {
+        let mut known = KnownHashes::default();
+        for number in 0..=KNOWN_HASHES as u64 {
+            known.insert("a", number, format!("{number}"));
+        }
+        assert_eq!(known.get("a", 0), None);
+        assert_eq!(known.get("a", 1).map(String::as_str), Some("1"));
+        assert_eq!((known.by_block.len(), known.order.len()), (KNOWN_HASHES, KNOWN_HASHES));
     }
 
     #[tokio::test]

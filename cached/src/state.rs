@@ -28,6 +28,12 @@ pub struct Refusals {
     pub no_finality: AtomicU64,
     /// A transaction's entry whose block neither a stored receipt nor the finality node gave.
     pub unplaced: AtomicU64,
+    /// The entry names its block by a hash that the finality nodes do not give that block: the
+    /// answer of a node on another fork.
+    pub forked: AtomicU64,
+    /// The entry names its block's hash, which the finality nodes did not give (in time, or all
+    /// the same one).
+    pub unpinned: AtomicU64,
     /// Not an entry, or one that fails its CRC-32.
     pub bad_entry: AtomicU64,
     /// Over the body bound.

@@ -28,6 +28,11 @@ pub struct IdSpan {
 }
 
 impl Template {
+    /// The compact response as recorded, its ids as they were.
+    pub fn recorded(&self) -> &[u8] {
+        &self.body
+    }
+
     /// Each response object's `id` is tied to a call of the recorded request: for a single
     /// call, that call; for a batch, the next unclaimed call with an equal id (so duplicate ids
     /// pair up in order). A batch response id that no call claims stays as recorded.

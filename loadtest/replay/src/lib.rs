@@ -3,5 +3,6 @@
 
 pub mod delivery;
 pub mod generated;
+pub mod hashes;
 pub mod head;
 pub mod server;

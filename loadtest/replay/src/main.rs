@@ -3,6 +3,7 @@
 
 use rpcedge_corpus::{beacon, cache, corpus};
 use rpcedge_replay::{delivery, generated, head, server};
+use rpcedge_replay::hashes::Hashes;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,6 +59,11 @@ struct Cli {
     /// The same for `latest`.
     #[arg(long, value_parser = head::parse_setting)]
     latest: Vec<(String, u64)>,
+    /// Answer `eth_getBlockByNumber(N, false)` on /<network>, where no recording answers it,
+    /// with block N's number and hash as the recordings under this directory name them
+    /// [default: the --corpus ones].
+    #[arg(long)]
+    hashes_from: Option<PathBuf>,
     /// Execution witnesses to answer `debug_executionWitness` with (ethrex-replay's
     /// `cache_<network>_<block>.json`); skipped when the directory does not exist [default:
     /// witness/ethrex-replay of the corpus that --corpus defaults to].
@@ -141,12 +147,17 @@ async fn run(cli: Cli) -> Result<(), String> {
     let corpus_dir = corpus_path.clone();
     let loader_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let cache = cli.cache_dir.clone().map(Cache::new);
-    let corpus = tokio::task::spawn_blocking(move || {
+    let hashes_from = cli.hashes_from.clone();
+    let (corpus, hashes) = tokio::task::spawn_blocking(move || {
         let mut corpus = Corpus::load(&corpus_dir, loader_threads, cache.as_ref())?;
         if witness_dir.is_dir() {
             corpus.add_witnesses(&witness_dir)?;
         }
-        Ok::<_, String>(corpus)
+        let hashes = match hashes_from {
+            Some(dir) => Hashes::of(&Corpus::load(&dir, loader_threads, cache.as_ref())?),
+            None => Hashes::of(&corpus),
+        };
+        Ok::<_, String>((corpus, hashes))
     })
     .await
     .map_err(|e| format!("loading the corpus failed: {e}"))??;
@@ -199,6 +210,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         corpus,
         defaults,
         heads,
+        hashes,
         beacon,
         rpc_requests: Default::default(),
         rpc_calls: Default::default(),

@@ -24,6 +24,7 @@ use rpcedge_corpus::beacon::BeaconRoutes;
 use rpcedge_corpus::corpus::{Corpus, RecordingTable};
 use crate::delivery::{AbortSignal, Delivery, Mode, ReplayBody};
 use crate::generated::{self, WitnessMaker};
+use crate::hashes::Hashes;
 use crate::head::{self, Heads, Tag};
 use rpcedge_corpus::json::{self, Json};
 use rpcedge_corpus::rpc::{self, RequestKey};
@@ -35,6 +36,8 @@ pub struct State {
     pub corpus: Corpus,
     pub defaults: Delivery,
     pub heads: Heads,
+    /// Block hashes the recordings name, for headers asked for by number that none answers.
+    pub hashes: Hashes,
     pub beacon: BeaconRoutes,
     /// Witnesses made up at any size; `None` without loaded ones to take the proportions from.
     pub witnesses: Option<Arc<WitnessMaker>>,
@@ -206,7 +209,7 @@ async fn route(
     let gzip = delivery.gzip_when_asked && accepts_gzip(request.headers());
     let body = read_body(request).await?;
     state.rpc_requests.fetch_add(1, Ordering::Relaxed);
-    let (segments, origin, calls) = answer(table, &state.heads, &network, &body);
+    let (segments, origin, calls) = answer(table, state, &network, &body);
     state.rpc_calls.fetch_add(calls, Ordering::Relaxed);
     if !delivery.call_delay.is_zero() {
         tokio::time::sleep(delivery.call_delay * u32::try_from(calls).unwrap_or(u32::MAX)).await;
@@ -345,7 +348,7 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Refusal> {
 /// many calls the request made (a batch's members; 1 otherwise).
 fn answer<'t>(
     table: &'t RecordingTable,
-    heads: &Heads,
+    state: &State,
     network: &str,
     body: &[u8],
 ) -> (Vec<Bytes>, Option<&'t str>, u64) {
@@ -368,10 +371,10 @@ fn answer<'t>(
     if let (Json::Array(members), None) = (&request, recorded) {
         if !members.is_empty() {
             // Not recorded whole: each call from its own recording, in one array, as a node answers.
-            return (rpc::batch_answer(members, |call| call_answer(table, heads, network, call)), None, calls);
+            return (rpc::batch_answer(members, |call| call_answer(table, state, network, call)), None, calls);
         }
     }
-    if let Some(head) = heads.answer(network, &request) {
+    if let Some(head) = state.heads.answer(network, &request) {
         return (vec![Bytes::from(head)], None, calls);
     }
     match recorded {
@@ -380,17 +383,23 @@ fn answer<'t>(
             Some(&recording.origin),
             calls,
         ),
-        None => (vec![Bytes::from(rpc::no_recording_answer(&request))], None, calls),
+        None => {
+            let answer = state.hashes.answer(network, &request).unwrap_or_else(|| rpc::no_recording_answer(&request));
+            (vec![Bytes::from(answer)], None, calls)
+        }
     }
 }
 
-/// A single call's answer with its id: the head's block for a set tag, else its recording.
-fn call_answer(table: &RecordingTable, heads: &Heads, network: &str, call: &Json) -> Option<Vec<Bytes>> {
-    if let Some(head) = heads.answer(network, call) {
+/// A single call's answer with its id: the head's block for a set tag, else its recording, else
+/// a header by number the recordings name.
+fn call_answer(table: &RecordingTable, state: &State, network: &str, call: &Json) -> Option<Vec<Bytes>> {
+    if let Some(head) = state.heads.answer(network, call) {
         return Some(vec![Bytes::from(head)]);
     }
-    let recording = table.get(&RequestKey::of(call))?;
-    Some(recording.template.live_body(&rpc::live_ids(call)))
+    match table.get(&RequestKey::of(call)) {
+        Some(recording) => Some(recording.template.live_body(&rpc::live_ids(call))),
+        None => Some(vec![Bytes::from(state.hashes.answer(network, call)?)]),
+    }
 }
 
 /// `own`: the route's headers, replacing the defaults (requested headers replace them in turn).

@@ -63,7 +63,7 @@
 --         local put = c:store(res.body)       -- nil: not kept (an error, a null, not final, ...)
 --         -- put.entry under c:key(), for put.ttl seconds if set; put.requires_final: keep it
 --         -- only once that block (a decimal number) or the block of that transaction (a hash)
---         -- is finalized in the namespace
+--         -- is finalized in the namespace, and with put.block_hash only if that block has it
 --     end
 --
 -- The counters every rpcedge host keeps (the core's names, as nginx's rpcedge_status and Envoy

@@ -220,13 +220,15 @@ typedef struct {
  * An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
  * binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
  * kept only once `requires_final` is final when it is not NULL (a block's number, or a
- * transaction's hash, whose block must be). Valid until the next call on the handle.
+ * transaction's hash, whose block must be), and, when `block_hash` is not NULL, only if the
+ * chain's block of that number has that hash. Valid until the next call on the handle.
  */
 typedef struct {
   rpcedge_str_t key;
   rpcedge_str_t entry;
   uint64_t ttl_s;
   rpcedge_str_t requires_final;
+  rpcedge_str_t block_hash;
 } rpcedge_kept_entry_t;
 
 /**

@@ -65,13 +65,15 @@ impl RpcedgeDaemonCall {
 /// An answer kept by a host that keeps entries itself rather than in rpcedge-cached (the Lua
 /// binding's own storage): the entry under `key` (hex), for `ttl_s` seconds (0: no expiry),
 /// kept only once `requires_final` is final when it is not NULL (a block's number, or a
-/// transaction's hash, whose block must be). Valid until the next call on the handle.
+/// transaction's hash, whose block must be), and, when `block_hash` is not NULL, only if the
+/// chain's block of that number has that hash. Valid until the next call on the handle.
 #[repr(C)]
 pub struct RpcedgeKeptEntry {
     pub key: RpcedgeStr,
     pub entry: RpcedgeStr,
     pub ttl_s: u64,
     pub requires_final: RpcedgeStr,
+    pub block_hash: RpcedgeStr,
 }
 
 /// An answer kept by a host itself, its strings as `RpcedgeKeptEntry` points to them.
@@ -80,6 +82,7 @@ struct OwnKept {
     entry: Vec<u8>,
     ttl_s: u64,
     requires_final: Option<String>,
+    block_hash: Option<String>,
 }
 
 /// The longest answer a daemon gives a lookup: an entry of the largest `max_entry` any host may
@@ -603,7 +606,13 @@ pub unsafe extern "C" fn rpcedge_cache_keep(
     len: usize,
     kept: *mut RpcedgeKeptEntry,
 ) -> i32 {
-    let none = RpcedgeKeptEntry { key: RpcedgeStr::NONE, entry: RpcedgeStr::NONE, ttl_s: 0, requires_final: RpcedgeStr::NONE };
+    let none = RpcedgeKeptEntry {
+        key: RpcedgeStr::NONE,
+        entry: RpcedgeStr::NONE,
+        ttl_s: 0,
+        requires_final: RpcedgeStr::NONE,
+        block_hash: RpcedgeStr::NONE,
+    };
     put(kept, none);
     guard(0, || {
         let Some(cache) = cache.as_mut() else { return 0 };
@@ -618,6 +627,7 @@ pub unsafe extern "C" fn rpcedge_cache_keep(
         let own = cache.kept.insert(OwnKept {
             key: found.key.hex(),
             requires_final: found.requires_final.map(|requirement| requirement.to_string()),
+            block_hash: found.block_hash,
             ttl_s: found.ttl_s.unwrap_or(0),
             entry: found.entry,
         });
@@ -628,6 +638,7 @@ pub unsafe extern "C" fn rpcedge_cache_keep(
                 entry: RpcedgeStr::of(&own.entry),
                 ttl_s: own.ttl_s,
                 requires_final: own.requires_final.as_deref().map_or(RpcedgeStr::NONE, |value| RpcedgeStr::of(value.as_bytes())),
+                block_hash: own.block_hash.as_deref().map_or(RpcedgeStr::NONE, |value| RpcedgeStr::of(value.as_bytes())),
             },
         );
         1

@@ -152,7 +152,7 @@ impl Read {
         // the entry serves either form: the node's Vary: Accept is answered here
         let vary = head.vary.iter().filter(|(name, _)| name != "accept").cloned().collect();
         let envelope = Envelope { before_id: Vec::new(), after_id: Vec::new() };
-        let capture = Capture { key: self.key, ttl_s: None, requires_final, envelope, tail: ssz };
+        let capture = Capture { key: self.key, ttl_s: None, requires_final, block_hash: None, envelope, tail: ssz };
         Ok((capture, Head { headers, vary }))
     }
 

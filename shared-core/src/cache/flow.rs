@@ -104,7 +104,7 @@ pub struct DaemonRequest {
 }
 
 /// An answer to keep: its entry under its key, for `ttl_s` seconds (`None`: no expiry), once what
-/// `requires_final` names is final. The daemon's store carries these; a host that keeps entries
+/// `requires_final` names is final (and, with `block_hash`, is that block). The daemon's store carries these; a host that keeps entries
 /// itself takes them as they are ([`CacheExchange::keep`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept {
@@ -112,6 +112,8 @@ pub struct Kept {
     pub entry: Vec<u8>,
     pub ttl_s: Option<u64>,
     pub requires_final: Option<Final>,
+    /// The hash of the block `requires_final` names, where the answer names one.
+    pub block_hash: Option<String>,
 }
 
 /// Where a call stands with the key's lock (coalescing).
@@ -691,6 +693,7 @@ impl CacheExchange {
                     entry: super::encode(&capture.envelope, own.as_ref().unwrap_or(head), &capture.tail),
                     ttl_s: capture.ttl_s,
                     requires_final: capture.requires_final,
+                    block_hash: capture.block_hash,
                 })
             })
             .collect();
@@ -726,6 +729,9 @@ impl CacheExchange {
         }
         if let Some(requirement) = kept.requires_final {
             headers.push((protocol::REQUIRES_FINAL_HEADER, requirement.to_string()));
+        }
+        if let Some(hash) = kept.block_hash {
+            headers.push((protocol::BLOCK_HASH_HEADER, hash));
         }
         DaemonRequest {
             method: protocol::STORE_METHOD,

@@ -237,6 +237,10 @@ pub struct Capture {
     pub ttl_s: Option<u64>,
     /// What must be finalized in the namespace before it is kept.
     pub requires_final: Option<Final>,
+    /// The hash of the block that `requires_final` names, where the answer names one (in lower
+    /// case): the daemon keeps the entry only if its finality nodes give that block this hash, so
+    /// that a node on another fork (a backend behind the same address) stores nothing.
+    pub block_hash: Option<String>,
     /// The node's envelope around the id.
     pub envelope: Envelope,
     /// The envelope's tail, `<result>}`.
@@ -452,9 +456,7 @@ impl Request {
         if result == "null" {
             return Err(Refusal::Null);
         }
-        if !self.agrees(result) {
-            return Err(Refusal::Mismatch);
-        }
+        let named = self.named(result)?;
         let (ttl_s, requires_final) = match self.keep {
             Keep::Forever | Keep::OnceAnswerFinal if matches!(result, "[]" | "{}" | "\"\"" | "\"0x\"") => {
                 // What a hash names may be missing only because the node has not seen it yet.
@@ -477,17 +479,27 @@ impl Request {
         tail.extend_from_slice(result.as_bytes());
         tail.push(b'}');
         let envelope = response.id.and_then(|id| Envelope::of(body, id.get(), result)).unwrap_or_default();
-        Ok(Capture { key: self.key, ttl_s, requires_final, envelope, tail })
+        let block_hash = named.filter(|_| matches!(requires_final, Some(Final::Block(_))));
+        Ok(Capture { key: self.key, ttl_s, requires_final, block_hash, envelope, tail })
     }
 }
 
 impl Request {
-    /// Whether the answer's `result` names what the request asked for, where it can say.
-    fn agrees(&self, result: &str) -> bool {
+    /// Whether the answer's `result` names what the request asked for, where it can say: a
+    /// `Mismatch` if not. If it does, the hash of the one block it names, if any.
+    fn named(&self, result: &str) -> Result<Option<String>, Refusal> {
         if self.names == Names::Nothing || self.asked == Asked::Nothing {
-            return true;
+            return Ok(None);
         }
-        serde_json::from_str(result).is_ok_and(|result| self.names.agree(&self.asked, &result))
+        let result: Value = serde_json::from_str(result).map_err(|_| Refusal::Mismatch)?;
+        if !self.names.agree(&self.asked, &result) {
+            return Err(Refusal::Mismatch);
+        }
+        // a range's answer names many blocks
+        match self.asked {
+            Asked::BlockNumber(_) | Asked::Transaction(_) => self.names.block_hash(&result).map_err(|()| Refusal::Mismatch),
+            _ => Ok(None),
+        }
     }
 }
 

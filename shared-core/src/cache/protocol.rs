@@ -17,6 +17,9 @@ pub const LOOKUP_KEYS_METHOD: &str = "POST";
 pub const NAMESPACE_HEADER: &str = "x-rpcedge-namespace";
 pub const TTL_HEADER: &str = "x-rpcedge-ttl";
 pub const REQUIRES_FINAL_HEADER: &str = "x-rpcedge-requires-final";
+/// On a store that requires a block: that block's hash as the answer names it (`Capture`'s
+/// `block_hash`), which the daemon's finality nodes must give the block too.
+pub const BLOCK_HASH_HEADER: &str = "x-rpcedge-block-hash";
 
 /// On a lookup's answer: why it missed (a 404), and the seconds an entry has left (a hit).
 pub const MISS_HEADER: &str = "x-rpcedge-miss";

@@ -141,6 +141,34 @@ impl Names {
             (Names::Block { .. } | Names::Transaction(_) | Names::RawTransaction, _) => false,
         }
     }
+
+    /// The hash (in lower case) of the block that `result` names, where it names one: the one
+    /// every item that names a block names. `Err` when two items name different blocks.
+    pub fn block_hash(self, result: &Value) -> Result<Option<String>, ()> {
+        let path: &[&str] = match self {
+            Names::Block { hash, .. } => hash,
+            // a transaction's answer (a receipt, the transaction, its traces) names its block so
+            Names::Transaction(_) => &["blockHash"],
+            Names::Nothing | Names::RawTransaction => return Ok(None),
+        };
+        let mut hashes = Vec::new();
+        hashes_at(result, path, &mut hashes);
+        match hashes.split_first() {
+            Some((first, rest)) if rest.iter().any(|hash| !hash.eq_ignore_ascii_case(first)) => Err(()),
+            first => Ok(first.map(|(first, _)| first.to_ascii_lowercase())),
+        }
+    }
+}
+
+/// The block hashes at `path` of `value`, or of each item of a list (of lists).
+fn hashes_at<'v>(value: &'v Value, path: &[&str], out: &mut Vec<&'v str>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| hashes_at(item, path, out)),
+        item => match at(item, path) {
+            Some(Value::String(hash)) if is_hash_hex(hash) => out.push(hash),
+            _ => {}
+        },
+    }
 }
 
 /// `check` holds for `value`, or for every item of a list (of lists).

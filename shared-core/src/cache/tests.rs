@@ -744,6 +744,48 @@ fn a_call_is_taken_only_where_every_decoder_reads_the_same_call() {
     assert_eq!(Bypass::Params.as_str(), "params");
 }
 
+/// An answer kept once its block is final names that block's hash to the daemon, which keeps it
+/// only where its finality nodes give the block that hash: a node on another fork stores nothing.
+#[test]
+fn an_answer_that_waits_for_its_block_names_the_blocks_hash_to_the_daemon() {
+    let other = "0x1111111111111111111111111111111111111111111111111111111111111111";
+    let upper = HASH.to_ascii_uppercase().replace("0X", "0x");
+    let pinned = |method: &str, params: &str, result: &str| {
+        capture(method, params, &answer(result)).map(|kept| (kept.requires_final, kept.block_hash))
+    };
+    let block = format!(r#"{{"hash":"{upper}","number":"0x10"}}"#);
+    assert_eq!(pinned("eth_getBlockByNumber", r#"["0x10",false]"#, &block), Ok((Some(Final::Block(16)), Some(HASH.into()))));
+    let item = |hash: &str| format!(r#"{{"blockHash":"{hash}","blockNumber":"0x10","transactionHash":"{TX}"}}"#);
+    let both = format!("[{},{}]", item(HASH), item(HASH));
+    assert_eq!(pinned("eth_getBlockReceipts", r#"["0x10"]"#, &both), Ok((Some(Final::Block(16)), Some(HASH.into()))));
+    let forked = format!("[{},{}]", item(HASH), item(other));
+    assert_eq!(pinned("eth_getBlockReceipts", r#"["0x10"]"#, &forked), Err(Refusal::Mismatch), "one block, two hashes");
+    // a transaction's answer names its block by number and hash
+    let receipt = pinned("eth_getTransactionReceipt", &format!(r#"["{TX}"]"#), &item(&upper));
+    assert_eq!(receipt, Ok((Some(Final::Block(16)), Some(HASH.into()))));
+    let trace = format!(r#"{{"blockNumber":16,"transactionHash":"{TX}"}}"#);
+    assert_eq!(pinned("trace_transaction", &format!(r#"["{TX}"]"#), &format!("[{trace}]")), Ok((Some(Final::Block(16)), None)));
+    // what names no block, many blocks, or a block by its hash pins nothing
+    assert_eq!(pinned("eth_getBlockTransactionCountByNumber", r#"["0x10"]"#, r#""0x2""#), Ok((Some(Final::Block(16)), None)));
+    let range = r#"[{"fromBlock":"0x10","toBlock":"0x11"}]"#;
+    let blocks = format!("[{},{}]", item(HASH), item(other).replace(r#""0x10""#, r#""0x11""#));
+    assert_eq!(pinned("eth_getLogs", range, &blocks), Ok((Some(Final::Block(17)), None)));
+    assert_eq!(pinned("eth_getBlockByHash", &format!(r#"["{HASH}",false]"#), &block), Ok((None, None)));
+    assert_eq!(pinned("eth_getBlockByNumber", r#"["0x10",false]"#, "[]"), Ok((Some(Final::Block(16)), None)));
+
+    // the store call carries it, as the daemon reads it
+    let asked = request("eth_getBlockByNumber", r#"["0x10",false]"#);
+    let mut miss = exchange(Some("h/mainnet"), Some(asked.as_bytes()), false, false);
+    miss.next_lookup();
+    miss.answered(&DaemonAnswer { status: 404, miss: Some(b"absent"), ttl: None, lock: None, body: b"" }, 0);
+    let body = answer(&block);
+    assert!(miss.response_head(200, Some(body.len() as u64), NONE));
+    let call = miss.stores(body.as_bytes()).remove(0).unwrap();
+    let header = |name: &str| call.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str());
+    assert_eq!(header(protocol::REQUIRES_FINAL_HEADER), Some("16"));
+    assert_eq!(header(protocol::BLOCK_HASH_HEADER), Some(HASH));
+}
+
 /// A node that answers something else than what was asked (or read the call otherwise) stores
 /// nothing; the table says where each method's answer names what was asked.
 #[test]

@@ -107,6 +107,7 @@ typedef struct {
   rpcedge_str_t entry;
   uint64_t ttl_s;
   rpcedge_str_t requires_final;
+  rpcedge_str_t block_hash;
 } rpcedge_kept_entry_t;
 
 typedef struct {

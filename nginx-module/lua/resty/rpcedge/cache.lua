@@ -165,8 +165,9 @@ end
 
 
 -- The node's whole plain body: what to keep, or nil. `entry` goes into storage under the key;
--- `ttl` (seconds) and `requires_final` (a block number, or a transaction hash whose block must be
--- final) are nil when they do not apply. The
+-- `ttl` (seconds), `requires_final` (a block number, or a transaction hash whose block must be
+-- final) and `block_hash` (the hash that block must have, as the answer names it) are nil when they
+-- do not apply. The
 -- entry's result is compressed here, once, in each form a hit splices (rpcedge-cached does it
 -- when it is the storage), so that no hit compresses.
 function Cache:store(body)
@@ -183,6 +184,7 @@ function Cache:store(body)
         entry = lua_string(kept.entry),
         ttl = kept.ttl_s ~= 0 and tonumber(kept.ttl_s) or nil,
         requires_final = lua_string(kept.requires_final),
+        block_hash = lua_string(kept.block_hash),
     }
 end
 
