@@ -67,7 +67,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
 	cache_lookup cache_entry sealed
 
-.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults soak asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults tables soak asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
@@ -77,6 +77,7 @@ help:
 	@echo "make docker the reference stack's images from this build (docker/README.md)"
 	@echo "make deb    Debian packages of the nginx module and the cache daemon, into build/deb/"
 	@echo "make faults the fault matrix: each host under load while a part misbehaves (RELIABILITY.md)"
+	@echo "make tables RELIABILITY.md's and BENCHMARKS.md's tables, rendered from loadtest/results/"
 	@echo "make soak   a million requests per host and form while faults come and go; memory sampled"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
@@ -173,12 +174,18 @@ NGINX_SUITE_ARGS ?=
 nginx-suite-stock: $(STAMPS)/apt $(STAMPS)/venv
 	$(VENV)/bin/python -m testbed.nginx_suite --stock $(NGINX_SUITE_ARGS)
 
-# The whole fault matrix (tests/test_faults.py runs its short form): RELIABILITY.md's table, into
-# loadtest/results/faults.md; FAULT_SECONDS of load per cell.
+# The whole fault matrix (tests/test_faults.py runs its short form), into loadtest/results/faults.md
+# and .json, from which RELIABILITY.md's tables are rendered; FAULT_SECONDS of load per cell.
 FAULT_SECONDS ?= 15
 faults: build $(TOXIPROXY)
 	$(MAKE) -C envoy-filter wasm-test-panic
 	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
+	$(VENV)/bin/python tools/render_tables.py
+
+# RELIABILITY.md's and BENCHMARKS.md's tables, rendered again from the result files
+# (tests/test_rendered_tables.py fails where one differs).
+tables: $(STAMPS)/venv
+	$(VENV)/bin/python tools/render_tables.py
 
 # The soak: a million requests of the mix per host and form (the cache off, and warm), faults coming and going;
 # memory, descriptors and the daemon's disk sampled (RELIABILITY.md). tests/test_soak.py runs its
@@ -308,6 +315,7 @@ bench: build
 	$(VENV)/bin/python loadtest/transcode_bench.py
 	$(VENV)/bin/python loadtest/witness_bench.py
 	$(VENV)/bin/python loadtest/dictionary_bench.py
+	$(VENV)/bin/python tools/render_tables.py
 	@echo "results no figure may cite as they stand (tools/stale_figures.py):"
 	$(VENV)/bin/python tools/stale_figures.py
 

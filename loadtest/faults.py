@@ -94,6 +94,26 @@ def matrix(cells):
     return lines
 
 
+def fleet_link(cells):
+    """The fleet's cells: the answers (and whether every one was right), then what the cell's
+    daemon counted of the fleet from the fault on."""
+    lines = ["| fault | host | answers | fleet hits | timeouts | errors | skipped | breaker opened |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    faults_order = list(dict.fromkeys(cell["fault"] for cell in cells))
+    hosts = list(dict.fromkeys(cell["host"] for cell in cells))
+    for cell in sorted(cells, key=lambda cell: (faults_order.index(cell["fault"]), hosts.index(cell["host"]))):
+        fleet = cell.get("fleet")
+        if not fleet:
+            continue
+        total = sum(cell["counts"].values())
+        answers = f"{total:,}, all right" if cell["counts"].get("right", 0) == total else f"{total:,}: {cell_text(cell)[1]}"
+        counted = " | ".join(f"{fleet.get(name, 0):,}" for name in ("fleet_hits_total", "fleet_timeouts_total",
+                                                                     "fleet_errors_total", "fleet_skipped_total",
+                                                                     "fleet_breaker_opened_total"))
+        lines.append(f"| {cell['fault']} | {cell['host']} | {answers} | {counted} |")
+    return lines
+
+
 def dirty_text(session):
     """What the run measured beyond its commit: files that differed from it."""
     dirty = session.get("provenance", {}).get("dirty")

@@ -1,0 +1,72 @@
+"""The figure tables of RELIABILITY.md and BENCHMARKS.md, rendered from the result files they
+come from, so that no figure in them is copied by hand (issue 66). A table sits between
+`<!-- table: NAME -->` and `<!-- /table -->`; NAME is one of TABLES, which says which file it
+is made from and how. The line under the marker names the file and the run (its date and head).
+
+    .venv/bin/python tools/render_tables.py          # rewrites the tables from the files
+    .venv/bin/python tools/render_tables.py --check  # fails where a document differs
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "loadtest"))
+
+import faults  # noqa: E402  (loadtest/faults.py, which renders its own results)
+
+DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md"]
+
+# name: (the result file, relative to the repository, and what of it makes the table's lines)
+TABLES = {
+    "faults-matrix": ("loadtest/results/faults.json", lambda results: faults.matrix(results["cells"])),
+    "faults-fleet": ("loadtest/results/faults.json", lambda results: faults.fleet_link(results["cells"])),
+}
+
+MARKED = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def rendered(name, root=REPO):
+    """The table `name` as its file says it: a line naming the file and the run, then the table."""
+    if name not in TABLES:
+        raise KeyError(f"no table {name!r}: the tables are {', '.join(TABLES)}")
+    path, lines = TABLES[name]
+    results = json.loads((root / path).read_text())
+    session = results.get("session", {})
+    run = f"{session.get('date', 'undated')}, head {session.get('head', 'unknown')}{faults.dirty_text(session)}"
+    return "\n".join([f"*From [{Path(path).name}]({path}): {run}.*", "", *lines(results)]) + "\n"
+
+
+def render(text, root=REPO):
+    """`text` with every marked table rendered again."""
+    return MARKED.sub(lambda m: m.group(1) + rendered(m.group("name"), root) + m.group(4), text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; fail where a table differs")
+    parser.add_argument("--root", type=Path, default=REPO)
+    args = parser.parse_args()
+    stale = []
+    for document in DOCUMENTS:
+        path = args.root / document
+        text = path.read_text()
+        new = render(text, args.root)
+        if new == text:
+            continue
+        stale.append(document)
+        if not args.check:
+            path.write_text(new)
+    if args.check and stale:
+        print(f"tables that differ from their result files in {', '.join(stale)}: run tools/render_tables.py",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
