@@ -36,10 +36,15 @@ def allowed_skips():
     return [tuple(line.split(": ", 1)) for line in lines]
 
 
-def pytest_runtest_logreport(report):
+def note_skip(report):
     if report.skipped and isinstance(report.longrepr, tuple):
         reason = report.longrepr[2].removeprefix("Skipped: ")
         skips.append((Path(report.nodeid.split("::")[0]).name, reason))
+
+
+# a test's skip, and a whole file's (at collection; pytest-xdist hands the controller its workers')
+pytest_runtest_logreport = note_skip
+pytest_collectreport = note_skip
 
 
 def unlisted_skips():
