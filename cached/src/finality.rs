@@ -106,6 +106,8 @@ pub struct Finality {
     started: Instant,
     /// The hashes of final blocks the nodes agreed on, which never change.
     hashes: Mutex<KnownHashes>,
+    /// The blocks whose hashes are being asked for, each with its turn.
+    asking: Mutex<HashMap<(String, u64), Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Block hashes by namespace and number, the oldest forgotten past [`KNOWN_HASHES`]: a bound
@@ -155,7 +157,7 @@ impl Finality {
             };
             grouped.entry((namespace, chain)).or_default().push(source);
         }
-        Finality { upstreams: grouped, started: Instant::now(), hashes: Mutex::default() }
+        Finality { upstreams: grouped, started: Instant::now(), hashes: Mutex::default(), asking: Mutex::default() }
     }
 
     /// The last finalized block (or slot) of `namespace`: the lowest of what its nodes are
@@ -264,22 +266,31 @@ impl Finality {
     }
 
     /// The hash of block `number` (final), by `namespace`'s nodes, all asked at once: `Ok(None)`
-    /// when one gives none or they give different ones: as for finality, one node's word pins
-    /// nothing. A final block's hash never changes, so each is asked for once.
+    /// when one gives none, does not call the block final in the same answer, or they give
+    /// different ones: as for finality, one node's word pins nothing. A final block's hash never
+    /// changes, so each is asked for once, by one store at a time: the entries of a block (its
+    /// receipts, its transactions) are stored together, and the others wait for its answer.
     pub async fn block_hash(&self, namespace: &str, number: u64) -> Result<Option<String>, String> {
-        if let Some(hash) = self.hashes.lock().unwrap_or_else(PoisonError::into_inner).get(namespace, number) {
-            return Ok(Some(hash.clone()));
+        let known = || self.hashes.lock().unwrap_or_else(PoisonError::into_inner).get(namespace, number).cloned();
+        if let Some(hash) = known() {
+            return Ok(Some(hash));
         }
+        let block = (namespace.to_string(), number);
+        let turn = self.asking.lock().unwrap_or_else(PoisonError::into_inner).entry(block.clone()).or_default().clone();
+        let _turn = turn.lock().await;
+        if let Some(hash) = known() {
+            return Ok(Some(hash));
+        }
+        let _asking = Asking { finality: self, block };
         let sources = self
             .upstreams
             .get(&(namespace.to_string(), Chain::Execution))
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
-        let query = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [format!("{number:#x}"), false]});
-        let query = query.to_string();
+        let query = header_query(number);
         let mut answers: FuturesUnordered<_> = sources.iter().map(|source| ask(&source.upstream, Some(query.clone()))).collect();
         let mut agreed: Option<String> = None;
         while let Some(answer) = answers.next().await {
-            match (header_hash(&answer?, number), &agreed) {
+            match (final_header_hash(&answer?, number), &agreed) {
                 (None, _) => return Ok(None),
                 (Some(hash), Some(other)) if hash != *other => return Ok(None),
                 (hash, _) => agreed = hash,
@@ -292,16 +303,40 @@ impl Finality {
     }
 }
 
+/// A block whose hash is being asked for: its turn is let go of when the asking ends, however it
+/// ends (an answer, an error, the store's time running out).
+struct Asking<'a> {
+    finality: &'a Finality,
+    block: (String, u64),
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.finality.asking.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.block);
+    }
+}
+
+/// The finalized block and block `number`, in one batch: behind a load balancer, two requests
+/// may reach two backends, one of them behind or on another fork; one batch reaches one.
+fn header_query(number: u64) -> String {
+    let header = |id: u64, block: String| serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "eth_getBlockByNumber", "params": [block, false]});
+    serde_json::json!([header(1, "finalized".into()), header(2, format!("{number:#x}"))]).to_string()
+}
+
+/// Block `number`'s hash (lower case) from the answer to [`header_query`], if the same answer
+/// calls it final.
+fn final_header_hash(body: &[u8], number: u64) -> Option<String> {
+    let answers: Vec<serde_json::Value> = serde_json::from_slice(body).ok()?;
+    let by_id = |id: u64| answers.iter().find(|answer| answer.get("id").and_then(|id| id.as_u64()) == Some(id));
+    let finalized = number_of(by_id(1)?).ok()?;
+    let header = by_id(2)?;
+    let hash = header.pointer("/result/hash")?.as_str().filter(|hash| is_block_hash(hash))?;
+    (finalized >= number && number_of(header).ok()? == number).then(|| hash.to_ascii_lowercase())
+}
+
 /// Whether `hash` spells a block hash: `0x` and 64 hex digits.
 pub fn is_block_hash(hash: &str) -> bool {
     hash.len() == 66 && hash.strip_prefix("0x").is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// `result.hash` (in lower case) of an `eth_getBlockByNumber` answer, if it is block `number`'s.
-fn header_hash(body: &[u8], number: u64) -> Option<String> {
-    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let hash = answer.pointer("/result/hash")?.as_str().filter(|hash| is_block_hash(hash))?;
-    (number_of(&answer).ok()? == number).then(|| hash.to_ascii_lowercase())
 }
 
 async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
@@ -411,7 +446,7 @@ mod tests {
                 let (mut stream, _) = listener.accept().unwrap();
                 // the whole request (its JSON body ends it), so that closing sends no reset
                 let (mut request, mut chunk) = (Vec::new(), [0; 4096]);
-                while !request.ends_with(b"}") {
+                while !request.ends_with(b"}") && !request.ends_with(b"]") {
                     let n = stream.read(&mut chunk).unwrap();
                     assert!(n > 0, "the request ended early");
                     request.extend_from_slice(&chunk[..n]);
@@ -516,24 +551,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_blocks_hash_is_the_one_every_node_gives_it_and_is_asked_for_once() {
+    async fn a_blocks_hash_is_the_one_every_node_gives_it_where_it_calls_it_final_and_is_asked_for_once() {
         const HASH: &str = "0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6";
-        let header = |number: u64, hash: &str| format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"number":"{number:#x}","hash":"{hash}"}}}}"#);
-        let node = |number: u64, hash: &str| node_answering([header(number, hash)].into_iter());
+        // the finalized block and the one asked for, in one batch's answer
+        let headers = |finalized: u64, number: u64, hash: &str| {
+            format!(
+                r#"[{{"jsonrpc":"2.0","id":2,"result":{{"number":"{number:#x}","hash":"{hash}"}}}},{{"jsonrpc":"2.0","id":1,"result":{{"number":"{finalized:#x}"}}}}]"#
+            )
+        };
+        let node = |number: u64, hash: &str| node_answering([headers(7, number, hash)].into_iter());
         let upper = HASH.to_ascii_uppercase().replace("0X", "0x");
         let agree = Finality::new(sources(vec![node(7, HASH), node(7, &upper)]), NO_HOLD);
         assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())));
         // each node answers one connection: a second ask would fail
         assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())), "known");
-        assert!(agree.block_hash("a", 8).await.is_err(), "not known: asked again");
+        assert!(agree.block_hash("a", 6).await.is_err(), "not known: asked again");
         let other = HASH.replace("88", "11");
         let differ = Finality::new(sources(vec![node(7, HASH), node(7, &other)]), NO_HOLD);
         assert_eq!(differ.block_hash("a", 7).await, Ok(None), "one node's word pins nothing");
         let another_block = Finality::new(sources(vec![node(8, HASH)]), NO_HOLD);
         assert_eq!(another_block.block_hash("a", 7).await, Ok(None), "the header of another block");
-        let no_hash = Finality::new(sources(vec![node_saying(vec![7])]), NO_HOLD);
+        let behind = Finality::new(sources(vec![node_answering([headers(6, 7, HASH)].into_iter())]), NO_HOLD);
+        assert_eq!(behind.block_hash("a", 7).await, Ok(None), "the backend that answered does not call it final");
+        let no_hash = Finality::new(sources(vec![node_answering([headers(7, 7, "0x12")].into_iter())]), NO_HOLD);
         assert_eq!(no_hash.block_hash("a", 7).await, Ok(None));
         assert!(agree.block_hash("b", 7).await.is_err(), "no node for that namespace");
+
+        // the stores of one block's entries at once: one question, one answer for all
+        let once = Arc::new(Finality::new(sources(vec![node(7, HASH)]), NO_HOLD));
+        let asking: Vec<_> = (0..20).map(|_| tokio::spawn({
+            let once = once.clone();
+            async move { once.block_hash("a", 7).await }
+        })).collect();
+        for asked in asking {
+            assert_eq!(asked.await.unwrap(), Ok(Some(HASH.to_string())));
+        }
     }
 
     #[test]

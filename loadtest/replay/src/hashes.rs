@@ -84,7 +84,7 @@ impl Hashes {
 fn named_blocks(result: Option<&Json>) -> Vec<(u64, String)> {
     let named = |item: &Json, number: &str, hash: &str| {
         let hash = item.get(hash)?.as_str().filter(|hash| hash.len() == 66 && hash.starts_with("0x"))?;
-        Some((quantity(item.get(number)?)?, hash.to_ascii_lowercase()))
+        Some((block_number(item.get(number)?)?, hash.to_ascii_lowercase()))
     };
     let of_item = |item: &Json| [named(item, "number", "hash"), named(item, "blockNumber", "blockHash")];
     match result {
@@ -94,9 +94,17 @@ fn named_blocks(result: Option<&Json>) -> Vec<(u64, String)> {
     }
 }
 
-/// A hex quantity (`0x2a`), as block numbers are written.
+/// A hex quantity (`0x2a`), as block numbers are written in requests.
 fn quantity(value: &Json) -> Option<u64> {
     u64::from_str_radix(value.as_str()?.strip_prefix("0x")?, 16).ok()
+}
+
+/// A block number as answers write it: a hex quantity, or a JSON number (traces).
+fn block_number(value: &Json) -> Option<u64> {
+    match value {
+        Json::Number(digits) => digits.parse().ok(),
+        other => quantity(other),
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +117,7 @@ mod tests {
         let block = json::parse(r#"{"number":"0x10","hash":"0xAB00000000000000000000000000000000000000000000000000000000000000"}"#).unwrap();
         let receipts = json::parse(
             r#"[{"blockNumber":"0x11","blockHash":"0x1100000000000000000000000000000000000000000000000000000000000000"},
-                {"blockNumber":"0x12","blockHash":"0x1200000000000000000000000000000000000000000000000000000000000000"}]"#,
+                {"blockNumber":18,"blockHash":"0x1200000000000000000000000000000000000000000000000000000000000000"}]"#,
         )
         .unwrap();
         for (number, hash) in named_blocks(Some(&block)).into_iter().chain(named_blocks(Some(&receipts))) {
@@ -130,5 +138,21 @@ mod tests {
         assert_eq!(ask(r#"["0x13",false]"#), None);
         assert_eq!(ask(r#"["finalized",false]"#), None);
         assert_eq!(hashes.answer("sepolia", &json::parse(r#"{"method":"eth_getBlockByNumber","params":["0x10",false]}"#).unwrap()), None);
+    }
+
+    #[test]
+    fn the_recordings_read_are_blocks_and_what_they_hold_never_uncles() {
+        let dir = std::env::temp_dir().join(format!("rpcedge-replay-hashes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pair = |method: &str, result: &str| {
+            format!(r#"{{"request":{{"jsonrpc":"2.0","id":1,"method":"{method}","params":["0x10",false]}},"response":{{"jsonrpc":"2.0","id":1,"result":{result}}}}}"#)
+        };
+        let block = |hash: &str| format!(r#"{{"number":"0x10","hash":"0x{}"}}"#, hash.repeat(32));
+        let pairs = [pair("eth_getBlockByNumber", &block("aa")), pair("eth_getUncleByBlockNumberAndIndex", &block("bb")), pair("eth_getBlockByNumberX", &block("cc"))];
+        std::fs::write(dir.join("test__mainnet__blocks.json"), format!("[{}]", pairs.join(","))).unwrap();
+        let hashes = Hashes::of(&Corpus::load(&dir, 1, None).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(hashes.0.get(&("mainnet".to_string(), 0x10)), Some(&Some(format!("0x{}", "aa".repeat(32)))));
+        assert_eq!(hashes.0.len(), 1);
     }
 }
