@@ -129,6 +129,7 @@ void ngx_http_rpcedge_cache_let_go(ngx_http_rpcedge_cache_ctx_t *ctx,
     rpcedge_daemon_call_t *release);
 void ngx_http_rpcedge_cache_release_orphans(ngx_http_request_t *r,
     ngx_str_t *pass);
+ngx_int_t ngx_http_rpcedge_cache_orphans_init(ngx_conf_t *cf);
 
 /* ngx_http_rpcedge_cache_filter.c */
 ngx_int_t ngx_http_rpcedge_cache_filter_init(ngx_conf_t *cf);

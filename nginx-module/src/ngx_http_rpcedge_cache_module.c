@@ -502,5 +502,9 @@ ngx_http_rpcedge_cache_init(ngx_conf_t *cf)
 
     *h = ngx_http_rpcedge_cache_handler;
 
+    if (ngx_http_rpcedge_cache_orphans_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_rpcedge_cache_filter_init(cf);
 }

@@ -68,11 +68,66 @@ static void ngx_http_rpcedge_cache_release_sent(ngx_event_t *wev);
 static void ngx_http_rpcedge_cache_release_read(ngx_event_t *rev);
 static void ngx_http_rpcedge_cache_release_close(
     ngx_http_rpcedge_cache_release_t *rel, ngx_uint_t taken);
+static void ngx_http_rpcedge_cache_orphans_forget(void *data);
 
 
 static ngx_http_rpcedge_cache_orphan_t
     ngx_http_rpcedge_cache_orphans[NGX_HTTP_RPCEDGE_CACHE_ORPHANS];
 static ngx_uint_t  ngx_http_rpcedge_cache_norphans;
+
+
+/*
+ * An orphan points into its configuration (its server, its pass), which goes
+ * with the cycle: after a reload of a worker that is its own master
+ * (master_process off), the old cycle's pool is destroyed in the process that
+ * keeps the orphans.  Its orphans go first; their keys are let go at the
+ * daemon's lock time.
+ */
+
+ngx_int_t
+ngx_http_rpcedge_cache_orphans_init(ngx_conf_t *cf)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_rpcedge_cache_orphans_forget;
+    cln->data = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_rpcedge_cache_orphans_forget(void *data)
+{
+    ngx_http_core_main_conf_t *cmcf = data;
+
+    ngx_uint_t                  i, s, n;
+    ngx_http_core_srv_conf_t  **servers;
+
+    servers = cmcf->servers.elts;
+    n = 0;
+
+    for (i = 0; i < ngx_http_rpcedge_cache_norphans; i++) {
+
+        for (s = 0; s < cmcf->servers.nelts; s++) {
+            if (ngx_http_rpcedge_cache_orphans[i].server == servers[s]) {
+                break;
+            }
+        }
+
+        if (s == cmcf->servers.nelts) {
+            ngx_http_rpcedge_cache_orphans[n++] =
+                                            ngx_http_rpcedge_cache_orphans[i];
+        }
+    }
+
+    ngx_http_rpcedge_cache_norphans = n;
+}
 
 
 /* a key the request held and can no longer release with a subrequest */
