@@ -179,8 +179,8 @@ nginx-suite-stock: $(STAMPS)/apt $(STAMPS)/venv
 FAULT_SECONDS ?= 15
 faults: build $(TOXIPROXY)
 	$(MAKE) -C envoy-filter wasm-test-panic
-	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS)
-	$(VENV)/bin/python tools/render_tables.py
+	$(VENV)/bin/python loadtest/faults.py --seconds $(FAULT_SECONDS); failed=$$?; \
+		$(VENV)/bin/python tools/render_tables.py && exit $$failed
 
 # RELIABILITY.md's and BENCHMARKS.md's tables, rendered again from the result files
 # (tests/test_rendered_tables.py fails where one differs).

@@ -5,6 +5,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from testbed.harness import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -35,3 +37,11 @@ def test_a_figure_changed_by_hand_fails_the_check_and_a_render_puts_it_back(tmp_
     assert reliability.read_text() == edited, "--check changes nothing"
     assert subprocess.run(check).returncode == 0
     assert reliability.read_text() == text
+
+
+def test_a_table_marker_out_of_place_is_an_error_not_a_render_over_the_text():
+    table = "<!-- table: faults-matrix -->\nold\n<!-- /table -->\n"
+    for broken in (table.replace("<!-- /table -->\n", "") + "prose\n" + table,
+                   table.replace("faults-matrix", "faults-matrx"), table.replace("-->\nold", " -->\nold")):
+        with pytest.raises(ValueError):
+            render_tables.render(broken)

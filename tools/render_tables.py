@@ -27,7 +27,10 @@ TABLES = {
     "faults-fleet": ("loadtest/results/faults.json", lambda results: faults.fleet_link(results["cells"])),
 }
 
-MARKED = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
+# every marker that begins a line, well formed or not: a table's end must follow its start
+# before the next start (a marker within a line is prose that names one)
+MARKERS = re.compile(r"^<!-- */?table\b[^>]*-->", re.M)
 
 
 def rendered(name, root=REPO):
@@ -42,7 +45,16 @@ def rendered(name, root=REPO):
 
 
 def render(text, root=REPO):
-    """`text` with every marked table rendered again."""
+    """`text` with every marked table rendered again. A marker out of place or misspelt, or a table
+    of no known name, is an error: rendering past it would replace the text up to the next end."""
+    markers = [m.group() for m in MARKERS.finditer(text)]
+    starts = [f"<!-- table: {name} -->" for name in TABLES]
+    for at, marker in enumerate(markers):
+        expected = "<!-- /table -->" if at % 2 else "a table's start"
+        if (marker != expected) if at % 2 else (marker not in starts):
+            raise ValueError(f"{marker!r} where {expected} should be (the tables: {', '.join(TABLES)})")
+    if len(markers) % 2:
+        raise ValueError(f"{markers[-1]!r} has no <!-- /table --> after it")
     return MARKED.sub(lambda m: m.group(1) + rendered(m.group("name"), root) + m.group(4), text)
 
 
@@ -55,7 +67,11 @@ def main():
     for document in DOCUMENTS:
         path = args.root / document
         text = path.read_text()
-        new = render(text, args.root)
+        try:
+            new = render(text, args.root)
+        except ValueError as error:
+            print(f"{document}: {error}", file=sys.stderr)
+            return 2
         if new == text:
             continue
         stale.append(document)

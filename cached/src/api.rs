@@ -300,7 +300,7 @@ async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> 
     // a final block by another hash is another fork's: its node's answer is not the chain's
     if let (Final::Block(number), Some(named)) = (requirement, block_hash) {
         let what = format!("the hash of block {number}");
-        match in_time(namespace, &what, state.finality.block_hash(namespace, number)).await.flatten() {
+        match in_time(namespace, &what, state.finality.block_hash(namespace, number)).await {
             Some(hash) if hash.eq_ignore_ascii_case(named) => {}
             Some(_) => return Ok(Admission::Refuse(Refused::Forked)),
             None => return Ok(Admission::Refuse(Refused::Unpinned)),

@@ -106,8 +106,8 @@ pub struct Finality {
     started: Instant,
     /// The hashes of final blocks the nodes agreed on, which never change.
     hashes: Mutex<KnownHashes>,
-    /// The blocks whose hashes are being asked for, each with its turn.
-    asking: Mutex<HashMap<(String, u64), Arc<tokio::sync::Mutex<()>>>>,
+    /// The blocks whose hashes are being asked for, each with the answer its askers share.
+    asking: Mutex<HashMap<(String, u64), Arc<tokio::sync::OnceCell<Result<String, String>>>>>,
 }
 
 /// Block hashes by namespace and number, the oldest forgotten past [`KNOWN_HASHES`]: a bound
@@ -265,55 +265,53 @@ impl Finality {
         Ok(placed)
     }
 
-    /// The hash of block `number` (final), by `namespace`'s nodes, all asked at once: `Ok(None)`
+    /// The hash of block `number` (final), by `namespace`'s nodes, all asked at once: an error
     /// when one gives none, does not call the block final in the same answer, or they give
     /// different ones: as for finality, one node's word pins nothing. A final block's hash never
-    /// changes, so each is asked for once, by one store at a time: the entries of a block (its
-    /// receipts, its transactions) are stored together, and the others wait for its answer.
-    pub async fn block_hash(&self, namespace: &str, number: u64) -> Result<Option<String>, String> {
-        let known = || self.hashes.lock().unwrap_or_else(PoisonError::into_inner).get(namespace, number).cloned();
-        if let Some(hash) = known() {
-            return Ok(Some(hash));
+    /// changes, so each is remembered; and the stores of a block's entries (its receipts, its
+    /// transactions) that come together share one question and its answer, whatever it is.
+    pub async fn block_hash(&self, namespace: &str, number: u64) -> Result<String, String> {
+        if let Some(hash) = self.hashes.lock().unwrap_or_else(PoisonError::into_inner).get(namespace, number) {
+            return Ok(hash.clone());
         }
         let block = (namespace.to_string(), number);
-        let turn = self.asking.lock().unwrap_or_else(PoisonError::into_inner).entry(block.clone()).or_default().clone();
-        let _turn = turn.lock().await;
-        if let Some(hash) = known() {
-            return Ok(Some(hash));
+        let asking = self.asking.lock().unwrap_or_else(PoisonError::into_inner).entry(block.clone()).or_default().clone();
+        let answer = asking.get_or_init(|| self.ask_block_hash(namespace, number)).await.clone();
+        // answered: the next store of the block takes the remembered hash, or asks again
+        let mut all = self.asking.lock().unwrap_or_else(PoisonError::into_inner);
+        if all.get(&block).is_some_and(|current| Arc::ptr_eq(current, &asking)) {
+            all.remove(&block);
         }
-        let _asking = Asking { finality: self, block };
+        answer
+    }
+
+    async fn ask_block_hash(&self, namespace: &str, number: u64) -> Result<String, String> {
         let sources = self
             .upstreams
             .get(&(namespace.to_string(), Chain::Execution))
             .ok_or_else(|| format!("{namespace}: no finality upstream"))?;
         let query = header_query(number);
-        let mut answers: FuturesUnordered<_> = sources.iter().map(|source| ask(&source.upstream, Some(query.clone()))).collect();
+        let asked = sources.iter().map(|source| async {
+            let answer = ask(&source.upstream, Some(query.clone())).await?;
+            final_header_hash(&answer, number).map_err(|why| format!("{}: {why}", source.upstream.authority))
+        });
+        let mut answers: FuturesUnordered<_> = asked.collect();
         let mut agreed: Option<String> = None;
         while let Some(answer) = answers.next().await {
-            match (final_header_hash(&answer?, number), &agreed) {
-                (None, _) => return Ok(None),
-                (Some(hash), Some(other)) if hash != *other => return Ok(None),
-                (hash, _) => agreed = hash,
+            match (answer?, &agreed) {
+                (hash, Some(other)) if hash != *other => return Err(format!("the nodes give block {number} different hashes")),
+                (hash, _) => agreed = Some(hash),
             }
         }
-        if let Some(hash) = &agreed {
-            self.hashes.lock().unwrap_or_else(PoisonError::into_inner).insert(namespace, number, hash.clone());
-        }
-        Ok(agreed)
+        let hash = agreed.ok_or_else(|| format!("{namespace}: no finality upstream"))?;
+        self.hashes.lock().unwrap_or_else(PoisonError::into_inner).insert(namespace, number, hash.clone());
+        Ok(hash)
     }
 }
 
-/// A block whose hash is being asked for: its turn is let go of when the asking ends, however it
-/// ends (an answer, an error, the store's time running out).
-struct Asking<'a> {
-    finality: &'a Finality,
-    block: (String, u64),
-}
-
-impl Drop for Asking<'_> {
-    fn drop(&mut self) {
-        self.finality.asking.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.block);
-    }
+/// Whether `hash` spells a block hash: `0x` and 64 hex digits.
+pub fn is_block_hash(hash: &str) -> bool {
+    hash.len() == 66 && hash.strip_prefix("0x").is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The finalized block and block `number`, in one batch: behind a load balancer, two requests
@@ -323,20 +321,25 @@ fn header_query(number: u64) -> String {
     serde_json::json!([header(1, "finalized".into()), header(2, format!("{number:#x}"))]).to_string()
 }
 
-/// Block `number`'s hash (lower case) from the answer to [`header_query`], if the same answer
-/// calls it final.
-fn final_header_hash(body: &[u8], number: u64) -> Option<String> {
-    let answers: Vec<serde_json::Value> = serde_json::from_slice(body).ok()?;
-    let by_id = |id: u64| answers.iter().find(|answer| answer.get("id").and_then(|id| id.as_u64()) == Some(id));
-    let finalized = number_of(by_id(1)?).ok()?;
+/// Block `number`'s hash (lower case) from the answer to [`header_query`], where the same answer
+/// calls it final; why not, otherwise (a node must take a batch).
+fn final_header_hash(body: &[u8], number: u64) -> Result<String, String> {
+    let answers: Vec<serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|_| format!("no batch's answer: {}", String::from_utf8_lossy(&body[..body.len().min(200)])))?;
+    let by_id = |id: u64| {
+        let answer = answers.iter().find(|answer| answer.get("id").and_then(|id| id.as_u64()) == Some(id));
+        answer.ok_or_else(|| format!("no answer of id {id} in the batch's"))
+    };
+    let finalized = number_of(by_id(1)?)?;
+    if finalized < number {
+        return Err(format!("calls block {finalized} final, not {number}"));
+    }
     let header = by_id(2)?;
-    let hash = header.pointer("/result/hash")?.as_str().filter(|hash| is_block_hash(hash))?;
-    (finalized >= number && number_of(header).ok()? == number).then(|| hash.to_ascii_lowercase())
-}
-
-/// Whether `hash` spells a block hash: `0x` and 64 hex digits.
-pub fn is_block_hash(hash: &str) -> bool {
-    hash.len() == 66 && hash.strip_prefix("0x").is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
+    let hash = header.pointer("/result/hash").and_then(|hash| hash.as_str()).filter(|hash| is_block_hash(hash));
+    match (number_of(header)?, hash) {
+        (at, Some(hash)) if at == number => Ok(hash.to_ascii_lowercase()),
+        _ => Err(format!("no hash of block {number}")),
+    }
 }
 
 async fn finalized_block(upstream: &Upstream) -> Result<u64, String> {
@@ -562,30 +565,41 @@ mod tests {
         let node = |number: u64, hash: &str| node_answering([headers(7, number, hash)].into_iter());
         let upper = HASH.to_ascii_uppercase().replace("0X", "0x");
         let agree = Finality::new(sources(vec![node(7, HASH), node(7, &upper)]), NO_HOLD);
-        assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())));
+        assert_eq!(agree.block_hash("a", 7).await, Ok(HASH.to_string()));
         // each node answers one connection: a second ask would fail
-        assert_eq!(agree.block_hash("a", 7).await, Ok(Some(HASH.to_string())), "known");
+        assert_eq!(agree.block_hash("a", 7).await, Ok(HASH.to_string()), "known");
         assert!(agree.block_hash("a", 6).await.is_err(), "not known: asked again");
+        let refused = |finality: Finality| async move { finality.block_hash("a", 7).await.unwrap_err() };
         let other = HASH.replace("88", "11");
-        let differ = Finality::new(sources(vec![node(7, HASH), node(7, &other)]), NO_HOLD);
-        assert_eq!(differ.block_hash("a", 7).await, Ok(None), "one node's word pins nothing");
-        let another_block = Finality::new(sources(vec![node(8, HASH)]), NO_HOLD);
-        assert_eq!(another_block.block_hash("a", 7).await, Ok(None), "the header of another block");
-        let behind = Finality::new(sources(vec![node_answering([headers(6, 7, HASH)].into_iter())]), NO_HOLD);
-        assert_eq!(behind.block_hash("a", 7).await, Ok(None), "the backend that answered does not call it final");
-        let no_hash = Finality::new(sources(vec![node_answering([headers(7, 7, "0x12")].into_iter())]), NO_HOLD);
-        assert_eq!(no_hash.block_hash("a", 7).await, Ok(None));
+        let differ = refused(Finality::new(sources(vec![node(7, HASH), node(7, &other)]), NO_HOLD)).await;
+        assert_eq!(differ, "the nodes give block 7 different hashes", "one node's word pins nothing");
+        let another_block = refused(Finality::new(sources(vec![node(8, HASH)]), NO_HOLD)).await;
+        assert!(another_block.ends_with("no hash of block 7"), "{another_block}");
+        let behind = refused(Finality::new(sources(vec![node_answering([headers(6, 7, HASH)].into_iter())]), NO_HOLD)).await;
+        assert!(behind.ends_with("calls block 6 final, not 7"), "the backend that answered: {behind}");
+        let no_batch = refused(Finality::new(sources(vec![node_saying(vec![7])]), NO_HOLD)).await;
+        assert!(no_batch.contains("no batch's answer"), "{no_batch}");
         assert!(agree.block_hash("b", 7).await.is_err(), "no node for that namespace");
 
-        // the stores of one block's entries at once: one question, one answer for all
-        let once = Arc::new(Finality::new(sources(vec![node(7, HASH)]), NO_HOLD));
-        let asking: Vec<_> = (0..20).map(|_| tokio::spawn({
-            let once = once.clone();
-            async move { once.block_hash("a", 7).await }
-        })).collect();
-        for asked in asking {
-            assert_eq!(asked.await.unwrap(), Ok(Some(HASH.to_string())));
-        }
+        // the stores of one block's entries at once: one question, its answer for all
+        let asked_at_once = |node: Upstream| async move {
+            let once = Arc::new(Finality::new(sources(vec![node]), NO_HOLD));
+            let asking: Vec<_> = (0..20)
+                .map(|_| tokio::spawn({
+                    let once = once.clone();
+                    async move { once.block_hash("a", 7).await }
+                }))
+                .collect();
+            let mut answers = Vec::new();
+            for asked in asking {
+                answers.push(asked.await.unwrap());
+            }
+            answers
+        };
+        assert!(asked_at_once(node(7, HASH)).await.iter().all(|answer| *answer == Ok(HASH.to_string())));
+        // and a failure, shared too: the node answers once, after which it refuses connections
+        let answers = asked_at_once(node_answering([headers(6, 7, HASH)].into_iter())).await;
+        assert!(answers.iter().all(|answer| answer.as_ref().is_err_and(|why| why.ends_with("calls block 6 final, not 7"))), "{answers:?}");
     }
 
     #[test]

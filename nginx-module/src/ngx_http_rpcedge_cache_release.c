@@ -104,11 +104,11 @@ ngx_http_rpcedge_cache_orphans_init(ngx_conf_t *cf)
 static void
 ngx_http_rpcedge_cache_orphans_forget(void *data)
 {
-    ngx_http_core_main_conf_t *cmcf = data;
-
     ngx_uint_t                  i, s, n;
     ngx_http_core_srv_conf_t  **servers;
+    ngx_http_core_main_conf_t  *cmcf;
 
+    cmcf = data;
     servers = cmcf->servers.elts;
     n = 0;
 
@@ -122,7 +122,7 @@ ngx_http_rpcedge_cache_orphans_forget(void *data)
 
         if (s == cmcf->servers.nelts) {
             ngx_http_rpcedge_cache_orphans[n++] =
-                                            ngx_http_rpcedge_cache_orphans[i];
+                ngx_http_rpcedge_cache_orphans[i];
         }
     }
 
