@@ -32,7 +32,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use rpcedge_core::cache::protocol::{self, Looked};
 use rpcedge_core::cache::{self, Entry, Final, MinLengths};
 
-use crate::finality::{self, Chain};
+use crate::finality::Chain;
 use crate::fleet::{Hold, Outcome};
 use crate::flights::{Landing, Lock};
 use crate::read_through;
@@ -280,7 +280,7 @@ async fn admit(headers: &HeaderMap, state: &State) -> Result<Admission, String> 
         .map_err(|()| format!("{}: not a block number, a transaction hash or a slot", protocol::REQUIRES_FINAL_HEADER))?;
     let namespace = value(protocol::NAMESPACE_HEADER).ok_or("X-Rpcedge-Requires-Final needs X-Rpcedge-Namespace")??;
     let block_hash = value(protocol::BLOCK_HASH_HEADER).transpose()?;
-    if block_hash.is_some_and(|hash| !finality::is_block_hash(hash)) {
+    if block_hash.is_some_and(|hash| !cache::is_hash_hex(hash)) {
         return Err(format!("{}: not a block hash", protocol::BLOCK_HASH_HEADER));
     }
     let chain = if matches!(requirement, Final::Slot(_)) { Chain::Beacon } else { Chain::Execution };

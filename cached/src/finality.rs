@@ -309,11 +309,6 @@ impl Finality {
     }
 }
 
-/// Whether `hash` spells a block hash: `0x` and 64 hex digits.
-pub fn is_block_hash(hash: &str) -> bool {
-    hash.len() == 66 && hash.strip_prefix("0x").is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// The finalized block and block `number`, in one batch: behind a load balancer, two requests
 /// may reach two backends, one of them behind or on another fork; one batch reaches one.
 fn header_query(number: u64) -> String {
@@ -335,7 +330,7 @@ fn final_header_hash(body: &[u8], number: u64) -> Result<String, String> {
         return Err(format!("calls block {finalized} final, not {number}"));
     }
     let header = by_id(2)?;
-    let hash = header.pointer("/result/hash").and_then(|hash| hash.as_str()).filter(|hash| is_block_hash(hash));
+    let hash = header.pointer("/result/hash").and_then(|hash| hash.as_str()).filter(|hash| cache::is_hash_hex(hash));
     match (number_of(header)?, hash) {
         (at, Some(hash)) if at == number => Ok(hash.to_ascii_lowercase()),
         _ => Err(format!("no hash of block {number}")),

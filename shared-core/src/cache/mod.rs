@@ -36,7 +36,7 @@ pub(crate) use head::field as header_field;
 pub use head::Head;
 pub use lookup::{HotRegion, LookupStep};
 pub use hot::{HotTier, MAX_AGE_S as HOT_MAX_AGE_S, MIN_REGION as HOT_MIN_REGION};
-pub use rules::{rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
+pub use rules::{is_hash_hex, rule, Asked, BlockRef, LogFilter, Names, Rule, TABLE};
 
 /// The cache's settings, shared by every host: each configures them (`config::CacheConfig::settings`,
 /// nginx's directives) and its exchanges run with them.

@@ -315,7 +315,7 @@ fn quantity(s: &str) -> Option<u64> {
 }
 
 /// A 32-byte hash as JSON-RPC spells it: `0x` and 64 hex digits, in either case.
-pub(super) fn is_hash_hex(s: &str) -> bool {
+pub fn is_hash_hex(s: &str) -> bool {
     s.len() == 66 && is_hex(s)
 }
 
