@@ -53,12 +53,13 @@ def block_of(case):
 
 def receipts():
     """CALLS receipts, in block order; where the corpus has fewer, transactions by hash make up
-    the rest. From every network: the batch goes to the replay's `/`, which answers from all."""
-    calls = cc.find_all(cc.receipt, limit=CALLS)
-    calls += cc.find_all(transaction_by_hash, limit=CALLS - len(calls))
+    the rest. From every network: the batch goes to the replay's `/`, which answers from all.
+    And the (number, hash) of each block they name, for the stack's finality node (cc.pinnable)."""
+    calls, pins = cc.pinnable(cc.find_all(cc.receipt, limit=CALLS) + cc.find_all(transaction_by_hash, limit=CALLS))
     if len(calls) < CALLS:
-        sys.exit(f"the corpus has {len(calls)} receipts and transactions by hash; {CALLS} are needed")
-    return sorted(calls, key=block_of)
+        sys.exit(f"the corpus has {len(calls)} receipts and transactions by hash of blocks whose numbers "
+                 f"no other names; {CALLS} are needed")
+    return sorted(calls[:CALLS], key=block_of), pins
 
 
 def batch_body(calls):
@@ -117,7 +118,7 @@ def main():
     started = provenance.now()
 
     proxy_cpu, prefix = pinned(WORK)
-    calls = receipts()
+    calls, pins = receipts()
     body = batch_body(calls)
     # final up to the middle call's block: the calls of blocks up to it are cached, the others not
     final, last = block_of(calls[CALLS // 2 - 1]), block_of(calls[-1])
@@ -127,7 +128,7 @@ def main():
           f"{', '.join(sorted({c.network for c in calls}))} in one batch ({len(body)} bytes); half cached: "
           f"{cached} of them; proxy on CPU {proxy_cpu}, {args.runs} x {args.seconds} s per cell", flush=True)
 
-    stack = cc.CacheStack(WORK, [])
+    stack = cc.CacheStack(WORK, [], pinned=pins)
     rows = []
     try:
         for host in ["nginx", *ENVOY_HOSTS]:

@@ -25,6 +25,8 @@ import base64
 import random
 import statistics
 import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import bench
@@ -49,6 +51,7 @@ CONNECTIONS = 16
 # room in the hot tier for every call's entry (the make run configs give 32 MiB)
 HOT_BYTES = 32 * 1024 * 1024
 WARMUP_S = 2
+MIX_CALLS = 48
 # big answers: at least this long, and this many of them
 BIG = 100 * 1024
 BIG_CALLS = 4
@@ -62,6 +65,13 @@ def waits_for_finality(request, response):
     by_transaction = request["method"] in ("eth_getTransactionReceipt", "eth_getTransactionByHash")
     return (by_number or by_transaction) and isinstance(response.get("result"), dict) \
         and 512 <= cc.size(response) <= 1 << 20
+
+
+def mix_calls():
+    """The mix's calls (MIX_CALLS of them), and the (number, hash) of each block they name, which
+    the stack's finality node must give for the daemon to keep them (cc.pinnable)."""
+    calls, pins = cc.pinnable(cc.find_all(waits_for_finality, limit=2 * MIX_CALLS))
+    return calls[:MIX_CALLS], pins
 
 
 def big_answer(request, response):
@@ -87,22 +97,54 @@ def wrk(port, request_list, expected, seconds, coding="gzip", header=None):
     return stats
 
 
-def measure(pids, port, request_list, expected, seconds, runs, coding="gzip", header=None, count=None):
-    """Runs after a warm-up: req/s and the CPU microseconds of `pids` per request, each run (and
-    how much `count()` grew per request, where given)."""
-    wrk(port, request_list, expected, WARMUP_S, coding, header)
-    time.sleep(0.5)
-    results = []
-    for _ in range(runs):
-        before, counted = cpu_seconds(pids), count() if count else 0
-        stats = wrk(port, request_list, expected, seconds, coding, header)
-        cpu = cpu_seconds(pids) - before
-        results.append({"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
-                        "cpu_us": cpu / stats["requests"] * 1e6, "p50_us": stats["latency_us"]["50"],
-                        "fail_open": stats["checks"]["fail_open"] / stats["requests"]})
+@dataclass(frozen=True)
+class Cell:
+    """What one case of a table measures: wrk at `port` with `request_list`, each answer's
+    X-Rpcedge-Cache in `expected`, the CPU of `pids`."""
+    pids: list
+    port: int
+    request_list: Path
+    expected: str
+    coding: str = "gzip"
+    header: str = None
+
+    def warm_up(self):
+        wrk(self.port, self.request_list, self.expected, WARMUP_S, self.coding, self.header)
+        time.sleep(0.5)
+
+    def run(self, seconds, count=None):
+        """One run: req/s and the CPU microseconds of `pids` per request (and how much `count()`
+        grew per request, where given)."""
+        before, counted = cpu_seconds(self.pids), count() if count else 0
+        stats = wrk(self.port, self.request_list, self.expected, seconds, self.coding, self.header)
+        cpu = cpu_seconds(self.pids) - before
+        result = {"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
+                  "cpu_us": cpu / stats["requests"] * 1e6, "p50_us": stats["latency_us"]["50"],
+                  "fail_open": stats["checks"]["fail_open"] / stats["requests"]}
         if count:
-            results[-1]["counted_per_request"] = (count() - counted) / stats["requests"]
-    return results
+            result["counted_per_request"] = (count() - counted) / stats["requests"]
+        return result
+
+
+def measure(pids, port, request_list, expected, seconds, runs, coding="gzip", header=None, count=None):
+    """`runs` runs of one cell, one after another, after a warm-up."""
+    cell = Cell(pids, port, request_list, expected, coding, header)
+    cell.warm_up()
+    return [cell.run(seconds, count) for _ in range(runs)]
+
+
+def interleaved(cells, seconds, rounds):
+    """The runs of each cell ({case: Cell}) in `rounds` rounds, each one run of every cell in
+    turn, after a warm-up of each: a slow minute of this shared machine lands on one run of every
+    case rather than on all runs of one, and a ratio of two cases is taken round by round, the
+    n-th run of one over the n-th of the other (loadtest/goals.py). {case: [run, ...]}"""
+    for cell in cells.values():
+        cell.warm_up()
+    runs = {case: [] for case in cells}
+    for _ in range(rounds):
+        for case, cell in cells.items():
+            runs[case].append(cell.run(seconds))
+    return runs
 
 
 def row(proxy, case, runs):
@@ -151,24 +193,34 @@ def direct_response_config(upstream_port, listen_port, admin_port, hits, name=st
     return text.replace(anchor, anchor + "            max_direct_response_body_size_bytes: 4194304\n")
 
 
-def direct_response(stack, prefix, hits, list_, name, args, coding="gzip"):
-    """The runs of Envoy without rpcedge answering `hits`' bytes from direct_responses."""
+@contextmanager
+def direct_response(stack, prefix, hits, name=str):
+    """Envoy without rpcedge answering /static/<name(i)> with `hits`' bytes from direct_responses,
+    while the block runs: (its pids, its port)."""
     port, admin = free_port(), free_port()
     text = direct_response_config(stack.replay.port, port, admin, hits, name)
-    workdir = WORK / "envoy-direct"
+    workdir = WORK / f"envoy-direct-{port}"
     workdir.mkdir(exist_ok=True)
     process = start_envoy(workdir, text, "envoy-direct", concurrency=1, argv_prefix=prefix)
     try:
         process.wait_for_port(port)
-        return measure([process.proc.pid], port, list_, "-", args.seconds, args.runs, coding)
+        yield [process.proc.pid], port
     finally:
         process.stop()
 
 
+@contextmanager
+def running(proxy):
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 def mix(stack, prefix, args, results):
-    """The method mix's cacheable calls: misses, hits from the daemon and from the hot tier, and
-    the same bytes without rpcedge; the proxy's CPU."""
-    calls = cc.find_all(waits_for_finality, limit=48)
+    """The method mix's cacheable calls: misses; then, in interleaved rounds, hits from the daemon
+    and from the hot tier beside the same bytes without rpcedge; the proxy's CPU."""
+    calls, _ = mix_calls()
     print(f"cache bench: {len(calls)} calls from {cc.CORPUS} ({', '.join(sorted({c.method for c in calls}))}), "
           f"{args.runs} x {args.seconds} s per cell", flush=True)
     rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
@@ -178,47 +230,45 @@ def mix(stack, prefix, args, results):
     files.mkdir(exist_ok=True)
     for host in MIX_HOSTS:
         stack.fresh_daemon()
-        options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
-        proxy = cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix, **options)
-        try:
+        options = {"namespace": NAMESPACE}
+        if not host.startswith("envoy"):
+            # nginx and OpenResty serve the same bytes themselves, from a location without rpcedge
+            options["extra"] = static_location(rpcedge=host == "nginx")
+        with ExitStack() as proxies:
+            proxy = proxies.enter_context(running(cc.start_proxy(host, WORK / host, stack, argv_prefix=prefix,
+                                                                 **options)))
             runs = measure(proxy.pids, proxy.port, mix_list, "MISS,COALESCED", args.seconds, args.runs)
             results.append(row(host, "miss", runs))
             stack.finalize_late(cc.FINAL)
             store_all(proxy.port, calls)
-            runs = measure(proxy.pids, proxy.port, mix_list, "HIT", args.seconds, args.runs)
-            results.append(row(host, "hit", runs))
-            # the bytes a hit sends, for the variants without rpcedge
+            # the bytes a hit sends, for the case without rpcedge
             hits = [post(proxy.port, c) for c in calls]
             assert all(h.decoded() == c.answer(1) for h, c in zip(hits, calls))
-            if host == "nginx":
+            cells = {"hit": Cell(proxy.pids, proxy.port, mix_list, "HIT")}
+            if not host.startswith("openresty"):  # the Lua binding keeps no hot tier
+                # the same hits, answered from the hot tier (the warm-up puts them there)
+                hot = proxies.enter_context(running(cc.start_proxy(host, WORK / f"{host}-hot", stack,
+                                                                   argv_prefix=prefix, hot=HOT_BYTES, **options)))
+                cells["hit, hot tier"] = Cell(hot.pids, hot.port, mix_list, "HIT")
+            if host.startswith("envoy"):
+                pids, port = proxies.enter_context(direct_response(stack, prefix, hits))
+                cells["direct_response"] = Cell(pids, port, static, "-")
+            else:
                 for i, (hit, call) in enumerate(zip(hits, calls)):
                     (files / str(i)).write_bytes(call.answer(1))
                     if hit.header("content-encoding") == "gzip":
                         (files / f"{i}.gz").write_bytes(hit.body)
-                runs = measure(proxy.pids, proxy.port, static, "-", args.seconds, args.runs)
-                results.append(row(host, "static file (gzip_static)", runs))
-        finally:
-            proxy.stop()
-        if host.startswith("openresty"):
-            continue  # the Lua binding keeps no hot tier
-        # the same hits, answered from the hot tier (the warm-up puts them there)
-        proxy = cc.start_proxy(host, WORK / f"{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
-        try:
-            runs = measure(proxy.pids, proxy.port, mix_list, "HIT", args.seconds, args.runs)
-            results.append(row(host, "hit, hot tier", runs))
-        finally:
-            proxy.stop()
-        if host == "envoy":
-            results.append(row(host, "direct_response", direct_response(stack, prefix, hits, static, str, args)))
+                cells["static file (gzip_static)"] = Cell(proxy.pids, proxy.port, static, "-")
+            for case, runs in interleaved(cells, args.seconds, args.runs).items():
+                results.append(row(host, case, runs))
     print_rows(results)
     for host in MIX_HOSTS:
         by_case = {r["case"]: r for r in results if r["proxy"] == host}
-        # OpenResty is nginx: its bare case is nginx's static file
-        bare_host = "nginx" if host.startswith("openresty") else host
-        bare = next(r for r in results if r["proxy"] in (bare_host, "envoy") and r["case"] in BARE)
-        for hit in ("hit", "hit, hot tier") if "hit, hot tier" in by_case else ("hit",):
-            print(f"{host} {hit}: hit/miss req/s {by_case[hit]['req_s'] / by_case['miss']['req_s']:.2f}x, "
-                  f"hit CPU/{bare['case']} CPU {by_case[hit]['cpu_us'] / bare['cpu_us']:.2f}x")
+        bare = next(by_case[case] for case in BARE if case in by_case)
+        for hit in ("hit", "hit, hot tier"):
+            if hit in by_case:
+                print(f"{host} {hit}: hit/miss req/s {by_case[hit]['req_s'] / by_case['miss']['req_s']:.2f}x, "
+                      f"hit CPU/{bare['case']} CPU {by_case[hit]['cpu_us'] / bare['cpu_us']:.2f}x")
     return len(calls)
 
 
@@ -228,14 +278,15 @@ MIX_HOSTS = ("nginx", "envoy", "envoy-native", "openresty", "openresty-proxied")
 BARE = ("static file (gzip_static)", "direct_response")
 
 
-def static_location():
+def static_location(rpcedge=True):
     """Static files without rpcedge: /static/ as gzip_static serves them, and /static-zstd/ and
-    /static-br/ holding a hit's own bytes, sent with its Content-Encoding."""
+    /static-br/ holding a hit's own bytes, sent with its Content-Encoding. `rpcedge`: the server
+    loads the module, whose directives these locations turn off (OpenResty's does not)."""
+    off = "rpcedge off; rpcedge_cache off; " if rpcedge else ""
     coded = "".join(f"location /static-{coding}/ {{ root {WORK}; default_type application/json; "
-                    f"add_header Content-Encoding {coding}; rpcedge off; rpcedge_cache off; }} "
+                    f"add_header Content-Encoding {coding}; {off}}} "
                     for coding in ("zstd", "br"))
-    return (f"location /static/ {{ root {WORK}; gzip_static on; default_type application/json; "
-            "rpcedge off; rpcedge_cache off; } " + coded)
+    return f"location /static/ {{ root {WORK}; gzip_static on; default_type application/json; {off}}} " + coded
 
 
 def big(stack, prefix, args, results):
@@ -264,8 +315,9 @@ def big(stack, prefix, args, results):
         stack.fresh_daemon()
         daemon = [stack.daemon.process.proc.pid]
         options = {"namespace": NAMESPACE, "extra": static_location()} if host == "nginx" else {"namespace": NAMESPACE}
-        proxy = cc.start_proxy(host, WORK / f"big-{host}", stack, argv_prefix=prefix, **options)
-        try:
+        with ExitStack() as proxies:
+            proxy = proxies.enter_context(running(cc.start_proxy(host, WORK / f"big-{host}", stack,
+                                                                 argv_prefix=prefix, **options)))
             store_all(proxy.port, calls)
             hits = {coding: [post(proxy.port, c, coding) for c in calls] for coding in codings}
             for coding in codings:
@@ -273,8 +325,6 @@ def big(stack, prefix, args, results):
                 came = [h.header("content-encoding") or "identity" for h in hits[coding]]
                 assert set(came) <= {coding, "identity"}, came
                 print(f"{host}: hits to a {coding} client came as {', '.join(came)}", flush=True)
-                runs = measure(proxy.pids + daemon, proxy.port, hit_list, "HIT", args.seconds, args.runs, coding)
-                results.append(row(host, f"big hit, {coding}", runs))
             if host == "nginx":
                 for i, call in enumerate(calls):
                     (WORK / "static" / name(i)).write_bytes(call.answer(1))
@@ -282,23 +332,21 @@ def big(stack, prefix, args, results):
                     for coding in ("zstd", "br"):
                         if hits[coding][i].header("content-encoding") == coding:
                             (WORK / f"static-{coding}" / name(i)).write_bytes(hits[coding][i].body)
-                for coding in codings:
-                    runs = measure(proxy.pids + daemon, proxy.port, static_list(coding, hits[coding]), "-",
-                                   args.seconds, args.runs, coding)
-                    results.append(row(host, f"big static file, {coding}", runs))
-        finally:
-            proxy.stop()
-        proxy = cc.start_proxy(host, WORK / f"big-{host}-hot", stack, argv_prefix=prefix, hot=HOT_BYTES, **options)
-        try:
+            hot = proxies.enter_context(running(cc.start_proxy(host, WORK / f"big-{host}-hot", stack,
+                                                               argv_prefix=prefix, hot=HOT_BYTES, **options)))
+            cells = {}
             for coding in codings:
-                runs = measure(proxy.pids + daemon, proxy.port, hit_list, "HIT", args.seconds, args.runs, coding)
-                results.append(row(host, f"big hit, hot tier, {coding}", runs))
-        finally:
-            proxy.stop()
-        if host == "envoy-native":
-            for coding in codings:
-                runs = direct_response(stack, prefix, hits[coding], static_list("direct"), name, args, coding)
-                results.append(row(host, f"big direct_response, {coding}", runs))
+                cells[f"big hit, {coding}"] = Cell(proxy.pids + daemon, proxy.port, hit_list, "HIT", coding)
+                cells[f"big hit, hot tier, {coding}"] = Cell(hot.pids + daemon, hot.port, hit_list, "HIT", coding)
+                if host == "nginx":
+                    cells[f"big static file, {coding}"] = Cell(proxy.pids + daemon, proxy.port,
+                                                               static_list(coding, hits[coding]), "-", coding)
+                else:
+                    pids, port = proxies.enter_context(direct_response(stack, prefix, hits[coding], name))
+                    cells[f"big direct_response, {coding}"] = Cell(pids + daemon, port, static_list("direct"), "-",
+                                                                   coding)
+            for case, runs in interleaved(cells, args.seconds, args.runs).items():
+                results.append(row(host, case, runs))
     print_rows([r for r in results if r["case"].startswith("big")])
     for host in ("nginx", "envoy-native"):
         by_case = {r["case"]: r for r in results if r["proxy"] == host}
@@ -324,40 +372,41 @@ def warm(stack, prefix, args, results):
     print(f"warm mix: the load test's mix, {len(requests)} requests, {connections} connections, "
           f"{args.runs} x {args.seconds} s per cell", flush=True)
 
-    def runs_of(port, pids, header):
-        bench.wrk(port, connections, request_list, "gzip", WARMUP_S, header)
-        time.sleep(0.5)
-        runs = []
-        for _ in range(args.runs):
-            before = cpu_seconds(pids)
-            stats, output = bench.wrk(port, connections, request_list, "gzip", args.seconds, header)
-            checks = stats["checks"]
-            broken = {name: checks[name] for name in ("bad_status", "unknown", "bad_length", "bad_gzip", "bad_coding")
-                      if checks[name]}
-            if broken or any(stats["errors"].values()):
-                raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
-            runs.append({"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
-                         "cpu_us": (cpu_seconds(pids) - before) / stats["requests"] * 1e6,
-                         "body_bytes": checks["body_bytes"] / checks["answered"],
-                         "cached": checks["cached"] / checks["answered"], "fail_open": 0})
-        return runs
+    def run(port, pids, header):
+        before = cpu_seconds(pids)
+        stats, output = bench.wrk(port, connections, request_list, "gzip", args.seconds, header)
+        checks = stats["checks"]
+        broken = {name: checks[name] for name in ("bad_status", "unknown", "bad_length", "bad_gzip", "bad_coding")
+                  if checks[name]}
+        if broken or any(stats["errors"].values()):
+            raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
+        return {"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
+                "cpu_us": (cpu_seconds(pids) - before) / stats["requests"] * 1e6,
+                "body_bytes": checks["body_bytes"] / checks["answered"],
+                "cached": checks["cached"] / checks["answered"], "fail_open": 0}
 
     for delay_ms in (0, args.call_delay_ms):
         header = f"X-Replay-Call-Delay-Ms: {delay_ms}"
-        bare = variants.start(next(v for v in variants.VARIANTS if v.name == "nginx"), stack.replay.port,
-                              WORK / "warm", prefix)
-        try:
-            results.append(warm_row("bare nginx", delay_ms, runs_of(bare.port, list(bare.cpu_pids), header)))
-        finally:
-            bare.stop()
         stack.fresh_daemon()
-        proxy = cc.start_proxy("nginx", WORK / "warm-nginx", stack, argv_prefix=prefix, hot=HOT_BYTES)
-        try:
-            # warm: every cacheable answer stored, then kept in the hot tier by the measured runs' warm-up
+        with ExitStack() as proxies:
+            bare = proxies.enter_context(running(variants.start(
+                next(v for v in variants.VARIANTS if v.name == "nginx"), stack.replay.port, WORK / "warm", prefix)))
+            proxy = proxies.enter_context(running(cc.start_proxy("nginx", WORK / "warm-nginx", stack,
+                                                                 argv_prefix=prefix, hot=HOT_BYTES)))
+            # warm: every cacheable answer stored, then kept in the hot tier by the warm-up below
             bench.wrk(proxy.port, connections, request_list, "gzip", WARMUP_S)
-            results.append(warm_row("nginx + rpcedge, cache warm", delay_ms, runs_of(proxy.port, proxy.pids, header)))
-        finally:
-            proxy.stop()
+            cells = {"bare nginx": (bare.port, list(bare.cpu_pids)),
+                     "nginx + rpcedge, cache warm": (proxy.port, proxy.pids)}
+            for port, _ in cells.values():
+                bench.wrk(port, connections, request_list, "gzip", WARMUP_S, header)
+            time.sleep(0.5)
+            # in rounds, as interleaved() takes the other parts' cells
+            runs = {name: [] for name in cells}
+            for _ in range(args.runs):
+                for name, (port, pids) in cells.items():
+                    runs[name].append(run(port, pids, header))
+            for name in cells:
+                results.append(warm_row(name, delay_ms, runs[name]))
     print(f"\n{'warm mix':30} {'node ms/call':>12} {'req/s':>8} {'CPU us/req':>11} {'B/answer':>9} {'cached':>7}")
     for r in (r for r in results if r["case"].startswith("warm mix")):
         print(f"{r['proxy']:30} {r['call_delay_ms']:12} {r['req_s']:8.0f} {r['cpu_us']:11.1f} {r['body_bytes']:9.0f} "
@@ -397,7 +446,8 @@ def main():
     print(f"proxy on CPU {proxy_cpu}", flush=True)
 
     # the warm mix's calls are kept in their networks' namespaces, where every block is final
-    stack = cc.CacheStack(WORK, NETWORKS if args.part in (None, "warm") else [])
+    stack = cc.CacheStack(WORK, NETWORKS if args.part in (None, "warm") else [],
+                          pinned=mix_calls()[1] if args.part in (None, "mix") else ())
     results, counted = [], {}
     try:
         for part, run in PARTS.items():

@@ -194,10 +194,10 @@ def proxy_share(seconds, runs):
     its daemon (the daemon's share is hits()'s), and nginx's and its daemon's together for a hit
     from nginx's hot tier."""
     (WORK / "proxy").mkdir()
-    stack = cc.CacheStack(WORK / "proxy", NETWORKS)
+    calls, pins = cache_bench.mix_calls()
+    stack = cc.CacheStack(WORK / "proxy", NETWORKS, pinned=pins)
     try:
         stack.finalize_late(cc.FINAL)
-        calls = cc.find_all(cache_bench.waits_for_finality, limit=48)
         rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
         hits = cache_bench.write_list(WORK / "proxy-hits.tsv", rows)
         out = {}

@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cache_bench import HOT_BYTES, NAMESPACE, store_all, waits_for_finality
+from cache_bench import HOT_BYTES, NAMESPACE, mix_calls, store_all
 from testbed import cache_cases as cc
 from testbed import provenance, scenarios, variants
 from testbed.harness import CORPUS, LOOPBACK, REPO, corpus_description, start_replay
@@ -193,10 +193,10 @@ def main():
         lists = scenarios.write_lists(replay, CORPUS, WORK / "requests")
         for path in paths:
             if path == "hit":
-                calls = cc.find_all(waits_for_finality, limit=48)
+                calls, pins = mix_calls()
                 requests = [(c.path, c.body(1)) for c in calls]
                 (WORK / "cache").mkdir(exist_ok=True)
-                stack = cc.CacheStack(WORK / "cache", [])
+                stack = cc.CacheStack(WORK / "cache", [], pinned=pins)
                 runs = [(n, plain(known[n], replay)) for n in names if n in known and not known[n].rpcedge]
                 runs += [(n, cached(n, stack, calls)) for n in names if n in CACHE_VARIANTS]
             else:

@@ -77,6 +77,33 @@ def find(predicate, corpus=CORPUS):
     return found[0]
 
 
+def named_block(case):
+    """(number, hash) of the one block `case`'s answer names (a block's own, or the block of what
+    it holds: a transaction, a receipt, a block's receipts), or None."""
+    result = case.response.get("result")
+    item = result[0] if isinstance(result, list) and result else result
+    if not isinstance(item, dict):
+        return None
+    for number, block_hash in (("number", "hash"), ("blockNumber", "blockHash")):
+        if isinstance(item.get(number), str) and isinstance(item.get(block_hash), str):
+            return int(item[number], 16), item[block_hash].lower()
+    return None
+
+
+def pinnable(calls):
+    """`calls` without each that names a block an earlier one names by another hash, and the
+    (number, hash) of every block they name, for CacheStack(pinned=...): the namespace `late`
+    gathers calls of every network, whose block numbers collide, and a daemon keeps an answer
+    at a final block only where its finality node gives that number the hash the answer names."""
+    hashes, kept = {}, []
+    for call in calls:
+        block = named_block(call)
+        if block and hashes.setdefault(*block) != block[1]:
+            continue
+        kept.append(call)
+    return kept, sorted(hashes.items())
+
+
 def immutable(request, response):
     """A call whose answer never changes once its block is final, with a result to keep."""
     return (request["method"] in ("eth_getBlockByHash", "eth_getBlockByNumber", "eth_getTransactionReceipt",

@@ -45,3 +45,51 @@ def test_a_table_marker_out_of_place_is_an_error_not_a_render_over_the_text():
                    table.replace("faults-matrix", "faults-matrx"), table.replace("-->\nold", " -->\nold")):
         with pytest.raises(ValueError):
             render_tables.render(broken)
+
+
+sys.path.insert(0, str(REPO / "loadtest"))
+
+import goals  # noqa: E402
+
+
+def bench_row(variant, scenario, cpu, req_s, wire=1000.0):
+    return {"variant": variant, "scenario": scenario, "cpu_us_runs": cpu, "req_s_runs": req_s, "wire_bytes": wire}
+
+
+def test_a_goal_is_met_only_where_its_worst_round_meets_it_each_round_against_its_own_baseline():
+    # round by round gzip 6 costs 2.5x, 2.5x and 2.0x rpcedge's CPU: the median meets 2.2, the last round does not;
+    # taken median against median (250 / 100) it would pass
+    rows = [bench_row("nginx-gzip6", "mix", [250, 250, 300], [1000, 1000, 900]),
+            bench_row("nginx-rpcedge-default", "mix", [100, 100, 150], [2500, 2600, 1800], wire=900.0)]
+    line = goals.defaults_table({"rows": rows})[2]
+    assert "2.50x (2.00x to 2.50x); goal ≥ 2.20x" in line and "0.900x" in line and line.endswith("| 3 | no |")
+    rows[1]["cpu_us_runs"] = [100, 100, 120]
+    assert goals.defaults_table({"rows": rows})[2].endswith("| 3 | yes |")
+    rows[1]["wire_bytes"] = 1001.0  # more bytes than gzip 6: not met, whatever the CPU
+    assert goals.defaults_table({"rows": rows})[2].endswith("| 3 | no |")
+    untouched = [bench_row("nginx", "small", [40, 40, 40], [1, 1, 1]),
+                 bench_row("nginx-rpcedge-default", "small", [42, 44, 46], [1, 1, 1])]
+    line = next(line for line in goals.defaults_table({"rows": untouched}) if "5 µs of bare nginx" in line)
+    assert "+4.0 µs (+2.0 µs to +6.0 µs); goal ≤ +5.0 µs" in line and line.endswith("| no |")
+
+
+def test_a_run_whose_rounds_differ_in_number_is_refused():
+    rows = [bench_row("nginx-gzip6", "mix", [250, 250], [1, 1]), bench_row("nginx-rpcedge-default", "mix", [100], [1])]
+    with pytest.raises(ValueError):
+        goals.defaults_table({"rows": rows})
+
+
+def test_hits_are_judged_against_the_same_hosts_bytes_without_rpcedge_round_by_round():
+    def row(proxy, case, cpu):
+        return {"proxy": proxy, "case": case, "runs": [{"cpu_us": c, "req_s": 1000 / c} for c in cpu]}
+    results = {"rows": [row("nginx", "hit, hot tier", [14, 15, 16]), row("nginx", "hit", [40, 41, 42]),
+                        row("nginx", "static file (gzip_static)", [10, 12, 10]),
+                        row("envoy-native", "hit, hot tier", [20, 20, 20]),
+                        row("envoy-native", "direct_response", [15, 15, 15])]}
+    lines = goals.cache_table(results)
+    hot = next(line for line in lines if line.startswith("| nginx: the mix's hits from the hot tier"))
+    assert "1.40x (1.25x to 1.60x)" in hot and hot.endswith("| no |")
+    native = next(line for line in lines if line.startswith("| the native Envoy module: the mix's hits from the hot"))
+    assert "1.33x (1.33x to 1.33x)" in native and native.endswith("| yes |")
+    absent = next(line for line in lines if line.startswith("| the native Envoy module: the mix's hits from the daemon"))
+    assert "not in this run" in absent

@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "loadtest"))
 
 import faults  # noqa: E402  (loadtest/faults.py, which renders its own results)
+import goals  # noqa: E402  (loadtest/goals.py: the goals the load tests' figures judge)
 
 DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md"]
 
@@ -25,6 +26,8 @@ DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md"]
 TABLES = {
     "faults-matrix": ("loadtest/results/faults.json", lambda results: faults.matrix(results["cells"])),
     "faults-fleet": ("loadtest/results/faults.json", lambda results: faults.fleet_link(results["cells"])),
+    "goals-defaults": ("loadtest/results/results.json", goals.defaults_table),
+    "goals-cache": ("loadtest/results/cache.json", goals.cache_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
@@ -33,15 +36,26 @@ MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /
 MARKERS = re.compile(r"^<!-- */?table\b[^>]*-->", re.M)
 
 
+def run_line(results):
+    """The run a result file holds: when, on what commit and machine, and what differed from the
+    commit; its session's date and head where it has no provenance."""
+    session = results.get("session", {})
+    found = results.get("provenance") or session.get("provenance")
+    if not found:
+        return f"{session.get('date', 'undated')}, head {session.get('head', 'unknown')}, no provenance"
+    machine = found["machine"]
+    dirty = f" (**and changes not committed:** {', '.join(found['dirty'])})" if found["dirty"] else ""
+    return (f"{found['started'].replace('T', ' ')[:16]} to {found['ended'].replace('T', ' ')[11:16]} UTC, "
+            f"commit {found['commit'][:9]}{dirty}, {machine['cpus']} CPUs ({machine['model']})")
+
+
 def rendered(name, root=REPO):
     """The table `name` as its file says it: a line naming the file and the run, then the table."""
     if name not in TABLES:
         raise KeyError(f"no table {name!r}: the tables are {', '.join(TABLES)}")
     path, lines = TABLES[name]
     results = json.loads((root / path).read_text())
-    session = results.get("session", {})
-    run = f"{session.get('date', 'undated')}, head {session.get('head', 'unknown')}{faults.dirty_text(session)}"
-    return "\n".join([f"*From [{Path(path).name}]({path}): {run}.*", "", *lines(results)]) + "\n"
+    return "\n".join([f"*From [{Path(path).name}]({path}): {run_line(results)}.*", "", *lines(results)]) + "\n"
 
 
 def render(text, root=REPO):
