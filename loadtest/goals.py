@@ -161,3 +161,33 @@ def cache_table(results):
                           Figure(ratios(per_run(warm, "req_s"), per_run(bare, "req_s")), "x", at_least=1),
                           wire_ratio(warm["body_bytes"], bare["body_bytes"])))
     return lines
+
+
+# fleet_bench.py's fleet.json: Redis's memory per entry against the smallest form a host keeps of
+# it, and a fleet hit's CPU against a local daemon hit's (proxy, daemon and Redis), per coding
+FLEET_BYTES = 1.2
+FLEET_CPU = 2
+
+
+def fleet_table(results):
+    lines = ["| goal | measured | rounds | met in every round |", "| --- | --- | ---: | :---: |"]
+    memory = results.get("memory", {})
+    goal = f"Redis memory per entry at most {FLEET_BYTES}x the smallest form the host keeps of it"
+    if "used_memory_to_smallest_form" in memory:
+        ratio = memory["used_memory_to_smallest_form"]
+        lines.append(f"| {goal} | {memory['used_memory_bytes_per_entry']:,.0f} B per entry against "
+                     f"{memory['smallest_form_bytes_mean']:,.0f} B, {ratio:.2f}x ({memory['entries']:,} entries) | – "
+                     f"| {'yes' if ratio <= FLEET_BYTES else 'no'} |")
+    else:
+        lines.append(f"| {goal} | not in this run | | |")
+    codings = results.get("together", {}).get("codings", {})
+    for coding in CODINGS:
+        goal = f"{coding} clients: a fleet hit within {FLEET_CPU}x the CPU of a local daemon hit (proxy, daemon, Redis)"
+        if coding not in codings:
+            lines.append(f"| {goal} | not in this run | | |")
+            continue
+        figures = codings[coding]
+        ratio = Figure(figures["ratio_rounds"], "x", at_most=FLEET_CPU)
+        lines.append(f"| {goal} | {figures['fleet_hit_cpu_us']:.0f} µs against {figures['local_hit_cpu_us']:.0f} µs "
+                     f"(medians): {ratio.text()} | {len(ratio.rounds)} | {'yes' if ratio.met() else 'no'} |")
+    return lines

@@ -93,3 +93,19 @@ def test_hits_are_judged_against_the_same_hosts_bytes_without_rpcedge_round_by_r
     assert "1.33x (1.33x to 1.33x)" in native and native.endswith("| yes |")
     absent = next(line for line in lines if line.startswith("| the native Envoy module: the mix's hits from the daemon"))
     assert "not in this run" in absent
+
+
+def test_the_fleet_is_judged_per_coding_by_its_worst_round_and_its_memory_against_the_smallest_form():
+    def coding(rounds):
+        return {"fleet_hit_cpu_us": 200.0, "local_hit_cpu_us": 110.0, "ratio_rounds": rounds}
+    results = {"memory": {"used_memory_bytes_per_entry": 6000.0, "smallest_form_bytes_mean": 5000.0,
+                          "used_memory_to_smallest_form": 1.2, "entries": 20000},
+               "together": {"codings": {"gzip": coding([1.8, 1.9, 1.7]), "zstd": coding([1.8, 2.1, 1.7])}}}
+    lines = goals.fleet_table(results)
+    assert "6,000 B per entry against 5,000 B, 1.20x (20,000 entries)" in lines[2] and lines[2].endswith("| yes |")
+    gzip, zstd, br = lines[3:6]
+    assert "1.80x (1.70x to 1.90x); goal ≤ 2.00x" in gzip and gzip.endswith("| 3 | yes |")
+    assert zstd.endswith("| 3 | no |"), "one round of three over 2x"
+    assert "not in this run" in br
+    results["memory"]["used_memory_to_smallest_form"] = 1.21
+    assert goals.fleet_table(results)[2].endswith("| no |")

@@ -28,6 +28,7 @@ TABLES = {
     "faults-fleet": ("loadtest/results/faults.json", lambda results: faults.fleet_link(results["cells"])),
     "goals-defaults": ("loadtest/results/results.json", goals.defaults_table),
     "goals-cache": ("loadtest/results/cache.json", goals.cache_table),
+    "goals-fleet": ("loadtest/results/fleet.json", goals.fleet_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
