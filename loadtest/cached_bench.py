@@ -34,9 +34,9 @@ ENTRIES = WORK / "entries.bin"
 FLUSH_S = 2
 
 
-def workload(limit=4000, smallest=1024):
+def workload(limit=4000, smallest=1024, form=DEFLATED):
     """Entries from the corpus's recorded results of `smallest` bytes up to 1 MiB, at most `limit`
-    (None: all)."""
+    (None: all), their tails in `form`."""
     entries = []
     for relative in rc.corpus_files(CORPUS):
         if (CORPUS / relative).stat().st_size > 4 << 20:
@@ -47,7 +47,7 @@ def workload(limit=4000, smallest=1024):
                 continue
             text = json.dumps(result, separators=(",", ":")).encode()
             if smallest <= len(text) <= 1 << 20:
-                entries.append(cache_entry(text + b"}", DEFLATED))
+                entries.append(cache_entry(text + b"}", form))
                 if len(entries) == limit:
                     return entries
     return entries

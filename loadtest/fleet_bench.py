@@ -2,22 +2,27 @@
 fleet hit costs against a local hit, on a real Redis Cluster (3 masters, no replicas: a replica
 holds a copy, so a cluster with one replica per master needs twice the memory measured here).
 
-    .venv/bin/python loadtest/fleet_bench.py [--entries 20000] [--hits 10000]
+    .venv/bin/python loadtest/fleet_bench.py [--entries 20000] [--hits 30000] [--runs 3]
 
 Memory: one daemon writes `--entries` entries (the corpus's recorded results up to 1 MiB, each
-under its own key, as a host sends them; the daemon compacts them as it keeps them) to the fleet;
-the masters' `used_memory` before and after, over the entries written, is what one entry costs,
-with Redis's own overhead per key and the value's seal (key, kind, expiry, MAC: 77 bytes).
+under its own key, the tail plain as a host sends it; the daemon compacts each as it keeps it, with
+its zstd and brotli forms, and writes it to the fleet without them) to the fleet; the masters'
+`used_memory` before and after, over the entries written, is what one entry costs, with Redis's
+own overhead per key and the value's seal (key, kind, expiry, MAC: 77 bytes), against the
+smallest form the daemon keeps of each (deflate, zstd or br).
 
-Hits: daemon A writes `--hits` entries; daemon B then looks each up twice: the first lookup of each is a fleet hit (B asks the cluster,
+Hits: daemon A writes `--hits` entries; daemon B then looks them up in `--runs` rounds, each a
+share of the keys looked up twice: the first lookup of each is a fleet hit (B asks the cluster,
 checks the value and keeps it), the second a local hit. The CPU time of B and of every Redis
-process over each pass, per lookup, side by side; 16 keep-alive connections at a time (a client thread
-each), as a proxy's workers would keep them. The proxy in front of a daemon does the same for
-either (it gets the same 200); a fleet hit happens once per key and daemon, too few times for a
-proxy's CPU, so the proxy's share is measured in the same run on the cache benchmark's calls,
-repeated: nginx answering hits from its daemon, and from its hot tier (wrk, 16 connections, gzip
-clients). Proxy, daemon and Redis together: nginx's CPU per daemon hit plus the daemon's and
-Redis's per fleet (or local) hit; a hot-tier hit is nginx's and its daemon's (idle) alone.
+process over each pass, per lookup; 16 keep-alive connections at a time (a client thread each), as
+a proxy's workers would keep them. A fleet hit happens once per key and daemon, too few times for
+a proxy's CPU, so the proxy's share is measured in the same run on the cache benchmark's calls,
+repeated, for gzip, zstd, br and identity clients in interleaved rounds: nginx in front of the
+daemon that stored them (entries with their zstd and brotli forms: a local hit) and nginx in front
+of a daemon that got them from the fleet (without them: a fleet hit's share), and nginx's hot tier
+(wrk, 16 connections). Proxy, daemon and Redis together, round by round: nginx's CPU per hit plus
+the daemon's and Redis's per fleet (or local) hit; a hot-tier hit is nginx's and its daemon's
+(idle) alone.
 
 Hosts: three nginx hosts, each with its own daemon, in front of one replay node whose every
 recorded block is final. The load test's method mix (1,000 requests, cacheable or not) goes
@@ -34,14 +39,18 @@ import http.client
 import json
 import random
 import shutil
+import statistics
+import struct
 import sys
 import time
 import types
+from contextlib import ExitStack
 from pathlib import Path
 
 import cache_bench
 from bench import CLOCK_TICKS, cpu_seconds
 from cached_bench import workload
+from testbed.cache_entry import PLAIN
 from testbed import cache_cases as cc
 from testbed import provenance, scenarios, wire
 from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached
@@ -58,12 +67,25 @@ MEASURES = ["shared-core", "cached", "nginx-module", "envoy-filter", "configs", 
 # many is measured no closer than 4 %, and one that used none has no figure at all
 MIN_CPU_TICKS = 25
 CONNECTIONS = 16
+# the clients of each coding a hit goes out in
+CODINGS = ("gzip", "zstd", "br", "identity")
 
 
 def answers(limit):
-    """The corpus's recorded results up to 1 MiB, as entries, `limit` of them (round again if fewer)."""
-    found = workload(limit=None, smallest=0)
+    """The corpus's recorded results up to 1 MiB, as entries with the tail plain as a host sends
+    them, `limit` of them (round again if fewer)."""
+    found = workload(limit=None, smallest=0, form=PLAIN)
     return [found[n % len(found)] for n in range(limit)]
+
+
+def form_lengths(entry):
+    """An entry's (format 4) tail: its length, and the lengths of its forms by name ("deflate",
+    "zstd", "br"; "plain" for a tail kept plain)."""
+    form, _, tail_len = struct.unpack_from("<BIQ", entry, 1)
+    before, after, head, zstd, br = struct.unpack_from("<HHIII", entry, 14)
+    data = len(entry) - 34 - before - after - head - zstd - br
+    forms = {"deflate" if form else "plain": data, "zstd": zstd, "br": br}
+    return tail_len, {name: length for name, length in forms.items() if length}
 
 
 def key(n, run):
@@ -106,6 +128,8 @@ def put_all(cached, entries, run):
 
 
 def memory(cluster, count):
+    """Redis's memory per entry, against the smallest form the writer's store keeps of each entry
+    (deflate, zstd or br: what the smallest hit a host sends is spliced from)."""
     entries = answers(count)
     writer = daemon("memory", cluster)
     try:
@@ -114,16 +138,34 @@ def memory(cluster, count):
         wait_for_stores(writer, count)
         after = used_memory(cluster)
         stats = writer.stats()
+        kept = [form_lengths(body) for body in get_all(writer, [key(n, "memory") for n in range(count)])]
     finally:
         writer.process.stop()
     per_entry = (after - before) / count
+    smallest = sum(min(forms.values()) for _, forms in kept) / count
     return {
         "entries": count,
-        "answer_bytes_mean": sum(len(e) for e in entries) / count,
-        "fleet_value_bytes_mean": stats["fleet_stored_bytes_total"] / count + 77,
+        "answer_bytes_mean": sum(tail for tail, _ in kept) / count,
+        "kept_form_bytes_mean": {name: sum(forms.get(name, 0) for _, forms in kept) / count
+                                 for name in ("plain", "deflate", "zstd", "br")},
+        "smallest_form_bytes_mean": smallest,
+        "fleet_value_bytes_mean": stats["fleet_stored_bytes_total"] / count,
         "used_memory_bytes_per_entry": per_entry,
+        "used_memory_to_smallest_form": per_entry / smallest,
         "used_memory_gib_per_million": per_entry * 1e6 / 2**30,
     }
+
+
+def get_all(cached, keys):
+    connection = http.client.HTTPConnection(LOOPBACK, cached.port, timeout=30)
+    bodies = []
+    for k in keys:
+        connection.request("GET", f"/v1/entries/{k}")
+        response = connection.getresponse()
+        bodies.append(response.read())
+        assert response.status == 200, response.status
+    connection.close()
+    return bodies
 
 
 def lookups(cached, keys):
@@ -148,7 +190,10 @@ def lookups(cached, keys):
     return time.monotonic() - started, statuses
 
 
-def hits(cluster, count):
+def hits(cluster, count, rounds):
+    """Daemon B's and Redis's CPU per lookup of what daemon A wrote: in each of `rounds` rounds,
+    a share of the keys looked up twice, the first a fleet hit (B asks the cluster, opens the
+    value, keeps the entry), the second a local hit, side by side."""
     entries = answers(count)
     writer, reader = daemon("hits-a", cluster), daemon("hits-b", cluster)
     try:
@@ -156,78 +201,95 @@ def hits(cluster, count):
         wait_for_stores(writer, count)
         keys = [key(n, "hits") for n in range(count)]
         redis_pids = [process.proc.pid for process in cluster.processes.values()]
-        out, too_short = {}, []
+        out, too_short = {"fleet_hit": {"runs": []}, "local_hit": {"runs": []}}, []
+        for share in (keys[n::rounds] for n in range(rounds)):
+            for name in ("fleet_hit", "local_hit"):
+                cpu_before = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
+                elapsed, statuses = lookups(reader, share)
+                cpu_after = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
+                assert statuses == [200] * len(share), f"{name}: {sorted(set(statuses))}"
+                ticks = round((cpu_after[0] - cpu_before[0]) * CLOCK_TICKS)
+                if ticks < MIN_CPU_TICKS:
+                    wanted = -(-count * MIN_CPU_TICKS * 3 // (2 * max(ticks, 1)))
+                    too_short.append(f"--hits {count} is too few to measure in {rounds} rounds: a round's "
+                                     f"{name.replace('_', ' ')}s took {ticks} clock ticks of the daemon's CPU, "
+                                     f"under the {MIN_CPU_TICKS} a figure needs; about --hits {wanted} would do")
+                daemon_us = (cpu_after[0] - cpu_before[0]) / len(share) * 1e6
+                redis_us = (cpu_after[1] - cpu_before[1]) / len(share) * 1e6
+                out[name]["runs"].append({"lookups_per_s": len(share) / elapsed, "daemon_cpu_us": daemon_us,
+                                          "redis_cpu_us": redis_us, "cpu_us": daemon_us + redis_us})
         for name in ("fleet_hit", "local_hit"):
-            cpu_before = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
-            elapsed, statuses = lookups(reader, keys)
-            cpu_after = cpu_seconds([reader.process.proc.pid]), cpu_seconds(redis_pids)
-            assert statuses == [200] * count, f"{name}: {sorted(set(statuses))}"
-            ticks = round((cpu_after[0] - cpu_before[0]) * CLOCK_TICKS)
-            if ticks < MIN_CPU_TICKS:
-                wanted = -(-count * MIN_CPU_TICKS * 3 // (2 * max(ticks, 1)))
-                too_short.append(f"--hits {count} is too few to measure: the {name.replace('_', ' ')}s took "
-                                 f"{ticks} clock ticks of the daemon's CPU, under the {MIN_CPU_TICKS} a figure "
-                                 f"needs; about --hits {wanted} would do")
-                out[name] = {"lookups_per_s": count / elapsed, "daemon_cpu_us": None, "redis_cpu_us": None,
-                             "cpu_us": None}
-                continue
-            daemon_us = (cpu_after[0] - cpu_before[0]) / count * 1e6
-            redis_us = (cpu_after[1] - cpu_before[1]) / count * 1e6
-            out[name] = {"lookups_per_s": count / elapsed, "daemon_cpu_us": daemon_us, "redis_cpu_us": redis_us,
-                         "cpu_us": daemon_us + redis_us}
+            out[name]["cpu_us"] = statistics.median(run["cpu_us"] for run in out[name]["runs"])
         stats = reader.stats()
         assert stats["fleet_hits_total"] == count, stats["fleet_hits_total"]
         out["fleet_round_trip_us_mean"] = stats["fleet_round_trip_microseconds_total"] / stats["fleet_round_trips_total"]
-        out["cpu_ratio_fleet_to_local"] = None if too_short else out["fleet_hit"]["cpu_us"] / out["local_hit"]["cpu_us"]
-        for message in too_short:
+        for message in dict.fromkeys(too_short):
             print(message, file=sys.stderr)
         if too_short:
-            out["too_short"] = too_short
+            out["too_short"] = list(dict.fromkeys(too_short))
         return out
     finally:
         writer.process.stop()
         reader.process.stop()
 
 
-def proxy_share(seconds, runs):
-    """The median of `runs` wrk runs of `seconds` each, per request: nginx's CPU for a hit from
-    its daemon (the daemon's share is hits()'s), and nginx's and its daemon's together for a hit
-    from nginx's hot tier."""
+def proxy_share(cluster, seconds, runs):
+    """nginx's CPU per hit from its daemon, for each coding's clients, in interleaved rounds: in
+    front of daemon A, which stored the calls and keeps them with their zstd and brotli forms (a
+    local hit), and in front of daemon B, which got them from the fleet without those forms (the
+    proxy's share of a fleet hit, and of B's local hits after it); and nginx's and A's together
+    for a hit from nginx's hot tier (gzip)."""
     (WORK / "proxy").mkdir()
     calls, pins = cache_bench.mix_calls()
-    stack = cc.CacheStack(WORK / "proxy", NETWORKS, pinned=pins)
+    stack = cc.CacheStack(WORK / "proxy", NETWORKS, pinned=pins, daemon_args=fleet_args(cluster))
     try:
         stack.finalize_late(cc.FINAL)
         rows = [("POST", c.path, len(c.answer(1)), c.body(1).decode()) for c in calls]
         hits = cache_bench.write_list(WORK / "proxy-hits.tsv", rows)
-        out = {}
-        for case, hot, daemon in (("daemon_hit", None, []), ("hot_tier_hit", cache_bench.HOT_BYTES, [stack.daemon])):
-            options = {"hot": hot} if hot else {}
-            proxy = cc.start_proxy("nginx", WORK / case, stack, namespace=cache_bench.NAMESPACE, **options)
-            try:
-                cache_bench.store_all(proxy.port, calls)
-                pids = proxy.pids + [d.process.proc.pid for d in daemon]
-                measured = cache_bench.measure(pids, proxy.port, hits, "HIT", seconds, runs)
-                out[case] = cache_bench.row("nginx" + " and its daemon" * bool(daemon), case, measured)
-            finally:
-                proxy.stop()
-        return out
+        b = stack.another_daemon("db-b")
+        with ExitStack() as proxies:
+            def nginx(name, cached, **options):
+                return proxies.enter_context(cache_bench.running(cc.start_proxy(
+                    "nginx", WORK / name, types.SimpleNamespace(replay=stack.replay, daemon=cached),
+                    namespace=cache_bench.NAMESPACE, **options)))
+            proxies.callback(b.process.stop)
+            local = nginx("local", stack.daemon)
+            cache_bench.store_all(local.port, calls)
+            wait_for_stores(stack.daemon, len(calls))
+            from_fleet = nginx("from-fleet", b)
+            cache_bench.store_all(from_fleet.port, calls)
+            assert b.stats()["fleet_hits_total"] == len(calls), b.stats()["fleet_hits_total"]
+            hot = nginx("hot", stack.daemon, hot=cache_bench.HOT_BYTES)
+            cells = {"hot_tier_hit": cache_bench.Cell(hot.pids + [stack.daemon.process.proc.pid], hot.port, hits,
+                                                      "HIT")}
+            for coding in CODINGS:
+                cells[f"local_hit {coding}"] = cache_bench.Cell(local.pids, local.port, hits, "HIT", coding)
+                cells[f"fleet_hit {coding}"] = cache_bench.Cell(from_fleet.pids, from_fleet.port, hits, "HIT", coding)
+            measured = cache_bench.interleaved(cells, seconds, runs)
+        return {case: cache_bench.row("nginx", case, runs) for case, runs in measured.items()}
     finally:
         stack.stop()
 
 
 def together(hits_out, proxy_out):
-    """Proxy, daemon and Redis per request: a fleet hit, a local daemon hit and a hot-tier hit."""
+    """Proxy, daemon and Redis per request, for each coding's clients: a fleet hit (nginx in front
+    of the daemon that got the entry from the fleet, plus that daemon's and Redis's share of a
+    fleet hit) against a local hit (nginx in front of the daemon that stored it, plus a local
+    hit's share), round by round; and a hot-tier hit."""
     if "too_short" in hits_out:
         return {"too_short": hits_out["too_short"]}
-    daemon_hit = proxy_out["daemon_hit"]["cpu_us"]
-    out = {
-        "fleet_hit_cpu_us": daemon_hit + hits_out["fleet_hit"]["cpu_us"],
-        "local_hit_cpu_us": daemon_hit + hits_out["local_hit"]["cpu_us"],
-        "hot_tier_hit_cpu_us": proxy_out["hot_tier_hit"]["cpu_us"],
-    }
-    out["ratio_fleet_to_local"] = out["fleet_hit_cpu_us"] / out["local_hit_cpu_us"]
-    out["ratio_fleet_to_hot_tier"] = out["fleet_hit_cpu_us"] / out["hot_tier_hit_cpu_us"]
+    out = {"hot_tier_hit_cpu_us": proxy_out["hot_tier_hit"]["cpu_us"], "codings": {}}
+    daemon = {name: [run["cpu_us"] for run in hits_out[name]["runs"]] for name in ("fleet_hit", "local_hit")}
+    for coding in CODINGS:
+        proxy = {name: [run["cpu_us"] for run in proxy_out[f"{name} {coding}"]["runs"]]
+                 for name in ("fleet_hit", "local_hit")}
+        rounds = min(len(daemon["fleet_hit"]), len(proxy["fleet_hit"]))
+        totals = {name: [proxy[name][n] + daemon[name][n] for n in range(rounds)] for name in proxy}
+        out["codings"][coding] = {
+            "fleet_hit_cpu_us": statistics.median(totals["fleet_hit"]),
+            "local_hit_cpu_us": statistics.median(totals["local_hit"]),
+            "ratio_rounds": [f / local for f, local in zip(totals["fleet_hit"], totals["local_hit"])],
+        }
     return out
 
 
@@ -270,19 +332,20 @@ def hosts(cluster):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--hits", type=int, default=10000,
-                        help="entries looked up, each once as a fleet hit and once as a local hit; enough for "
-                        f"each pass to take {MIN_CPU_TICKS} clock ticks of the daemon's CPU (a local hit takes 40 us)")
+    parser.add_argument("--hits", type=int, default=30000,
+                        help="entries looked up, each once as a fleet hit and once as a local hit, a share of them "
+                        f"in each of --runs rounds; enough for each round's pass to take {MIN_CPU_TICKS} clock ticks "
+                        "of the daemon's CPU (a local hit takes about 40 us)")
     parser.add_argument("--seconds", type=int, default=5, help="each wrk run of the proxy's share")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="rounds, of the hits and of the proxy's share")
     args = parser.parse_args()
     started = provenance.now()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     cluster = RedisCluster(WORK / "cluster", masters=3, replicas=0)
     try:
-        results = {"memory": memory(cluster, args.entries), "hits": hits(cluster, args.hits),
-                   "proxy": proxy_share(args.seconds, args.runs), "hosts": hosts(cluster),
+        results = {"memory": memory(cluster, args.entries), "hits": hits(cluster, args.hits, args.runs),
+                   "proxy": proxy_share(cluster, args.seconds, args.runs), "hosts": hosts(cluster),
                    "date": time.strftime("%Y-%m-%d")}
         results["together"] = together(results["hits"], results["proxy"])
     finally:

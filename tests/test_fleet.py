@@ -5,8 +5,10 @@ is followed by the others, and a refused login stops the daemon at start. Throug
 test_fleet_hosts.py."""
 
 import glob
+import hashlib
 import os
 import signal
+import struct
 import threading
 import time
 
@@ -88,6 +90,34 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
         in_fleet(cluster, k)
     status, _, body = b.request("POST", "/v1/lookup", "\n".join(batch).encode())
     assert status == 200 and [outcome for outcome, _, _ in looked(body)] == ["hit", "hit", "absent"]
+
+
+def forms_bytes(entry):
+    """The bytes of an entry's zstd and brotli forms (format 4's fields at 22 and 26)."""
+    return sum(struct.unpack_from("<II", entry, 22))
+
+
+def without_forms(entry):
+    """An entry's parts but its zstd and brotli forms and its fields: envelope, head and tail."""
+    before, after, head = struct.unpack_from("<HHI", entry, 14)
+    forms_at = 34 + before + after + head
+    return entry[34:forms_at] + entry[forms_at + forms_bytes(entry):]
+
+
+def test_the_fleet_carries_an_entry_without_the_zstd_and_brotli_forms_its_store_adds(daemons, cluster):
+    a, b = daemons(2)
+    k = key("fleet forms")
+    hashes = ",".join(f'"0x{hashlib.sha256(str(i).encode()).hexdigest()}"' for i in range(300))
+    assert put(a, k, cache_entry(f'{{"number":"0x10","transactions":[{hashes}]}}}}'.encode()))[0] == 204
+    stored = a.request("GET", f"/v1/entries/{k}")[2]
+    assert stored[1] == 2 and forms_bytes(stored) > 0, "A keeps its tail deflated, and its zstd and brotli forms"
+    value = cluster.command("GET", in_fleet(cluster, k))
+    status, _, carried = b.request("GET", f"/v1/entries/{k}")
+    assert status == 200 and forms_bytes(carried) == 0
+    # the same entry but for the forms: its fields, envelope, head and DEFLATE stream byte for byte
+    assert (carried[1:22], without_forms(carried)) == (stored[1:22], without_forms(stored))
+    assert len(value) < len(stored), f"Redis holds {len(value)} bytes of an entry A keeps in {len(stored)}"
+    assert a.stats()["fleet_stored_bytes_total"] == len(value)
 
 
 # Debian's libfaketime, preloaded: the daemon's wall clock set off by an offset, its monotonic clock

@@ -30,6 +30,7 @@ use breaker::Breaker;
 pub use settings::{FleetArgs, FleetSettings};
 
 use rpcedge_core::cache::protocol::MAX_LOCK_MS;
+use rpcedge_core::cache::Entry;
 use rpcedge_core::cache::sealed::{Kind, Refused, Sealer, OVERHEAD};
 
 use crate::units::now_s;
@@ -388,8 +389,8 @@ impl Fleet {
     }
 
     async fn write(&self, write: &Write) {
-        let (value, px) = self.sealed_entry(&write.key, &write.entry, write.ttl_s);
-        let name = name(&write.key, "e");
+        let Some((value, px)) = self.sealed_entry(&write.key, &write.entry, write.ttl_s) else { return };
+        let (name, len) = (name(&write.key, "e"), value.len());
         let written = self
             .round(self.write_timeout(), |mut connection| async move {
                 redis::cmd("SET").arg(name).arg(value).arg("PX").arg(px).query_async::<()>(&mut connection).await
@@ -397,17 +398,27 @@ impl Fleet {
             .await;
         if written.is_some() {
             self.counters.stores.fetch_add(1, Ordering::Relaxed);
-            self.counters.stored_bytes.fetch_add(write.entry.len() as u64, Ordering::Relaxed);
+            self.counters.stored_bytes.fetch_add(len as u64, Ordering::Relaxed);
         }
     }
 
     /// An entry sealed for the fleet, and how many milliseconds the fleet keeps it: its own TTL,
-    /// within the fleet's.
-    fn sealed_entry(&self, key: &[u8; 32], entry: &[u8], ttl_s: Option<u64>) -> (Vec<u8>, u64) {
+    /// within the fleet's. The fleet carries the entry's DEFLATE form alone, without the zstd and
+    /// brotli forms the local store keeps: those more than doubled Redis's bytes per entry
+    /// (loadtest/results/fleet.md), and a host that gets it answers a browser gzip as it does
+    /// every client that takes gzip. None for what is not an entry (the store kept it checked).
+    fn sealed_entry(&self, key: &[u8; 32], entry: &[u8], ttl_s: Option<u64>) -> Option<(Vec<u8>, u64)> {
+        let carried = match Entry::decode(entry) {
+            Ok(entry) => entry.without_forms(),
+            Err(error) => {
+                eprintln!("rpcedge-cached: not written to the fleet: {error}");
+                return None;
+            }
+        };
         let fleet_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let px = ttl_s.map_or(fleet_ms, |ttl_s| ttl_s.saturating_mul(1000).min(fleet_ms)).max(1);
         let expires_s = ttl_s.map(|ttl_s| now_s().saturating_add(ttl_s));
-        (self.sealer.seal(Kind::Entry, key, expires_s, entry), px)
+        Some((self.sealer.seal(Kind::Entry, key, expires_s, &carried), px))
     }
 
     /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
@@ -465,10 +476,10 @@ impl Fleet {
                 self.counters.too_large.fetch_add(1, Ordering::Relaxed);
                 ("e", Vec::new(), 0)
             }
-            Outcome::Stored(entry, ttl_s) => {
-                let (value, px) = self.sealed_entry(key, &entry, ttl_s);
-                ("e", value, px)
-            }
+            Outcome::Stored(entry, ttl_s) => match self.sealed_entry(key, &entry, ttl_s) {
+                Some((value, px)) => ("e", value, px),
+                None => ("e", Vec::new(), 0),
+            },
             Outcome::Answered(entry) => {
                 // sealed to expire with the lock: copied back later, it is refused, not served
                 let ms = u64::try_from(ms).unwrap_or(u64::MAX);
@@ -559,7 +570,7 @@ impl Fleet {
             ("fleet_breaker_state".into(), "The fleet's breaker: 0 closed, 1 open, 2 probing", "gauge", self.breaker.gauge()),
             ("fleet_breaker_opened_total".into(), "Times the fleet's breaker opened", "counter", load(&self.breaker.opened)),
             ("fleet_stores_total".into(), "Entries written to the fleet", "counter", load(&counters.stores)),
-            ("fleet_stored_bytes_total".into(), "Bytes of entries written to the fleet from the queue", "counter", load(&counters.stored_bytes)),
+            ("fleet_stored_bytes_total".into(), "Bytes of values written to the fleet from the queue", "counter", load(&counters.stored_bytes)),
             ("fleet_too_large_total".into(), "Entries over --fleet-max-entry, kept local", "counter", load(&counters.too_large)),
             ("fleet_queue_dropped_total".into(), "Entries dropped: the fleet's write queue was full", "counter", load(&counters.dropped)),
             ("fleet_queue_bytes".into(), "Bytes of entries waiting to be written to the fleet", "gauge", self.queued_bytes.load(Ordering::Relaxed) as u64),

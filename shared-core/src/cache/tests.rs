@@ -413,15 +413,30 @@ fn a_damaged_entry_is_refused() {
     assert!(Entry::decode(&broken).unwrap().compact().is_err(), "and checked");
 }
 
-/// `entry` (format 4) without its zstd and brotli forms: as a host that deflates sends it.
+/// `entry` without its zstd and brotli forms: as a host that deflates sends it.
 fn without_forms(entry: &[u8]) -> Vec<u8> {
-    let u16_at = |at: usize| usize::from(u16::from_le_bytes(entry[at..at + 2].try_into().unwrap()));
-    let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap()) as usize;
-    let forms_at = 34 + u16_at(14) + u16_at(16) + u32_at(18);
-    let forms = u32_at(22) + u32_at(26);
-    let mut sent = [&entry[..22], &[0; 8], &entry[30..forms_at], &entry[forms_at + forms..]].concat();
-    entry::reseal(&mut sent);
-    sent
+    Entry::decode(entry).unwrap().without_forms()
+}
+
+/// What a fleet carries: the entry without the store's zstd and brotli forms, fewer bytes, answers a client that takes gzip (a browser too) gzip and another plain, byte for
+/// byte; a host that keeps it and compacts it makes the same forms the first store made.
+#[test]
+fn an_entry_without_its_forms_answers_every_client_the_same_answer() {
+    let result = br#"{"hash":"0xabc","logsBloom":"0x0040","transactions":["0x1f","0x2e","0x3d"],"gasUsed":"0x5208"}"#.repeat(60);
+    let kept = as_kept(&Envelope::default(), &tail(&result));
+    let carried = without_forms(&kept);
+    let with_forms = Entry::decode(&kept).unwrap();
+    assert!(!with_forms.answers_plain(&[Coding::Zstd]) && !with_forms.answers_plain(&[Coding::Br]), "kept with both");
+    assert!(carried.len() < kept.len(), "{} of {} bytes", carried.len(), kept.len());
+    let entry = Entry::decode(&carried).unwrap();
+    for codings in [&[Coding::Zstd, Coding::Br, Coding::Gzip][..], &[Coding::Gzip], &[Coding::Zstd, Coding::Br], &[]] {
+        let hit = entry.respond("7", codings, MinLengths::NONE).unwrap();
+        assert_eq!(hit.coding, codings.contains(&Coding::Gzip).then_some(Coding::Gzip), "{codings:?}");
+        assert_eq!(decoded(hit.coding, &hit.body), envelope("7", &result), "{codings:?}");
+    }
+    assert_eq!(entry.compact().unwrap(), kept);
+    let plain = as_kept(&Envelope::default(), b"\x00\x01\x02}");
+    assert_eq!(without_forms(&plain), plain, "a plain entry keeps no other form");
 }
 
 #[test]
