@@ -24,6 +24,7 @@ import argparse
 import base64
 import random
 import statistics
+import sys
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,9 @@ def mix_calls():
     """The mix's calls (MIX_CALLS of them), and the (number, hash) of each block they name, which
     the stack's finality node must give for the daemon to keep them (cc.pinnable)."""
     calls, pins = cc.pinnable(cc.find_all(waits_for_finality, limit=2 * MIX_CALLS))
+    if len(calls) < MIX_CALLS:
+        sys.exit(f"the corpus has {len(calls)} calls that wait for finality and name a block no other names by "
+                 f"another hash; {MIX_CALLS} are needed")
     return calls[:MIX_CALLS], pins
 
 
@@ -141,9 +145,12 @@ def interleaved(cells, seconds, rounds):
     for cell in cells.values():
         cell.warm_up()
     runs = {case: [] for case in cells}
-    for _ in range(rounds):
-        for case, cell in cells.items():
-            runs[case].append(cell.run(seconds))
+    order = list(cells)
+    for round_number in range(rounds):
+        # each round begins with another case: no case always runs first, or last
+        shift = round_number % len(order)
+        for case in order[shift:] + order[:shift]:
+            runs[case].append(cells[case].run(seconds))
     return runs
 
 

@@ -283,8 +283,10 @@ def together(hits_out, proxy_out):
     for coding in CODINGS:
         proxy = {name: [run["cpu_us"] for run in proxy_out[f"{name} {coding}"]["runs"]]
                  for name in ("fleet_hit", "local_hit")}
-        rounds = min(len(daemon["fleet_hit"]), len(proxy["fleet_hit"]))
-        totals = {name: [proxy[name][n] + daemon[name][n] for n in range(rounds)] for name in proxy}
+        if len(daemon["fleet_hit"]) != len(proxy["fleet_hit"]):
+            raise ValueError(f"{len(daemon['fleet_hit'])} rounds of the daemon's, {len(proxy['fleet_hit'])} of nginx's")
+        # the daemon's n-th round with nginx's n-th: each part's rounds interleaved, the two paired
+        totals = {name: [p + d for p, d in zip(proxy[name], daemon[name])] for name in proxy}
         out["codings"][coding] = {
             "fleet_hit_cpu_us": statistics.median(totals["fleet_hit"]),
             "local_hit_cpu_us": statistics.median(totals["local_hit"]),
