@@ -130,6 +130,34 @@ class Cell:
         return result
 
 
+@dataclass(frozen=True)
+class LoadMixCell:
+    """A case of the warm mix: the load test's requests (bench.py's wrk script, every answer
+    checked) at `port`, the CPU of `pids`."""
+    pids: list
+    port: int
+    request_list: Path
+    connections: int
+    header: str
+
+    def warm_up(self):
+        bench.wrk(self.port, self.connections, self.request_list, "gzip", WARMUP_S, self.header)
+        time.sleep(0.5)
+
+    def run(self, seconds):
+        before = cpu_seconds(self.pids)
+        stats, output = bench.wrk(self.port, self.connections, self.request_list, "gzip", seconds, self.header)
+        checks = stats["checks"]
+        broken = {name: checks[name] for name in ("bad_status", "unknown", "bad_length", "bad_gzip", "bad_coding")
+                  if checks[name]}
+        if broken or any(stats["errors"].values()):
+            raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
+        return {"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
+                "cpu_us": (cpu_seconds(self.pids) - before) / stats["requests"] * 1e6,
+                "body_bytes": checks["body_bytes"] / checks["answered"],
+                "cached": checks["cached"] / checks["answered"], "fail_open": 0}
+
+
 def measure(pids, port, request_list, expected, seconds, runs, coding="gzip", header=None, count=None):
     """`runs` runs of one cell, one after another, after a warm-up."""
     cell = Cell(pids, port, request_list, expected, coding, header)
@@ -138,7 +166,7 @@ def measure(pids, port, request_list, expected, seconds, runs, coding="gzip", he
 
 
 def interleaved(cells, seconds, rounds):
-    """The runs of each cell ({case: Cell}) in `rounds` rounds, each one run of every cell in
+    """The runs of each cell ({case: Cell or LoadMixCell}) in `rounds` rounds, each one run of every cell in
     turn, after a warm-up of each: a slow minute of this shared machine lands on one run of every
     case rather than on all runs of one, and a ratio of two cases is taken round by round, the
     n-th run of one over the n-th of the other (loadtest/goals.py). {case: [run, ...]}"""
@@ -379,19 +407,6 @@ def warm(stack, prefix, args, results):
     print(f"warm mix: the load test's mix, {len(requests)} requests, {connections} connections, "
           f"{args.runs} x {args.seconds} s per cell", flush=True)
 
-    def run(port, pids, header):
-        before = cpu_seconds(pids)
-        stats, output = bench.wrk(port, connections, request_list, "gzip", args.seconds, header)
-        checks = stats["checks"]
-        broken = {name: checks[name] for name in ("bad_status", "unknown", "bad_length", "bad_gzip", "bad_coding")
-                  if checks[name]}
-        if broken or any(stats["errors"].values()):
-            raise RuntimeError(f"broken answers {broken}, errors {stats['errors']}:\n{output}")
-        return {"req_s": stats["requests"] / (stats["duration_us"] / 1e6),
-                "cpu_us": (cpu_seconds(pids) - before) / stats["requests"] * 1e6,
-                "body_bytes": checks["body_bytes"] / checks["answered"],
-                "cached": checks["cached"] / checks["answered"], "fail_open": 0}
-
     for delay_ms in (0, args.call_delay_ms):
         header = f"X-Replay-Call-Delay-Ms: {delay_ms}"
         stack.fresh_daemon()
@@ -402,18 +417,11 @@ def warm(stack, prefix, args, results):
                                                                  argv_prefix=prefix, hot=HOT_BYTES)))
             # warm: every cacheable answer stored, then kept in the hot tier by the warm-up below
             bench.wrk(proxy.port, connections, request_list, "gzip", WARMUP_S)
-            cells = {"bare nginx": (bare.port, list(bare.cpu_pids)),
-                     "nginx + rpcedge, cache warm": (proxy.port, proxy.pids)}
-            for port, _ in cells.values():
-                bench.wrk(port, connections, request_list, "gzip", WARMUP_S, header)
-            time.sleep(0.5)
-            # in rounds, as interleaved() takes the other parts' cells
-            runs = {name: [] for name in cells}
-            for _ in range(args.runs):
-                for name, (port, pids) in cells.items():
-                    runs[name].append(run(port, pids, header))
-            for name in cells:
-                results.append(warm_row(name, delay_ms, runs[name]))
+            cells = {"bare nginx": LoadMixCell(list(bare.cpu_pids), bare.port, request_list, connections, header),
+                     "nginx + rpcedge, cache warm": LoadMixCell(proxy.pids, proxy.port, request_list, connections,
+                                                                header)}
+            for name, runs in interleaved(cells, args.seconds, args.runs).items():
+                results.append(warm_row(name, delay_ms, runs))
     print(f"\n{'warm mix':30} {'node ms/call':>12} {'req/s':>8} {'CPU us/req':>11} {'B/answer':>9} {'cached':>7}")
     for r in (r for r in results if r["case"].startswith("warm mix")):
         print(f"{r['proxy']:30} {r['call_delay_ms']:12} {r['req_s']:8.0f} {r['cpu_us']:11.1f} {r['body_bytes']:9.0f} "

@@ -40,7 +40,6 @@ import json
 import random
 import shutil
 import statistics
-import struct
 import sys
 import time
 import types
@@ -50,7 +49,7 @@ from pathlib import Path
 import cache_bench
 from bench import CLOCK_TICKS, cpu_seconds
 from cached_bench import workload
-from testbed.cache_entry import PLAIN
+from testbed.cache_entry import PLAIN, layout
 from testbed import cache_cases as cc
 from testbed import provenance, scenarios, wire
 from testbed.harness import CORPUS, LOOPBACK, REPO, start_cached
@@ -79,13 +78,11 @@ def answers(limit):
 
 
 def form_lengths(entry):
-    """An entry's (format 4) tail: its length, and the lengths of its forms by name ("deflate",
-    "zstd", "br"; "plain" for a tail kept plain)."""
-    form, _, tail_len = struct.unpack_from("<BIQ", entry, 1)
-    before, after, head, zstd, br = struct.unpack_from("<HHIII", entry, 14)
-    data = len(entry) - 34 - before - after - head - zstd - br
-    forms = {"deflate" if form else "plain": data, "zstd": zstd, "br": br}
-    return tail_len, {name: length for name, length in forms.items() if length}
+    """An entry's tail: its length, and the lengths of its forms by name ("deflate", "zstd", "br";
+    "plain" for a tail kept plain)."""
+    parts = layout(entry)
+    forms = {"deflate" if parts.form else "plain": parts.data, "zstd": parts.zstd, "br": parts.br}
+    return parts.length, {name: len(form) for name, form in forms.items() if form}
 
 
 def key(n, run):

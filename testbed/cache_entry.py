@@ -5,6 +5,7 @@ fails (its PUTs of these entries are asserted 204, and their tails read back) if
 
 import struct
 import zlib
+from collections import namedtuple
 
 # how geth's answers begin and go on before the result: the envelope a host keeps apart
 GETH_BEFORE_ID = b'{"jsonrpc":"2.0","id":'
@@ -25,3 +26,19 @@ def cache_entry(tail, form=PLAIN, before=GETH_BEFORE_ID, after=GETH_AFTER_ID):
                          0, 0)
     rest = before + after + NO_HEAD + data
     return fields + struct.pack("<I", zlib.crc32(fields + rest)) + rest
+
+
+# An entry's fields and parts as cache_entry and the core lay them out: `whole` is the CRC-32 of
+# every other byte; the parts follow the 34 bytes of fields in this order.
+Layout = namedtuple("Layout", "version form crc length whole before_id after_id head zstd br data")
+FIELDS = "<BBIQHHIIII"
+
+
+def layout(entry):
+    """An entry's fields and parts (format 4), read as they lie, nothing checked."""
+    version, form, crc, length, before, after, head, zstd, br, whole = struct.unpack_from(FIELDS, entry)
+    parts, at = [], struct.calcsize(FIELDS)
+    for size in (before, after, head, zstd, br):
+        parts.append(entry[at:at + size])
+        at += size
+    return Layout(version, form, crc, length, whole, *parts, entry[at:])

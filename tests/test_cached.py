@@ -21,18 +21,18 @@ import pytest
 import zstandard
 
 from testbed import cache_cases as cc
-from testbed.cache_entry import cache_entry
+from testbed.cache_entry import cache_entry, layout
 from testbed.harness import (CACHED_BIN, LOOPBACK, Process, StandIn, fill, free_port, one_request, small_tmpfs,
                              start_cached, start_replay)
 
 def stored_tail(stored):
     """The tail of an entry as the daemon returns it, checked against its CRC-32 (its zstd form,
     where kept, decoded too: a frame of the kept window descriptor and blocks)."""
-    version, form, crc, length, before, after, head, zstd, br, whole = struct.unpack("<BBIQHHIIII", stored[:34])
+    entry = layout(stored)
+    version, form, crc, length, whole, zstd_form, data = (entry.version, entry.form, entry.crc, entry.length,
+                                                          entry.whole, entry.zstd, entry.data)
     assert version == 4 and form in (0, 1, 2)
     assert zlib.crc32(stored[:30] + stored[34:]) == whole
-    zstd_at = 34 + before + after + head
-    zstd_form, data = stored[zstd_at:zstd_at + zstd], stored[zstd_at + zstd + br:]
     # 1: deflated; 2: deflated, ending in a sync flush and an empty final block
     tail = zlib.decompress(data, -15) if form in (1, 2) else data
     assert form != 2 or data.endswith(b"\x00\x00\xff\xff\x03\x00")

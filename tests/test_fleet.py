@@ -8,13 +8,12 @@ import glob
 import hashlib
 import os
 import signal
-import struct
 import threading
 import time
 
 import pytest
 
-from testbed.cache_entry import cache_entry
+from testbed.cache_entry import cache_entry, layout
 from testbed.harness import StartError, start_cached
 from testbed.redis_cluster import RedisCluster
 from test_cached import key, looked, put
@@ -93,15 +92,15 @@ def test_an_entry_stored_through_one_daemon_is_a_hit_through_another_and_kept_th
 
 
 def forms_bytes(entry):
-    """The bytes of an entry's zstd and brotli forms (format 4's fields at 22 and 26)."""
-    return sum(struct.unpack_from("<II", entry, 22))
+    """The bytes of an entry's zstd and brotli forms."""
+    parts = layout(entry)
+    return len(parts.zstd) + len(parts.br)
 
 
 def without_forms(entry):
-    """An entry's parts but its zstd and brotli forms and its fields: envelope, head and tail."""
-    before, after, head = struct.unpack_from("<HHI", entry, 14)
-    forms_at = 34 + before + after + head
-    return entry[34:forms_at] + entry[forms_at + forms_bytes(entry):]
+    """An entry's parts but its zstd and brotli forms: envelope, head and tail."""
+    parts = layout(entry)
+    return parts.before_id + parts.after_id + parts.head + parts.data
 
 
 def test_the_fleet_carries_an_entry_without_the_zstd_and_brotli_forms_its_store_adds(daemons, cluster):
