@@ -123,6 +123,7 @@ HIT_HOSTS = {"nginx": "nginx", "envoy-native": "the native Envoy module", "envoy
 BARE = ("static file (gzip_static)", "direct_response")
 HIT_CPU = 1.5  # a hit within 1.5x the CPU of the same bytes served without rpcedge
 CODINGS = ("gzip", "zstd", "br", "identity")
+LUA_CPU = 1.1  # OpenResty's binding asks the daemon what the C module asks it: within a tenth of its cost
 
 
 def per_run(row, key):
@@ -147,6 +148,13 @@ def cache_table(results):
             if host.startswith("openresty") and case == "hit, hot tier":
                 continue  # the Lua binding keeps no hot tier
             lines.append(hit_line(f"{name}: the mix's hits {where}", rows.get((host, case)), bare))
+    for host in ("openresty", "openresty-proxied"):
+        # issue 28: the Lua binding's daemon hit against the C module's, in the same round
+        lua, c_module = rows.get((host, "hit")), rows.get(("nginx", "hit"))
+        goal = f"{HIT_HOSTS[host]}: a hit from the daemon within {LUA_CPU}x the CPU of the nginx module's"
+        lines.append(line(goal, Figure(ratios(per_run(lua, "cpu_us"), per_run(c_module, "cpu_us")), "x",
+                                       at_most=LUA_CPU), Figure(ratios(per_run(lua, "req_s"), per_run(c_module, "req_s")), "x"),
+                          "the same bytes") if lua and c_module else line(goal, None, None))
     for host in ("nginx", "envoy-native"):
         bare = "static file" if host == "nginx" else "direct_response"
         for coding in CODINGS:
@@ -197,4 +205,139 @@ def fleet_table(results):
         ratio = Figure(figures["ratio_rounds"], "x", at_most=FLEET_CPU)
         lines.append(f"| {goal} | {figures['fleet_hit_cpu_us']:.0f} µs against {figures['local_hit_cpu_us']:.0f} µs "
                      f"(medians): {ratio.text()} | {len(ratio.rounds)} | {'yes' if ratio.met() else 'no'} |")
+    lines.append(three_hosts_line(results.get("hosts")))
+    return lines
+
+
+PLAIN = ["| goal | measured | rounds | met in every round |", "| --- | --- | ---: | :---: |"]
+
+
+def verdict(met):
+    return "" if met is None else "yes" if met else "no"
+
+
+# the three hosts of fleet_bench.py: what B and C ask the node once A has stored the mix
+def three_hosts_line(hosts):
+    goal = "three hosts: B and C send the node no cacheable call that A stored"
+    if not hosts:
+        return f"| {goal} | not in this run | | |"
+    fleet, alone = hosts["with the fleet"], hosts["without the fleet"]
+    stored = fleet["A"]["daemon_fleet_counters"].get("fleet_stores_total", 0)
+    # of the node requests A made, those of calls A did not store into the fleet may reach the node again
+    allowed = fleet["A"]["node_requests"] - stored
+    others = [fleet[host]["node_requests"] for host in ("B", "C")]
+    return (f"| {goal} | node requests of the mix through B and C: {others[0]:,} and {others[1]:,} with the fleet "
+            f"(A's {fleet['A']['node_requests']:,} less the {stored:,} it stored: {allowed:,}), "
+            f"{alone['B']['node_requests']:,} and {alone['C']['node_requests']:,} without | – "
+            f"| {verdict(max(others) <= allowed)} |")
+
+
+# batch_bench.py: a batch of CALLS calls all cached against the cache off, per host and node delay.
+# Each cell's runs follow one another, the cases one after another: rounds are paired by number.
+BATCH_REQ_S = 10
+BATCH_HOSTS = {"nginx": "nginx", "envoy": "the Envoy Wasm filter", "envoy-native": "the native Envoy module"}
+
+
+def batch_table(results):
+    rows = {(row["host"], row["call_delay_ms"], row["case"]): row for row in results["rows"]}
+    lines = list(HEADER)
+    for host, name in BATCH_HOSTS.items():
+        for delay in sorted({row["call_delay_ms"] for row in results["rows"]}):
+            cached, off = rows.get((host, delay, "all cached")), rows.get((host, delay, "cache off"))
+            goal = (f"{name}, node {delay} ms per call: a batch of {results['calls']} calls, all cached, at least "
+                    f"{BATCH_REQ_S}x the req/s of the cache off")
+            if not cached or not off:
+                lines.append(line(goal, None, None))
+                continue
+            lines.append(line(goal, Figure(ratios(per_run(off, "cpu_us"), per_run(cached, "cpu_us")), "x"),
+                              Figure(ratios(per_run(cached, "req_s"), per_run(off, "req_s")), "x",
+                                     at_least=BATCH_REQ_S)))
+    return lines
+
+
+# herd_bench.py: CLIENTS at once for one block not yet stored, coalescing on (the default lock
+# timeout) and off (0), a block per round
+def herd_table(results):
+    lines = list(PLAIN)
+    rows = {(row["host"], row["lock_timeout_ms"]): row for row in results["rows"]}
+    for host, name in BATCH_HOSTS.items():
+        on = next((row for (h, timeout), row in rows.items() if h == host and timeout > 0), None)
+        off = rows.get((host, 0))
+        if not on:
+            continue
+        goal = f"{name}: {on['clients']} clients at once for one block not yet stored reach the node once"
+        counts = on["node_requests_per_round"]
+        without = f" (coalescing off: {', '.join(map(str, off['node_requests_per_round']))})" if off else ""
+        right = on["every_answer_right"] and (not off or off["every_answer_right"])
+        lines.append(f"| {goal} | node requests per block: {', '.join(map(str, counts))}{without}; "
+                     f"{'every answer right' if right else '**an answer wrong**'} | {len(counts)} "
+                     f"| {verdict(max(counts) == 1 and right)} |")
+    return lines
+
+
+# scan_bench.py: the hot set's hit rate during a scan of cold keys over its rate before it
+SCAN_KEPT = 0.9
+
+
+def scan_table(results):
+    workload, runs = results["workload"], results["runs"]
+    kept = {policy: [run["kept"] for run in policy_runs] for policy, policy_runs in runs.items()}
+    goal = (f"a scan of {workload['scan']:,} cold keys at {workload['scan_per_s']:,} a second leaves the hot set's "
+            f"({workload['hot']:,} keys, {workload['hot_per_s']} a second) hit rate at least {SCAN_KEPT} of its rate "
+            "before it")
+    lines = list(PLAIN)
+    for policy, name in (("protected", "with the protected share"), ("fifo", "first in, first out")):
+        if policy not in kept:
+            continue
+        lowest, highest = min(kept[policy]), max(kept[policy])
+        spread = f"{lowest:.2f}" if f"{lowest:.2f}" == f"{highest:.2f}" else f"{lowest:.2f} to {highest:.2f}"
+        met = lowest >= SCAN_KEPT if policy == "protected" else None  # first in, first out: for comparison
+        lines.append(f"| {goal}: {name} | {spread} | {len(kept[policy])} | {verdict(met)} |")
+    return lines
+
+
+# cached_bench.py: the daemon's store with the WAL off against on, a run of each per round
+def wal_table(results):
+    off, on = results["runs"]["off"], results["runs"]["on"]
+    lines = list(PLAIN)
+    for goal, key in (("the daemon writes without the WAL: puts/s, off over on", "puts_s"),
+                      ("the daemon writes without the WAL: disk bytes per payload byte, off over on",
+                       "bytes_per_payload_byte")):
+        figure = Figure(ratios([run[key] for run in off], [run[key] for run in on]), "x")
+        lines.append(f"| {goal} | {figure.text()} | {len(off)} | |")
+    return lines
+
+
+# witness_bench.py: a big witness over the shaped link, and many SSZ clients of it at once
+def witness_table(results):
+    lines = list(PLAIN)
+    link = results.get("link", {})
+    by_way = {(row["host"], row["size_mb"], row["way"]): row for row in link.get("rows", [])}
+    for (host, size, way), row in by_way.items():
+        if way != "ssz" or (host, size, "json") not in by_way:
+            continue
+        json_row = by_way[(host, size, "json")]
+        sooner = json_row["seconds"] / row["seconds"]
+        lines.append(f"| {host}: a {size} MB witness over a {link['link']} link, shaped with {link['qdisc']}: SSZ sooner "
+                     f"than JSON | {row['seconds']:.2f} s against {json_row['seconds']:.2f} s: {sooner:.2f}x sooner "
+                     f"| 1 | {verdict(sooner > 1)} |")
+    if "skipped" in link:
+        lines.append(f"| a witness over the {link['link']} link | not measured: {link['skipped']} | | |")
+    for host, seen in results["loopback"].get("concurrent", {}).items():
+        bound = seen["budget"] * 1.1
+        lines.append(f"| {host}: {seen['clients']} SSZ clients of the 300 MB witness at once stay within the "
+                     f"{seen['budget'] / (1 << 30):g} GiB transcode budget plus 10 % | peak RSS +{seen['rss_above_idle'] / 1e6:,.0f} "
+                     f"MB; {seen['ssz']} answered SSZ, {seen['json']} JSON as it came (past the budget), "
+                     f"{seen['wrong']} wrong | 1 | {verdict(seen['rss_above_idle'] <= bound and not seen['wrong'])} |")
+    return lines
+
+
+# dictionary_bench.py: bytes per answer of each client against identity's
+def dictionary_table(results):
+    lines = ["| client | small answers (under 1 KiB): bytes per answer, of identity | every answer: bytes per answer, "
+             "of identity |", "| --- | --- | --- |"]
+    for row in results["rows"]:
+        lines.append(f"| {row['client']} | {row['small_bytes_per_answer']:,.0f} B, {row['small_of_identity']:.3f} "
+                     f"| {row['bytes_per_answer']:,.0f} B, {row['of_identity']:.3f} |")
+    lines.append(f"\n{results['small_answers']:,} of the {results['answers']:,} answers are under 1 KiB.")
     return lines

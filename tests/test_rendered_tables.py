@@ -111,3 +111,36 @@ def test_the_fleet_is_judged_per_coding_by_its_worst_round_and_its_memory_agains
     assert "not in this run" in br
     results["memory"]["used_memory_to_smallest_form"] = 1.21
     assert goals.fleet_table(results)[2].endswith("| no |")
+
+
+def test_three_hosts_meet_their_goal_only_where_b_and_c_ask_the_node_nothing_a_stored():
+    def host(node_requests, counters=None):
+        return {"node_requests": node_requests, "statuses": {}, "daemon_fleet_counters": counters or {}}
+    hosts = {"without the fleet": {name: host(421) for name in "ABC"},
+             "with the fleet": {"A": host(421, {"fleet_stores_total": 206}), "B": host(215), "C": host(215)}}
+    assert goals.three_hosts_line(hosts).endswith("| yes |")
+    hosts["with the fleet"]["C"] = host(216)  # one call A stored reached the node again through C
+    assert goals.three_hosts_line(hosts).endswith("| no |")
+
+
+def test_a_herd_is_met_only_where_every_block_reached_the_node_once_and_every_answer_was_right():
+    def row(timeout, counts, right=True):
+        return {"host": "nginx", "lock_timeout_ms": timeout, "clients": 200, "node_requests_per_round": counts,
+                "every_answer_right": right}
+    assert goals.herd_table({"rows": [row(5000, [1, 1, 1]), row(0, [80, 11, 146])]})[2].endswith("| 3 | yes |")
+    assert goals.herd_table({"rows": [row(5000, [1, 2, 1]), row(0, [80, 11, 146])]})[2].endswith("| no |")
+    wrong = goals.herd_table({"rows": [row(5000, [1, 1, 1]), row(0, [80, 11, 146], right=False)]})[2]
+    assert "an answer wrong" in wrong and wrong.endswith("| no |")
+
+
+def test_a_batch_and_a_scan_are_judged_by_their_worst_round():
+    def row(case, req_s):
+        return {"host": "nginx", "call_delay_ms": 5, "case": case,
+                "runs": [{"req_s": r, "cpu_us": 1e6 / r} for r in req_s]}
+    batch = {"calls": 20, "rows": [row("cache off", [100, 100, 100]), row("all cached", [1200, 1100, 900])]}
+    line = goals.batch_table(batch)[2]
+    assert "11.00x (9.00x to 12.00x); goal ≥ 10.00x" in line and line.endswith("| no |")
+    scan = {"workload": {"hot": 1000, "scan": 200000, "hot_per_s": 10, "scan_per_s": 2000},
+            "runs": {"protected": [{"kept": 0.95}, {"kept": 0.89}], "fifo": [{"kept": 0.2}, {"kept": 0.3}]}}
+    protected, fifo = goals.scan_table(scan)[2:]
+    assert "| 0.89 to 0.95 | 2 | no |" in protected and fifo.endswith("| 2 |  |")

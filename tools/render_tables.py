@@ -29,6 +29,12 @@ TABLES = {
     "goals-defaults": ("loadtest/results/results.json", goals.defaults_table),
     "goals-cache": ("loadtest/results/cache.json", goals.cache_table),
     "goals-fleet": ("loadtest/results/fleet.json", goals.fleet_table),
+    "goals-batch": ("loadtest/results/batch.json", goals.batch_table),
+    "goals-herd": ("loadtest/results/herd.json", goals.herd_table),
+    "goals-scan": ("loadtest/results/scan.json", goals.scan_table),
+    "goals-wal": ("loadtest/results/cached.json", goals.wal_table),
+    "goals-witness": ("loadtest/results/witness.json", goals.witness_table),
+    "goals-dictionary": ("loadtest/results/dictionary.json", goals.dictionary_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)

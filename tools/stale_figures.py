@@ -51,8 +51,9 @@ def why_stale(result, measures):
         git("merge-base", "--is-ancestor", commit, "HEAD")
     except subprocess.CalledProcessError:
         return f"measured on {commit[:9]}, which is not in this branch's history"
-    # what is measured is code: a change to its documentation leaves the figures as they were
-    code = [*measures, ":(exclude)*.md"]
+    # what is measured is the code that runs: a change to its documentation or to its tests leaves
+    # the figures as they were
+    code = [*measures, ":(exclude)*.md", ":(exclude,glob)**/tests.rs", ":(exclude,glob)**/tests/**"]
     changed = git("log", "--format=%h", f"{commit}..HEAD", "--", *code).split()
     if changed:
         files = git("diff", "--name-only", commit, "HEAD", "--", *code).split()
