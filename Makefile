@@ -67,7 +67,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
 	cache_lookup cache_entry sealed
 
-.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults tables soak asan run docker deb bench clean
+.PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults fleet-sim tables soak asan run docker deb bench clean
 
 help:
 	@echo "make run    start the replay upstream and the proxies on 127.0.0.1 (Ctrl-C stops);"
@@ -79,6 +79,7 @@ help:
 	@echo "make faults the fault matrix: each host under load while a part misbehaves (RELIABILITY.md)"
 	@echo "make tables RELIABILITY.md's and BENCHMARKS.md's tables, rendered from loadtest/results/"
 	@echo "make soak   a million requests per host and form while faults come and go; memory sampled"
+	@echo "make fleet-sim  twenty hosts on one Redis Cluster: node requests per call, fleet hit latency, a master killed"
 	@echo "make fuzz   run the fuzzers (FUZZ_SECONDS each, default $(FUZZ_SECONDS))"
 	@echo "make asan   the nginx end-to-end tests with the module and core under AddressSanitizer"
 
@@ -186,6 +187,13 @@ faults: build $(TOXIPROXY)
 # (tests/test_rendered_tables.py fails where one differs).
 tables: $(STAMPS)/venv
 	$(VENV)/bin/python tools/render_tables.py
+
+# The fleet tier with twenty hosts, each on an address of its own, and a Redis Cluster of three
+# masters and three replicas (loadtest/fleet_sim.py; results/fleet-sim.json). tests/test_fleet_sim.py
+# runs its short form.
+FLEET_SIM_HOSTS ?= 20
+fleet-sim: build
+	$(VENV)/bin/python loadtest/fleet_sim.py --hosts $(FLEET_SIM_HOSTS)
 
 # The soak: a million requests of the mix per host and form (the cache off, and warm), faults coming and going;
 # memory, descriptors and the daemon's disk sampled (RELIABILITY.md). tests/test_soak.py runs its

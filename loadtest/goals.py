@@ -341,3 +341,44 @@ def dictionary_table(results):
                      f"| {row['bytes_per_answer']:,.0f} B, {row['of_identity']:.3f} |")
     lines.append(f"\n{results['small_answers']:,} of the {results['answers']:,} answers are under 1 KiB.")
     return lines
+
+
+# fleet_sim.py: many hosts on one fleet, the load spread over them round-robin
+def fleet_sim_table(results):
+    lines = list(PLAIN)
+    hosts = (f"{results['hosts']} hosts ({results['envoy_native_hosts']} of them Envoy's native module), "
+             "round-robin")
+    mix = results["mix"]
+    per_call = mix["node_requests_per_stored_call"]
+    unanswered = mix.get("fleet_rounds_unanswered", 0)
+    lines.append(f"| {hosts}: the mix asks the node once per call a store kept | {mix['node_requests_for_stored']:,} "
+                 f"node requests for {mix['stored_calls']:,} calls stored: {per_call:.2f} per call (besides: "
+                 f"{mix['bypassed']:,} requests passed by and {mix['node_requests_for_refused']:,} of the "
+                 f"{mix['refused_calls']:,} calls the store refused, each to the node; {unanswered} fleet rounds "
+                 f"unanswered); {mix['wrong']} wrong of "
+                 f"{mix['requests']:,} | 1 | {verdict(per_call <= 1 and not mix['wrong'])} |")
+    herd = results["herds"]
+    counts = [block["node_requests"] for block in herd["blocks"]]
+    right = all(block["every_answer_right"] for block in herd["blocks"])
+    lines.append(f"| {hosts}: {herd['clients']} clients at once for a block not yet stored reach the node once "
+                 f"| node requests per block: {', '.join(map(str, counts))}; "
+                 f"{'every answer right' if right else '**an answer wrong**'} | {len(counts)} "
+                 f"| {verdict(bool(counts) and max(counts) == 1 and right)} |")
+    latency = results["latency"]
+    fleet, local = latency["fleet_hit_ms"], latency["local_hit_ms"]
+    if fleet and local:
+        lines.append(f"| a fleet hit's latency against a hit from the host's own daemon (one request at a time) "
+                     f"| p50 {fleet['p50']:.2f} ms against {local['p50']:.2f} ms ({fleet['p50'] / local['p50']:.2f}x), "
+                     f"p99 {fleet['p99']:.2f} ms against {local['p99']:.2f} ms ({fleet['p99'] / local['p99']:.2f}x); "
+                     f"{fleet['count']:,} calls | 1 | |")
+    memory = results["memory"]
+    lines.append(f"| Redis memory per entry | {memory['bytes_per_entry']:,.0f} B on the masters "
+                 f"({memory['entries']:,} entries; the replicas hold as much again) | 1 | |")
+    killed = results["master_killed"]
+    held, asked = killed["killed_master_keys"], killed["node_requests_for_stored"]
+    lines.append(f"| the master holding the most keys killed under the mix: no wrong answer, the node asked at most "
+                 f"the calls whose slot had no master | {killed['wrong']} wrong; {asked:,} node requests for stored "
+                 f"calls, against the {held:,} keys the master held | 1 "
+                 f"| {verdict(not killed['wrong'] and asked <= held)} |")
+    lines.append(f"| latency between hosts | {results['latency_between_hosts']} | | |")
+    return lines

@@ -254,9 +254,9 @@ def node_upstream(replay_port):
 
 
 def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_TIMEOUT_MS, namespace=None, hot=False,
-                 extra="", settings=None, transcode=False, encodings=None):
-    """An http block's upstreams and server: nginx with rpcedge in front of the node, and `extra`
-    in the server. As in the example config, each network has its location and its namespace
+                 extra="", settings=None, transcode=False, encodings=None, address=LOOPBACK, cached_address=LOOPBACK):
+    """An http block's upstreams and server: nginx with rpcedge on `address` in front of the node,
+    asking the daemon on `cached_address`, and `extra` in the server. As in the example config, each network has its location and its namespace
     (the network's name), and Beacon-API reads theirs (`beacon`); `namespace` instead puts every
     request of the server in that one.
     `settings` are the cache's, named as in the plugin JSON; `encodings`, the codings made."""
@@ -287,12 +287,12 @@ def nginx_server(port, replay_port, cached_port, cache=True, timeout_ms=LOOKUP_T
     return f"""
 {node_upstream(replay_port)}
     upstream rpcedge_cached {{
-        server {LOOPBACK}:{cached_port};
+        server {cached_address}:{cached_port};
         keepalive 4;
     }}
 
     server {{
-        listen {LOOPBACK}:{port};
+        listen {address}:{port};
         client_max_body_size 8m;
         rpcedge on;
         rpcedge_cache {cache};
@@ -415,8 +415,10 @@ def lua_counters(port):
 
 
 class Proxy:
-    def __init__(self, host, port, stop, counters=None, pids=None, nginx=None, envoy=None):
+    def __init__(self, host, port, stop, counters=None, pids=None, nginx=None, envoy=None, address=LOOPBACK):
         self.host, self.port, self.stop, self.counters = host, port, stop, counters
+        # where it listens (a loopback address)
+        self.address = address
         # the processes whose CPU time the proxy's is
         self.pids = pids
         # nginx_harness.Nginx, for nginx and OpenResty: its master and workers
@@ -433,19 +435,24 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     CPU of `argv_prefix`'s, 2 without) with the cache on (unless cache=False), in front of the
     stack's node; `node_timeout_s`, how long the node may take to answer (the hosts' defaults
     otherwise); `listener_file`, Envoy's listener read from a file it watches; `drain_time_s`, how
-    long Envoy drains what a change of it replaced."""
+    long Envoy drains what a change of it replaced; `address` (nginx, Envoy), the loopback address
+    it listens on, and `cached_address`, the daemon's."""
     workdir.mkdir(parents=True, exist_ok=True)
     node_timeout_s = options.pop("node_timeout_s", None)
     if node_timeout_s and not host.startswith("envoy"):
         options["extra"] = options.get("extra", "") + f"\n        proxy_read_timeout {node_timeout_s}s;"
     # `cache_pass`: the shipped location rpcedge_cache_pass names, changed (a function of its text)
     cache_pass = options.pop("cache_pass", lambda text: text)
+    # `address`: where the proxy listens; `cached_address`, where it asks the daemon
+    address, cached_address = options.pop("address", LOOPBACK), options.pop("cached_address", LOOPBACK)
     if host == "nginx":
         port = free_port()
         (workdir / "rpcedge-cache.conf").write_text(cache_pass((REPO / "configs" / "nginx" / "rpcedge-cache.conf").read_text()))
-        nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, **options), [port],
-                            argv_prefix=argv_prefix, workers=workers)
-        return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()], nginx=nginx)
+        nginx = start_nginx(workdir, nginx_server(port, stack.replay.port, stack.daemon.port, address=address,
+                                                  cached_address=cached_address, **options), [port],
+                            argv_prefix=argv_prefix, workers=workers, address=address)
+        return Proxy(host, port, nginx.stop, pids=[nginx.process.proc.pid, *nginx.worker_pids()], nginx=nginx,
+                     address=address)
     if host.startswith("openresty"):
         port = free_port()
         form = "proxied" if host == "openresty-proxied" else "capture"
@@ -461,8 +468,10 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
     listener_file, drain_time_s = options.pop("listener_file", False), options.pop("drain_time_s", None)
     envoy = run_envoy(workdir, stack.replay.port, envoy_plugin(**options), text=text, cached_port=stack.daemon.port,
                       argv_prefix=argv_prefix, concurrency=1 if argv_prefix else 2, adapter=ENVOY_HOSTS[host],
-                      listener_file=listener_file, drain_time_s=drain_time_s)
-    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid], envoy=envoy)
+                      listener_file=listener_file, drain_time_s=drain_time_s, address=address,
+                      cached_address=cached_address)
+    return Proxy(host, envoy.port, envoy.process.stop, envoy.counters, pids=[envoy.process.proc.pid], envoy=envoy,
+                 address=address)
 
 
 # A daemon that hears finality move within a test: polled often, each word believed at once (a
@@ -535,24 +544,24 @@ class CacheStack:
         self.wait_for_finality(self.LATE, 0)
         return self.daemon
 
-    def another_daemon(self, name, args=()):
-        """A second daemon with the same finality sources (another host's), with `args` too; the
-        caller stops it."""
+    def another_daemon(self, name, args=(), address=LOOPBACK):
+        """A second daemon with the same finality sources (another host's, on `address`), with
+        `args` too; the caller stops it."""
         current = self.daemon
         try:
-            return self.start_daemon(db_name=name, args=args)
+            return self.start_daemon(db_name=name, args=args, address=address)
         finally:
             self.daemon = current
 
-    def start_daemon(self, db_name="db", port=None, args=()):
+    def start_daemon(self, db_name="db", port=None, args=(), address=LOOPBACK):
         """A daemon on the store `db_name` (in the log directory, or where an absolute path says),
-        with the stack's arguments and `args`."""
+        with the stack's arguments and `args`, listening on `address`."""
         upstreams = [arg for network in [*self.networks, self.LATE] for arg in
                      ("--finality-upstream",
                       f"{network}=http://{LOOPBACK}:{self.heads.port}/{network}")]
         upstreams += ["--beacon-upstream", f"{self.BEACON}=http://{LOOPBACK}:{self.heads.port}/"]
         self.daemon = start_cached(self.log_dir, self.log_dir / db_name, port=port,
-                                   args=[*upstreams, *self.finality, *self.daemon_args, *args])
+                                   args=[*upstreams, *self.finality, *self.daemon_args, *args], address=address)
         for network in self.networks:
             self.wait_for_finality(network, FINAL)
         self.wait_for_finality(self.BEACON, self.BEACON_FINAL, what="finalized_slot")

@@ -64,15 +64,16 @@ def envoy_binary():
 
 
 def render_config(upstream_port, listen_port, admin_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None,
-                  cached_port=None, adapter="wasm", wasm=WASM):
-    """The example config (or `text`) moved to the given ports, with the adapter's entry and an
-    absolute module path (`wasm`: the Wasm module's)."""
+                  cached_port=None, adapter="wasm", wasm=WASM, address=LOOPBACK, cached_address=LOOPBACK):
+    """The example config (or `text`) moved to the given ports (its listener to `address`, the
+    daemon to `cached_address`), with the adapter's entry and an absolute module path (`wasm`:
+    the Wasm module's)."""
     text = EXAMPLE.read_text() if text is None else text
     replacements = {
-        "port_value: 18081}": f"port_value: {listen_port}}}",
+        "127.0.0.1, port_value: 18081}": f"{address}, port_value: {listen_port}}}",
         "port_value: 19901}": f"port_value: {admin_port}}}",
         "port_value: 18545}": f"port_value: {upstream_port}}}",
-        "port_value: 18090}": f"port_value: {cached_port or free_port()}}}",
+        "127.0.0.1, port_value: 18090}": f"{cached_address}, port_value: {cached_port or free_port()}}}",
         "filename: target/wasm32-wasip1/release/rpcedge_envoy_filter.wasm": f"filename: {wasm}",
         EXAMPLE_PLUGIN_CONFIG: plugin_config,
     }
@@ -225,7 +226,7 @@ def start_envoy(workdir, config_text, name="envoy", concurrency=2, argv_prefix=(
 
 def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, text=None, name="envoy",
               http_filter=None, concurrency=2, argv_prefix=(), cached_port=None, adapter="wasm", wasm=WASM,
-              listener_file=False, drain_time_s=None):
+              listener_file=False, drain_time_s=None, address=LOOPBACK, cached_address=LOOPBACK):
     """Envoy with the adapter on free ports, ready to serve; `http_filter`, when given, replaces
     the rpcedge entry (see replace_rpcedge_entry); `wasm`, the Wasm module to load; with
     `listener_file`, its listeners read from a file it watches (Envoy.listener_file);
@@ -234,7 +235,8 @@ def run_envoy(workdir, upstream_port, plugin_config=COMPRESSION_PLUGIN_CONFIG, t
     if not module.exists():
         raise StartError(f"{module} is missing: run `make build`")
     port, admin = free_port(), free_port()
-    config = render_config(upstream_port, port, admin, plugin_config, text, cached_port, adapter, wasm)
+    config = render_config(upstream_port, port, admin, plugin_config, text, cached_port, adapter, wasm, address,
+                           cached_address)
     if http_filter is not None:
         config = replace_rpcedge_entry(config, http_filter)
     lds = None

@@ -239,9 +239,9 @@ class LoopbackService:
     # seconds a request may take
     TIMEOUT = 120
 
-    def __init__(self, process, port):
+    def __init__(self, process, port, host=LOOPBACK):
         self.process = process
-        self.host = LOOPBACK
+        self.host = host
         self.port = port
 
     def connection(self, timeout=None):
@@ -318,8 +318,8 @@ class Cached(LoopbackService):
 
     TIMEOUT = 30
 
-    def __init__(self, process, port, db, socket_path=None):
-        super().__init__(process, port)
+    def __init__(self, process, port, db, socket_path=None, host=LOOPBACK):
+        super().__init__(process, port, host)
         self.db = Path(db)
         self.socket_path = socket_path
 
@@ -329,22 +329,23 @@ class Cached(LoopbackService):
         return json.loads(body)
 
 
-def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached", tcp=True, argv_prefix=()):
+def start_cached(log_dir, db, args=(), port=None, socket_path=None, name="rpcedge-cached", tcp=True, argv_prefix=(),
+                 address=LOOPBACK):
     """Starts the cache daemon with its store in `db` (under `argv_prefix`, a command that runs
-    it) and waits until it serves. With tcp=False it listens on `socket_path` alone (`--listen
-    none`) and `.port` is None: talk to it over the socket."""
+    it) and waits until it serves, on `address` (a loopback one). With tcp=False it listens on
+    `socket_path` alone (`--listen none`) and `.port` is None: talk to it over the socket."""
     if not CACHED_BIN.exists():
         raise StartError(f"{CACHED_BIN} is missing: run `cargo build --release -p rpcedge-cached`")
     if not tcp and not socket_path:
         raise ValueError("a daemon without TCP (tcp=False) needs a socket_path")
     port = (port or free_port()) if tcp else None
-    argv = [*argv_prefix, CACHED_BIN, "--db", db, "--listen", f"{LOOPBACK}:{port}" if tcp else "none", *args]
+    argv = [*argv_prefix, CACHED_BIN, "--db", db, "--listen", f"{address}:{port}" if tcp else "none", *args]
     if socket_path:
         argv += ["--socket", socket_path]
     process = Process(name, argv, Path(log_dir) / f"{name}-{port or 'socket'}.log")
     if tcp:
-        process.wait_for_port(port)
-        return Cached(process, port, db, socket_path)
+        process.wait_for_port(port, host=address)
+        return Cached(process, port, db, socket_path, address)
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
         with socket.socket(socket.AF_UNIX) as s:

@@ -108,8 +108,9 @@ class Nginx:
 
 
 def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", argv_prefix=(), rpcedge=True,
-                main=""):
-    """Starts nginx on `ports` (all must be listened on by `http_body`) and waits for them."""
+                main="", address=LOOPBACK):
+    """Starts nginx on `ports` of `address` (all must be listened on by `http_body`) and waits for
+    them."""
     if rpcedge and not MODULE.exists():
         raise StartError(f"{MODULE} is missing: run `make -C nginx-module`")
     prefix = Path(prefix)
@@ -123,7 +124,7 @@ def start_nginx(prefix, http_body, ports, modules=(), workers=1, name="nginx", a
     process = Process(name, [*argv_prefix, NGINX_BIN, "-p", prefix, "-c", conf, "-e", prefix / "error.log"],
                       prefix / f"{name}.out", env=env, group=True)
     for port in ports:
-        process.wait_for_port(port)
+        process.wait_for_port(port, host=address)
     return Nginx(process, prefix, ports)
 
 

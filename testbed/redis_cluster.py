@@ -38,11 +38,15 @@ class RedisCluster:
     per (name, password) with access to rpcedge's keys; with `tls`, TLS only (certificates from
     `make_certificates` in directory/tls). With `announce`, each node tells its clients (and its
     replicas) to dial `announce(port)` instead of its own port: a link that leads to it, such as
-    Toxiproxy's; the cluster bus stays direct."""
+    Toxiproxy's; the cluster bus stays direct. With `addresses` (loopback addresses), the n-th node
+    listens on the n-th of them instead of 127.0.0.1, as a node of its own would."""
 
-    def __init__(self, directory, masters=3, replicas=1, users=(), tls=False, node_timeout_ms=1000, announce=None):
+    def __init__(self, directory, masters=3, replicas=1, users=(), tls=False, node_timeout_ms=1000, announce=None,
+                 addresses=None):
         if announce and tls:
             raise ValueError("a TLS cluster announces its own ports")
+        if addresses and (announce or tls):
+            raise ValueError("a cluster on addresses of its own announces them, without TLS")
         self.directory = Path(directory)
         self.tls = self.directory / "tls" if tls else None
         if tls:
@@ -50,13 +54,16 @@ class RedisCluster:
         self.users = list(users)
         self.node_timeout_ms = node_timeout_ms
         self.ports = [free_port() for _ in range(masters * (1 + replicas))]
+        if addresses and len(addresses) < len(self.ports):
+            raise ValueError(f"{len(self.ports)} nodes, {len(addresses)} addresses")
+        self.address = dict(zip(self.ports, addresses or [LOOPBACK] * len(self.ports)))
         # each node's cluster bus: its own free port (the default, port + 10000, may be taken)
         self.bus_ports = {port: free_port() for port in self.ports}
         self.announced = {port: announce(port) if announce else port for port in self.ports}
         self.processes = {}
         for port in self.ports:
             self.start_node(port)
-        addresses = [f"{LOOPBACK}:{self.announced[port]}" for port in self.ports]
+        addresses = [f"{self.address[port]}:{self.announced[port]}" for port in self.ports]
         created = subprocess.run([REDIS_CLI, *self.cli_tls(), "--cluster", "create", *addresses,
                                   "--cluster-replicas", str(replicas), "--cluster-yes"],
                                  capture_output=True, text=True, timeout=60)
@@ -71,7 +78,7 @@ class RedisCluster:
         return "rediss" if self.tls else "redis"
 
     def seeds(self, count=2):
-        return ",".join(f"{self.scheme}://{LOOPBACK}:{self.announced[port]}" for port in self.ports[:count])
+        return ",".join(f"{self.scheme}://{self.address[port]}:{self.announced[port]}" for port in self.ports[:count])
 
     def daemon_args(self, directory, timeout, password=None, extra=()):
         """rpcedge-cached's arguments for this cluster: three seeds, the fleet's secret (written
@@ -95,11 +102,13 @@ class RedisCluster:
     def start_node(self, port):
         node_dir = self.directory / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)
-        config = [f"bind {LOOPBACK}", "protected-mode no", "cluster-enabled yes", "cluster-config-file nodes.conf",
+        config = [f"bind {self.address[port]}", "protected-mode no", "cluster-enabled yes", "cluster-config-file nodes.conf",
                   f"cluster-port {self.bus_ports[port]}", f"cluster-node-timeout {self.node_timeout_ms}", 'save ""', "appendonly no", f"dir {node_dir}"]
         if self.announced[port] != port:
             config += [f"cluster-announce-ip {LOOPBACK}", f"cluster-announce-port {self.announced[port]}",
                        f"cluster-announce-bus-port {self.bus_ports[port]}"]
+        elif self.address[port] != LOOPBACK:
+            config.append(f"cluster-announce-ip {self.address[port]}")
         if self.tls:
             config += ["port 0", f"tls-port {port}", f"tls-cert-file {self.tls / 'redis.crt'}",
                        f"tls-key-file {self.tls / 'redis.key'}", f"tls-ca-cert-file {self.tls / 'ca.crt'}",
@@ -109,11 +118,11 @@ class RedisCluster:
         config += [f"user {name} on >{password} ~rpcedge:* +@all" for name, password in self.users]
         (node_dir / "redis.conf").write_text("\n".join(config) + "\n")
         process = Process(f"redis-{port}", [REDIS_SERVER, str(node_dir / "redis.conf")], node_dir / "redis.log")
-        process.wait_for_port(port)
+        process.wait_for_port(port, host=self.address[port])
         self.processes[port] = process
 
     def cli(self, port, *args):
-        done = subprocess.run([REDIS_CLI, *self.cli_tls(), "-h", LOOPBACK, "-p", str(port), *args],
+        done = subprocess.run([REDIS_CLI, *self.cli_tls(), "-h", self.address[port], "-p", str(port), *args],
                               capture_output=True, text=True, timeout=30)
         return done.stdout.strip()
 
@@ -167,10 +176,12 @@ class RedisCluster:
     def command(self, *args):
         """Runs one command on the master of its key (following MOVED): the reply."""
         port = next(iter(self.processes))
+        host = self.address[port]
         for _ in range(5):
-            reply = self._command_on(port, args)
+            reply = self._command_on(port, args, host)
             if isinstance(reply, RedisError) and str(reply).startswith("MOVED"):
-                port = int(str(reply).split()[-1].rsplit(":", 1)[1])
+                host, port = str(reply).split()[-1].rsplit(":", 1)
+                port = int(port)
                 continue
             if isinstance(reply, RedisError):
                 raise reply
@@ -184,8 +195,8 @@ class RedisCluster:
             found += [k.decode() for k in self._command_on(port, ("KEYS", pattern))]
         return sorted(found)
 
-    def _command_on(self, port, args):
-        with socket.create_connection((LOOPBACK, port), timeout=10) as raw:
+    def _command_on(self, port, args, host=None):
+        with socket.create_connection((host or self.address[port], port), timeout=10) as raw:
             connection = raw
             if self.tls:
                 context = ssl.create_default_context(cafile=str(self.tls / "ca.crt"))

@@ -17,15 +17,15 @@ import render_tables  # noqa: E402
 def test_every_table_is_what_its_result_file_renders():
     for document in render_tables.DOCUMENTS:
         text = (REPO / document).read_text()
-        assert render_tables.render(text) == text, f"{document}: run tools/render_tables.py"
+        assert render_tables.render(text, document=document) == text, f"{document}: run tools/render_tables.py"
     marked = "".join((REPO / document).read_text() for document in render_tables.DOCUMENTS)
     assert all(f"<!-- table: {name} -->" in marked for name in render_tables.TABLES), "every table is placed"
 
 
 def test_a_figure_changed_by_hand_fails_the_check_and_a_render_puts_it_back(tmp_path):
+    shutil.copytree(REPO / "loadtest" / "results", tmp_path / "loadtest" / "results")
     for document in render_tables.DOCUMENTS:
         shutil.copy(REPO / document, tmp_path / document)
-    shutil.copytree(REPO / "loadtest" / "results", tmp_path / "loadtest" / "results")
     reliability = tmp_path / "RELIABILITY.md"
     text = reliability.read_text()
     table = text.index("<!-- table: faults-matrix -->")
@@ -144,3 +144,24 @@ def test_a_batch_and_a_scan_are_judged_by_their_worst_round():
             "runs": {"protected": [{"kept": 0.95}, {"kept": 0.89}], "fifo": [{"kept": 0.2}, {"kept": 0.3}]}}
     protected, fifo = goals.scan_table(scan)[2:]
     assert "| 0.89 to 0.95 | 2 | no |" in protected and fifo.endswith("| 2 |  |")
+
+
+def test_the_fleet_simulation_meets_its_goals_only_with_one_node_request_per_call_and_no_wrong_answer():
+    results = {"hosts": 20, "envoy_native_hosts": 4, "latency_between_hosts": "none: no netem",
+               "mix": {"node_requests_for_stored": 400, "bypassed": 300, "stored_calls": 400, "wrong": 0,
+                       "requests": 1000, "node_requests_for_refused": 8, "refused_calls": 4,
+                       "node_requests_per_stored_call": 1.0},
+               "herds": {"clients": 200, "blocks": [{"node_requests": 1, "every_answer_right": True}] * 3},
+               "latency": {"fleet_hit_ms": {"count": 300, "p50": 1.0, "p99": 3.0},
+                           "local_hit_ms": {"count": 300, "p50": 0.5, "p99": 1.0}},
+               "memory": {"bytes_per_entry": 5000.0, "entries": 400},
+               "master_killed": {"wrong": 0, "node_requests_for_stored": 40, "killed_master_keys": 150}}
+    mix, herd, latency, _, killed, _ = goals.fleet_sim_table(results)[2:]
+    assert mix.endswith("| yes |") and herd.endswith("| 3 | yes |") and killed.endswith("| yes |")
+    assert "p50 1.00 ms against 0.50 ms (2.00x)" in latency
+    results["mix"].update(node_requests_for_stored=401, node_requests_per_stored_call=401 / 400)
+    results["herds"]["blocks"] = [{"node_requests": 1, "every_answer_right": True}, {"node_requests": 2,
+                                                                                     "every_answer_right": True}]
+    results["master_killed"]["wrong"] = 1
+    mix, herd, _, _, killed, _ = goals.fleet_sim_table(results)[2:]
+    assert mix.endswith("| no |") and herd.endswith("| no |") and killed.endswith("| no |")

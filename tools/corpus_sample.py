@@ -15,7 +15,8 @@ and the same corpus always gives the same sample:
   witness/  the smaller ethrex-replay witness (hoodi block 0x134ff8).
   ssz/      per fork, the smallest SignedBeaconBlock case; deneb's first BlobSidecar case; fulu's
             smallest DataColumnSidecar; altair's
-            and electra's smallest light client bootstrap, finality and optimistic update; the real
+            and electra's smallest light client bootstrap, finality and optimistic update; every
+            light-client fork's smallest LightClientUpdate (the updates route's tests); the real
             deneb blinded block. (A random BeaconState case is 8.6 MB: states are not sampled.)
   licenses/ the sources' licences, as in the shared corpus.
 
@@ -47,6 +48,7 @@ FORKS = ["phase0", "altair", "bellatrix", "capella", "deneb", "electra", "fulu"]
 # the light client's header without and with the execution payload's, branches of both depths
 LIGHT_CLIENT_FORKS = ["altair", "electra"]
 LIGHT_CLIENT_TYPES = ["LightClientBootstrap", "LightClientFinalityUpdate", "LightClientOptimisticUpdate"]
+UPDATE_FORKS = FORKS[1:]  # every fork with a light client
 SSZ_STATIC = "ssz/ssz_static/tests/mainnet/{fork}/ssz_static/{type}/ssz_random"
 
 
@@ -111,6 +113,7 @@ def files_to_copy(corpus):
     cases.append(smallest_case(corpus / SSZ_STATIC.format(fork="fulu", type="DataColumnSidecar")))
     cases.extend(smallest_case(corpus / SSZ_STATIC.format(fork=fork, type=name))
                  for fork in LIGHT_CLIENT_FORKS for name in LIGHT_CLIENT_TYPES)
+    cases.extend(smallest_case(corpus / SSZ_STATIC.format(fork=fork, type="LightClientUpdate")) for fork in UPDATE_FORKS)
     for case in cases:
         files.extend(path.relative_to(corpus) for path in sorted(case.iterdir()))
     files.extend(path.relative_to(corpus) for path in sorted((corpus / "ssz/real").iterdir()))

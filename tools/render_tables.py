@@ -9,6 +9,7 @@ is made from and how. The line under the marker names the file and the run (its 
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ sys.path.insert(0, str(REPO / "loadtest"))
 import faults  # noqa: E402  (loadtest/faults.py, which renders its own results)
 import goals  # noqa: E402  (loadtest/goals.py: the goals the load tests' figures judge)
 
-DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md"]
+DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md", "loadtest/results/fleet.md"]
 
 # name: (the result file, relative to the repository, and what of it makes the table's lines)
 TABLES = {
@@ -56,18 +57,21 @@ def run_line(results):
             f"commit {found['commit'][:9]}{dirty}, {machine['cpus']} CPUs ({machine['model']})")
 
 
-def rendered(name, root=REPO):
-    """The table `name` as its file says it: a line naming the file and the run, then the table."""
+def rendered(name, root=REPO, document="BENCHMARKS.md"):
+    """The table `name` as its file says it: a line naming the file (linked from `document`) and
+    the run, then the table."""
     if name not in TABLES:
         raise KeyError(f"no table {name!r}: the tables are {', '.join(TABLES)}")
     path, lines = TABLES[name]
     results = json.loads((root / path).read_text())
-    return "\n".join([f"*From [{Path(path).name}]({path}): {run_line(results)}.*", "", *lines(results)]) + "\n"
+    link = os.path.relpath(path, Path(document).parent)
+    return "\n".join([f"*From [{Path(path).name}]({link}): {run_line(results)}.*", "", *lines(results)]) + "\n"
 
 
-def render(text, root=REPO):
-    """`text` with every marked table rendered again. A marker out of place or misspelt, or a table
-    of no known name, is an error: rendering past it would replace the text up to the next end."""
+def render(text, root=REPO, document="BENCHMARKS.md"):
+    """`text` (of `document`, relative to the repository) with every marked table rendered again.
+    A marker out of place or misspelt, or a table of no known name, is an error: rendering past it
+    would replace the text up to the next end."""
     markers = [m.group() for m in MARKERS.finditer(text)]
     starts = [f"<!-- table: {name} -->" for name in TABLES]
     for at, marker in enumerate(markers):
@@ -76,7 +80,7 @@ def render(text, root=REPO):
             raise ValueError(f"{marker!r} where {expected} should be (the tables: {', '.join(TABLES)})")
     if len(markers) % 2:
         raise ValueError(f"{markers[-1]!r} has no <!-- /table --> after it")
-    return MARKED.sub(lambda m: m.group(1) + rendered(m.group("name"), root) + m.group(4), text)
+    return MARKED.sub(lambda m: m.group(1) + rendered(m.group("name"), root, document) + m.group(4), text)
 
 
 def main():
@@ -89,7 +93,7 @@ def main():
         path = args.root / document
         text = path.read_text()
         try:
-            new = render(text, args.root)
+            new = render(text, args.root, document)
         except ValueError as error:
             print(f"{document}: {error}", file=sys.stderr)
             return 2
