@@ -97,21 +97,26 @@ async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Respons
     let lock = hold.map(|hold| state.flights.lock(*key, hold, holder(headers)));
     let mut miss = if lock == Some(Lock::InFlight) { protocol::MISS_IN_FLIGHT } else { miss };
     if let (Some(fleet), false) = (&state.fleet, lock == Some(Lock::InFlight)) {
-        if let Some((entry, left_s)) = read_through::fetch(state, fleet, key).await {
+        let mut found = read_through::fetch(state, fleet, key).await;
+        if let (None, Some(Lock::Held), Some(hold)) = (&found, lock, hold) {
+            match fleet.hold(key, hold).await {
+                Hold::Taken => {
+                    // another host's request is at its node: this one waits for its answer too
+                    state.flights.join(key);
+                    tokio::spawn(read_through::follow(state.clone(), fleet.clone(), *key, hold));
+                    miss = protocol::MISS_IN_FLIGHT;
+                }
+                Hold::Stored => found = read_through::fetch(state, fleet, key).await,
+                Hold::Held | Hold::Unanswered => {}
+            }
+        }
+        if let Some((entry, left_s)) = found {
             let entry = Bytes::from(entry);
             if lock == Some(Lock::Held) {
                 state.flights.land(key, Some(entry.clone()));
                 state.flights.settle(key);
             }
             return hit(entry, left_s);
-        }
-        if let (Some(Lock::Held), Some(hold)) = (lock, hold) {
-            if fleet.hold(key, hold).await == Hold::Taken {
-                // another host's request is at its node: this one waits for its answer too
-                state.flights.join(key);
-                tokio::spawn(read_through::follow(state.clone(), fleet.clone(), *key, hold));
-                miss = protocol::MISS_IN_FLIGHT;
-            }
         }
     }
     let mut response = text(StatusCode::NOT_FOUND, "not stored\n");

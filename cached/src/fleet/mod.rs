@@ -46,8 +46,11 @@ const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Takes a miss's lock and clears an earlier holder's answer and release with it, so that those
-/// who follow this holder are never handed the one before's, nor told it released the key.
+/// who follow this holder are never handed the one before's, nor told it released the key. An
+/// entry already there (a holder settled between this host's lookup and its hold) is not taken
+/// for a free lock: its key would go to the node twice.
 const HOLD: &str = r"
+if redis.call('EXISTS', KEYS[4]) == 1 then return 2 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('DEL', KEYS[2], KEYS[3])
   return 1
@@ -86,6 +89,8 @@ pub enum Hold {
     Held,
     /// Another host's request is at its node: follow it.
     Taken,
+    /// Another host's entry landed since this daemon's lookup: read it.
+    Stored,
     /// The fleet did not answer: coalesce locally only.
     Unanswered,
 }
@@ -424,7 +429,7 @@ impl Fleet {
     /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
     pub async fn hold(&self, key: &[u8; 32], hold: Duration) -> Hold {
         let token = format!("{}-{}", self.instance, self.tokens.fetch_add(1, Ordering::Relaxed));
-        let (lock, answer_name, released) = (name(key, "lock"), name(key, "a"), name(key, "r"));
+        let (lock, answer_name, released, entry) = (name(key, "lock"), name(key, "a"), name(key, "r"), name(key, "e"));
         let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
         let set = token.clone();
         let answer = self
@@ -433,6 +438,7 @@ impl Fleet {
                     .key(lock)
                     .key(answer_name)
                     .key(released)
+                    .key(entry)
                     .arg(set)
                     .arg(ms)
                     .invoke_async::<i64>(&mut connection)
@@ -447,6 +453,7 @@ impl Fleet {
                 held.insert(*key, (token, Instant::now() + hold));
                 Hold::Held
             }
+            Some(2) => Hold::Stored,
             Some(_) => {
                 self.counters.locks_followed.fetch_add(1, Ordering::Relaxed);
                 Hold::Taken
