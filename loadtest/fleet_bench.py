@@ -100,11 +100,7 @@ def daemon(name, cluster):
 
 
 def used_memory(cluster):
-    total = 0
-    for port in cluster.masters():
-        info = cluster.cli(port, "info", "memory")
-        total += int(next(line for line in info.splitlines() if line.startswith("used_memory:")).split(":")[1])
-    return total
+    return sum(cluster.used_memory(port) for port in cluster.masters())
 
 
 def wait_for_stores(cached, count, timeout=300):

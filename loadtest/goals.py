@@ -222,7 +222,7 @@ def three_hosts_line(hosts):
     if not hosts:
         return f"| {goal} | not in this run | | |"
     fleet, alone = hosts["with the fleet"], hosts["without the fleet"]
-    stored = fleet["A"]["daemon_fleet_counters"].get("fleet_stores_total", 0)
+    stored = fleet["A"]["daemon_fleet_counters"]["fleet_stores_total"]
     # of the node requests A made, those of calls A did not store into the fleet may reach the node again
     allowed = fleet["A"]["node_requests"] - stored
     others = [fleet[host]["node_requests"] for host in ("B", "C")]
@@ -263,7 +263,9 @@ def herd_table(results):
     for host, name in BATCH_HOSTS.items():
         on = next((row for (h, timeout), row in rows.items() if h == host and timeout > 0), None)
         off = rows.get((host, 0))
+        goal = f"{name}: clients at once for one block not yet stored reach the node once"
         if not on:
+            lines.append(f"| {goal} | not in this run | | |")
             continue
         goal = f"{name}: {on['clients']} clients at once for one block not yet stored reach the node once"
         counts = on["node_requests_per_round"]
@@ -288,6 +290,7 @@ def scan_table(results):
     lines = list(PLAIN)
     for policy, name in (("protected", "with the protected share"), ("fifo", "first in, first out")):
         if policy not in kept:
+            lines.append(f"| {goal}: {name} | not in this run | | |")
             continue
         lowest, highest = min(kept[policy]), max(kept[policy])
         spread = f"{lowest:.2f}" if f"{lowest:.2f}" == f"{highest:.2f}" else f"{lowest:.2f} to {highest:.2f}"
@@ -350,35 +353,46 @@ def fleet_sim_table(results):
              "round-robin")
     mix = results["mix"]
     per_call = mix["node_requests_per_stored_call"]
-    unanswered = mix.get("fleet_rounds_unanswered", 0)
+    met = per_call == 1 and not mix["wrong"] and not mix["calls_both_bypassed_and_looked_up"]
     lines.append(f"| {hosts}: the mix asks the node once per call a store kept | {mix['node_requests_for_stored']:,} "
-                 f"node requests for {mix['stored_calls']:,} calls stored: {per_call:.2f} per call (besides: "
-                 f"{mix['bypassed']:,} requests passed by and {mix['node_requests_for_refused']:,} of the "
-                 f"{mix['refused_calls']:,} calls the store refused, each to the node; {unanswered} fleet rounds "
-                 f"unanswered); {mix['wrong']} wrong of "
-                 f"{mix['requests']:,} | 1 | {verdict(per_call <= 1 and not mix['wrong'])} |")
+                 f"node requests for {mix['stored_calls']:,} calls stored"
+                 + (f": {per_call:.3f} per call" if per_call is not None else "")
+                 + f" ({mix['fleet_rounds_unanswered']} fleet rounds unanswered; besides, "
+                 f"{mix['node_requests_not_looked_up_or_refused']:,} requests passed by or of the "
+                 f"{mix['refused_calls']:,} calls the stores refused, each to the node); {mix['wrong']} wrong of "
+                 f"{mix['requests']:,} | 1 | {verdict(met)} |")
     herd = results["herds"]
     counts = [block["node_requests"] for block in herd["blocks"]]
     right = all(block["every_answer_right"] for block in herd["blocks"])
     lines.append(f"| {hosts}: {herd['clients']} clients at once for a block not yet stored reach the node once "
-                 f"| node requests per block: {', '.join(map(str, counts))}; "
+                 f"| node requests per block: {', '.join(map(str, counts)) or 'no block in this run'}; "
                  f"{'every answer right' if right else '**an answer wrong**'} | {len(counts)} "
                  f"| {verdict(bool(counts) and max(counts) == 1 and right)} |")
     latency = results["latency"]
     fleet, local = latency["fleet_hit_ms"], latency["local_hit_ms"]
+    goal = "a fleet hit's latency against a hit from the host's own daemon, one request at a time"
     if fleet and local:
-        lines.append(f"| a fleet hit's latency against a hit from the host's own daemon (one request at a time) "
-                     f"| p50 {fleet['p50']:.2f} ms against {local['p50']:.2f} ms ({fleet['p50'] / local['p50']:.2f}x), "
-                     f"p99 {fleet['p99']:.2f} ms against {local['p99']:.2f} ms ({fleet['p99'] / local['p99']:.2f}x); "
-                     f"{fleet['count']:,} calls | 1 | |")
+        lines.append(f"| {goal} | p50 {fleet['p50']:.2f} ms against {local['p50']:.2f} ms "
+                     f"({fleet['p50'] / local['p50']:.2f}x), p99 {fleet['p99']:.2f} ms against {local['p99']:.2f} ms "
+                     f"({fleet['p99'] / local['p99']:.2f}x); {fleet['count']:,} calls at {latency['hosts_measured']} "
+                     "hosts | 1 | |")
+    else:
+        lines.append(f"| {goal} | not in this run | | |")
     memory = results["memory"]
-    lines.append(f"| Redis memory per entry | {memory['bytes_per_entry']:,.0f} B on the masters "
-                 f"({memory['entries']:,} entries; the replicas hold as much again) | 1 | |")
+    if memory["bytes_per_entry"] is not None:
+        lines.append(f"| Redis memory per entry | {memory['bytes_per_entry']:,.0f} B on the masters and "
+                     f"{memory['replica_bytes_per_entry']:,.0f} B on the replicas ({memory['entries']:,} entries) "
+                     "| 1 | |")
+    else:
+        lines.append("| Redis memory per entry | not in this run | | |")
     killed = results["master_killed"]
-    held, asked = killed["killed_master_keys"], killed["node_requests_for_stored"]
-    lines.append(f"| the master holding the most keys killed under the mix: no wrong answer, the node asked at most "
-                 f"the calls whose slot had no master | {killed['wrong']} wrong; {asked:,} node requests for stored "
-                 f"calls, against the {held:,} keys the master held | 1 "
-                 f"| {verdict(not killed['wrong'] and asked <= held)} |")
+    held, asked = killed["killed_master_entries"], killed["node_requests_for_stored"]
+    whole = killed["cluster_whole_after_s"]
+    lines.append(f"| the master holding the most entries killed under the mix: no wrong answer, and the node asked "
+                 f"no more stored calls than the entries the master held | {killed['wrong']} wrong of "
+                 f"{killed['requests']:,}; {asked:,} node requests for stored calls, against the {held:,} entries "
+                 f"the master held; the cluster whole again "
+                 + (f"{whole:.1f} s after the kill" if whole is not None else "only after the mix")
+                 + f" | 1 | {verdict(not killed['wrong'] and asked <= held)} |")
     lines.append(f"| latency between hosts | {results['latency_between_hosts']} | | |")
     return lines

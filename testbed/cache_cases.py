@@ -476,9 +476,9 @@ def start_proxy(host, workdir, stack, argv_prefix=(), workers=1, **options):
 
 # A daemon that hears finality move within a test: polled often, each word believed at once (a
 # jump is not held: tests/test_cached.py tests the hold).
-def finality_args(hold):
-    """A daemon's finality polled every 100 ms, each node held to what it said over `hold`."""
-    return ("--finality-poll", "100ms", "--finality-hold", hold)
+def finality_args(hold, poll="100ms"):
+    """A daemon's finality polled every `poll`, each node held to what it said over `hold`."""
+    return ("--finality-poll", poll, "--finality-hold", hold)
 
 
 QUICK_FINALITY = finality_args("0s")
@@ -500,9 +500,11 @@ class CacheStack:
     BEACON = BEACON
     BEACON_FINAL = 348240
 
-    def __init__(self, log_dir, networks, daemon_args=(), placed=(), pinned=(), finality_hold=None):
+    def __init__(self, log_dir, networks, daemon_args=(), placed=(), pinned=(), finality_hold=None, finality_poll=None):
         self.networks = sorted(set(networks))
-        self.finality = QUICK_FINALITY if finality_hold is None else finality_args(finality_hold)
+        # `finality_poll`: how often its daemons ask (a stack of many daemons whose finality
+        # does not move asks less often)
+        self.finality = finality_args(finality_hold or "0s", finality_poll or "100ms")
         finals = [arg for network in self.networks for arg in ("--finalized", f"{network}={FINAL}")]
         finals += ["--finalized", f"{self.LATE}=0", "--finalized", f"beacon={self.BEACON_FINAL}"]
         self.log_dir = Path(log_dir)

@@ -152,6 +152,11 @@ class RedisCluster:
         """Ports of the nodes that are masters now."""
         return [port for port in self.processes if "role:master" in self.cli(port, "info", "replication")]
 
+    def used_memory(self, port):
+        """The node's used_memory (INFO memory), in bytes."""
+        info = self.cli(port, "info", "memory")
+        return int(next(line for line in info.splitlines() if line.startswith("used_memory:")).split(":")[1])
+
     def kill(self, port):
         self.processes.pop(port).proc.kill()
 

@@ -2,6 +2,7 @@
 four hosts on addresses of their own, one of them Envoy's native module, on a Redis Cluster of
 three masters and three replicas on addresses of theirs."""
 
+import json
 import sys
 
 from testbed.harness import REPO
@@ -14,27 +15,30 @@ import fleet_sim  # noqa: E402
 def test_four_hosts_on_one_fleet_ask_the_node_once_per_call_and_a_dead_master_serves_no_wrong_answer(tmp_path):
     seen = fleet_sim.run(tmp_path / "sim", hosts=4, clients=8, herd_clients=40, herd_blocks=1, latency_calls=40,
                          envoy_every=4)
+    json.dumps(seen)  # what the bench writes
     assert seen["envoy_native_hosts"] == 1
 
     mix = seen["mix"]
     assert mix["wrong"] == 0, mix["wrong_examples"]
-    assert mix["stored_calls"] > 100 and mix["calls_both_bypassed_and_not"] == 0, mix
+    assert mix["stored_calls"] >= 20 and mix["calls_both_bypassed_and_looked_up"] == 0, mix
     # every call of the mix a store kept reached the node once, whichever hosts were asked it; a
     # fleet round that did not answer in time (this machine is shared) sends its request there too
     assert mix["stored_calls"] <= mix["node_requests_for_stored"] <= mix["stored_calls"] + mix["fleet_rounds_unanswered"], mix
 
-    for block in seen["herds"]["blocks"]:
-        assert block["every_answer_right"] and 1 <= block["node_requests"] <= 1 + block["fleet_rounds_unanswered"], block
+    [block] = seen["herds"]["blocks"]
+    assert block["every_answer_right"] and 1 <= block["node_requests"] <= 1 + block["fleet_rounds_unanswered"], block
 
     latency = seen["latency"]
-    fleet_hits = latency["statuses"].get("fleet HIT", 0)
-    assert fleet_hits >= 30 and latency["fleet_hits_counted"] == fleet_hits, latency
-    assert latency["local_hit_ms"]["count"] == fleet_hits, latency
+    # (the corpus sample of a clone with nothing beside it has a few dozen stored calls)
+    assert latency["pairs"] >= 10 and latency["fleet_hits_counted"] >= latency["pairs"], latency
+    assert latency["hosts_measured"] == 4, latency
 
-    assert seen["memory"]["entries"] > 100 and seen["memory"]["bytes_per_entry"] > 0, seen["memory"]
+    assert seen["memory"]["entries"] >= mix["stored_calls"] and seen["memory"]["bytes_per_entry"] > 0, seen["memory"]
 
     killed = seen["master_killed"]
     assert killed["wrong"] == 0, killed["wrong_examples"]
+    assert killed["cluster_whole_after_s"] is not None, killed
     # the node is asked again only for calls whose slot had no master until its replica took over
     # (and for a round that timed out elsewhere)
-    assert killed["node_requests_for_stored"] <= killed["killed_master_keys"] + killed["fleet_timeouts"], killed
+    timeouts = killed["fleet_counters"].get("fleet_timeouts_total", 0)
+    assert killed["node_requests_for_stored"] <= killed["killed_master_entries"] + timeouts, killed

@@ -148,20 +148,25 @@ def test_a_batch_and_a_scan_are_judged_by_their_worst_round():
 
 def test_the_fleet_simulation_meets_its_goals_only_with_one_node_request_per_call_and_no_wrong_answer():
     results = {"hosts": 20, "envoy_native_hosts": 4, "latency_between_hosts": "none: no netem",
-               "mix": {"node_requests_for_stored": 400, "bypassed": 300, "stored_calls": 400, "wrong": 0,
-                       "requests": 1000, "node_requests_for_refused": 8, "refused_calls": 4,
-                       "node_requests_per_stored_call": 1.0},
+               "mix": {"node_requests_for_stored": 400, "stored_calls": 400, "node_requests_per_stored_call": 1.0,
+                       "wrong": 0, "requests": 1000, "calls_both_bypassed_and_looked_up": 0,
+                       "fleet_rounds_unanswered": 0, "node_requests_not_looked_up_or_refused": 308,
+                       "refused_calls": 4},
                "herds": {"clients": 200, "blocks": [{"node_requests": 1, "every_answer_right": True}] * 3},
-               "latency": {"fleet_hit_ms": {"count": 300, "p50": 1.0, "p99": 3.0},
+               "latency": {"fleet_hit_ms": {"count": 300, "p50": 1.0, "p99": 3.0}, "hosts_measured": 20,
                            "local_hit_ms": {"count": 300, "p50": 0.5, "p99": 1.0}},
-               "memory": {"bytes_per_entry": 5000.0, "entries": 400},
-               "master_killed": {"wrong": 0, "node_requests_for_stored": 40, "killed_master_keys": 150}}
+               "memory": {"bytes_per_entry": 5000.0, "replica_bytes_per_entry": 5100.0, "entries": 400},
+               "master_killed": {"wrong": 0, "requests": 2000, "node_requests_for_stored": 40,
+                                 "killed_master_entries": 150, "cluster_whole_after_s": 2.5}}
     mix, herd, latency, _, killed, _ = goals.fleet_sim_table(results)[2:]
     assert mix.endswith("| yes |") and herd.endswith("| 3 | yes |") and killed.endswith("| yes |")
     assert "p50 1.00 ms against 0.50 ms (2.00x)" in latency
-    results["mix"].update(node_requests_for_stored=401, node_requests_per_stored_call=401 / 400)
+    # one call asked of the node twice; fewer requests than calls is an accounting error, not a goal met
+    for node_requests in (401, 399):
+        results["mix"].update(node_requests_for_stored=node_requests, node_requests_per_stored_call=node_requests / 400)
+        assert goals.fleet_sim_table(results)[2].endswith("| no |")
     results["herds"]["blocks"] = [{"node_requests": 1, "every_answer_right": True}, {"node_requests": 2,
                                                                                      "every_answer_right": True}]
     results["master_killed"]["wrong"] = 1
-    mix, herd, _, _, killed, _ = goals.fleet_sim_table(results)[2:]
-    assert mix.endswith("| no |") and herd.endswith("| no |") and killed.endswith("| no |")
+    _, herd, _, _, killed, _ = goals.fleet_sim_table(results)[2:]
+    assert herd.endswith("| no |") and killed.endswith("| no |")
