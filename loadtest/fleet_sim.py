@@ -324,17 +324,25 @@ def entries_on(cluster, port):
     return int(cluster.cli(port, "eval", "return #redis.call('keys', 'rpcedge:*:e')", "0"))
 
 
+def value_bytes_on(cluster, port):
+    """The bytes of the values of the entries a node holds."""
+    script = "local n = 0 for _, k in ipairs(redis.call('keys', 'rpcedge:*:e')) do n = n + redis.call('strlen', k) end return n"
+    return int(cluster.cli(port, "eval", script, "0"))
+
+
 def memory(fleet, used_before):
     """Redis's memory per entry: the masters' and the replicas' used_memory grown since
     `used_before`, over the entries the masters hold."""
     used = {port: fleet.cluster.used_memory(port) for port in fleet.cluster.processes}
     masters = fleet.cluster.masters()
     entries = sum(entries_on(fleet.cluster, port) for port in masters)
+    values = sum(value_bytes_on(fleet.cluster, port) for port in masters)
     grown = {role: sum(used[port] - used_before[port] for port in ports) for role, ports in
              (("masters", masters), ("replicas", [p for p in fleet.cluster.processes if p not in masters]))}
     other_keys = sum(int(fleet.cluster.cli(port, "dbsize")) for port in masters) - entries
     return {"entries": entries, "other_keys": other_keys, "used_memory_grown": grown,
             "bytes_per_entry": grown["masters"] / entries if entries else None,
+            "value_bytes_per_entry": values / entries if entries else None,
             "replica_bytes_per_entry": grown["replicas"] / entries if entries else None}
 
 

@@ -381,8 +381,8 @@ def fleet_sim_table(results):
     memory = results["memory"]
     if memory["bytes_per_entry"] is not None:
         lines.append(f"| Redis memory per entry | {memory['bytes_per_entry']:,.0f} B on the masters and "
-                     f"{memory['replica_bytes_per_entry']:,.0f} B on the replicas ({memory['entries']:,} entries) "
-                     "| 1 | |")
+                     f"{memory['replica_bytes_per_entry']:,.0f} B on the replicas, for values of "
+                     f"{memory['value_bytes_per_entry']:,.0f} B on average ({memory['entries']:,} entries) | 1 | |")
     else:
         lines.append("| Redis memory per entry | not in this run | | |")
     killed = results["master_killed"]
