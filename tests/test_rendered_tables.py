@@ -129,8 +129,11 @@ def test_a_herd_is_met_only_where_every_block_reached_the_node_once_and_every_an
                 "every_answer_right": right}
     assert goals.herd_table({"rows": [row(5000, [1, 1, 1]), row(0, [80, 11, 146])]})[2].endswith("| 3 | yes |")
     assert goals.herd_table({"rows": [row(5000, [1, 2, 1]), row(0, [80, 11, 146])]})[2].endswith("| no |")
-    wrong = goals.herd_table({"rows": [row(5000, [1, 1, 1]), row(0, [80, 11, 146], right=False)]})[2]
+    wrong = goals.herd_table({"rows": [row(5000, [1, 1, 1], right=False), row(0, [80, 11, 146])]})[2]
     assert "an answer wrong" in wrong and wrong.endswith("| no |")
+    # coalescing off is the comparison: its wrong answer is shown, the goal judged by coalescing on
+    off_wrong = goals.herd_table({"rows": [row(5000, [1, 1, 1]), row(0, [80, 11, 146], right=False)]})[2]
+    assert "not every answer right" in off_wrong and off_wrong.endswith("| yes |")
 
 
 def test_a_batch_and_a_scan_are_judged_by_their_worst_round():
