@@ -18,8 +18,8 @@ In turn, with the load spread over the hosts as a round-robin load balancer woul
   ask);
 - latency, one request at a time: a stored call at a host never asked it (a fleet hit), then the
   same call there again (a hit from its own daemon), p50 and p99, the hosts taken in turn;
-- Redis's memory per entry: the masters' used_memory grown over the herds and the mix, over the
-  entries they hold, and the replicas' the same way;
+- Redis's memory per entry: each entry's as Redis counts it (MEMORY USAGE), beside its value's
+  bytes (a replica holds the same again);
 - a master killed while the mix goes through the hosts twice more, each request through a host
   other than the one asked it before: wrong answers (0 expected), how long the cluster took to
   let a replica take over, and the node's requests for stored calls against the entries the
@@ -324,26 +324,31 @@ def entries_on(cluster, port):
     return int(cluster.cli(port, "eval", "return #redis.call('keys', 'rpcedge:*:e')", "0"))
 
 
-def value_bytes_on(cluster, port):
-    """The bytes of the values of the entries a node holds."""
-    script = "local n = 0 for _, k in ipairs(redis.call('keys', 'rpcedge:*:e')) do n = n + redis.call('strlen', k) end return n"
+def summed_over_entries(cluster, port, command):
+    """`command` (a Redis command that takes a key and answers a number) summed over the entries
+    a node holds."""
+    script = (f"local n = 0 for _, k in ipairs(redis.call('keys', 'rpcedge:*:e')) do "
+              f"n = n + redis.call({command}, k) end return n")
     return int(cluster.cli(port, "eval", script, "0"))
 
 
 def memory(fleet, used_before):
-    """Redis's memory per entry: the masters' and the replicas' used_memory grown since
-    `used_before`, over the entries the masters hold."""
+    """Redis's memory per entry, as Redis counts each key's (MEMORY USAGE), beside the values'
+    bytes; and the masters' and the replicas' used_memory grown since `used_before`, over the
+    entries, which with a few hundred entries counts the connections' buffers as much."""
     used = {port: fleet.cluster.used_memory(port) for port in fleet.cluster.processes}
     masters = fleet.cluster.masters()
     entries = sum(entries_on(fleet.cluster, port) for port in masters)
-    values = sum(value_bytes_on(fleet.cluster, port) for port in masters)
+    values = sum(summed_over_entries(fleet.cluster, port, "'strlen'") for port in masters)
+    usage = sum(summed_over_entries(fleet.cluster, port, "'memory', 'usage'") for port in masters)
     grown = {role: sum(used[port] - used_before[port] for port in ports) for role, ports in
              (("masters", masters), ("replicas", [p for p in fleet.cluster.processes if p not in masters]))}
     other_keys = sum(int(fleet.cluster.cli(port, "dbsize")) for port in masters) - entries
     return {"entries": entries, "other_keys": other_keys, "used_memory_grown": grown,
-            "bytes_per_entry": grown["masters"] / entries if entries else None,
+            "bytes_per_entry": usage / entries if entries else None,
             "value_bytes_per_entry": values / entries if entries else None,
-            "replica_bytes_per_entry": grown["replicas"] / entries if entries else None}
+            "used_memory_grown_per_entry": grown["masters"] / entries if entries else None,
+            "replica_used_memory_grown_per_entry": grown["replicas"] / entries if entries else None}
 
 
 def master_killed(fleet, requests, expected, clients, refused):

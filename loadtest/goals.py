@@ -382,9 +382,9 @@ def fleet_sim_table(results):
         lines.append(f"| {goal} | not in this run | | |")
     memory = results["memory"]
     if memory["bytes_per_entry"] is not None:
-        lines.append(f"| Redis memory per entry | {memory['bytes_per_entry']:,.0f} B on the masters and "
-                     f"{memory['replica_bytes_per_entry']:,.0f} B on the replicas, for values of "
-                     f"{memory['value_bytes_per_entry']:,.0f} B on average ({memory['entries']:,} entries) | 1 | |")
+        lines.append(f"| Redis memory per entry (MEMORY USAGE; a replica holds the same again) "
+                     f"| {memory['bytes_per_entry']:,.0f} B for values of {memory['value_bytes_per_entry']:,.0f} B "
+                     f"on average ({memory['entries']:,} entries) | 1 | |")
     else:
         lines.append("| Redis memory per entry | not in this run | | |")
     killed = results["master_killed"]

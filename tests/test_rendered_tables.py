@@ -158,8 +158,7 @@ def test_the_fleet_simulation_meets_its_goals_only_with_one_node_request_per_cal
                "herds": {"clients": 200, "blocks": [{"node_requests": 1, "every_answer_right": True}] * 3},
                "latency": {"fleet_hit_ms": {"count": 300, "p50": 1.0, "p99": 3.0}, "hosts_measured": 20,
                            "local_hit_ms": {"count": 300, "p50": 0.5, "p99": 1.0}},
-               "memory": {"bytes_per_entry": 5000.0, "replica_bytes_per_entry": 5100.0, "value_bytes_per_entry": 4000.0,
-                          "entries": 400},
+               "memory": {"bytes_per_entry": 5000.0, "value_bytes_per_entry": 4000.0, "entries": 400},
                "master_killed": {"wrong": 0, "requests": 2000, "node_requests_for_stored": 40,
                                  "killed_master_entries": 150, "cluster_whole_after_s": 2.5}}
     mix, herd, latency, _, killed, _ = goals.fleet_sim_table(results)[2:]
