@@ -36,6 +36,7 @@ TABLES = {
     "goals-wal": ("loadtest/results/cached.json", goals.wal_table),
     "goals-witness": ("loadtest/results/witness.json", goals.witness_table),
     "goals-dictionary": ("loadtest/results/dictionary.json", goals.dictionary_table),
+    "fleet-sim": ("loadtest/results/fleet-sim.json", goals.fleet_sim_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
