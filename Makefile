@@ -311,7 +311,7 @@ deb: build
 bench: build
 	$(CARGO) bench -p rpcedge-core --bench compress --locked
 	$(CARGO) bench -p rpcedge-core --bench level --locked
-	$(CARGO) bench -p rpcedge-core --bench transcode --locked
+	$(VENV)/bin/python loadtest/transcode_core.py
 	$(VENV)/bin/python loadtest/bench.py
 	$(VENV)/bin/python loadtest/instructions.py
 	$(VENV)/bin/python loadtest/cached_bench.py

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class Figure:
     """One figure of a goal, round by round, and its bound where the goal sets one."""
     rounds: list
-    unit: str  # "x": a ratio; "µs": a difference
+    unit: str  # "x": a ratio; "µs": a difference; another: a quantity in that unit
     at_least: float = None
     at_most: float = None
 
@@ -31,7 +31,8 @@ class Figure:
 
     def text(self):
         def number(value):
-            return f"{value:.2f}x" if self.unit == "x" else f"{value:+.1f} µs"
+            return (f"{value:.2f}x" if self.unit == "x" else f"{value:+.1f} µs" if self.unit == "µs"
+                    else f"{value:.2f} {self.unit}")
         low, high = min(self.rounds), max(self.rounds)
         bound = (f"; goal ≥ {number(self.at_least)}" if self.at_least is not None
                  else f"; goal ≤ {number(self.at_most)}" if self.at_most is not None else "")
@@ -397,4 +398,39 @@ def fleet_sim_table(results):
                  + (f"{whole:.1f} s after the kill" if whole is not None else "only after the mix")
                  + f" | 1 | {verdict(not killed['wrong'] and asked <= held)} |")
     lines.append(f"| latency between hosts | {results['latency_between_hosts']} | | |")
+    return lines
+
+
+# transcode_core.py: the transcoder's criterion medians, run by run (a GB is 10^9 bytes, a GiB 2^30)
+GIB = 1 << 30
+TRANSCODE = [
+    # (goal, group, least GiB/s)
+    ("witnesses JSON -> SSZ at least 2.5 GB/s", "witness json->ssz", 2.5e9 / GIB),
+    ("blocks JSON -> SSZ at least 1.5 GB/s", "block json->ssz", 1.5e9 / GIB),
+    ("witnesses SSZ -> JSON at least 1 GB/s", "witness ssz->json", 1e9 / GIB),
+    ("blocks SSZ -> JSON at least 1 GB/s", "block ssz->json", 1e9 / GIB),
+]
+TRANSCODE_OVER_SERDE = 25
+WITNESS_SSZ_OF_JSON = 0.51
+
+
+def gib_s(figures):
+    return figures["bytes"] / figures["median_ns"] * 1e9 / GIB
+
+
+def transcode_table(results):
+    runs = results["runs"]
+    lines = list(PLAIN)
+    for goal, group, least in TRANSCODE:
+        figure = Figure([gib_s(run["groups"][group]["rpcedge"]) for run in runs], "GiB/s", at_least=least)
+        lines.append(f"| {goal} ({least:.2f} GiB/s) | {figure.text()} | {len(runs)} | {verdict(figure.met())} |")
+    for group in ("witness json->ssz", "block json->ssz"):
+        over = Figure([run["groups"][group]["serde + ssz_rs"]["median_ns"] / run["groups"][group]["rpcedge"]["median_ns"]
+                       for run in runs], "x", at_least=TRANSCODE_OVER_SERDE)
+        lines.append(f"| {group.replace('->', ' -> ').replace('json', 'JSON').replace('ssz', 'SSZ')}: at least "
+                     f"{TRANSCODE_OVER_SERDE}x the serde + ssz_rs path | {over.text()} | {len(runs)} "
+                     f"| {verdict(over.met())} |")
+    ratio = runs[0]["witness_ssz_bytes"] / runs[0]["witness_json_bytes"]
+    lines.append(f"| a witness's SSZ at most {WITNESS_SSZ_OF_JSON}x its JSON | {runs[0]['witness_ssz_bytes']:,} B against "
+                 f"{runs[0]['witness_json_bytes']:,} B: {ratio:.3f}x | – | {verdict(ratio <= WITNESS_SSZ_OF_JSON)} |")
     return lines

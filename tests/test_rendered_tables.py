@@ -173,3 +173,16 @@ def test_the_fleet_simulation_meets_its_goals_only_with_one_node_request_per_cal
     results["master_killed"]["wrong"] = 1
     _, herd, _, _, killed, _ = goals.fleet_sim_table(results)[2:]
     assert herd.endswith("| no |") and killed.endswith("| no |")
+
+
+def test_the_transcoder_is_judged_by_its_slowest_run():
+    def run(witness_ns):
+        group = {"rpcedge": {"median_ns": witness_ns, "bytes": 3 << 30}, "serde + ssz_rs": {"median_ns": 100e9, "bytes": 3 << 30}}
+        return {"groups": {name: group for name in ("witness json->ssz", "witness ssz->json", "block json->ssz",
+                                                     "block ssz->json")},
+                "witness_json_bytes": 1000, "witness_ssz_bytes": 503}
+    # 3 GiB in 1 s, then in 1.5 s: 3.00 and 2.00 GiB/s, against 2.33
+    lines = goals.transcode_table({"runs": [run(1e9), run(1.5e9)]})
+    assert "2.50 GiB/s (2.00 GiB/s to 3.00 GiB/s); goal ≥ 2.33 GiB/s" in lines[2] and lines[2].endswith("| no |")
+    assert goals.transcode_table({"runs": [run(1e9), run(1.2e9)]})[2].endswith("| yes |")
+    assert "503 B against 1,000 B: 0.503x" in lines[-1] and lines[-1].endswith("| yes |")
