@@ -37,6 +37,7 @@ TABLES = {
     "goals-witness": ("loadtest/results/witness.json", goals.witness_table),
     "goals-dictionary": ("loadtest/results/dictionary.json", goals.dictionary_table),
     "fleet-sim": ("loadtest/results/fleet-sim.json", goals.fleet_sim_table),
+    "goals-transcode": ("loadtest/results/transcode-core.json", goals.transcode_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
