@@ -248,6 +248,28 @@ def test_a_new_holder_is_never_followed_by_the_answer_of_the_one_before(daemons,
     assert [(status, body) for status, _, body in got] == [(200, second)]
 
 
+def test_a_miss_holds_its_key_over_an_entry_it_cannot_open(daemons, cluster):
+    """A miss that finds an entry it cannot open (planted, or sealed with another secret) where it
+    would hold the key still holds it: the other hosts follow it instead of each asking its node,
+    and its settle replaces what was there."""
+    a, b = daemons(2)
+    lock = {"X-Rpcedge-Lock": "5000"}
+    k = key("fleet planted under a hold")
+    cluster.command("SET", f"rpcedge:{{{k}}}:e", b"garbage", "PX", 60_000)
+    assert a.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Lock"] == "held"
+    assert cluster.command("EXISTS", f"rpcedge:{{{k}}}:lock") == 1
+    assert b.request("GET", f"/v1/entries/{k}", headers=lock)[1]["X-Rpcedge-Miss"] == "in_flight"
+    entry = cache_entry(b'{"held":1}}')
+    assert put(a, k, entry)[0] == 204
+    # the settle writes the entry and frees the lock in one step, after the store answers
+    deadline = time.monotonic() + 5
+    while cluster.command("EXISTS", f"rpcedge:{{{k}}}:lock"):
+        assert time.monotonic() < deadline, "the holder never settled"
+        time.sleep(0.02)
+    assert b.request("GET", f"/v1/entries/{k}")[2] == a.request("GET", f"/v1/entries/{k}")[2]
+    assert a.stats()["fleet_locks_held_total"] == 1 and b.stats()["fleet_locks_followed_total"] == 1
+
+
 def test_an_entry_over_the_fleet_limit_stays_local(daemons, cluster):
     a, b = daemons(2, extra=["--fleet-max-entry", "4KiB"])
     small, large = key("fleet small"), key("fleet large")

@@ -99,15 +99,20 @@ async fn get(state: &Arc<State>, key: &[u8; 32], headers: &HeaderMap) -> Respons
     if let (Some(fleet), false) = (&state.fleet, lock == Some(Lock::InFlight)) {
         let mut found = read_through::fetch(state, fleet, key).await;
         if let (None, Some(Lock::Held), Some(hold)) = (&found, lock, hold) {
-            match fleet.hold(key, hold).await {
-                Hold::Taken => {
-                    // another host's request is at its node: this one waits for its answer too
-                    state.flights.join(key);
-                    tokio::spawn(read_through::follow(state.clone(), fleet.clone(), *key, hold));
-                    miss = protocol::MISS_IN_FLIGHT;
+            let mut held = fleet.hold(key, hold, false).await;
+            if held == Hold::Stored {
+                // another host's entry landed since the lookup; one this daemon cannot open does
+                // not keep the key from being held (the holder's settle replaces it)
+                found = read_through::fetch(state, fleet, key).await;
+                if found.is_none() {
+                    held = fleet.hold(key, hold, true).await;
                 }
-                Hold::Stored => found = read_through::fetch(state, fleet, key).await,
-                Hold::Held | Hold::Unanswered => {}
+            }
+            if held == Hold::Taken {
+                // another host's request is at its node: this one waits for its answer too
+                state.flights.join(key);
+                tokio::spawn(read_through::follow(state.clone(), fleet.clone(), *key, hold));
+                miss = protocol::MISS_IN_FLIGHT;
             }
         }
         if let Some((entry, left_s)) = found {

@@ -48,9 +48,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Takes a miss's lock and clears an earlier holder's answer and release with it, so that those
 /// who follow this holder are never handed the one before's, nor told it released the key. An
 /// entry already there (a holder settled between this host's lookup and its hold) is not taken
-/// for a free lock: its key would go to the node twice.
+/// for a free lock, unless `ARGV[3]` says to: its key would go to the node twice.
 const HOLD: &str = r"
-if redis.call('EXISTS', KEYS[4]) == 1 then return 2 end
+if ARGV[3] == '' and redis.call('EXISTS', KEYS[4]) == 1 then return 2 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('DEL', KEYS[2], KEYS[3])
   return 1
@@ -427,7 +427,9 @@ impl Fleet {
     }
 
     /// A miss of `key` that will go to its node asks to hold the key across the fleet for `hold`.
-    pub async fn hold(&self, key: &[u8; 32], hold: Duration) -> Hold {
+    /// Holds `key` across the fleet for `hold`; `over_an_entry`: even where an entry is there
+    /// (one this daemon could not open: the holder's settle replaces it).
+    pub async fn hold(&self, key: &[u8; 32], hold: Duration, over_an_entry: bool) -> Hold {
         let token = format!("{}-{}", self.instance, self.tokens.fetch_add(1, Ordering::Relaxed));
         let (lock, answer_name, released, entry) = (name(key, "lock"), name(key, "a"), name(key, "r"), name(key, "e"));
         let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -441,6 +443,7 @@ impl Fleet {
                     .key(entry)
                     .arg(set)
                     .arg(ms)
+                    .arg(if over_an_entry { "1" } else { "" })
                     .invoke_async::<i64>(&mut connection)
                     .await
             })
