@@ -9,7 +9,9 @@ BENCHMARKS.md's transcoding table is rendered from it, each goal judged by its w
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,13 +22,17 @@ LOADTEST = Path(__file__).resolve().parent
 RESULTS = LOADTEST / "results" / "transcode-core.json"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
 MEASURES = ["shared-core/src/transcode", "shared-core/benches/transcode.rs", "shared-core/Cargo.toml", "Cargo.lock"]
-CRITERION = REPO / "target" / "criterion"
+# where criterion writes: $CRITERION_HOME, or the target folder's criterion/
+CRITERION = Path(os.environ.get("CRITERION_HOME") or Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "criterion")
 GROUPS = ["witness json->ssz", "witness ssz->json", "block json->ssz", "block ssz->json"]
 
 
 def one_run():
     """One run of the bench: each group's functions' median time and throughput bytes; the
     witness's JSON and SSZ sizes."""
+    # an earlier run's figures are gone before this one: none of them can stand for it
+    for group in GROUPS:
+        shutil.rmtree(CRITERION / group.replace(">", "_"), ignore_errors=True)
     done = subprocess.run(["cargo", "bench", "-p", "rpcedge-core", "--bench", "transcode", "--locked"], cwd=REPO,
                           capture_output=True, text=True, check=True)
     sizes = re.search(r"witness: (\d+) B of JSON, (\d+) B of SSZ", done.stdout)
