@@ -22,8 +22,8 @@ In turn, with the load spread over the hosts as a round-robin load balancer woul
   bytes (a replica holds the same again);
 - a master killed while the mix goes through the hosts twice more, each request through a host
   other than the one asked it before: wrong answers (0 expected), how long the cluster took to
-  let a replica take over, and the node's requests for stored calls against the entries the
-  master held, whose slots had no master until then.
+  let a replica take over, and the stored calls the node was asked for (each counted once, and
+  its requests) against the entries the master held, whose slots had no master until then.
 
 Latency between hosts (tc netem on loopback, by address) is not simulated: where this was
 written the kernel has no netem, and hosts that share one loopback connect from one source
@@ -394,12 +394,15 @@ def master_killed(fleet, requests, expected, clients, refused):
     watcher.join()
     fleet.cluster.wait_until_ok(timeout=60)
     anyway = seen.went_to_node_anyway(refused)
+    # a MISS of a call the stores keep is the host asking the node for it
+    asked_of_node = [key for key, statuses in seen.of_call.items() if statuses["MISS"] and key not in refused]
     return {"killed_master_entries": held[port], "mix_ran_after_kill_s": ended - killed["at"],
             "cluster_failed_after_s": killed.get("failed_after_s"),
             "cluster_whole_after_s": killed.get("whole_after_s"), "requests": len(twice),
             "statuses": dict(seen.statuses), "wrong": len(seen.wrong), "wrong_examples": seen.wrong[:3],
             "node_requests": seen.node_requests, "node_requests_not_looked_up_or_refused": anyway,
-            "node_requests_for_stored": seen.node_requests - anyway, "fleet_counters": dict(counted)}
+            "node_requests_for_stored": seen.node_requests - anyway, "stored_calls_asked_of_node": len(asked_of_node),
+            "fleet_counters": dict(counted)}
 
 
 def run(work, hosts, clients, herd_clients, herd_blocks, latency_calls, envoy_every):

@@ -389,12 +389,13 @@ def fleet_sim_table(results):
     else:
         lines.append("| Redis memory per entry | not in this run | | |")
     killed = results["master_killed"]
-    held, asked = killed["killed_master_entries"], killed["node_requests_for_stored"]
+    held, asked = killed["killed_master_entries"], killed["stored_calls_asked_of_node"]
     whole = killed["cluster_whole_after_s"]
     lines.append(f"| the master holding the most entries killed under the mix: no wrong answer, and the node asked "
-                 f"no more stored calls than the entries the master held | {killed['wrong']} wrong of "
-                 f"{killed['requests']:,}; {asked:,} node requests for stored calls, against the {held:,} entries "
-                 f"the master held; the cluster whole again "
+                 f"for no more stored calls than the entries the master held | {killed['wrong']} wrong of "
+                 f"{killed['requests']:,}; {asked:,} stored calls asked of the node "
+                 f"({killed['node_requests_for_stored']:,} requests: while its master is down, every host asked a "
+                 f"call asks its node), against the {held:,} entries the master held; the cluster whole again "
                  + (f"{whole:.1f} s after the kill" if whole is not None else "only after the mix")
                  + f" | 1 | {verdict(not killed['wrong'] and asked <= held)} |")
     lines.append(f"| latency between hosts | {results['latency_between_hosts']} | | |")

@@ -210,6 +210,40 @@ def test_a_cluster_that_stops_answering_is_counted_as_timing_out(daemons, cluste
     assert (stats["fleet_timeouts_total"], stats["fleet_errors_total"]) == (2, 0)
 
 
+def test_a_master_that_stops_answering_is_skipped_for_its_own_keys_alone(tmp_path_factory, daemons):
+    """A breaker per master: once a stopped master's rounds have opened its breaker, its keys skip
+    the fleet, and the other masters' keys are still hits; it closes again when the master is
+    back. A cluster of its own, with a node timeout no stop here reaches (no failover)."""
+    quiet = RedisCluster(tmp_path_factory.mktemp("fleet-a-master-stops"), replicas=0, node_timeout_ms=60_000)
+    try:
+        a, b = daemons(2, on=quiet)
+        keys = [key(f"fleet a master stops {n}") for n in range(30)]
+        for k in keys:
+            assert put(a, k, cache_entry(b'"kept"}'))[0] == 204
+        names = {k: in_fleet(quiet, k) for k in keys}
+        stopped = quiet.masters()[0]
+        on_stopped = [k for k in keys if quiet.cli(stopped, "exists", names[k]).strip() == "1"]
+        on_others = [k for k in keys if k not in on_stopped]
+        assert len(on_stopped) > 5 and on_others, "more of the stopped master's keys than open its breaker"
+        quiet.processes[stopped].proc.send_signal(signal.SIGSTOP)
+        try:
+            statuses = {k: b.request("GET", f"/v1/entries/{k}")[0] for k in on_stopped + on_others}
+            stats = b.stats()
+        finally:
+            quiet.processes[stopped].proc.send_signal(signal.SIGCONT)
+        assert [statuses[k] for k in on_stopped] == [404] * len(on_stopped)
+        assert [statuses[k] for k in on_others] == [200] * len(on_others), "the live masters' keys are hits"
+        assert stats["fleet_skipped_total"] == len(on_stopped) - 5, "the stopped master's keys after its breaker opened"
+        assert (stats["fleet_breakers_open"], stats["fleet_breaker_opened_total"]) == (1, 1)
+        deadline = time.monotonic() + 10
+        while b.request("GET", f"/v1/entries/{on_stopped[-1]}")[0] != 200:
+            assert time.monotonic() < deadline, "the master's breaker never closed after it came back"
+            time.sleep(0.1)
+        assert b.stats()["fleet_breakers_open"] == 0
+    finally:
+        quiet.stop()
+
+
 def test_a_lock_planted_without_an_expiry_holds_nobody_back(daemons, cluster):
     """A lock no daemon set (no time to live) is gone for a follower: its waiters go to their node
     at once instead of waiting out their hold."""

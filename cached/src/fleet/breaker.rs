@@ -1,9 +1,9 @@
-//! The breaker: a cluster that keeps failing is skipped for a while, so that a dead or
-//! unreachable cluster costs a request nothing instead of the fleet timeout. After `THRESHOLD`
+//! The breaker: a master that keeps failing is skipped for a while (masters.rs keeps one per
+//! master), so that a dead or unreachable master costs a request nothing instead of the fleet
+//! timeout. After `THRESHOLD`
 //! failures in a row it opens for `FIRST_PAUSE`; then one round is let through (a probe): its
 //! success closes the breaker, its failure opens it again for twice as long, up to `LONGEST_PAUSE`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 const PROBE_LIMIT: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+pub enum State {
     Closed { failures: u32 },
     Open { until: Instant, pause: Duration },
     Probing { since: Instant, pause: Duration },
@@ -24,13 +24,11 @@ enum State {
 
 pub struct Breaker {
     state: Mutex<State>,
-    /// Times it opened, for `/metrics`.
-    pub opened: AtomicU64,
 }
 
 impl Default for Breaker {
     fn default() -> Self {
-        Breaker { state: Mutex::new(State::Closed { failures: 0 }), opened: AtomicU64::new(0) }
+        Breaker { state: Mutex::new(State::Closed { failures: 0 }) }
     }
 }
 
@@ -69,17 +67,11 @@ impl Breaker {
             State::Open { .. } => return false,
         };
         *state = State::Open { until: now + pause, pause };
-        self.opened.fetch_add(1, Ordering::Relaxed);
         true
     }
 
-    /// 0 closed, 1 open, 2 probing: for the `fleet_breaker_state` gauge.
-    pub fn gauge(&self) -> u64 {
-        match *self.state.lock().unwrap_or_else(|e| e.into_inner()) {
-            State::Closed { .. } => 0,
-            State::Open { .. } => 1,
-            State::Probing { .. } => 2,
-        }
+    pub fn state(&self) -> State {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -98,9 +90,9 @@ mod tests {
         for _ in 0..THRESHOLD - 1 {
             breaker.failed();
         }
-        assert_eq!(breaker.gauge(), 0, "a success in between starts the count again");
+        assert_eq!(breaker.state(), State::Closed { failures: THRESHOLD - 1 }, "a success in between starts the count again");
         assert!(breaker.failed(), "it opens on this one");
-        assert_eq!((breaker.gauge(), breaker.opened.load(Ordering::Relaxed)), (1, 1));
+        assert!(matches!(breaker.state(), State::Open { .. }));
         assert!(!breaker.allows());
         tokio::time::advance(FIRST_PAUSE).await;
         assert!(breaker.allows(), "one probe");
@@ -112,7 +104,7 @@ mod tests {
         assert!(breaker.allows());
         breaker.succeeded();
         assert!(breaker.allows() && breaker.allows());
-        assert_eq!(breaker.gauge(), 0);
+        assert_eq!(breaker.state(), State::Closed { failures: 0 });
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,7 +1,7 @@
 //! The fleet tier: a Redis Cluster behind each host's store, so that what one host's node answered
 //! is a hit on every host. The cluster's client (`redis`, cluster-async) routes each key to its
 //! node and follows MOVED/ASK, failover and reconnection; this module bounds every round by the
-//! fleet timeout, skips a failing cluster (the breaker), writes from a bounded queue, and reads
+//! fleet timeout, skips a failing master (a breaker each), writes from a bounded queue, and reads
 //! nothing it cannot open (`value`).
 //!
 //! Keys: `rpcedge:{<key in hex>}:e` holds an entry, `...:lock` the lock of a miss that went to
@@ -10,10 +10,10 @@
 //! one script or pipeline reaches all of them.
 
 mod breaker;
+mod masters;
 mod settings;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -22,11 +22,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, RedisResult};
+use redis::{ErrorKind, RedisResult, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use breaker::Breaker;
+use breaker::State;
+use masters::Masters;
 pub use settings::{FleetArgs, FleetSettings};
 
 use rpcedge_core::cache::protocol::MAX_LOCK_MS;
@@ -130,8 +131,10 @@ pub struct FleetCounters {
     pub expired: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
-    /// Rounds not sent: the breaker was open.
+    /// Rounds not sent: their master's breaker was open.
     pub skipped: AtomicU64,
+    /// Times a master's breaker opened.
+    pub breaker_opened: AtomicU64,
     pub stores: AtomicU64,
     pub stored_bytes: AtomicU64,
     /// Entries over `--fleet-max-entry`, kept local.
@@ -173,7 +176,8 @@ pub struct Fleet {
     queue: mpsc::UnboundedSender<Write>,
     queued_bytes: AtomicUsize,
     queue_bytes: usize,
-    breaker: Breaker,
+    /// A breaker per master.
+    masters: Masters,
     /// The keys this daemon holds in the fleet, and its token for each.
     held: Mutex<HashMap<[u8; 32], (String, Instant)>>,
     /// This daemon among the fleet's, for its lock tokens.
@@ -215,7 +219,7 @@ impl Fleet {
             queue,
             queued_bytes: AtomicUsize::new(0),
             queue_bytes: settings.queue_bytes,
-            breaker: Breaker::default(),
+            masters: Masters::default(),
             held: Mutex::new(HashMap::new()),
             instance: format!("{:x}-{started:x}", std::process::id()),
             tokens: AtomicU64::new(0),
@@ -223,7 +227,8 @@ impl Fleet {
         });
         match tokio::time::timeout(FIRST_CONNECT, fleet.client.get_async_connection()).await {
             Ok(Ok(connection)) => {
-                *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection);
+                *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+                fleet.learn_masters(connection).await;
             }
             Ok(Err(error)) if refused_login(&error) => {
                 return Err(format!("--fleet: the cluster refused the login: {error}"));
@@ -243,8 +248,9 @@ impl Fleet {
 
     /// Makes a new connection in the background (unless one is being made), which reads the
     /// cluster's slots anew from the seeds: at start, when the cluster could not be reached, and
-    /// whenever the breaker opens. The client follows failovers on its own; a new connection
-    /// also covers a cluster that came back whole on other nodes than the ones it knew.
+    /// whenever a breaker opens. The client follows failovers on its own; a new connection
+    /// also covers a cluster that came back whole on other nodes than the ones it knew, and reads
+    /// again which master serves which slots.
     fn reconnect(&self) {
         let Some(fleet) = self.me.upgrade() else { return };
         if self.reconnecting.swap(true, Ordering::AcqRel) {
@@ -254,7 +260,8 @@ impl Fleet {
             loop {
                 match fleet.client.get_async_connection().await {
                     Ok(connection) => {
-                        *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection);
+                        *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+                        fleet.learn_masters(connection).await;
                         break;
                     }
                     Err(error) if refused_login(&error) => eprintln!("rpcedge-cached: the fleet refused the login: {error}"),
@@ -266,35 +273,49 @@ impl Fleet {
         });
     }
 
-    /// One round with the cluster, within `timeout`, unless the breaker is open. An error the
-    /// cluster answered about the keys (a value of another type that someone wrote there, a
-    /// script's error, out of memory) is not the cluster failing: counted, but not by the breaker,
-    /// so that nobody who can write to the cluster can turn the fleet off with a planted value.
-    async fn round<T, F>(&self, timeout: Duration, ask: impl FnOnce(ClusterConnection) -> F) -> Option<T>
+    /// Which master serves which slots, for their breakers (`CLUSTER SLOTS`, on any node). A
+    /// reading that fails leaves what was known.
+    async fn learn_masters(&self, mut connection: ClusterConnection) {
+        let mut slots = redis::cmd("CLUSTER");
+        let asked = slots.arg("SLOTS").query_async::<Value>(&mut connection);
+        if let Ok(Ok(reply)) = tokio::time::timeout(self.write_timeout(), asked).await {
+            self.masters.learn(&reply);
+        }
+    }
+
+    /// One round with the cluster about `key`, within `timeout`, unless the breaker of the master
+    /// that serves it is open. An error the cluster answered about the keys (a value of another
+    /// type that someone wrote there, a script's error, out of memory) is not the cluster failing:
+    /// counted, but not by the breaker, so that nobody who can write to the cluster can turn the
+    /// fleet off with a planted value.
+    async fn round<T, F>(&self, key: &[u8; 32], timeout: Duration, ask: impl FnOnce(ClusterConnection) -> F) -> Option<T>
     where
         F: Future<Output = RedisResult<T>>,
     {
-        if !self.breaker.allows() {
+        let breaker = self.masters.breaker(&hash_tag(key));
+        if !breaker.allows() {
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let connection = self.connection.read().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(connection) = connection else {
-            self.breaker.failed();
+            if breaker.failed() {
+                self.counters.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            }
             self.counters.errors.fetch_add(1, Ordering::Relaxed);
             return None;
         };
         let started = Instant::now();
         let counter = match tokio::time::timeout(timeout, ask(connection)).await {
             Ok(Ok(answer)) => {
-                self.breaker.succeeded();
+                breaker.succeeded();
                 let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
                 self.counters.round_trip_us.fetch_add(us, Ordering::Relaxed);
                 return Some(answer);
             }
             Ok(Err(error)) if answered_about_the_keys(&error) => {
-                self.breaker.succeeded();
+                breaker.succeeded();
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
@@ -304,7 +325,8 @@ impl Fleet {
             Err(_) => &self.counters.timeouts,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        if self.breaker.failed() {
+        if breaker.failed() {
+            self.counters.breaker_opened.fetch_add(1, Ordering::Relaxed);
             self.reconnect();
         }
         None
@@ -324,7 +346,7 @@ impl Fleet {
     pub async fn get(&self, key: &[u8; 32]) -> Found {
         let name = name(key, "e");
         let bound = self.read_bound();
-        let read = self.round(self.timeout, |mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
+        let read = self.round(key, self.timeout, |mut connection| async move { read_value(&mut connection, &name, bound).await }).await;
         let Some((value, left_ms)) = read else { return Found::Unanswered };
         match self.open(Kind::Entry, key, &value, left_ms) {
             Some((entry, expires_s)) => {
@@ -397,7 +419,7 @@ impl Fleet {
         let Some((value, px)) = self.sealed_entry(&write.key, &write.entry, write.ttl_s) else { return };
         let (name, len) = (name(&write.key, "e"), value.len());
         let written = self
-            .round(self.write_timeout(), |mut connection| async move {
+            .round(&write.key, self.write_timeout(), |mut connection| async move {
                 redis::cmd("SET").arg(name).arg(value).arg("PX").arg(px).query_async::<()>(&mut connection).await
             })
             .await;
@@ -435,7 +457,7 @@ impl Fleet {
         let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
         let set = token.clone();
         let answer = self
-            .round(self.timeout, |mut connection| async move {
+            .round(key, self.timeout, |mut connection| async move {
                 redis::Script::new(HOLD)
                     .key(lock)
                     .key(answer_name)
@@ -501,7 +523,7 @@ impl Fleet {
         let stored = kind == "e" && !value.is_empty();
         let (lock, target, released) = (name(key, "lock"), name(key, kind), name(key, "r"));
         let settled = self
-            .round(self.write_timeout(), |mut connection| async move {
+            .round(key, self.write_timeout(), |mut connection| async move {
                 redis::Script::new(SETTLE)
                     .key(lock)
                     .key(target)
@@ -532,7 +554,7 @@ impl Fleet {
         let (entry, answer, lock, released) = (name(key, "e"), name(key, "a"), name(key, "lock"), name(key, "r"));
         let bound = self.read_bound();
         let found = self
-            .round(self.timeout, |mut connection| async move {
+            .round(key, self.timeout, |mut connection| async move {
                 redis::pipe()
                     .cmd("PTTL")
                     .arg(lock)
@@ -570,15 +592,20 @@ impl Fleet {
     pub fn figures(&self) -> Vec<(String, &'static str, &'static str, u64)> {
         let counters = &self.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let breakers = self.masters.states();
+        let open = breakers.iter().filter(|state| matches!(state, State::Open { .. })).count() as u64;
+        let probing = breakers.iter().filter(|state| matches!(state, State::Probing { .. })).count() as u64;
+        let worst = if open > 0 { 1 } else if probing > 0 { 2 } else { 0 };
         let mut out: Vec<(String, &'static str, &'static str, u64)> = vec![
             ("fleet_hits_total".into(), "Local misses answered from the fleet", "counter", load(&counters.hits)),
             ("fleet_misses_total".into(), "Local misses the fleet did not have either", "counter", load(&counters.misses)),
             ("fleet_expired_total".into(), "Fleet values past their entry's expiry", "counter", load(&counters.expired)),
             ("fleet_timeouts_total".into(), "Fleet rounds past --fleet-timeout", "counter", load(&counters.timeouts)),
             ("fleet_errors_total".into(), "Fleet rounds that failed (no connection yet, or an error about a key)", "counter", load(&counters.errors)),
-            ("fleet_skipped_total".into(), "Fleet rounds not sent: the breaker was open", "counter", load(&counters.skipped)),
-            ("fleet_breaker_state".into(), "The fleet's breaker: 0 closed, 1 open, 2 probing", "gauge", self.breaker.gauge()),
-            ("fleet_breaker_opened_total".into(), "Times the fleet's breaker opened", "counter", load(&self.breaker.opened)),
+            ("fleet_skipped_total".into(), "Fleet rounds not sent: their master's breaker was open", "counter", load(&counters.skipped)),
+            ("fleet_breaker_state".into(), "The masters' breakers: 0 all closed, 1 one open, 2 one probing and none open", "gauge", worst),
+            ("fleet_breakers_open".into(), "Masters whose breaker is open or probing", "gauge", open + probing),
+            ("fleet_breaker_opened_total".into(), "Times a master's breaker opened", "counter", load(&counters.breaker_opened)),
             ("fleet_stores_total".into(), "Entries written to the fleet", "counter", load(&counters.stores)),
             ("fleet_stored_bytes_total".into(), "Bytes of values written to the fleet from the queue", "counter", load(&counters.stored_bytes)),
             ("fleet_too_large_total".into(), "Entries over --fleet-max-entry, kept local", "counter", load(&counters.too_large)),
@@ -657,12 +684,20 @@ fn kept_until(sealed_s: Option<u64>, left_ms: i64, now_s: u64, skew_s: u64, flee
     (until > now_s).then_some(Some(until))
 }
 
+/// The hash tag of `key`'s names: its hex, which puts the four in one slot.
+fn hash_tag(key: &[u8; 32]) -> [u8; 64] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut tag = [0; 64];
+    for (pair, byte) in tag.chunks_exact_mut(2).zip(key) {
+        pair.copy_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+    }
+    tag
+}
+
 fn name(key: &[u8; 32], suffix: &str) -> String {
     let mut name = String::with_capacity(64 + 16);
     name.push_str("rpcedge:{");
-    for byte in key {
-        let _ = write!(name, "{byte:02x}");
-    }
+    name.extend(hash_tag(key).iter().map(|&digit| char::from(digit)));
     name.push_str("}:");
     name.push_str(suffix);
     name
