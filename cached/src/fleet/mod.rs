@@ -167,6 +167,8 @@ pub struct Fleet {
     /// None until the first connection; replaced by `reconnect`.
     connection: RwLock<Option<ClusterConnection>>,
     reconnecting: AtomicBool,
+    /// Connections made so far: a reading of the slots for an older one gives up.
+    connections_made: AtomicU64,
     me: Weak<Fleet>,
     sealer: Sealer,
     timeout: Duration,
@@ -210,6 +212,7 @@ impl Fleet {
             client,
             connection: RwLock::new(None),
             reconnecting: AtomicBool::new(false),
+            connections_made: AtomicU64::new(0),
             me: me.clone(),
             sealer: settings.sealer,
             timeout: settings.timeout,
@@ -227,8 +230,7 @@ impl Fleet {
         });
         match tokio::time::timeout(FIRST_CONNECT, fleet.client.get_async_connection()).await {
             Ok(Ok(connection)) => {
-                *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
-                fleet.learn_masters(connection).await;
+                fleet.connected(connection);
             }
             Ok(Err(error)) if refused_login(&error) => {
                 return Err(format!("--fleet: the cluster refused the login: {error}"));
@@ -260,8 +262,7 @@ impl Fleet {
             loop {
                 match fleet.client.get_async_connection().await {
                     Ok(connection) => {
-                        *fleet.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
-                        fleet.learn_masters(connection).await;
+                        fleet.connected(connection);
                         break;
                     }
                     Err(error) if refused_login(&error) => eprintln!("rpcedge-cached: the fleet refused the login: {error}"),
@@ -273,14 +274,27 @@ impl Fleet {
         });
     }
 
-    /// Which master serves which slots, for their breakers (`CLUSTER SLOTS`, on any node). A
-    /// reading that fails leaves what was known.
-    async fn learn_masters(&self, mut connection: ClusterConnection) {
-        let mut slots = redis::cmd("CLUSTER");
-        let asked = slots.arg("SLOTS").query_async::<Value>(&mut connection);
-        if let Ok(Ok(reply)) = tokio::time::timeout(self.write_timeout(), asked).await {
-            self.masters.learn(&reply);
-        }
+    /// Takes a new connection into use, and reads on it which master serves which slots, for
+    /// their breakers (`CLUSTER SLOTS`, on any node): in the background, again every
+    /// `RECONNECT_EVERY` until a reading succeeds or a newer connection is made. Until then, what
+    /// was known stands (at start: every key shares one breaker).
+    fn connected(&self, connection: ClusterConnection) {
+        *self.connection.write().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+        let made = self.connections_made.fetch_add(1, Ordering::AcqRel) + 1;
+        let Some(fleet) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            while fleet.connections_made.load(Ordering::Acquire) == made {
+                let mut asking = connection.clone();
+                let mut slots = redis::cmd("CLUSTER");
+                let asked = slots.arg("SLOTS").query_async::<Value>(&mut asking);
+                if let Ok(Ok(reply)) = tokio::time::timeout(fleet.write_timeout(), asked).await {
+                    if fleet.masters.learn(&reply) {
+                        break;
+                    }
+                }
+                tokio::time::sleep(RECONNECT_EVERY).await;
+            }
+        });
     }
 
     /// One round with the cluster about `key`, within `timeout`, unless the breaker of the master
@@ -603,8 +617,8 @@ impl Fleet {
             ("fleet_timeouts_total".into(), "Fleet rounds past --fleet-timeout", "counter", load(&counters.timeouts)),
             ("fleet_errors_total".into(), "Fleet rounds that failed (no connection yet, or an error about a key)", "counter", load(&counters.errors)),
             ("fleet_skipped_total".into(), "Fleet rounds not sent: their master's breaker was open", "counter", load(&counters.skipped)),
-            ("fleet_breaker_state".into(), "The masters' breakers: 0 all closed, 1 one open, 2 one probing and none open", "gauge", worst),
-            ("fleet_breakers_open".into(), "Masters whose breaker is open or probing", "gauge", open + probing),
+            ("fleet_breaker_state".into(), "The masters' breakers: 0 all closed, 1 at least one open, 2 one probing and none open", "gauge", worst),
+            ("fleet_breakers_open".into(), "Breakers open or probing: the masters', and the unassigned slots' while some are", "gauge", open + probing),
             ("fleet_breaker_opened_total".into(), "Times a master's breaker opened", "counter", load(&counters.breaker_opened)),
             ("fleet_stores_total".into(), "Entries written to the fleet", "counter", load(&counters.stores)),
             ("fleet_stored_bytes_total".into(), "Bytes of values written to the fleet from the queue", "counter", load(&counters.stored_bytes)),
@@ -706,6 +720,14 @@ fn name(key: &[u8; 32], suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keys_breaker_is_chosen_by_the_slot_the_cluster_client_routes_its_names_to() {
+        for key in [[0; 32], [0xa5; 32], *b"rpcedge: the slot of a key name."] {
+            let slot = redis::cluster_routing::Slot::new(masters::slot(&hash_tag(&key)));
+            assert_eq!(slot, Some(redis::cluster_routing::Slot::for_key(name(&key, "lock"))));
+        }
+    }
 
     #[test]
     fn a_value_is_kept_for_what_redis_says_is_left_within_the_skew_past_its_seal() {
