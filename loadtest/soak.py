@@ -6,7 +6,6 @@ soak.png (memory, descriptors and requests per second over time), which RELIABIL
 """
 
 import argparse
-import dataclasses
 import json
 import shutil
 import sys
@@ -46,6 +45,16 @@ def row(result):
             f"| {', '.join(result.growing()) or 'none'} | {result.seconds / 60:.1f} min | {faults_text} |")
 
 
+def table(results):
+    """The runs' table (`results`: testbed.soak.Soak), as soak.md and RELIABILITY.md show it."""
+    return [
+        "| host | form | wrk requests | right | failed (status) | cut or timed out | judged | wrong | no fault allows "
+        "| proxy RSS | proxy fds | daemon RSS | store | growing | time | faults |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | ---: | --- |",
+        *map(row, results),
+    ]
+
+
 def markdown(session, results):
     return "\n".join([
         "# The soak",
@@ -61,10 +70,7 @@ def markdown(session, results):
         "whose last quarter's median rose above their second quarter's by more than the allowance; *no fault "
         "allows*: failed answers while no fault was on, wrk's timeouts, judged outcomes no fault allows.",
         "",
-        "| host | form | wrk requests | right | failed (status) | cut or timed out | judged | wrong | no fault allows "
-        "| proxy RSS | proxy fds | daemon RSS | store | growing | time | faults |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | ---: | --- |",
-        *map(row, results),
+        *table(results),
         "",
         "![RSS, descriptors and requests per second over time](soak.png)",
         "",
@@ -90,11 +96,6 @@ def plot(results, path):
     axes.flat[0].legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
-
-
-def as_json(result):
-    # not dataclasses.asdict: it makes each Counter again from its items, counting the pairs
-    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
 
 
 def main():
@@ -127,7 +128,7 @@ def main():
                "head": provenance.git("rev-parse", "--short", "HEAD"), "provenance": provenance.of_run(started)}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "soak.json").write_text(json.dumps(
-        {"session": session, "runs": [as_json(result) for result in results]}, indent=1) + "\n")
+        {"session": session, "runs": [result.as_json() for result in results]}, indent=1) + "\n")
     (args.results / "soak.md").write_text(markdown(session, results))
     plot(results, args.results / "soak.png")
     failed = [f"{r.host} {r.form}" for r in results if not r.passed()]

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from statistics import median
 
@@ -159,6 +159,17 @@ class Soak:
     fault_windows: list = field(default_factory=list)
 
     SERIES = ("proxy_rss", "proxy_fds", "daemon_rss", "daemon_fds", "store_bytes")
+    COUNTS = ("wrk", "errors", "judged", "after", "faults")
+
+    def as_json(self):
+        # not dataclasses.asdict: it makes each Counter again from its items, counting the pairs
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, record):
+        """A run as `as_json` wrote it: JSON keeps a Counter as a plain object, its keys as strings."""
+        return cls(**{**record, **{name: Counter(record[name]) for name in cls.COUNTS},
+                      "failed_at": Counter({int(second): n for second, n in record["failed_at"].items()})})
 
     def series(self, name):
         index = self.SERIES.index(name) + 1
