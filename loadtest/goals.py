@@ -435,3 +435,38 @@ def transcode_table(results):
     lines.append(f"| a witness's SSZ at most {WITNESS_SSZ_OF_JSON}x its JSON | {runs[0]['witness_ssz_bytes']:,} B against "
                  f"{runs[0]['witness_json_bytes']:,} B: {ratio:.3f}x | – | {verdict(ratio <= WITNESS_SSZ_OF_JSON)} |")
     return lines
+
+
+# instructions.json's variants, each against the same host without rpcedge
+INSTRUCTION_VARIANTS = {
+    "nginx": ("nginx, bare", None),
+    "nginx-rpcedge-default": ("nginx + rpcedge defaults", "nginx"),
+    "envoy": ("Envoy, bare", None),
+    "envoy-rpcedge-native-default": ("Envoy + rpcedge native defaults", "envoy"),
+    "envoy-rpcedge-wasm-default": ("Envoy + rpcedge Wasm defaults", "envoy"),
+    "nginx-rpcedge-cache": ("nginx + rpcedge, a hit from the daemon", "nginx"),
+    "nginx-rpcedge-cache-hot": ("nginx + rpcedge, a hit from the hot tier", "nginx"),
+    "envoy-rpcedge-native-cache": ("Envoy native, a hit from the daemon", "envoy"),
+    "envoy-rpcedge-native-cache-hot": ("Envoy native, a hit from the hot tier", "envoy"),
+    "envoy-rpcedge-wasm-cache": ("Envoy Wasm, a hit from the daemon", "envoy"),
+    "envoy-rpcedge-wasm-cache-hot": ("Envoy Wasm, a hit from the hot tier", "envoy"),
+}
+CORE_PATHS = {"untouched": "a whole untouched exchange", "one_shot_30k": "a whole one-shot compression of a 34 KiB answer"}
+
+
+def instructions_table(results):
+    """Instructions per request under callgrind: the median of the runs (their lowest and highest),
+    and what rpcedge adds to the same host without it."""
+    lines = ["| path | what | instructions, median (lowest to highest run) | against the host without rpcedge |",
+             "| --- | --- | ---: | ---: |"]
+    for path, what in CORE_PATHS.items():
+        lines.append(f"| core | {what} | {results['core'][path]:,} | – |")
+    for path, measured in results["paths"].items():
+        medians, runs = measured["proxies"], measured["runs"]
+        for variant, (what, bare) in INSTRUCTION_VARIANTS.items():
+            if variant not in medians:
+                continue
+            spread = f" ({min(runs[variant]):,} to {max(runs[variant]):,})" if len(runs[variant]) > 1 else ""
+            over = f"{medians[variant] - medians[bare]:+,}" if bare else "–"
+            lines.append(f"| {path}: {measured['requests']} | {what} | {medians[variant]:,}{spread} | {over} |")
+    return lines

@@ -1,6 +1,7 @@
 """The figure tables of RELIABILITY.md and BENCHMARKS.md are what their result files render
 (tools/render_tables.py): a figure changed by hand, or a result file rerun without its table, fails."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from testbed.harness import REPO
 sys.path.insert(0, str(REPO / "tools"))
 
 import render_tables  # noqa: E402
+import soak as soak_bench  # noqa: E402  (loadtest/soak.py, on the path render_tables sets)
+from testbed.soak import Soak  # noqa: E402
 
 
 def test_every_table_is_what_its_result_file_renders():
@@ -188,3 +191,16 @@ def test_the_transcoder_is_judged_by_its_slowest_run():
     assert "2.50 GiB/s (2.00 GiB/s to 3.00 GiB/s); goal ≥ 2.33 GiB/s" in lines[2] and lines[2].endswith("| no |")
     assert goals.transcode_table({"runs": [run(1e9), run(1.2e9)]})[2].endswith("| yes |")
     assert "503 B against 1,000 B: 0.503x" in lines[-1] and lines[-1].endswith("| yes |")
+
+
+def test_a_soak_run_read_back_from_its_json_renders_and_is_judged_as_it_ran():
+    run = Soak("nginx", "warm", samples=[(2.0 * i, 20 << 20, 30, 16 << 20, 10, 4 << 20) for i in range(12)], seconds=90)
+    run.wrk.update(requests=1000, right=990, failed=10)
+    run.judged.update(right=50, error=2)
+    run.faults.update({"node-down": 1})
+    run.fault_windows = [(1_700_000_000.0, 1_700_000_003.0)]
+    run.failed_at.update({1_700_000_001: 8, 1_700_000_100: 2})  # two failed answers long after the fault
+    back = Soak.from_json(json.loads(json.dumps(run.as_json())))
+    assert back.unexplained() == run.unexplained() == {"failed with no fault on": 2}
+    assert soak_bench.table([back]) == soak_bench.table([run])
+    assert not back.passed()

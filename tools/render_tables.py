@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "loadtest"))
 import faults  # noqa: E402  (loadtest/faults.py, which renders its own results)
 import goals  # noqa: E402  (loadtest/goals.py: the goals the load tests' figures judge)
 
-DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md", "loadtest/results/fleet.md"]
+DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md", "loadtest/results/fleet.md", "loadtest/results/instructions.md"]
 
 # name: (the result file, relative to the repository, and what of it makes the table's lines)
 TABLES = {
@@ -38,6 +38,7 @@ TABLES = {
     "goals-dictionary": ("loadtest/results/dictionary.json", goals.dictionary_table),
     "fleet-sim": ("loadtest/results/fleet-sim.json", goals.fleet_sim_table),
     "goals-transcode": ("loadtest/results/transcode-core.json", goals.transcode_table),
+    "instructions": ("loadtest/results/instructions.json", goals.instructions_table),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
