@@ -194,13 +194,35 @@ def test_the_transcoder_is_judged_by_its_slowest_run():
 
 
 def test_a_soak_run_read_back_from_its_json_renders_and_is_judged_as_it_ran():
-    run = Soak("nginx", "warm", samples=[(2.0 * i, 20 << 20, 30, 16 << 20, 10, 4 << 20) for i in range(12)], seconds=90)
-    run.wrk.update(requests=1000, right=990, failed=10)
-    run.judged.update(right=50, error=2)
-    run.faults.update({"node-down": 1})
-    run.fault_windows = [(1_700_000_000.0, 1_700_000_003.0)]
-    run.failed_at.update({1_700_000_001: 8, 1_700_000_100: 2})  # two failed answers long after the fault
-    back = Soak.from_json(json.loads(json.dumps(run.as_json())))
-    assert back.unexplained() == run.unexplained() == {"failed with no fault on": 2}
-    assert soak_bench.table([back]) == soak_bench.table([run])
-    assert not back.passed()
+    def run(rss_mib, failed_at):
+        made = Soak("nginx", "warm", samples=[(2.0 * i, rss << 20, 30, 16 << 20, 10, 4 << 20) for i, rss in enumerate(rss_mib)],
+                    rates=[(10.0, 9000.0), (20.0, 9100.0)], seconds=90)
+        made.wrk.update(requests=1000, right=990, failed=10)
+        made.judged.update(right=50, error=2)
+        made.after.update(right=40)
+        made.faults.update({"node-down": 1})
+        made.fault_windows = [(1_700_000_000.0, 1_700_000_003.0)]
+        made.failed_at.update(failed_at)
+        return made
+
+    level, under_the_fault = [20] * 12, {1_700_000_001: 10}
+    runs = [run(level, under_the_fault), run([20] * 6 + [60] * 6, under_the_fault),
+            run(level, {1_700_000_001: 8, 1_700_000_100: 2})]  # the last: two failed answers long after the fault
+    back = [Soak.from_json(json.loads(json.dumps(made.as_json()))) for made in runs]
+    assert [(b.passed(), b.growing(), b.unexplained()) for b in back] == [
+        (True, [], {}), (False, ["proxy_rss"], {}), (False, [], {"failed with no fault on": 2})]
+    assert soak_bench.table(back) == soak_bench.table(runs)
+    assert all(b.rates == [list(rate) for rate in r.rates] and b.after == r.after for b, r in zip(back, runs))
+
+
+def test_instructions_are_rendered_from_any_run_each_against_its_bare_host_where_that_ran():
+    results = {"core": {"untouched": 2000},
+               "paths": {"untouched": {"requests": "small (40 distinct)",
+                                       "proxies": {"envoy": 100_000, "envoy-rpcedge-native-default": 110_000,
+                                                   "nginx-rpcedge-default": 30_000},
+                                       "runs": {"envoy": [99_000, 100_000, 101_000]}}}}
+    core, envoy, native, nginx = render_tables.goals.instructions_table(results)[2:]
+    assert core == "| core | a whole untouched exchange (one count) | 2,000 | – |"
+    assert envoy.endswith("| Envoy, bare | 100,000 (99,000 to 101,000) | – |")
+    assert native.endswith("| Envoy + rpcedge native defaults | 110,000 | +10,000 |")
+    assert nginx.endswith("| nginx + rpcedge defaults | 30,000 | – |"), "no bare nginx in this run"
