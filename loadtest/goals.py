@@ -476,3 +476,46 @@ def instructions_table(results):
             lines.append(f"| {path}: {measured['requests']} | {INSTRUCTION_VARIANTS.get(variant, variant)} "
                          f"| {median:,}{spread} | {over} |")
     return lines
+
+
+# A browser's Accept-Encoding (zstd, br, gzip) on bench.py's mix, into results/browser/: (goal,
+# variant, baseline, least CPU ratio: the baseline's CPU per answer over the variant's; None: shown,
+# no goal)
+BROWSER = [
+    ("nginx + rpcedge: a browser's answers (zstd) cost no more CPU than a gzip-only client's, in no more wire bytes",
+     "nginx-rpcedge-browser", "nginx-rpcedge-default", 1.0),
+    ("native Envoy module: a browser's answers (zstd) cost no more CPU than a gzip-only client's, in no more wire "
+     "bytes", "envoy-rpcedge-native-browser", "envoy-rpcedge-native-default", 1.0),
+    ("nginx + rpcedge, a br-only client, against nginx's brotli module (quality 4)", "nginx-rpcedge-br", "nginx-brotli4",
+     None),
+    ("native Envoy module, a br-only client, against Envoy's brotli compressor", "envoy-rpcedge-native-br",
+     "envoy-brotli", None),
+    ("native Envoy module, a browser (zstd), against Envoy's zstd compressor", "envoy-rpcedge-native-browser",
+     "envoy-zstd", None),
+]
+
+
+def browser_table(results):
+    rows = {row["variant"]: row for row in results["rows"] if row["scenario"] == "mix"}
+    lines = list(HEADER)
+    for goal, variant, baseline, least in BROWSER:
+        ours, theirs = rows.get(variant), rows.get(baseline)
+        if not ours or not theirs:
+            lines.append(line(goal, None, None))
+            continue
+        wire_text, wire_met = wire_ratio(ours["wire_bytes_runs"], theirs["wire_bytes_runs"])
+        lines.append(line(goal, Figure(ratios(theirs["cpu_us_runs"], ours["cpu_us_runs"]), "x", at_least=least),
+                          Figure(ratios(ours["req_s_runs"], theirs["req_s_runs"]), "x"),
+                          (wire_text, wire_met if least is not None else None)))
+    return lines
+
+
+# what libFuzzer said of each target (fuzz_runs.py)
+def fuzz_table(results):
+    lines = [f"| target | runs in {results['seconds']} s | runs/s | inputs at start | cov at start | cov at end |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for target, found in results["targets"].items():
+        lines.append(f"| {target} | {found['runs']:,} | {found['runs_per_s']:,} | {found['inputs_at_start']:,} "
+                     f"| {found['cov_start']:,} | {found['cov_end']:,} |")
+    lines.extend(f"| {target} | failed | | | | |" for target in results["failed"])
+    return lines

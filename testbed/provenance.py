@@ -57,10 +57,10 @@ def of_run(started, binaries=BUILT):
     }
 
 
-def write(path, results, started):
+def write(path, results, started, binaries=BUILT):
     """`results` (a dict) as JSON into `path`, with the provenance of the run that began at
-    `started`; a run on a tree that differs from its commit says so."""
-    record = {**results, "provenance": of_run(started)}
+    `started` and measured `binaries`; a run on a tree that differs from its commit says so."""
+    record = {**results, "provenance": of_run(started, binaries)}
     path.write_text(json.dumps(record, indent=1) + "\n")
     if record["provenance"]["dirty"]:
         print(f"{os.path.relpath(path, REPO)}: measured on a tree that differs from its commit: "

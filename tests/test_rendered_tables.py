@@ -13,7 +13,9 @@ from testbed.harness import REPO
 sys.path.insert(0, str(REPO / "tools"))
 
 import render_tables  # noqa: E402
-import soak as soak_bench  # noqa: E402  (loadtest/soak.py, on the path render_tables sets)
+import fuzz_runs  # noqa: E402  (loadtest/, on the path render_tables sets)
+import level_core  # noqa: E402
+import soak as soak_bench  # noqa: E402
 from testbed.soak import Soak  # noqa: E402
 
 
@@ -226,3 +228,52 @@ def test_instructions_are_rendered_from_any_run_each_against_its_bare_host_where
     assert envoy.endswith("| Envoy, bare | 100,000 (99,000 to 101,000) | – |")
     assert native.endswith("| Envoy + rpcedge native defaults | 110,000 | +10,000 |")
     assert nginx.endswith("| nginx + rpcedge defaults | 30,000 | – |"), "no bare nginx in this run"
+
+
+def test_a_browser_meets_its_goal_only_where_every_round_costs_no_more_than_a_gzip_client_in_no_more_bytes():
+    def row(variant, cpu, wire):
+        return {"variant": variant, "scenario": "mix", "cpu_us_runs": cpu, "req_s_runs": [1000.0] * len(cpu),
+                "wire_bytes_runs": wire}
+    rows = [row("nginx-rpcedge-default", [100, 100, 100], [3000, 3000, 3000]),
+            row("nginx-rpcedge-browser", [60, 90, 99], [2700, 2700, 2700]),
+            row("nginx-rpcedge-br", [150, 150, 150], [2800, 2800, 2800]),
+            row("nginx-brotli4", [300, 300, 300], [2790, 2790, 2790])]
+    nginx, _, br_against_brotli = render_tables.goals.browser_table({"rows": rows})[2:5]
+    assert nginx.endswith("| 0.900x | 3 | yes |") and "1.11x (1.01x to 1.67x)" in nginx
+    assert br_against_brotli.endswith("| 1.004x | 3 |  |"), "no goal: shown, not judged"
+    rows[1]["cpu_us_runs"][2] = 101  # one round where the browser cost more
+    assert render_tables.goals.browser_table({"rows": rows})[2].endswith("| no |")
+    rows[1].update(cpu_us_runs=[60, 60, 60], wire_bytes_runs=[2700, 2700, 3001])  # one round with more bytes
+    assert render_tables.goals.browser_table({"rows": rows})[2].endswith("| no |")
+
+
+def test_fuzzing_figures_are_libfuzzers_own_and_a_run_that_did_not_end_as_asked_has_none():
+    log = ("INFO: Seed: 1\nINFO: seed corpus: files: 770 min: 1b max: 262144b total: 9000b rss: 40Mb\n"
+           "#771\tINITED cov: 1735 ft: 5000 corp: 700/8000b exec/s: 0 rss: 60Mb\n"
+           "#40000\tNEW    cov: 1800 ft: 5100 corp: 701/8010b\n"
+           "#76340\tDONE   cov: 1851 ft: 5200 corp: 720/8100b lim: 4096 exec/s: 3635 rss: 90Mb\n"
+           "Done 76340 runs in 21 second(s)\n")
+    assert fuzz_runs.figures(log) == {"runs": 76340, "seconds": 21, "runs_per_s": 3635, "cov_start": 1735,
+                                      "cov_end": 1851, "inputs_at_start": 770}
+    assert fuzz_runs.figures(log.split("#76340")[0]) is None, "a crash ends it before DONE"
+    assert fuzz_runs.figures(log.replace("\tDONE ", "\tpulse")) is None
+    assert fuzz_runs.figures(log.replace("seed corpus: files: 770", "A corpus is not provided"))["inputs_at_start"] == 0
+    table = render_tables.goals.fuzz_table({"seconds": 20, "targets": {"sealed": fuzz_runs.figures(log)},
+                                           "failed": ["exchange"]})
+    assert table[2:] == ["| sealed | 76,340 | 3,635 | 770 | 1,735 | 1,851 |", "| exchange | failed | | | | |"]
+
+
+def test_the_level_benchs_tables_are_kept_line_by_line_each_header_once():
+    def output(coding):
+        return (f"Benchmarking level {coding} 1-4 KiB/1\n\n"
+                "| coding | bucket | bodies | mean body B | level | µs/body | compressed/original | B saved per extra µs | auto |\n"
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | :---: |\n"
+                f"| {coding} | 1-4 KiB | 10 | 2,100 | 1 | 21.0 | 0.351 | – | |\n"
+                "\nsome criterion line\n")
+    stock = ("| bucket | zlib 6, 4 KiB window (Envoy) | cheapest level at or under it |\n| --- | ---: | ---: |\n"
+             "| 1-4 KiB | 0.36 | 5 |\n")
+    found = level_core.tables(output("gzip") + stock + output("zstd"))
+    assert found["levels"][2:] == ["| gzip | 1-4 KiB | 10 | 2,100 | 1 | 21.0 | 0.351 | – | |",
+                                   "| zstd | 1-4 KiB | 10 | 2,100 | 1 | 21.0 | 0.351 | – | |"]
+    assert found["stock"] == stock.splitlines()
+    assert "some criterion line" not in "".join(found["levels"])

@@ -16,8 +16,9 @@ from testbed.provenance import git
 
 LOADTEST = REPO / "loadtest"
 RESULTS = LOADTEST / "results"
-# the benches that write into a folder: their results by name (several runs each, kept apart)
-FOLDER_BENCHES = {"bench": "results.json", "faults": "faults*.json", "soak": "soak*.json"}
+# the benches that write into a folder: their results by name (several runs each, kept apart; bench.py's
+# in a folder of their own: results/browser/)
+FOLDER_BENCHES = {"bench": "**/results.json", "faults": "faults*.json", "soak": "soak*.json"}
 
 
 def benches():

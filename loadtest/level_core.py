@@ -1,0 +1,65 @@
+"""`make bench`, which level pays: `cargo bench -p rpcedge-core --bench level` (every coding's levels
+on the corpus's bodies, bucket by bucket; shared-core/benches/level.rs) run once, and the two
+tables it prints (each level's time, ratio and bytes saved per extra µs; the stock compressors'
+bytes beside libdeflate's levels) kept line by line in results/level.json with the run's
+provenance. level.md's tables are rendered from it.
+
+    .venv/bin/python loadtest/level_core.py [--codings gzip,zstd,br]
+"""
+
+import argparse
+import subprocess
+from pathlib import Path
+
+from testbed import provenance
+from testbed.harness import REPO
+
+LOADTEST = Path(__file__).resolve().parent
+RESULTS = LOADTEST / "results" / "level.json"
+# What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
+MEASURES = ["shared-core/src/compress", "shared-core/benches/level.rs", "shared-core/benches/common",
+            "shared-core/Cargo.toml", "Cargo.lock"]
+CODINGS = ("gzip", "zstd", "br")
+# the first line of each table the bench prints
+TABLES = {"levels": "| coding | bucket |", "stock": "| bucket | zlib 6"}
+
+
+def tables(output):
+    """The bench's printed tables by name, each a list of its lines, header first; a table printed
+    again (one run per coding) adds its rows under the first one's header."""
+    found, current = {}, None
+    for text in output.splitlines():
+        if not text.startswith("|"):
+            current, header = None, 0
+            continue
+        if current is None:
+            current = next((name for name, start in TABLES.items() if text.startswith(start)), None)
+            if current is None:
+                continue
+            header = 2 if current in found else 0  # its header and rule, already kept
+        if header:
+            header -= 1
+            continue
+        found.setdefault(current, []).append(text)
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--codings", default=",".join(CODINGS))
+    args = parser.parse_args()
+    started = provenance.now()
+    outputs = []
+    for coding in args.codings.split(","):
+        outputs.append(subprocess.run(["cargo", "bench", "-p", "rpcedge-core", "--bench", "level", "--locked", "--",
+                                       coding], cwd=REPO, capture_output=True, text=True, check=True).stdout)
+        print(f"{coding}: done", flush=True)
+    found = tables("\n".join(outputs))
+    if "levels" not in found:
+        raise RuntimeError("the bench printed no table of levels")
+    provenance.write(RESULTS, {"codings": args.codings.split(","), "tables": found}, started)
+    print(f"results: {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
