@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from testbed import provenance
+from testbed.printed_tables import printed_tables
 from testbed.harness import REPO
 
 LOADTEST = Path(__file__).resolve().parent
@@ -24,26 +25,6 @@ CODINGS = ("gzip", "zstd", "br")
 TABLES = {"levels": "| coding | bucket |", "stock": "| bucket | zlib 6"}
 
 
-def tables(output):
-    """The bench's printed tables by name, each a list of its lines, header first; a table printed
-    again (one run per coding) adds its rows under the first one's header."""
-    found, current = {}, None
-    for text in output.splitlines():
-        if not text.startswith("|"):
-            current, header = None, 0
-            continue
-        if current is None:
-            current = next((name for name, start in TABLES.items() if text.startswith(start)), None)
-            if current is None:
-                continue
-            header = 2 if current in found else 0  # its header and rule, already kept
-        if header:
-            header -= 1
-            continue
-        found.setdefault(current, []).append(text)
-    return found
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--codings", default=",".join(CODINGS))
@@ -54,7 +35,7 @@ def main():
         outputs.append(subprocess.run(["cargo", "bench", "-p", "rpcedge-core", "--bench", "level", "--locked", "--",
                                        coding], cwd=REPO, capture_output=True, text=True, check=True).stdout)
         print(f"{coding}: done", flush=True)
-    found = tables("\n".join(outputs))
+    found = printed_tables("\n".join(outputs), TABLES)
     if "levels" not in found:
         raise RuntimeError("the bench printed no table of levels")
     provenance.write(RESULTS, {"codings": args.codings.split(","), "tables": found}, started)

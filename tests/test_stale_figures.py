@@ -45,3 +45,14 @@ def test_a_change_to_the_tests_alone_leaves_a_result_fresh(tmp_path):
     tests = "shared-core/src/cache/tests.rs"
     before = commit_of(f"{commit_of('--', tests)}~1")
     assert stale_figures.why_stale(result(tmp_path, before), [tests, "shared-core/tests"]) is None
+
+
+def test_a_benchs_harness_counts_for_the_benches_that_name_it_alone(tmp_path):
+    harness = "shared-core/benches/compress.rs"
+    before = commit_of(f"{commit_of('--', harness)}~1")
+    claimer = stale_figures.why_stale(result(tmp_path, before), [harness], [harness])
+    assert claimer and harness in claimer
+    # a bench that measures the harness's folder, not the harness by name (a glob, so that no other
+    # file's later change can make it stale)
+    assert stale_figures.why_stale(result(tmp_path, before), [":(glob)shared-core/benches/compress.*"], [harness]) is None
+    assert harness in stale_figures.claimed()

@@ -34,6 +34,16 @@ def benches():
             yield result, [*bench.MEASURES, str(script.relative_to(REPO))]
 
 
+def claimed():
+    """The paths under a crate's benches/ (a criterion bench's harness) that some bench names in its
+    MEASURES: each counts only for the benches that name it, so that a change to one bench's harness
+    leaves the figures of benches that measure its crate and not that harness as they were."""
+    sys.path.insert(0, str(LOADTEST))
+    return sorted({path for script in LOADTEST.glob("*.py")
+                   for path in getattr(importlib.import_module(script.stem), "MEASURES", [])
+                   if "/benches/" in path})
+
+
 def provenance_of(result):
     record = json.loads(result.read_text())
     if isinstance(record, dict):
@@ -41,7 +51,7 @@ def provenance_of(result):
     return None
 
 
-def why_stale(result, measures):
+def why_stale(result, measures, harnesses=()):
     found = provenance_of(result)
     if not found:
         return "no provenance: the commit and binaries it measured are unknown"
@@ -54,7 +64,8 @@ def why_stale(result, measures):
         return f"measured on {commit[:9]}, which is not in this branch's history"
     # what is measured is the code that runs: a change to its documentation or to its tests leaves
     # the figures as they were
-    code = [*measures, ":(exclude)*.md", ":(exclude,glob)**/tests.rs", ":(exclude,glob)**/tests/**"]
+    code = [*measures, ":(exclude)*.md", ":(exclude,glob)**/tests.rs", ":(exclude,glob)**/tests/**",
+            *(f":(exclude){path}" for path in harnesses if path not in measures)]
     changed = git("log", "--format=%h", f"{commit}..HEAD", "--", *code).split()
     if changed:
         files = git("diff", "--name-only", commit, "HEAD", "--", *code).split()
@@ -65,8 +76,9 @@ def why_stale(result, measures):
 
 
 def main():
+    harnesses = claimed()
     for result, measures in benches():
-        if reason := why_stale(result, measures):
+        if reason := why_stale(result, measures, harnesses):
             print(f"stale: {result.relative_to(REPO)}: {reason}")
 
 

@@ -1,6 +1,7 @@
 //! One-shot compression of real corpus bodies, by size bucket: libdeflate (what rpcedge uses for
 //! whole bodies) at levels 1, 4, 6 and 9 against zlib-rs through flate2 and miniz_oxide at
-//! levels 1 and 6. Writes throughput and ratio to BENCHMARKS.md at the repository root.
+//! levels 1 and 6. Prints throughput and ratio as a table, which `loadtest/compress_core.py` keeps
+//! (results/compress.json) and BENCHMARKS.md renders.
 //!
 //! miniz_oxide is called directly: flate2 picks one backend per build, and the core's flate2
 //! is zlib-rs.
@@ -9,7 +10,6 @@ mod common {
     pub mod buckets;
 }
 
-use std::fmt::Write as _;
 use std::hint::black_box;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -98,18 +98,17 @@ fn main() {
         group.finish();
     }
     criterion.final_summary();
-    write_report(&buckets);
+    print_report(&buckets);
 }
 
-/// BENCHMARKS.md: MB/s from criterion's mean estimate, ratio from one compression of the sample.
-fn write_report(buckets: &[Bucket]) {
+/// The table: MB/s from criterion's mean estimate, ratio from one compression of the sample.
+fn print_report(buckets: &[Bucket]) {
     let criterion_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target"))
         .join("criterion");
-    let mut table = String::new();
-    let _ = writeln!(table, "| bucket | bodies | bytes | codec | MB/s | compressed/original |");
-    let _ = writeln!(table, "| --- | ---: | ---: | --- | ---: | ---: |");
+    println!("\n| bucket | bodies | bytes | codec | MB/s | compressed/original |");
+    println!("| --- | ---: | ---: | --- | ---: | ---: |");
     for bucket in buckets {
         for codec in CODECS {
             let estimates = criterion_dir.join(bucket.name).join(codec.name()).join("new/estimates.json");
@@ -117,8 +116,7 @@ fn write_report(buckets: &[Bucket]) {
                 continue; // filtered out of this run
             };
             let compressed: usize = bucket.bodies.iter().map(|b| codec.compress(b)).sum();
-            let _ = writeln!(
-                table,
+            println!(
                 "| {} | {} | {} | {} | {:.0} | {:.3} |",
                 bucket.name,
                 bucket.bodies.len(),
@@ -129,30 +127,6 @@ fn write_report(buckets: &[Bucket]) {
             );
         }
     }
-    if table.lines().count() <= 2 {
-        return;
-    }
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let section = format!(
-        "## One-shot compression of real corpus bodies\n\n\
-         `make bench` (criterion, `shared-core/benches/compress.rs`): each codec compresses every body of a\n\
-         bucket's sample of real JSON-RPC responses from `../shared/corpus/rpc`, one body at a time, single\n\
-         thread. MB/s is the sample's bytes over criterion's mean time; the ratio is compressed bytes over\n\
-         original bytes (libdeflate: the gzip rpcedge sends, a body it refuses as not smaller counted whole).\n\
-         Machine: {cores} cores, measured side by side in one run.\n\n{table}\n"
-    );
-    // This section only: the other sections are written by other benchmarks and by hand.
-    let path = workspace().join("BENCHMARKS.md");
-    let current = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".into());
-    let report = match current.find("## One-shot compression of real corpus bodies") {
-        Some(start) => {
-            let end = current[start + 3..].find("\n## ").map_or(current.len(), |at| start + 3 + at + 1);
-            format!("{}{}{}", &current[..start], section, &current[end..])
-        }
-        None => format!("{current}\n{section}"),
-    };
-    std::fs::write(&path, report).expect("write BENCHMARKS.md");
-    println!("wrote BENCHMARKS.md");
 }
 
 /// `mean.point_estimate` of a criterion estimates.json, in nanoseconds.
