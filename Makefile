@@ -64,8 +64,6 @@ TOXIPROXY := build/bin/toxiproxy-server
 
 # Each fuzz target runs this long in `make test`; longer by hand: make fuzz FUZZ_SECONDS=600
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := negotiate dictionary exchange c_abi transcode_jsonrpc transcode_beacon transcode_light_client \
-	cache_lookup cache_entry sealed
 
 .PHONY: help deps build geth test test-rust test-e2e test-fuzz fuzz fuzz-seeds faults fleet-sim tables soak asan run docker deb bench clean
 
@@ -217,15 +215,16 @@ fuzz-seeds: $(STAMPS)/rust
 	$(CARGO) build --release --locked $(or $(CARGO_TARGETS),-p rpcedge-core --example fuzz_seeds)
 	target/release/examples/fuzz_seeds shared-core/fuzz/corpus
 
-# FUZZ_JOBS targets at a time, each a libFuzzer process of one thread on a CPU of its own; each
-# says how many runs it made, or its last lines where it failed (its crash in fuzz/artifacts/).
+# Every target of shared-core/fuzz, FUZZ_JOBS at a time, each a libFuzzer process of one thread on
+# a CPU of its own (loadtest/fuzz_runs.py): each says how many runs it made and the edges it
+# reached, or its last lines where it failed (its crash in fuzz/artifacts/). `make fuzz` keeps the
+# figures in loadtest/results/fuzz.json, which RELIABILITY.md's table is rendered from; `make test`
+# in build/.
 FUZZ_JOBS ?= 2
-test-fuzz fuzz: $(STAMPS)/fuzz fuzz-seeds
+test-fuzz fuzz: $(STAMPS)/fuzz $(STAMPS)/venv fuzz-seeds
 	cd shared-core && $(CARGO) +nightly fuzz build
-	cd shared-core && printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(FUZZ_JOBS) -I '{}' bash -c \
-		'log=$$(mktemp); trap "rm -f $$log" EXIT; \
-		if $(CARGO) +nightly fuzz run {} -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 >$$log 2>&1; \
-		then echo "{}: $$(grep "^Done" $$log)"; else echo "{} failed:"; tail -n 40 $$log; exit 1; fi'
+	$(VENV)/bin/python loadtest/fuzz_runs.py --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) \
+		$(if $(filter test-fuzz,$@),--results build/fuzz.json)
 
 # The module and the core built with AddressSanitizer (nightly Rust), loaded into Debian's nginx
 # with the sanitizer's runtime preloaded, under the nginx end-to-end tests.
@@ -308,11 +307,14 @@ docker: build
 deb: build
 	packaging/build-deb
 
+# a browser's Accept-Encoding against gzip-only and br-only clients and the stock compressors
+BROWSER_VARIANTS := nginx-rpcedge-default,nginx-rpcedge-browser,nginx-rpcedge-br,nginx-brotli4,envoy-rpcedge-native-default,envoy-rpcedge-native-browser,envoy-rpcedge-native-br,envoy-zstd,envoy-brotli
 bench: build
-	$(CARGO) bench -p rpcedge-core --bench compress --locked
-	$(CARGO) bench -p rpcedge-core --bench level --locked
+	$(VENV)/bin/python loadtest/compress_core.py
+	$(VENV)/bin/python loadtest/level_core.py
 	$(VENV)/bin/python loadtest/transcode_core.py
 	$(VENV)/bin/python loadtest/bench.py
+	$(VENV)/bin/python loadtest/bench.py --scenarios mix --variants $(BROWSER_VARIANTS) --results loadtest/results/browser
 	$(VENV)/bin/python loadtest/instructions.py
 	$(VENV)/bin/python loadtest/cached_bench.py
 	$(VENV)/bin/python loadtest/scan_bench.py
