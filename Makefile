@@ -307,7 +307,8 @@ docker: build
 deb: build
 	packaging/build-deb
 
-# a browser's Accept-Encoding against gzip-only and br-only clients and the stock compressors
+# a browser's Accept-Encoding against gzip-only and br-only clients and the stock compressors, in rounds of
+# their own (results/browser/; the run before takes them too, among every other variant)
 BROWSER_VARIANTS := nginx-rpcedge-default,nginx-rpcedge-browser,nginx-rpcedge-br,nginx-brotli4,envoy-rpcedge-native-default,envoy-rpcedge-native-browser,envoy-rpcedge-native-br,envoy-zstd,envoy-brotli
 bench: build
 	$(VENV)/bin/python loadtest/compress_core.py

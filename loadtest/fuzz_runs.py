@@ -55,9 +55,11 @@ def fuzz(target, seconds):
     """One target's run: (its figures, or None where it failed; its output)."""
     done = subprocess.run(["cargo", "+nightly", "fuzz", "run", target, "--",
                            f"-max_total_time={seconds}", f"-rss_limit_mb={RSS_LIMIT_MB}"],
-                          cwd=FUZZ.parent, capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    return (None if done.returncode else figures(log)), log
+                          cwd=FUZZ.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode:
+        return None, done.stdout
+    found = figures(done.stdout)
+    return found, done.stdout if found else done.stdout + "\n(it ended, but without libFuzzer's closing figures)"
 
 
 def main():
@@ -73,14 +75,14 @@ def main():
     started = provenance.now()
     found, failed = {}, []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for target, (figures, log) in zip(targets, pool.map(lambda target: fuzz(target, args.seconds), targets)):
-            if figures is None:
+        for target, (ran, log) in zip(targets, pool.map(lambda target: fuzz(target, args.seconds), targets)):
+            if ran is None:
                 failed.append(target)
                 print(f"{target} failed:\n" + "\n".join(log.splitlines()[-40:]), flush=True)
                 continue
-            found[target] = figures
-            print(f"{target}: {figures['runs']:,} runs in {figures['seconds']} s, cov {figures['cov_start']} → "
-                  f"{figures['cov_end']}", flush=True)
+            found[target] = ran
+            print(f"{target}: {ran['runs']:,} runs in {ran['seconds']} s, cov {ran['cov_start']} → {ran['cov_end']}",
+                  flush=True)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     provenance.write(args.results, {"seconds": args.seconds, "jobs": args.jobs, "targets": found, "failed": failed},
                      started, [BINARIES / target for target in targets])

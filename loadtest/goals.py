@@ -512,10 +512,10 @@ def browser_table(results):
 
 # what libFuzzer said of each target (fuzz_runs.py)
 def fuzz_table(results):
-    lines = [f"| target | runs in {results['seconds']} s | runs/s | inputs at start | cov at start | cov at end |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| target | runs | seconds | runs/s | inputs at start | cov at start | cov at end |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for target, found in results["targets"].items():
-        lines.append(f"| {target} | {found['runs']:,} | {found['runs_per_s']:,} | {found['inputs_at_start']:,} "
-                     f"| {found['cov_start']:,} | {found['cov_end']:,} |")
-    lines.extend(f"| {target} | failed | | | | |" for target in results["failed"])
+        lines.append(f"| {target} | {found['runs']:,} | {found['seconds']} | {found['runs_per_s']:,} "
+                     f"| {found['inputs_at_start']:,} | {found['cov_start']:,} | {found['cov_end']:,} |")
+    lines.extend(f"| {target} | failed | | | | | |" for target in results["failed"])
     return lines

@@ -261,7 +261,7 @@ def test_fuzzing_figures_are_libfuzzers_own_and_a_run_that_did_not_end_as_asked_
     assert fuzz_runs.figures(log.replace("seed corpus: files: 770", "A corpus is not provided"))["inputs_at_start"] == 0
     table = render_tables.goals.fuzz_table({"seconds": 20, "targets": {"sealed": fuzz_runs.figures(log)},
                                            "failed": ["exchange"]})
-    assert table[2:] == ["| sealed | 76,340 | 3,635 | 770 | 1,735 | 1,851 |", "| exchange | failed | | | | |"]
+    assert table[2:] == ["| sealed | 76,340 | 21 | 3,635 | 770 | 1,735 | 1,851 |", "| exchange | failed | | | | | |"]
 
 
 def test_the_level_benchs_tables_are_kept_line_by_line_each_header_once():
