@@ -29,9 +29,10 @@ BINARIES = FUZZ / "target" / "x86_64-unknown-linux-gnu" / "release"
 # What its figures measure: a change to these since its run makes them stale (tools/stale_figures.py).
 MEASURES = ["shared-core", "Cargo.lock"]
 RSS_LIMIT_MB = 2048
-# libFuzzer's lines: "#1234\tINITED cov: 1735 ft: ...", "#76340\tDONE   cov: 1851 ...",
-# "Done 76340 runs in 21 second(s)", and how many inputs it was handed
-INITED = re.compile(r"^#\d+\s+INITED\s+cov: (\d+)", re.M)
+# libFuzzer's lines: "#1234\tINITED cov: 1735 ft: ..." (no cov where none was reached: an empty
+# corpus), "#76340\tDONE   cov: 1851 ...", "Done 76340 runs in 21 second(s)", and how many inputs
+# it was handed
+INITED = re.compile(r"^#\d+\s+INITED\b(?:[^\n]*?\bcov: (\d+))?", re.M)
 DONE = re.compile(r"^#\d+\s+DONE\s+cov: (\d+)", re.M)
 RUNS = re.compile(r"^Done (\d+) runs in (\d+) second", re.M)
 SEEDS = re.compile(r"INFO: (?:seed corpus: files: (\d+)|A corpus is not provided)")
@@ -47,7 +48,7 @@ def figures(log):
     if not (inited and ended and runs):
         return None
     return {"runs": int(runs[1]), "seconds": int(runs[2]), "runs_per_s": round(int(runs[1]) / max(int(runs[2]), 1)),
-            "cov_start": int(inited[1]), "cov_end": int(ended[1]),
+            "cov_start": int(inited[1] or 0), "cov_end": int(ended[1]),
             "inputs_at_start": int(seeds[1]) if seeds and seeds[1] else 0}
 
 

@@ -258,7 +258,9 @@ def test_fuzzing_figures_are_libfuzzers_own_and_a_run_that_did_not_end_as_asked_
                                       "cov_end": 1851, "inputs_at_start": 770}
     assert fuzz_runs.figures(log.split("#76340")[0]) is None, "a crash ends it before DONE"
     assert fuzz_runs.figures(log.replace("\tDONE ", "\tpulse")) is None
-    assert fuzz_runs.figures(log.replace("seed corpus: files: 770", "A corpus is not provided"))["inputs_at_start"] == 0
+    empty = fuzz_runs.figures(log.replace("seed corpus: files: 770", "A corpus is not provided")
+                              .replace("INITED cov: 1735 ft: 5000 corp: 700/8000b exec/s", "INITED exec/s"))
+    assert (empty["inputs_at_start"], empty["cov_start"], empty["cov_end"]) == (0, 0, 1851), "an empty corpus reaches none"
     table = render_tables.goals.fuzz_table({"seconds": 20, "targets": {"sealed": fuzz_runs.figures(log)},
                                            "failed": ["exchange"]})
     assert table[2:] == ["| sealed | 76,340 | 21 | 3,635 | 770 | 1,735 | 1,851 |", "| exchange | failed | | | | | |"]
