@@ -20,8 +20,11 @@ sys.path.insert(0, str(REPO / "loadtest"))
 
 import faults  # noqa: E402  (loadtest/faults.py, which renders its own results)
 import goals  # noqa: E402  (loadtest/goals.py: the goals the load tests' figures judge)
+import soak  # noqa: E402  (loadtest/soak.py, which renders its own results)
+from testbed.soak import Soak  # noqa: E402
 
-DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md", "loadtest/results/fleet.md", "loadtest/results/instructions.md"]
+DOCUMENTS = ["RELIABILITY.md", "BENCHMARKS.md", "loadtest/results/fleet.md", "loadtest/results/instructions.md",
+             "loadtest/results/level.md"]
 
 # name: (the result file, relative to the repository, and what of it makes the table's lines)
 TABLES = {
@@ -39,6 +42,13 @@ TABLES = {
     "fleet-sim": ("loadtest/results/fleet-sim.json", goals.fleet_sim_table),
     "goals-transcode": ("loadtest/results/transcode-core.json", goals.transcode_table),
     "instructions": ("loadtest/results/instructions.json", goals.instructions_table),
+    "goals-browser": ("loadtest/results/browser/results.json", goals.browser_table),
+    "fuzz": ("loadtest/results/fuzz.json", goals.fuzz_table),
+    "soak": ("loadtest/results/soak.json", lambda results: soak.table([Soak.from_json(run) for run in results["runs"]])),
+    # the criterion benches' own tables, as they printed them
+    "compress": ("loadtest/results/compress.json", lambda results: results["tables"]["codecs"]),
+    "level": ("loadtest/results/level.json", lambda results: results["tables"]["levels"]),
+    "level-stock": ("loadtest/results/level.json", lambda results: results["tables"].get("stock", ["(gzip not in this run)"])),
 }
 
 MARKED = re.compile(r"^(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)^(<!-- /table -->)", re.S | re.M)
