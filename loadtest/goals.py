@@ -97,17 +97,23 @@ UNTOUCHED = [
 ]
 
 
+def against_line(goal, ours, theirs, least):
+    """A variant's row (`ours`) against its baseline's (`theirs`), round by round: the baseline's
+    CPU per answer over the variant's (at least `least`; None: shown, no goal, and no verdict on
+    the bytes either), req/s, wire bytes."""
+    if not ours or not theirs:
+        return line(goal, None, None)
+    wire_text, wire_met = wire_ratio(ours["wire_bytes_runs"], theirs["wire_bytes_runs"])
+    return line(goal, Figure(ratios(theirs["cpu_us_runs"], ours["cpu_us_runs"]), "x", at_least=least),
+                Figure(ratios(ours["req_s_runs"], theirs["req_s_runs"]), "x"),
+                (wire_text, wire_met if least is not None else None))
+
+
 def defaults_table(results):
     rows = {(row["variant"], row["scenario"]): row for row in results["rows"]}
     lines = list(HEADER)
     for goal, variant, baseline, least in AGAINST_STOCK:
-        ours, theirs = rows.get((variant, "mix")), rows.get((baseline, "mix"))
-        if not ours or not theirs:
-            lines.append(line(goal, None, None))
-            continue
-        lines.append(line(goal, Figure(ratios(theirs["cpu_us_runs"], ours["cpu_us_runs"]), "x", at_least=least),
-                          Figure(ratios(ours["req_s_runs"], theirs["req_s_runs"]), "x"),
-                          wire_ratio(ours["wire_bytes_runs"], theirs["wire_bytes_runs"])))
+        lines.append(against_line(goal, rows.get((variant, "mix")), rows.get((baseline, "mix")), least))
     for goal, variant, bare, most in UNTOUCHED:
         ours, theirs = rows.get((variant, "small")), rows.get((bare, "small"))
         if not ours or not theirs:
@@ -497,17 +503,8 @@ BROWSER = [
 
 def browser_table(results):
     rows = {row["variant"]: row for row in results["rows"] if row["scenario"] == "mix"}
-    lines = list(HEADER)
-    for goal, variant, baseline, least in BROWSER:
-        ours, theirs = rows.get(variant), rows.get(baseline)
-        if not ours or not theirs:
-            lines.append(line(goal, None, None))
-            continue
-        wire_text, wire_met = wire_ratio(ours["wire_bytes_runs"], theirs["wire_bytes_runs"])
-        lines.append(line(goal, Figure(ratios(theirs["cpu_us_runs"], ours["cpu_us_runs"]), "x", at_least=least),
-                          Figure(ratios(ours["req_s_runs"], theirs["req_s_runs"]), "x"),
-                          (wire_text, wire_met if least is not None else None)))
-    return lines
+    return [*HEADER, *(against_line(goal, rows.get(variant), rows.get(baseline), least)
+                       for goal, variant, baseline, least in BROWSER)]
 
 
 # what libFuzzer said of each target (fuzz_runs.py)

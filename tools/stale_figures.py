@@ -21,13 +21,18 @@ RESULTS = LOADTEST / "results"
 FOLDER_BENCHES = {"bench": "**/results.json", "faults": "faults*.json", "soak": "soak*.json"}
 
 
-def benches():
-    """(result file, the paths its figures measure) for each result a bench wrote."""
+def bench_modules():
+    """(script, module) of each bench: a script of loadtest/ that says what it MEASURES."""
     sys.path.insert(0, str(LOADTEST))
     for script in sorted(LOADTEST.glob("*.py")):
         bench = importlib.import_module(script.stem)
-        if not hasattr(bench, "MEASURES"):
-            continue
+        if hasattr(bench, "MEASURES"):
+            yield script, bench
+
+
+def benches():
+    """(result file, the paths its figures measure) for each result a bench wrote."""
+    for script, bench in bench_modules():
         files = (sorted(RESULTS.glob(FOLDER_BENCHES[script.stem])) if script.stem in FOLDER_BENCHES
                  else [bench.RESULTS] if bench.RESULTS.exists() else [])
         for result in files:
@@ -38,10 +43,7 @@ def claimed():
     """The paths under a crate's benches/ (a criterion bench's harness) that some bench names in its
     MEASURES: each counts only for the benches that name it, so that a change to one bench's harness
     leaves the figures of benches that measure its crate and not that harness as they were."""
-    sys.path.insert(0, str(LOADTEST))
-    return sorted({path for script in LOADTEST.glob("*.py")
-                   for path in getattr(importlib.import_module(script.stem), "MEASURES", [])
-                   if "/benches/" in path})
+    return sorted({path for _, bench in bench_modules() for path in bench.MEASURES if "/benches/" in path})
 
 
 def provenance_of(result):
